@@ -1,0 +1,1 @@
+//! amphora-cql (skeleton; see docs/architecture.md)

@@ -1,0 +1,1 @@
+//! amphora-protocol (skeleton; see docs/architecture.md)

@@ -1,0 +1,1 @@
+//! amphora-server (skeleton)

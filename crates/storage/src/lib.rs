@@ -1,0 +1,1 @@
+//! amphora-storage (skeleton; see docs/architecture.md)

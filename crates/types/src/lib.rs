@@ -1,0 +1,1 @@
+//! amphora-types (skeleton; see docs/architecture.md)
