@@ -1,0 +1,1034 @@
+//! Response encoding (spec §4.2) straight into one `BytesMut`: the header is written first
+//! with a zero length and patched at the end, so a response costs no allocation beyond the
+//! buffer's growth.
+//!
+//! PERF-CRITICAL: [`RowsWriter`] writes cells with no allocation per cell.
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::column_type::ColumnType;
+use crate::consistency::Consistency;
+use crate::envelope::{
+    Flags, HEADER_LEN, Opcode, ProtocolVersion, begin_envelope, finish_envelope,
+};
+use crate::error::{EncodeError, FrameError};
+use crate::request::BytesMap;
+use crate::wire::{
+    INT_MAX, write_bytes, write_bytes_map, write_inet, write_inetaddr, write_short_bytes,
+    write_string, write_string_list, write_string_lossy, write_string_multimap,
+};
+
+// ---- prefix & framing -----------------------------------------------------------------------
+
+/// Optional response-body prefix; each present part sets its header flag.
+/// Warnings and custom payload exist from v4 on and are dropped for v3.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResponsePrefix<'a> {
+    /// Tracing session id (flag TRACING); only on RESULT/ERROR of a traced request.
+    pub tracing_id: Option<[u8; 16]>,
+    /// Warnings (flag WARNING).
+    pub warnings: &'a [String],
+    /// Custom payload (flag CUSTOM_PAYLOAD), e.g. Scylla's `tablets-routing-v1`.
+    pub custom_payload: Option<&'a BytesMap>,
+}
+
+impl ResponsePrefix<'_> {
+    /// No prefix.
+    pub const NONE: ResponsePrefix<'static> = ResponsePrefix {
+        tracing_id: None,
+        warnings: &[],
+        custom_payload: None,
+    };
+}
+
+/// Writes the envelope header and the body prefix; returns the envelope's start offset for
+/// [`finish_envelope`]. Use it to write a message body by hand.
+pub fn begin_response(
+    buf: &mut BytesMut,
+    version: ProtocolVersion,
+    stream: i16,
+    opcode: Opcode,
+    prefix: &ResponsePrefix<'_>,
+) -> Result<usize, EncodeError> {
+    let v4 = version >= ProtocolVersion::V4;
+    let mut flags = Flags::default();
+    flags.set(Flags::TRACING, prefix.tracing_id.is_some());
+    flags.set(Flags::WARNING, v4 && !prefix.warnings.is_empty());
+    flags.set(Flags::CUSTOM_PAYLOAD, v4 && prefix.custom_payload.is_some());
+    let start = begin_envelope(buf, version, flags, stream, opcode);
+    if let Some(id) = &prefix.tracing_id {
+        buf.put_slice(id);
+    }
+    if flags.contains(Flags::WARNING) {
+        write_string_list(buf, prefix.warnings)?;
+    }
+    if let (true, Some(payload)) = (v4, prefix.custom_payload) {
+        write_bytes_map(buf, payload)?;
+    }
+    Ok(start)
+}
+
+// ---- messages ---------------------------------------------------------------------------------
+
+/// A response message other than Rows (see [`RowsWriter`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Response<'a> {
+    Error(&'a ErrorResponse),
+    Ready,
+    /// Authenticator class, e.g. `org.apache.cassandra.auth.PasswordAuthenticator`.
+    Authenticate(&'a str),
+    AuthChallenge(Option<&'a [u8]>),
+    /// Cassandra sends a null token.
+    AuthSuccess(Option<&'a [u8]>),
+    /// `[string multimap]`; must contain `CQL_VERSION` and `COMPRESSION` (python driver).
+    Supported(&'a [(String, Vec<String>)]),
+    Result(ResultMessage<'a>),
+    /// Sent on stream −1 by convention; the caller passes the stream.
+    Event(&'a Event),
+}
+
+/// RESULT kinds other than Rows.
+#[derive(Debug, Clone, Copy)]
+pub enum ResultMessage<'a> {
+    Void,
+    SetKeyspace(&'a str),
+    Prepared(&'a Prepared<'a>),
+    SchemaChange(&'a SchemaChange),
+}
+
+/// RESULT kind ids.
+pub mod result_kind {
+    pub const VOID: i32 = 0x0001;
+    pub const ROWS: i32 = 0x0002;
+    pub const SET_KEYSPACE: i32 = 0x0003;
+    pub const PREPARED: i32 = 0x0004;
+    pub const SCHEMA_CHANGE: i32 = 0x0005;
+}
+
+/// Appends one whole response envelope to `buf`. On error `buf` is left as it was.
+pub fn encode_response(
+    buf: &mut BytesMut,
+    version: ProtocolVersion,
+    stream: i16,
+    prefix: &ResponsePrefix<'_>,
+    msg: &Response<'_>,
+) -> Result<(), EncodeError> {
+    let before = buf.len();
+    let r = encode_response_inner(buf, version, stream, prefix, msg);
+    if r.is_err() {
+        buf.truncate(before);
+    }
+    r
+}
+
+fn encode_response_inner(
+    buf: &mut BytesMut,
+    version: ProtocolVersion,
+    stream: i16,
+    prefix: &ResponsePrefix<'_>,
+    msg: &Response<'_>,
+) -> Result<(), EncodeError> {
+    let opcode = match msg {
+        Response::Error(_) => Opcode::Error,
+        Response::Ready => Opcode::Ready,
+        Response::Authenticate(_) => Opcode::Authenticate,
+        Response::AuthChallenge(_) => Opcode::AuthChallenge,
+        Response::AuthSuccess(_) => Opcode::AuthSuccess,
+        Response::Supported(_) => Opcode::Supported,
+        Response::Result(_) => Opcode::Result,
+        Response::Event(_) => Opcode::Event,
+    };
+    let start = begin_response(buf, version, stream, opcode, prefix)?;
+    match msg {
+        Response::Error(e) => e.encode_body(version, buf)?,
+        Response::Ready => {}
+        Response::Authenticate(class) => write_string(buf, class)?,
+        Response::AuthChallenge(token) | Response::AuthSuccess(token) => write_bytes(buf, *token)?,
+        Response::Supported(map) => write_string_multimap(buf, map)?,
+        Response::Result(r) => match r {
+            ResultMessage::Void => buf.put_i32(result_kind::VOID),
+            ResultMessage::SetKeyspace(ks) => {
+                buf.put_i32(result_kind::SET_KEYSPACE);
+                write_string(buf, ks)?;
+            }
+            ResultMessage::Prepared(p) => {
+                buf.put_i32(result_kind::PREPARED);
+                p.encode(version, buf)?;
+            }
+            ResultMessage::SchemaChange(sc) => {
+                buf.put_i32(result_kind::SCHEMA_CHANGE);
+                sc.encode(buf)?;
+            }
+        },
+        Response::Event(ev) => ev.encode(buf)?,
+    }
+    finish_envelope(buf, start)
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+/// Error codes of spec §9 plus ScyllaDB's rate-limit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    ServerError = 0x0000,
+    ProtocolError = 0x000A,
+    AuthenticationError = 0x0100,
+    Unavailable = 0x1000,
+    Overloaded = 0x1001,
+    IsBootstrapping = 0x1002,
+    TruncateError = 0x1003,
+    WriteTimeout = 0x1100,
+    ReadTimeout = 0x1200,
+    ReadFailure = 0x1300,
+    FunctionFailure = 0x1400,
+    WriteFailure = 0x1500,
+    CdcWriteFailure = 0x1600,
+    CasWriteUnknown = 0x1700,
+    SyntaxError = 0x2000,
+    Unauthorized = 0x2100,
+    Invalid = 0x2200,
+    ConfigError = 0x2300,
+    AlreadyExists = 0x2400,
+    Unprepared = 0x2500,
+    /// ScyllaDB `SCYLLA_RATE_LIMIT_ERROR` (advertised as `ERROR_CODE=61440`).
+    RateLimitReached = 0xF000,
+}
+
+impl ErrorCode {
+    pub fn as_i32(self) -> i32 {
+        self as i32
+    }
+}
+
+/// `writeType` of Write_timeout / Write_failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WriteType {
+    Simple,
+    Batch,
+    UnloggedBatch,
+    Counter,
+    BatchLog,
+    Cas,
+    View,
+    Cdc,
+}
+
+impl WriteType {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Simple => "SIMPLE",
+            Self::Batch => "BATCH",
+            Self::UnloggedBatch => "UNLOGGED_BATCH",
+            Self::Counter => "COUNTER",
+            Self::BatchLog => "BATCH_LOG",
+            Self::Cas => "CAS",
+            Self::View => "VIEW",
+            Self::Cdc => "CDC",
+        }
+    }
+}
+
+/// Operation rejected by Scylla's per-partition rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RateLimitOp {
+    Read = 0,
+    Write = 1,
+}
+
+/// One replica's failure in a v5 `<reasonmap>`: its address and a failure code
+/// (Cassandra `RequestFailureReason`: 0 unknown, 1 read too many tombstones, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureReason {
+    pub endpoint: IpAddr,
+    pub code: u16,
+}
+
+/// The error-specific part of an ERROR body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    ServerError,
+    ProtocolError,
+    AuthenticationError,
+    Unavailable {
+        consistency: Consistency,
+        required: i32,
+        alive: i32,
+    },
+    Overloaded,
+    IsBootstrapping,
+    TruncateError,
+    /// `contentions` is written only in v5 and only for `WriteType::Cas`.
+    WriteTimeout {
+        consistency: Consistency,
+        received: i32,
+        block_for: i32,
+        write_type: WriteType,
+        contentions: u16,
+    },
+    ReadTimeout {
+        consistency: Consistency,
+        received: i32,
+        block_for: i32,
+        data_present: bool,
+    },
+    /// v4 sends `failures.len()` as `numfailures`; v5 sends the reason map.
+    ReadFailure {
+        consistency: Consistency,
+        received: i32,
+        block_for: i32,
+        failures: Vec<FailureReason>,
+        data_present: bool,
+    },
+    FunctionFailure {
+        keyspace: String,
+        function: String,
+        arg_types: Vec<String>,
+    },
+    WriteFailure {
+        consistency: Consistency,
+        received: i32,
+        block_for: i32,
+        failures: Vec<FailureReason>,
+        write_type: WriteType,
+    },
+    CdcWriteFailure,
+    CasWriteUnknown {
+        consistency: Consistency,
+        received: i32,
+        block_for: i32,
+    },
+    SyntaxError,
+    Unauthorized,
+    Invalid,
+    ConfigError,
+    /// `table` is empty for a keyspace.
+    AlreadyExists {
+        keyspace: String,
+        table: String,
+    },
+    Unprepared {
+        id: Bytes,
+    },
+    /// Only when the client negotiated `SCYLLA_RATE_LIMIT_ERROR`; else send ConfigError.
+    RateLimitReached {
+        op: RateLimitOp,
+        rejected_by_coordinator: bool,
+    },
+}
+
+impl ErrorKind {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::ServerError => ErrorCode::ServerError,
+            Self::ProtocolError => ErrorCode::ProtocolError,
+            Self::AuthenticationError => ErrorCode::AuthenticationError,
+            Self::Unavailable { .. } => ErrorCode::Unavailable,
+            Self::Overloaded => ErrorCode::Overloaded,
+            Self::IsBootstrapping => ErrorCode::IsBootstrapping,
+            Self::TruncateError => ErrorCode::TruncateError,
+            Self::WriteTimeout { .. } => ErrorCode::WriteTimeout,
+            Self::ReadTimeout { .. } => ErrorCode::ReadTimeout,
+            Self::ReadFailure { .. } => ErrorCode::ReadFailure,
+            Self::FunctionFailure { .. } => ErrorCode::FunctionFailure,
+            Self::WriteFailure { .. } => ErrorCode::WriteFailure,
+            Self::CdcWriteFailure => ErrorCode::CdcWriteFailure,
+            Self::CasWriteUnknown { .. } => ErrorCode::CasWriteUnknown,
+            Self::SyntaxError => ErrorCode::SyntaxError,
+            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::Invalid => ErrorCode::Invalid,
+            Self::ConfigError => ErrorCode::ConfigError,
+            Self::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            Self::Unprepared { .. } => ErrorCode::Unprepared,
+            Self::RateLimitReached { .. } => ErrorCode::RateLimitReached,
+        }
+    }
+}
+
+/// An ERROR message: `[int code][string message]` + the kind's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorResponse {
+    pub kind: ErrorKind,
+    /// Cut to 65535 bytes at a character boundary when encoded.
+    pub message: String,
+}
+
+impl ErrorResponse {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn protocol_error(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::ProtocolError, message)
+    }
+
+    pub fn server_error(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::ServerError, message)
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.kind.code()
+    }
+
+    /// Appends the ERROR body (no envelope).
+    pub fn encode_body(
+        &self,
+        version: ProtocolVersion,
+        buf: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        let v5 = version >= ProtocolVersion::V5;
+        buf.put_i32(self.kind.code().as_i32());
+        write_string_lossy(buf, &self.message);
+        match &self.kind {
+            ErrorKind::Unavailable {
+                consistency,
+                required,
+                alive,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*required);
+                buf.put_i32(*alive);
+            }
+            ErrorKind::WriteTimeout {
+                consistency,
+                received,
+                block_for,
+                write_type,
+                contentions,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*received);
+                buf.put_i32(*block_for);
+                write_string(buf, write_type.name())?;
+                if v5 && *write_type == WriteType::Cas {
+                    buf.put_u16(*contentions);
+                }
+            }
+            ErrorKind::ReadTimeout {
+                consistency,
+                received,
+                block_for,
+                data_present,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*received);
+                buf.put_i32(*block_for);
+                buf.put_u8(u8::from(*data_present));
+            }
+            ErrorKind::ReadFailure {
+                consistency,
+                received,
+                block_for,
+                failures,
+                data_present,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*received);
+                buf.put_i32(*block_for);
+                write_failures(buf, v5, failures)?;
+                buf.put_u8(u8::from(*data_present));
+            }
+            ErrorKind::FunctionFailure {
+                keyspace,
+                function,
+                arg_types,
+            } => {
+                write_string(buf, keyspace)?;
+                write_string(buf, function)?;
+                write_string_list(buf, arg_types)?;
+            }
+            ErrorKind::WriteFailure {
+                consistency,
+                received,
+                block_for,
+                failures,
+                write_type,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*received);
+                buf.put_i32(*block_for);
+                write_failures(buf, v5, failures)?;
+                write_string(buf, write_type.name())?;
+            }
+            ErrorKind::CasWriteUnknown {
+                consistency,
+                received,
+                block_for,
+            } => {
+                buf.put_u16(consistency.as_u16());
+                buf.put_i32(*received);
+                buf.put_i32(*block_for);
+            }
+            ErrorKind::AlreadyExists { keyspace, table } => {
+                write_string(buf, keyspace)?;
+                write_string(buf, table)?;
+            }
+            ErrorKind::Unprepared { id } => write_short_bytes(buf, id)?,
+            ErrorKind::RateLimitReached {
+                op,
+                rejected_by_coordinator,
+            } => {
+                buf.put_u8(*op as u8);
+                buf.put_u8(u8::from(*rejected_by_coordinator));
+            }
+            ErrorKind::ServerError
+            | ErrorKind::ProtocolError
+            | ErrorKind::AuthenticationError
+            | ErrorKind::Overloaded
+            | ErrorKind::IsBootstrapping
+            | ErrorKind::TruncateError
+            | ErrorKind::CdcWriteFailure
+            | ErrorKind::SyntaxError
+            | ErrorKind::Unauthorized
+            | ErrorKind::Invalid
+            | ErrorKind::ConfigError => {}
+        }
+        Ok(())
+    }
+}
+
+/// v4: `[int numfailures]`; v5: `<reasonmap>` = `[int n]` n × (`[inetaddr]`, `[short]`).
+fn write_failures(
+    buf: &mut BytesMut,
+    v5: bool,
+    failures: &[FailureReason],
+) -> Result<(), EncodeError> {
+    let n = i32::try_from(failures.len()).map_err(|_| EncodeError::TooManyItems {
+        length: failures.len(),
+        max: INT_MAX,
+    })?;
+    buf.put_i32(n);
+    if v5 {
+        for f in failures {
+            write_inetaddr(buf, &f.endpoint);
+            buf.put_u16(f.code);
+        }
+    }
+    Ok(())
+}
+
+/// The message of the version-negotiation error (Cassandra's wording; drivers match on
+/// "Invalid or unsupported protocol version").
+pub fn unsupported_version_message(version: u8) -> String {
+    format!(
+        "Invalid or unsupported protocol version ({version}); supported versions are (3/v3, 4/v4, 5/v5)"
+    )
+}
+
+/// Appends the whole answer to an envelope with an unsupported version byte: ERROR 0x000A in
+/// an envelope carrying our highest version (0x85) and the client's stream id, unframed and
+/// uncompressed. Close the connection after sending it; the client reconnects lower.
+pub fn encode_unsupported_version(buf: &mut BytesMut, version: u8, stream: i16) {
+    let start = begin_envelope(
+        buf,
+        ProtocolVersion::MAX,
+        Flags::default(),
+        stream,
+        Opcode::Error,
+    );
+    buf.put_i32(ErrorCode::ProtocolError.as_i32());
+    write_string_lossy(buf, &unsupported_version_message(version));
+    // A short, bounded body: finishing cannot fail.
+    let _ = finish_envelope(buf, start);
+}
+
+/// Appends the protocol-error answer to a [`FrameError`], on the offending stream, in the
+/// version the client can read.
+pub fn encode_frame_error(buf: &mut BytesMut, err: &FrameError) {
+    match *err {
+        FrameError::UnsupportedVersion { version, stream } => {
+            encode_unsupported_version(buf, version, stream);
+        }
+        _ => {
+            let start = begin_envelope(
+                buf,
+                err.response_version(),
+                Flags::default(),
+                err.stream(),
+                Opcode::Error,
+            );
+            buf.put_i32(ErrorCode::ProtocolError.as_i32());
+            write_string_lossy(buf, &err.to_string());
+            let _ = finish_envelope(buf, start);
+        }
+    }
+}
+
+// ---- schema change & events -------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SchemaChangeType {
+    Created,
+    Updated,
+    Dropped,
+}
+
+impl SchemaChangeType {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Updated => "UPDATED",
+            Self::Dropped => "DROPPED",
+        }
+    }
+}
+
+/// What changed. Index create/drop is an UPDATED Table; a materialized view is a Table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaChangeTarget {
+    Keyspace {
+        keyspace: String,
+    },
+    Table {
+        keyspace: String,
+        table: String,
+    },
+    Type {
+        keyspace: String,
+        name: String,
+    },
+    /// `arg_types` are CQL type strings.
+    Function {
+        keyspace: String,
+        name: String,
+        arg_types: Vec<String>,
+    },
+    Aggregate {
+        keyspace: String,
+        name: String,
+        arg_types: Vec<String>,
+    },
+}
+
+/// Body of RESULT Schema_change and of the SCHEMA_CHANGE event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub change: SchemaChangeType,
+    pub target: SchemaChangeTarget,
+}
+
+impl SchemaChange {
+    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        write_string(buf, self.change.name())?;
+        match &self.target {
+            SchemaChangeTarget::Keyspace { keyspace } => {
+                write_string(buf, "KEYSPACE")?;
+                write_string(buf, keyspace)?;
+            }
+            SchemaChangeTarget::Table { keyspace, table } => {
+                write_string(buf, "TABLE")?;
+                write_string(buf, keyspace)?;
+                write_string(buf, table)?;
+            }
+            SchemaChangeTarget::Type { keyspace, name } => {
+                write_string(buf, "TYPE")?;
+                write_string(buf, keyspace)?;
+                write_string(buf, name)?;
+            }
+            SchemaChangeTarget::Function {
+                keyspace,
+                name,
+                arg_types,
+            } => {
+                write_string(buf, "FUNCTION")?;
+                write_string(buf, keyspace)?;
+                write_string(buf, name)?;
+                write_string_list(buf, arg_types)?;
+            }
+            SchemaChangeTarget::Aggregate {
+                keyspace,
+                name,
+                arg_types,
+            } => {
+                write_string(buf, "AGGREGATE")?;
+                write_string(buf, keyspace)?;
+                write_string(buf, name)?;
+                write_string_list(buf, arg_types)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TopologyChangeType {
+    NewNode,
+    RemovedNode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusChangeType {
+    Up,
+    Down,
+}
+
+/// A pushed EVENT (to connections that REGISTERed for its type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `address` is the node's native-transport address and port.
+    TopologyChange {
+        change: TopologyChangeType,
+        address: SocketAddr,
+    },
+    StatusChange {
+        change: StatusChangeType,
+        address: SocketAddr,
+    },
+    SchemaChange(SchemaChange),
+}
+
+impl Event {
+    /// The REGISTER name of this event's type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::TopologyChange { .. } => "TOPOLOGY_CHANGE",
+            Self::StatusChange { .. } => "STATUS_CHANGE",
+            Self::SchemaChange(_) => "SCHEMA_CHANGE",
+        }
+    }
+
+    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        write_string(buf, self.type_name())?;
+        match self {
+            Self::TopologyChange { change, address } => {
+                write_string(
+                    buf,
+                    match change {
+                        TopologyChangeType::NewNode => "NEW_NODE",
+                        TopologyChangeType::RemovedNode => "REMOVED_NODE",
+                    },
+                )?;
+                write_inet(buf, address);
+            }
+            Self::StatusChange { change, address } => {
+                write_string(
+                    buf,
+                    match change {
+                        StatusChangeType::Up => "UP",
+                        StatusChangeType::Down => "DOWN",
+                    },
+                )?;
+                write_inet(buf, address);
+            }
+            Self::SchemaChange(sc) => sc.encode(buf)?,
+        }
+        Ok(())
+    }
+}
+
+// ---- metadata ---------------------------------------------------------------------------------
+
+/// One column (or bind marker) of result / prepared metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ColumnSpec {
+    pub keyspace: String,
+    pub table: String,
+    pub name: String,
+    pub ty: ColumnType,
+}
+
+/// Rows metadata flag masks.
+pub mod rows_flags {
+    pub const GLOBAL_TABLES_SPEC: i32 = 0x0001;
+    pub const HAS_MORE_PAGES: i32 = 0x0002;
+    pub const NO_METADATA: i32 = 0x0004;
+    pub const METADATA_CHANGED: i32 = 0x0008;
+}
+
+/// Result metadata of a Rows result (and `<result_metadata>` of Prepared).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowsMetadata<'a> {
+    /// The columns; their count is `columns_count` even with `no_metadata`.
+    pub columns: &'a [ColumnSpec],
+    /// When set, one (keyspace, table) for all columns and none per column.
+    pub global_table_spec: Option<(&'a str, &'a str)>,
+    /// Only flags, count and paging state (the client sent Skip_metadata).
+    pub no_metadata: bool,
+    /// Has_more_pages + the paging state.
+    pub paging_state: Option<&'a [u8]>,
+    /// Metadata_changed + new id (v5, or v4 with `SCYLLA_USE_METADATA_ID`).
+    pub new_metadata_id: Option<&'a [u8]>,
+}
+
+impl<'a> RowsMetadata<'a> {
+    /// Full metadata for `columns`, using a global table spec when they all share one.
+    pub fn new(columns: &'a [ColumnSpec]) -> Self {
+        Self {
+            columns,
+            global_table_spec: common_table(columns),
+            ..Default::default()
+        }
+    }
+
+    /// The `<result_metadata>` of a non-SELECT prepared statement: No_metadata, 0 columns.
+    pub fn empty() -> Self {
+        Self {
+            no_metadata: true,
+            ..Default::default()
+        }
+    }
+
+    pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let _ = version;
+        let mut flags = 0;
+        let global = self.global_table_spec.filter(|_| !self.no_metadata);
+        if global.is_some() {
+            flags |= rows_flags::GLOBAL_TABLES_SPEC;
+        }
+        if self.paging_state.is_some() {
+            flags |= rows_flags::HAS_MORE_PAGES;
+        }
+        if self.no_metadata {
+            flags |= rows_flags::NO_METADATA;
+        }
+        if self.new_metadata_id.is_some() {
+            flags |= rows_flags::METADATA_CHANGED;
+        }
+        buf.put_i32(flags);
+        buf.put_i32(column_count(self.columns.len())?);
+        if let Some(ps) = self.paging_state {
+            write_bytes(buf, Some(ps))?;
+        }
+        if let Some(id) = self.new_metadata_id {
+            write_short_bytes(buf, id)?;
+        }
+        if !self.no_metadata {
+            write_col_specs(buf, version, global, self.columns)?;
+        }
+        Ok(())
+    }
+}
+
+fn column_count(n: usize) -> Result<i32, EncodeError> {
+    i32::try_from(n).map_err(|_| EncodeError::TooManyItems {
+        length: n,
+        max: INT_MAX,
+    })
+}
+
+/// The (keyspace, table) shared by all `columns`, if any.
+pub fn common_table(columns: &[ColumnSpec]) -> Option<(&str, &str)> {
+    let first = columns.first()?;
+    columns
+        .iter()
+        .all(|c| c.keyspace == first.keyspace && c.table == first.table)
+        .then_some((first.keyspace.as_str(), first.table.as_str()))
+}
+
+fn write_col_specs(
+    buf: &mut BytesMut,
+    version: ProtocolVersion,
+    global: Option<(&str, &str)>,
+    columns: &[ColumnSpec],
+) -> Result<(), EncodeError> {
+    if let Some((ks, table)) = global {
+        write_string(buf, ks)?;
+        write_string(buf, table)?;
+    }
+    for c in columns {
+        if global.is_none() {
+            write_string(buf, &c.keyspace)?;
+            write_string(buf, &c.table)?;
+        }
+        write_string(buf, &c.name)?;
+        c.ty.encode(version, buf)?;
+    }
+    Ok(())
+}
+
+/// Bind-marker metadata of a Prepared result.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PreparedMetadata<'a> {
+    pub columns: &'a [ColumnSpec],
+    pub global_table_spec: Option<(&'a str, &'a str)>,
+    /// Bind-marker index of each partition-key column, in key order (v4+); empty disables
+    /// token-aware routing.
+    pub pk_indexes: &'a [u16],
+    /// Extra flag bits ORed in, e.g. Scylla's LWT mark 0x8000_0000 when negotiated.
+    pub extra_flags: u32,
+}
+
+impl<'a> PreparedMetadata<'a> {
+    pub fn new(columns: &'a [ColumnSpec], pk_indexes: &'a [u16]) -> Self {
+        Self {
+            columns,
+            global_table_spec: common_table(columns),
+            pk_indexes,
+            extra_flags: 0,
+        }
+    }
+
+    pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let mut flags = self.extra_flags;
+        if self.global_table_spec.is_some() {
+            flags |= rows_flags::GLOBAL_TABLES_SPEC as u32;
+        }
+        buf.put_u32(flags);
+        buf.put_i32(column_count(self.columns.len())?);
+        if version >= ProtocolVersion::V4 {
+            buf.put_i32(column_count(self.pk_indexes.len())?);
+            for i in self.pk_indexes {
+                buf.put_u16(*i);
+            }
+        }
+        write_col_specs(buf, version, self.global_table_spec, self.columns)
+    }
+}
+
+/// RESULT Prepared.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prepared<'a> {
+    pub id: &'a [u8],
+    /// Written in v5 (empty if `None`), and in v4 when `Some` (Scylla `SCYLLA_USE_METADATA_ID`).
+    pub result_metadata_id: Option<&'a [u8]>,
+    pub bind: PreparedMetadata<'a>,
+    pub result: RowsMetadata<'a>,
+}
+
+impl Prepared<'_> {
+    pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        write_short_bytes(buf, self.id)?;
+        match self.result_metadata_id {
+            Some(id) => write_short_bytes(buf, id)?,
+            None if version >= ProtocolVersion::V5 => write_short_bytes(buf, &[])?,
+            None => {}
+        }
+        self.bind.encode(version, buf)?;
+        self.result.encode(version, buf)
+    }
+}
+
+// ---- rows -------------------------------------------------------------------------------------
+
+/// Streams a RESULT Rows envelope into a buffer: header, prefix and metadata first, then
+/// cells one by one; [`RowsWriter::finish`] patches the row count and the envelope length.
+/// Dropped without `finish`, it removes what it wrote.
+///
+/// PERF-CRITICAL: one `[bytes]` per cell appended in place, no allocation per cell.
+#[derive(Debug)]
+pub struct RowsWriter<'b> {
+    buf: &'b mut BytesMut,
+    start: usize,
+    count_at: usize,
+    columns: u64,
+    cells: u64,
+    finished: bool,
+}
+
+impl<'b> RowsWriter<'b> {
+    pub fn begin(
+        buf: &'b mut BytesMut,
+        version: ProtocolVersion,
+        stream: i16,
+        prefix: &ResponsePrefix<'_>,
+        metadata: &RowsMetadata<'_>,
+    ) -> Result<Self, EncodeError> {
+        let before = buf.len();
+        let r = (|| {
+            let start = begin_response(buf, version, stream, Opcode::Result, prefix)?;
+            buf.put_i32(result_kind::ROWS);
+            metadata.encode(version, buf)?;
+            Ok(start)
+        })();
+        let start = match r {
+            Ok(s) => s,
+            Err(e) => {
+                buf.truncate(before);
+                return Err(e);
+            }
+        };
+        let count_at = buf.len();
+        buf.put_i32(0);
+        Ok(Self {
+            buf,
+            start,
+            count_at,
+            columns: metadata.columns.len() as u64,
+            cells: 0,
+            finished: false,
+        })
+    }
+
+    /// Appends one cell: `None` = null.
+    #[inline]
+    pub fn push_value(&mut self, value: Option<&[u8]>) -> Result<(), EncodeError> {
+        write_bytes(self.buf, value)?;
+        self.cells += 1;
+        Ok(())
+    }
+
+    /// Appends one non-null cell whose bytes `write` appends to the buffer directly (e.g. a
+    /// serialized collection); its length is patched afterwards.
+    pub fn push_with(&mut self, write: impl FnOnce(&mut BytesMut)) -> Result<(), EncodeError> {
+        let at = self.buf.len();
+        self.buf.put_i32(0);
+        write(self.buf);
+        let n = self.buf.len() - at - 4;
+        let len = i32::try_from(n).map_err(|_| EncodeError::ValueTooLong {
+            length: n,
+            max: INT_MAX,
+        })?;
+        if let Some(dst) = self.buf.get_mut(at..at + 4) {
+            dst.copy_from_slice(&len.to_be_bytes());
+        }
+        self.cells += 1;
+        Ok(())
+    }
+
+    /// Whole rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.cells.checked_div(self.columns).unwrap_or(0)
+    }
+
+    /// Envelope bytes written so far (for page-size-in-bytes limits).
+    pub fn written_bytes(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Patches the row count and the envelope length. Fails (and removes the envelope) if a
+    /// row is incomplete.
+    pub fn finish(mut self) -> Result<(), EncodeError> {
+        self.finished = true;
+        // With zero columns only zero cells form whole rows.
+        if !self.cells.is_multiple_of(self.columns) {
+            self.buf.truncate(self.start);
+            return Err(EncodeError::PartialRow {
+                cells: self.cells,
+                columns: self.columns as usize,
+            });
+        }
+        let rows = self.rows();
+        let Ok(rows) = i32::try_from(rows) else {
+            self.buf.truncate(self.start);
+            return Err(EncodeError::TooManyItems {
+                length: rows as usize,
+                max: INT_MAX,
+            });
+        };
+        if let Some(dst) = self.buf.get_mut(self.count_at..self.count_at + 4) {
+            dst.copy_from_slice(&rows.to_be_bytes());
+        }
+        let r = finish_envelope(self.buf, self.start);
+        if r.is_err() {
+            self.buf.truncate(self.start);
+        }
+        r
+    }
+}
+
+impl Drop for RowsWriter<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.buf.truncate(self.start);
+        }
+    }
+}
+
+/// Offset of the body in an envelope written at `start` (for tests and tools).
+pub fn body_offset(start: usize) -> usize {
+    start + HEADER_LEN
+}

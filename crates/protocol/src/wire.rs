@@ -1,0 +1,455 @@
+//! Wire primitives of the native protocol (spec §3): a bounds-checked reader over a request
+//! body and writers for responses. All integers are big-endian.
+//!
+//! PERF-CRITICAL: the reader hands out `Bytes` slices of the body (no copy per value); the
+//! writers append to one `BytesMut`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::{DecodeError, EncodeError};
+
+/// Largest `[string]` / `[short bytes]` / `[short]`-counted collection.
+pub const SHORT_MAX: usize = u16::MAX as usize;
+/// Largest `[long string]` / `[bytes]` / `[int]`-counted collection.
+pub const INT_MAX: usize = i32::MAX as usize;
+
+/// A `[value]` of a bound variable (spec §3: `[value]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// Length −1.
+    Null,
+    /// Length −2 (v4+): leave the column unchanged.
+    Unset,
+    /// Length ≥ 0; a slice of the request body.
+    Set(Bytes),
+}
+
+/// A bounds-checked cursor over a request body. Every read returns an error instead of
+/// panicking when the body is short.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    buf: Bytes,
+}
+
+impl Reader {
+    pub fn new(buf: Bytes) -> Self {
+        Self { buf }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The bytes not yet read.
+    pub fn rest(&self) -> &Bytes {
+        &self.buf
+    }
+
+    fn need(&self, n: usize) -> Result<(), DecodeError> {
+        if self.buf.len() < n {
+            Err(DecodeError::TooFewBytes {
+                expected: n,
+                received: self.buf.len(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn read_u8(&mut self) -> Result<u8, DecodeError> {
+        self.need(1)?;
+        Ok(self.buf.get_u8())
+    }
+
+    pub fn read_u16(&mut self) -> Result<u16, DecodeError> {
+        self.need(2)?;
+        Ok(self.buf.get_u16())
+    }
+
+    pub fn read_i32(&mut self) -> Result<i32, DecodeError> {
+        self.need(4)?;
+        Ok(self.buf.get_i32())
+    }
+
+    pub fn read_u32(&mut self) -> Result<u32, DecodeError> {
+        self.need(4)?;
+        Ok(self.buf.get_u32())
+    }
+
+    pub fn read_i64(&mut self) -> Result<i64, DecodeError> {
+        self.need(8)?;
+        Ok(self.buf.get_i64())
+    }
+
+    /// Takes `n` bytes as a zero-copy slice.
+    pub fn read_slice(&mut self, n: usize) -> Result<Bytes, DecodeError> {
+        self.need(n)?;
+        Ok(self.buf.split_to(n))
+    }
+
+    fn read_utf8(&mut self, n: usize) -> Result<String, DecodeError> {
+        self.need(n)?;
+        let raw = self.buf.get(..n).unwrap_or_default();
+        let s = std::str::from_utf8(raw)
+            .map_err(|e| DecodeError::InvalidUtf8 {
+                valid_up_to: e.valid_up_to(),
+            })?
+            .to_owned();
+        self.buf.advance(n);
+        Ok(s)
+    }
+
+    /// `[string]`: u16 length + UTF-8.
+    pub fn read_string(&mut self) -> Result<String, DecodeError> {
+        let n = self.read_u16()? as usize;
+        self.read_utf8(n)
+    }
+
+    /// `[long string]`: i32 length + UTF-8.
+    pub fn read_long_string(&mut self) -> Result<String, DecodeError> {
+        let n = self.read_i32()?;
+        let n = usize::try_from(n).map_err(|_| DecodeError::NegativeLength { length: n })?;
+        self.read_utf8(n)
+    }
+
+    /// `[bytes]`: i32 length, negative = null.
+    pub fn read_bytes(&mut self) -> Result<Option<Bytes>, DecodeError> {
+        let n = self.read_i32()?;
+        match usize::try_from(n) {
+            Ok(n) => self.read_slice(n).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// `[short bytes]`: u16 length.
+    pub fn read_short_bytes(&mut self) -> Result<Bytes, DecodeError> {
+        let n = self.read_u16()? as usize;
+        self.read_slice(n)
+    }
+
+    /// `[value]`: i32 length, −1 null, −2 unset (only when `allow_unset`), < −2 invalid.
+    pub fn read_value(&mut self, allow_unset: bool) -> Result<Value, DecodeError> {
+        let n = self.read_i32()?;
+        match n {
+            -1 => Ok(Value::Null),
+            -2 if allow_unset => Ok(Value::Unset),
+            n if n < 0 => Err(DecodeError::InvalidValueLength { length: n }),
+            n => self.read_slice(n as usize).map(Value::Set),
+        }
+    }
+
+    /// `[string list]`.
+    pub fn read_string_list(&mut self) -> Result<Vec<String>, DecodeError> {
+        let n = self.read_u16()? as usize;
+        // Each string takes at least 2 bytes: bounds the allocation by the body size.
+        let mut out = Vec::with_capacity(n.min(self.remaining() / 2));
+        for _ in 0..n {
+            out.push(self.read_string()?);
+        }
+        Ok(out)
+    }
+
+    /// `[string map]`, in wire order.
+    pub fn read_string_map(&mut self) -> Result<Vec<(String, String)>, DecodeError> {
+        let n = self.read_u16()? as usize;
+        let mut out = Vec::with_capacity(n.min(self.remaining() / 4));
+        for _ in 0..n {
+            let k = self.read_string()?;
+            let v = self.read_string()?;
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+
+    /// `[bytes map]`, in wire order; values are slices of the body.
+    pub fn read_bytes_map(&mut self) -> Result<Vec<(String, Option<Bytes>)>, DecodeError> {
+        let n = self.read_u16()? as usize;
+        let mut out = Vec::with_capacity(n.min(self.remaining() / 6));
+        for _ in 0..n {
+            let k = self.read_string()?;
+            let v = self.read_bytes()?;
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+}
+
+// ---- writers -------------------------------------------------------------------------------
+
+#[inline]
+fn short_len(len: usize) -> Result<u16, EncodeError> {
+    u16::try_from(len).map_err(|_| EncodeError::StringTooLong {
+        length: len,
+        max: SHORT_MAX,
+    })
+}
+
+#[inline]
+fn int_len(len: usize) -> Result<i32, EncodeError> {
+    i32::try_from(len).map_err(|_| EncodeError::ValueTooLong {
+        length: len,
+        max: INT_MAX,
+    })
+}
+
+/// `[string]`.
+pub fn write_string(buf: &mut BytesMut, s: &str) -> Result<(), EncodeError> {
+    buf.put_u16(short_len(s.len())?);
+    buf.put_slice(s.as_bytes());
+    Ok(())
+}
+
+/// `[string]`, cut at a character boundary to fit 65535 bytes (for error messages, which
+/// should reach the client even when long).
+pub fn write_string_lossy(buf: &mut BytesMut, s: &str) {
+    let mut end = s.len().min(SHORT_MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = s.get(..end).unwrap_or_default();
+    buf.put_u16(cut.len() as u16);
+    buf.put_slice(cut.as_bytes());
+}
+
+/// `[long string]`.
+pub fn write_long_string(buf: &mut BytesMut, s: &str) -> Result<(), EncodeError> {
+    buf.put_i32(int_len(s.len())?);
+    buf.put_slice(s.as_bytes());
+    Ok(())
+}
+
+/// `[bytes]`; `None` is null (length −1).
+#[inline]
+pub fn write_bytes(buf: &mut BytesMut, b: Option<&[u8]>) -> Result<(), EncodeError> {
+    match b {
+        None => buf.put_i32(-1),
+        Some(b) => {
+            buf.put_i32(int_len(b.len())?);
+            buf.put_slice(b);
+        }
+    }
+    Ok(())
+}
+
+/// `[value]`: like `[bytes]` plus −2 for unset.
+pub fn write_value(buf: &mut BytesMut, v: &Value) -> Result<(), EncodeError> {
+    match v {
+        Value::Null => buf.put_i32(-1),
+        Value::Unset => buf.put_i32(-2),
+        Value::Set(b) => write_bytes(buf, Some(b))?,
+    }
+    Ok(())
+}
+
+/// `[short bytes]`.
+pub fn write_short_bytes(buf: &mut BytesMut, b: &[u8]) -> Result<(), EncodeError> {
+    buf.put_u16(short_len(b.len())?);
+    buf.put_slice(b);
+    Ok(())
+}
+
+/// `[string list]`.
+pub fn write_string_list<S: AsRef<str>>(buf: &mut BytesMut, list: &[S]) -> Result<(), EncodeError> {
+    let n = u16::try_from(list.len()).map_err(|_| EncodeError::TooManyItems {
+        length: list.len(),
+        max: SHORT_MAX,
+    })?;
+    buf.put_u16(n);
+    for s in list {
+        write_string(buf, s.as_ref())?;
+    }
+    Ok(())
+}
+
+/// `[string multimap]`.
+pub fn write_string_multimap<K: AsRef<str>, V: AsRef<str>>(
+    buf: &mut BytesMut,
+    map: &[(K, Vec<V>)],
+) -> Result<(), EncodeError> {
+    let n = u16::try_from(map.len()).map_err(|_| EncodeError::TooManyItems {
+        length: map.len(),
+        max: SHORT_MAX,
+    })?;
+    buf.put_u16(n);
+    for (k, v) in map {
+        write_string(buf, k.as_ref())?;
+        write_string_list(buf, v)?;
+    }
+    Ok(())
+}
+
+/// `[bytes map]`.
+pub fn write_bytes_map<K: AsRef<str>, V: AsRef<[u8]>>(
+    buf: &mut BytesMut,
+    map: &[(K, Option<V>)],
+) -> Result<(), EncodeError> {
+    let n = u16::try_from(map.len()).map_err(|_| EncodeError::TooManyItems {
+        length: map.len(),
+        max: SHORT_MAX,
+    })?;
+    buf.put_u16(n);
+    for (k, v) in map {
+        write_string(buf, k.as_ref())?;
+        write_bytes(buf, v.as_ref().map(|v| v.as_ref()))?;
+    }
+    Ok(())
+}
+
+/// `[inetaddr]`: one length byte (4 or 16) and the address.
+pub fn write_inetaddr(buf: &mut BytesMut, ip: &IpAddr) {
+    match ip {
+        IpAddr::V4(a) => {
+            buf.put_u8(4);
+            buf.put_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            buf.put_u8(16);
+            buf.put_slice(&a.octets());
+        }
+    }
+}
+
+/// `[inet]`: `[inetaddr]` + i32 port.
+pub fn write_inet(buf: &mut BytesMut, addr: &SocketAddr) {
+    write_inetaddr(buf, &addr.ip());
+    buf.put_i32(i32::from(addr.port()));
+}
+
+// ---- vints -----------------------------------------------------------------------------------
+
+/// Appends a CQL `[unsigned vint]`: the number of leading 1-bits of the first byte is the
+/// number of extra bytes; the value is big-endian over the remaining bits (not LEB128).
+pub fn write_unsigned_vint(buf: &mut BytesMut, v: u64) {
+    let mut tmp = [0u8; 9];
+    let n = encode_unsigned_vint(v, &mut tmp);
+    buf.put_slice(tmp.get(..n).unwrap_or_default());
+}
+
+/// Encodes into `out`, returns the length (1..=9).
+pub fn encode_unsigned_vint(v: u64, out: &mut [u8; 9]) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize; // significant bits, ≥ 1
+    // Each extra byte adds 8 value bits and costs one prefix bit from the first byte.
+    let extra = if bits <= 7 {
+        0
+    } else {
+        ((bits - 1) / 7).min(8)
+    };
+    if extra == 8 {
+        out[0] = 0xFF;
+        out[1..].copy_from_slice(&v.to_be_bytes());
+        return 9;
+    }
+    let be = v.to_be_bytes();
+    let total = extra + 1;
+    // Copy the low `total` bytes of v, then OR the prefix into the first one.
+    out[..total].copy_from_slice(&be[8 - total..]);
+    let prefix: u8 = !(0xFFu8 >> extra);
+    out[0] |= prefix;
+    total
+}
+
+/// Appends a CQL `[vint]` (zig-zag then unsigned vint).
+pub fn write_vint(buf: &mut BytesMut, v: i64) {
+    write_unsigned_vint(buf, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Decodes an `[unsigned vint]` from the front of `input`; returns the value and bytes used.
+pub fn decode_unsigned_vint(input: &[u8]) -> Result<(u64, usize), DecodeError> {
+    let first = *input.first().ok_or(DecodeError::TooFewBytes {
+        expected: 1,
+        received: 0,
+    })?;
+    let extra = first.leading_ones() as usize;
+    let total = extra + 1;
+    let rest = input.get(1..total).ok_or(DecodeError::TooFewBytes {
+        expected: total,
+        received: input.len(),
+    })?;
+    let mut v: u64 = if extra >= 8 {
+        0
+    } else {
+        u64::from(first & (0xFFu8 >> extra))
+    };
+    for b in rest {
+        v = (v << 8) | u64::from(*b);
+    }
+    Ok((v, total))
+}
+
+/// Decodes a `[vint]` (zig-zag).
+pub fn decode_vint(input: &[u8]) -> Result<(i64, usize), DecodeError> {
+    let (u, n) = decode_unsigned_vint(input)?;
+    Ok((((u >> 1) as i64) ^ -((u & 1) as i64), n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn vint_spec_vector() {
+        let mut b = BytesMut::new();
+        write_unsigned_vint(&mut b, 256_000);
+        assert_eq!(&b[..], &[0xC3, 0xE8, 0x00]);
+        assert_eq!(decode_unsigned_vint(&b).ok(), Some((256_000, 3)));
+    }
+
+    #[test]
+    fn vint_small_and_edges() {
+        for (v, want) in [
+            (0u64, vec![0x00]),
+            (1, vec![0x01]),
+            (127, vec![0x7F]),
+            (128, vec![0x80, 0x80]),
+            (16383, vec![0xBF, 0xFF]),
+            (16384, vec![0xC0, 0x40, 0x00]),
+        ] {
+            let mut b = BytesMut::new();
+            write_unsigned_vint(&mut b, v);
+            assert_eq!(&b[..], &want[..], "value {v}");
+        }
+        let mut b = BytesMut::new();
+        write_unsigned_vint(&mut b, u64::MAX);
+        assert_eq!(b.len(), 9);
+        assert_eq!(b[0], 0xFF);
+        let mut b = BytesMut::new();
+        write_vint(&mut b, -1);
+        assert_eq!(&b[..], &[0x01]);
+    }
+
+    #[test]
+    fn vint_truncated_is_error() {
+        assert!(decode_unsigned_vint(&[]).is_err());
+        assert!(decode_unsigned_vint(&[0xC3, 0xE8]).is_err());
+        assert!(decode_unsigned_vint(&[0xFF, 0, 0]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn vint_round_trip(v in any::<u64>()) {
+            let mut b = BytesMut::new();
+            write_unsigned_vint(&mut b, v);
+            prop_assert_eq!(decode_unsigned_vint(&b).ok(), Some((v, b.len())));
+        }
+
+        #[test]
+        fn signed_vint_round_trip(v in any::<i64>()) {
+            let mut b = BytesMut::new();
+            write_vint(&mut b, v);
+            prop_assert_eq!(decode_vint(&b).ok(), Some((v, b.len())));
+        }
+
+        #[test]
+        fn reader_never_panics(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = Reader::new(Bytes::from(data));
+            let _ = r.read_string_map();
+            let _ = r.read_bytes_map();
+            let _ = r.read_value(true);
+            let _ = r.read_long_string();
+            let _ = r.read_short_bytes();
+        }
+    }
+}
