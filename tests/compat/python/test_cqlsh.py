@@ -1,0 +1,100 @@
+"""cqlsh as users run it: a subprocess. In .venv-datastax this is Apache cqlsh (PyPI
+`cqlsh`, server-side DESCRIBE); in .venv-scylla it is scylla-cqlsh (server-side DESCRIBE,
+client-side fallback on Syntax_error)."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import HOST, PORT
+
+CQLSH = os.environ.get("COMPAT_CQLSH") or str(Path(sys.executable).parent / "cqlsh")
+
+
+@pytest.fixture(scope="module")
+def cqlsh_home(tmp_path_factory):
+    # cqlsh reads ~/.cassandra/cqlshrc and writes history there: keep it private.
+    return tmp_path_factory.mktemp("cqlsh-home")
+
+
+def cqlsh(home, statement, timeout_s=180):
+    env = dict(os.environ, HOME=str(home))
+    p = subprocess.run([CQLSH, HOST, str(PORT), "--request-timeout=60",
+                        "--connect-timeout=30", "-e", statement],
+                       capture_output=True, text=True, timeout=timeout_s, env=env)
+    assert p.returncode == 0, f"cqlsh failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    assert "error" not in p.stderr.lower() or "warning" in p.stderr.lower(), p.stderr
+    return p.stdout
+
+
+def test_cqlsh_is_installed():
+    assert Path(CQLSH).exists(), CQLSH
+
+
+def test_describe_keyspaces(cqlsh_home, keyspace):
+    out = cqlsh(cqlsh_home, "DESCRIBE KEYSPACES")
+    names = out.split()
+    assert keyspace in names, out
+    assert "system" in names and "system_schema" in names, out
+
+
+def test_describe_table_recreates_it(cqlsh_home, cluster, session, keyspace):
+    session.execute(f"CREATE TYPE IF NOT EXISTS {keyspace}.point (x int, y int)")
+    session.execute(
+        f"CREATE TABLE {keyspace}.desc_src (a int, b text, c timestamp, s int static, "
+        f"m map<text, int>, p frozen<point>, l list<frozen<tuple<int, text>>>, "
+        "PRIMARY KEY ((a, b), c)) WITH CLUSTERING ORDER BY (c DESC) "
+        "AND comment = 'described' AND gc_grace_seconds = 3600 "
+        "AND default_time_to_live = 60")
+    out = cqlsh(cqlsh_home, f"DESCRIBE TABLE {keyspace}.desc_src")
+    assert f"CREATE TABLE {keyspace}.desc_src" in out, out
+    # Apache cqlsh may print a version WARNING line first; the DDL starts at CREATE.
+    ddl = out[out.index("CREATE TABLE"):]
+    ddl = ddl.replace(f"{keyspace}.desc_src", f"{keyspace}.desc_copy")
+    statements = [s.strip() for s in ddl.split(";") if s.strip()]
+    assert len(statements) == 1, statements  # no indexes/views on this table
+    session.execute(statements[0])
+
+    cluster.refresh_table_metadata(keyspace, "desc_copy")
+    tables = cluster.metadata.keyspaces[keyspace].tables
+    src, copy = tables["desc_src"], tables["desc_copy"]
+    assert [c.name for c in copy.partition_key] == ["a", "b"]
+    assert [c.name for c in copy.clustering_key] == ["c"]
+    assert copy.columns["c"].is_reversed
+    assert copy.columns["s"].is_static
+    assert {n: c.cql_type for n, c in copy.columns.items()} == \
+        {n: c.cql_type for n, c in src.columns.items()}
+    for opt in ("comment", "gc_grace_seconds", "default_time_to_live"):
+        assert copy.options[opt] == src.options[opt], opt
+    assert copy.options["comment"] == "described"
+
+
+def test_copy_to_and_from(cqlsh_home, session, keyspace, tmp_path):
+    src, dst = f"{keyspace}.copy_src", f"{keyspace}.copy_dst"
+    for t in (src, dst):
+        session.execute(f"CREATE TABLE {t} (k int, c int, v text, f double, "
+                        "PRIMARY KEY (k, c))")
+    ins = session.prepare(f"INSERT INTO {src} (k, c, v, f) VALUES (?, ?, ?, ?)")
+    rows = {(k, c): (f"v,{k}\"{c}", k * 0.5 + c) for k in range(50) for c in range(5)}
+    for (k, c), (v, f) in rows.items():
+        session.execute(ins, [k, c, v, f])
+
+    path = tmp_path / "export.csv"
+    out = cqlsh(cqlsh_home, f"COPY {src} (k, c, v, f) TO '{path}' WITH HEADER = true")
+    assert "250 rows exported" in out, out
+    with open(path, newline="") as fh:
+        # cqlsh COPY defaults: QUOTE='"', ESCAPE='\\'
+        exported = list(csv.reader(fh, escapechar="\\", doublequote=False))
+    assert exported[0] == ["k", "c", "v", "f"]
+    assert len(exported) == 251
+    assert {(int(r[0]), int(r[1])): (r[2], float(r[3])) for r in exported[1:]} == rows
+
+    out = cqlsh(cqlsh_home, f"COPY {dst} (k, c, v, f) FROM '{path}' WITH HEADER = true")
+    assert "250 rows imported" in out, out
+    assert session.execute(f"SELECT count(*) FROM {dst}").one()[0] == 250
+    got = {(r.k, r.c): (r.v, r.f) for r in session.execute(f"SELECT k, c, v, f FROM {dst}")}
+    assert got == rows
