@@ -406,3 +406,647 @@ fn decode_batch(r: &mut Reader, version: ProtocolVersion) -> Result<Batch, Decod
         now_in_seconds,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::compression::compress_body;
+
+    // ---- client-side encoders, written as a driver would -------------------------------
+
+    fn put_string(b: &mut BytesMut, s: &str) {
+        b.put_u16(s.len() as u16);
+        b.put_slice(s.as_bytes());
+    }
+
+    fn put_long_string(b: &mut BytesMut, s: &str) {
+        b.put_i32(s.len() as i32);
+        b.put_slice(s.as_bytes());
+    }
+
+    fn put_value(b: &mut BytesMut, v: &Value) {
+        match v {
+            Value::Null => b.put_i32(-1),
+            Value::Unset => b.put_i32(-2),
+            Value::Set(x) => {
+                b.put_i32(x.len() as i32);
+                b.put_slice(x);
+            }
+        }
+    }
+
+    fn put_flags(b: &mut BytesMut, v: ProtocolVersion, flags: u32) {
+        if v >= ProtocolVersion::V5 {
+            b.put_u32(flags);
+        } else {
+            b.put_u8(flags as u8);
+        }
+    }
+
+    fn params_flags(p: &QueryParameters) -> u32 {
+        use query_flags::*;
+        let mut f = 0;
+        if !p.values.is_empty() || p.names.is_some() {
+            f |= VALUES;
+        }
+        if p.names.is_some() {
+            f |= NAMES_FOR_VALUES;
+        }
+        if p.skip_metadata {
+            f |= SKIP_METADATA;
+        }
+        if p.page_size.is_some() {
+            f |= PAGE_SIZE;
+        }
+        if p.paging_state.is_some() {
+            f |= PAGING_STATE;
+        }
+        if p.serial_consistency.is_some() {
+            f |= SERIAL_CONSISTENCY;
+        }
+        if p.default_timestamp.is_some() {
+            f |= DEFAULT_TIMESTAMP;
+        }
+        if p.keyspace.is_some() {
+            f |= KEYSPACE;
+        }
+        if p.now_in_seconds.is_some() {
+            f |= NOW_IN_SECONDS;
+        }
+        f
+    }
+
+    fn put_params(b: &mut BytesMut, v: ProtocolVersion, p: &QueryParameters) {
+        b.put_u16(p.consistency.as_u16());
+        put_flags(b, v, p.flags);
+        if p.flags & query_flags::VALUES != 0 {
+            b.put_u16(p.values.len() as u16);
+            for (i, val) in p.values.iter().enumerate() {
+                if let Some(names) = &p.names {
+                    put_string(b, &names[i]);
+                }
+                put_value(b, val);
+            }
+        }
+        if let Some(n) = p.page_size {
+            b.put_i32(n);
+        }
+        if let Some(ps) = &p.paging_state {
+            b.put_i32(ps.len() as i32);
+            b.put_slice(ps);
+        }
+        if let Some(c) = p.serial_consistency {
+            b.put_u16(c.as_u16());
+        }
+        if let Some(t) = p.default_timestamp {
+            b.put_i64(t);
+        }
+        if let Some(ks) = &p.keyspace {
+            put_string(b, ks);
+        }
+        if let Some(n) = p.now_in_seconds {
+            b.put_i32(n);
+        }
+    }
+
+    fn put_batch(b: &mut BytesMut, v: ProtocolVersion, batch: &Batch) {
+        b.put_u8(batch.batch_type as u8);
+        b.put_u16(batch.statements.len() as u16);
+        for s in &batch.statements {
+            match &s.statement {
+                BatchStatementKind::Query(q) => {
+                    b.put_u8(0);
+                    put_long_string(b, q);
+                }
+                BatchStatementKind::Prepared(id) => {
+                    b.put_u8(1);
+                    b.put_u16(id.len() as u16);
+                    b.put_slice(id);
+                }
+            }
+            b.put_u16(s.values.len() as u16);
+            for val in &s.values {
+                put_value(b, val);
+            }
+        }
+        b.put_u16(batch.consistency.as_u16());
+        put_flags(b, v, batch.flags);
+        if let Some(c) = batch.serial_consistency {
+            b.put_u16(c.as_u16());
+        }
+        if let Some(t) = batch.default_timestamp {
+            b.put_i64(t);
+        }
+        if let Some(ks) = &batch.keyspace {
+            put_string(b, ks);
+        }
+        if let Some(n) = batch.now_in_seconds {
+            b.put_i32(n);
+        }
+    }
+
+    fn env(v: ProtocolVersion, flags: u8, opcode: Opcode, body: BytesMut) -> Envelope {
+        Envelope {
+            version: v,
+            direction: Direction::Request,
+            flags: Flags(flags),
+            stream: 1,
+            opcode,
+            body: body.freeze(),
+        }
+    }
+
+    fn decode(v: ProtocolVersion, opcode: Opcode, body: BytesMut) -> Result<Request, DecodeError> {
+        decode_request(&env(v, 0, opcode, body), &DecodeOptions::default())
+    }
+
+    // ---- strategies ------------------------------------------------------------------------
+
+    fn arb_version() -> impl Strategy<Value = ProtocolVersion> {
+        prop_oneof![
+            Just(ProtocolVersion::V3),
+            Just(ProtocolVersion::V4),
+            Just(ProtocolVersion::V5)
+        ]
+    }
+
+    fn arb_consistency() -> impl Strategy<Value = Consistency> {
+        (0u16..=0x0A).prop_map(|c| Consistency::from_u16(c).unwrap_or(Consistency::One))
+    }
+
+    fn arb_value(v: ProtocolVersion) -> BoxedStrategy<Value> {
+        let set =
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| Value::Set(Bytes::from(b)));
+        if v >= ProtocolVersion::V4 {
+            prop_oneof![Just(Value::Null), Just(Value::Unset), set].boxed()
+        } else {
+            prop_oneof![Just(Value::Null), set].boxed()
+        }
+    }
+
+    fn arb_params(v: ProtocolVersion) -> impl Strategy<Value = QueryParameters> {
+        let v5 = v >= ProtocolVersion::V5;
+        (
+            arb_consistency(),
+            proptest::collection::vec(arb_value(v), 0..8),
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of(any::<i32>()),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..30)),
+            proptest::option::of(arb_consistency()),
+            proptest::option::of(any::<i64>()),
+            proptest::option::of("[a-z_]{0,12}"),
+            proptest::option::of(any::<i32>()),
+        )
+            .prop_map(
+                move |(cl, values, named, skip, ps, state, serial, ts, ks, now)| {
+                    let names =
+                        named.then(|| (0..values.len()).map(|i| format!("v{i}é")).collect());
+                    let mut p = QueryParameters {
+                        consistency: cl,
+                        flags: 0,
+                        values,
+                        names,
+                        skip_metadata: skip,
+                        page_size: ps,
+                        paging_state: state.map(Bytes::from),
+                        serial_consistency: serial,
+                        default_timestamp: ts,
+                        keyspace: ks.filter(|_| v5),
+                        now_in_seconds: now.filter(|_| v5),
+                    };
+                    p.flags = params_flags(&p);
+                    p
+                },
+            )
+    }
+
+    fn arb_batch(v: ProtocolVersion) -> impl Strategy<Value = Batch> {
+        let v5 = v >= ProtocolVersion::V5;
+        let stmt = (
+            prop_oneof![
+                "[ -~]{0,40}".prop_map(BatchStatementKind::Query),
+                proptest::collection::vec(any::<u8>(), 0..20)
+                    .prop_map(|b| BatchStatementKind::Prepared(Bytes::from(b))),
+            ],
+            proptest::collection::vec(arb_value(v), 0..5),
+        )
+            .prop_map(|(statement, values)| BatchStatement { statement, values });
+        (
+            0u8..3,
+            proptest::collection::vec(stmt, 0..5),
+            arb_consistency(),
+            proptest::option::of(arb_consistency()),
+            proptest::option::of(any::<i64>()),
+            proptest::option::of("[a-z_]{0,12}"),
+            proptest::option::of(any::<i32>()),
+        )
+            .prop_map(move |(t, statements, cl, serial, ts, ks, now)| {
+                let keyspace = ks.filter(|_| v5);
+                let now_in_seconds = now.filter(|_| v5);
+                let mut flags = 0;
+                if serial.is_some() {
+                    flags |= query_flags::SERIAL_CONSISTENCY;
+                }
+                if ts.is_some() {
+                    flags |= query_flags::DEFAULT_TIMESTAMP;
+                }
+                if keyspace.is_some() {
+                    flags |= query_flags::KEYSPACE;
+                }
+                if now_in_seconds.is_some() {
+                    flags |= query_flags::NOW_IN_SECONDS;
+                }
+                Batch {
+                    batch_type: match t {
+                        0 => BatchType::Logged,
+                        1 => BatchType::Unlogged,
+                        _ => BatchType::Counter,
+                    },
+                    statements,
+                    consistency: cl,
+                    flags,
+                    serial_consistency: serial,
+                    default_timestamp: ts,
+                    keyspace,
+                    now_in_seconds,
+                }
+            })
+    }
+
+    fn query_body(v: ProtocolVersion, q: &str, p: &QueryParameters) -> BytesMut {
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, q);
+        put_params(&mut b, v, p);
+        b
+    }
+
+    /// Every strict prefix of a valid body must fail cleanly.
+    fn all_prefixes_fail(v: ProtocolVersion, opcode: Opcode, body: &BytesMut) {
+        for cut in 0..body.len() {
+            let r = decode(v, opcode, BytesMut::from(&body[..cut]));
+            assert!(
+                r.is_err(),
+                "{opcode:?} accepted a body cut at {cut} of {}",
+                body.len()
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn query_round_trip((v, p) in arb_version().prop_flat_map(|v| (Just(v), arb_params(v))), q in "\\PC{0,40}") {
+            let body = query_body(v, &q, &p);
+            let r = decode(v, Opcode::Query, body.clone());
+            prop_assert_eq!(r, Ok(Request {
+                custom_payload: None,
+                message: RequestMessage::Query(Query { query: q, parameters: p }),
+            }));
+            all_prefixes_fail(v, Opcode::Query, &body);
+        }
+
+        #[test]
+        fn execute_round_trip(
+            (v, p) in arb_version().prop_flat_map(|v| (Just(v), arb_params(v))),
+            id in proptest::collection::vec(any::<u8>(), 0..20),
+            meta in proptest::collection::vec(any::<u8>(), 0..20),
+            use_metadata_id in any::<bool>(),
+        ) {
+            let with_meta = v >= ProtocolVersion::V5 || use_metadata_id;
+            let mut b = BytesMut::new();
+            b.put_u16(id.len() as u16);
+            b.put_slice(&id);
+            if with_meta {
+                b.put_u16(meta.len() as u16);
+                b.put_slice(&meta);
+            }
+            put_params(&mut b, v, &p);
+            let opts = DecodeOptions { use_metadata_id, ..DecodeOptions::default() };
+            let r = decode_request(&env(v, 0, Opcode::Execute, b), &opts);
+            prop_assert_eq!(r, Ok(Request {
+                custom_payload: None,
+                message: RequestMessage::Execute(Execute {
+                    id: Bytes::from(id),
+                    result_metadata_id: with_meta.then(|| Bytes::from(meta)),
+                    parameters: p,
+                }),
+            }));
+        }
+
+        #[test]
+        fn batch_round_trip((v, batch) in arb_version().prop_flat_map(|v| (Just(v), arb_batch(v)))) {
+            let mut b = BytesMut::new();
+            put_batch(&mut b, v, &batch);
+            prop_assert_eq!(decode(v, Opcode::Batch, b.clone()), Ok(Request {
+                custom_payload: None,
+                message: RequestMessage::Batch(batch),
+            }));
+            all_prefixes_fail(v, Opcode::Batch, &b);
+        }
+
+        #[test]
+        fn startup_round_trip(opts in proptest::collection::vec(("[A-Z_]{1,12}", "\\PC{0,12}"), 0..6)) {
+            let mut b = BytesMut::new();
+            b.put_u16(opts.len() as u16);
+            for (k, v) in &opts {
+                put_string(&mut b, k);
+                put_string(&mut b, v);
+            }
+            let r = decode(ProtocolVersion::V4, Opcode::Startup, b);
+            prop_assert_eq!(r, Ok(Request {
+                custom_payload: None,
+                message: RequestMessage::Startup(Startup { options: opts }),
+            }));
+        }
+
+        #[test]
+        fn arbitrary_bodies_never_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..120),
+            v in arb_version(),
+            op in prop_oneof![Just(Opcode::Startup), Just(Opcode::Query), Just(Opcode::Prepare),
+                Just(Opcode::Execute), Just(Opcode::Batch), Just(Opcode::Register),
+                Just(Opcode::AuthResponse), Just(Opcode::Options)],
+            flags in any::<u8>(),
+        ) {
+            let opts = DecodeOptions { compression: Some(Compression::Lz4), ..DecodeOptions::default() };
+            let _ = decode_request(&env(v, flags, op, BytesMut::from(&body[..])), &opts);
+        }
+    }
+
+    #[test]
+    fn prepare_v4_and_v5() {
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, "SELECT * FROM t");
+        let r = decode(ProtocolVersion::V4, Opcode::Prepare, b.clone());
+        assert_eq!(
+            r.map(|r| r.message),
+            Ok(RequestMessage::Prepare(Prepare {
+                query: "SELECT * FROM t".into(),
+                keyspace: None
+            }))
+        );
+        // v5 requires the flags int.
+        assert!(decode(ProtocolVersion::V5, Opcode::Prepare, b.clone()).is_err());
+        let mut v5 = b.clone();
+        v5.put_u32(1);
+        put_string(&mut v5, "ks1");
+        let r = decode(ProtocolVersion::V5, Opcode::Prepare, v5);
+        assert_eq!(
+            r.map(|r| r.message),
+            Ok(RequestMessage::Prepare(Prepare {
+                query: "SELECT * FROM t".into(),
+                keyspace: Some("ks1".into())
+            }))
+        );
+        let mut v5 = b;
+        v5.put_u32(0);
+        let r = decode(ProtocolVersion::V5, Opcode::Prepare, v5);
+        assert!(matches!(
+            r,
+            Ok(Request {
+                message: RequestMessage::Prepare(Prepare { keyspace: None, .. }),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn options_register_auth() {
+        assert_eq!(
+            decode(ProtocolVersion::V4, Opcode::Options, BytesMut::new()).map(|r| r.message),
+            Ok(RequestMessage::Options)
+        );
+        let mut b = BytesMut::new();
+        b.put_u16(2);
+        put_string(&mut b, "SCHEMA_CHANGE");
+        put_string(&mut b, "STATUS_CHANGE");
+        assert_eq!(
+            decode(ProtocolVersion::V4, Opcode::Register, b).map(|r| r.message),
+            Ok(RequestMessage::Register(Register {
+                events: vec!["SCHEMA_CHANGE".into(), "STATUS_CHANGE".into()]
+            }))
+        );
+        let mut b = BytesMut::new();
+        b.put_i32(11);
+        b.put_slice(b"\0user\0pass\0");
+        assert_eq!(
+            decode(ProtocolVersion::V4, Opcode::AuthResponse, b).map(|r| r.message),
+            Ok(RequestMessage::AuthResponse(AuthResponse {
+                token: Some(Bytes::from_static(b"\0user\0pass\0"))
+            }))
+        );
+        let mut b = BytesMut::new();
+        b.put_i32(-1);
+        assert_eq!(
+            decode(ProtocolVersion::V4, Opcode::AuthResponse, b).map(|r| r.message),
+            Ok(RequestMessage::AuthResponse(AuthResponse { token: None }))
+        );
+    }
+
+    #[test]
+    fn values_are_zero_copy_slices_of_the_body() {
+        let p = QueryParameters {
+            consistency: Consistency::One,
+            flags: query_flags::VALUES,
+            values: vec![Value::Set(Bytes::from_static(b"abcdef"))],
+            names: None,
+            skip_metadata: false,
+            page_size: None,
+            paging_state: None,
+            serial_consistency: None,
+            default_timestamp: None,
+            keyspace: None,
+            now_in_seconds: None,
+        };
+        let body = query_body(ProtocolVersion::V4, "q", &p).freeze();
+        let range = body.as_ptr_range();
+        let e = Envelope {
+            body,
+            ..env(ProtocolVersion::V4, 0, Opcode::Query, BytesMut::new())
+        };
+        let r = decode_request(&e, &DecodeOptions::default());
+        let Ok(Request {
+            message: RequestMessage::Query(q),
+            ..
+        }) = r
+        else {
+            panic!("decode failed: {r:?}");
+        };
+        let Some(Value::Set(v)) = q.parameters.values.first() else {
+            panic!("no value")
+        };
+        assert!(range.contains(&v.as_ptr()), "value was copied");
+    }
+
+    #[test]
+    fn custom_payload_prefix_and_trailing_bytes() {
+        let mut b = BytesMut::new();
+        b.put_u16(1);
+        put_string(&mut b, "k");
+        b.put_i32(2);
+        b.put_slice(b"xy");
+        b.put_u16(0); // STARTUP with no options
+        b.put_slice(b"trailing junk");
+        let r = decode_request(
+            &env(
+                ProtocolVersion::V4,
+                Flags::CUSTOM_PAYLOAD,
+                Opcode::Startup,
+                b,
+            ),
+            &DecodeOptions::default(),
+        );
+        assert_eq!(
+            r,
+            Ok(Request {
+                custom_payload: Some(vec![("k".into(), Some(Bytes::from_static(b"xy")))]),
+                message: RequestMessage::Startup(Startup::default()),
+            })
+        );
+    }
+
+    #[test]
+    fn compressed_bodies() {
+        let mut body = BytesMut::new();
+        put_long_string(
+            &mut body,
+            &"SELECT * FROM system.local WHERE key='local'".repeat(10),
+        );
+        body.put_u16(1);
+        body.put_u8(0);
+        for c in [Compression::Lz4, Compression::Snappy] {
+            let mut z = BytesMut::new();
+            compress_body(c, &body, &mut z).expect("compress");
+            let e = env(ProtocolVersion::V4, Flags::COMPRESSION, Opcode::Query, z);
+            let opts = DecodeOptions {
+                compression: Some(c),
+                ..DecodeOptions::default()
+            };
+            assert!(matches!(
+                decode_request(&e, &opts),
+                Ok(Request {
+                    message: RequestMessage::Query(_),
+                    ..
+                })
+            ));
+            assert_eq!(
+                decode_request(&e, &DecodeOptions::default()),
+                Err(DecodeError::CompressionNotNegotiated)
+            );
+        }
+        // v5 ignores the flag: the body is read as plain.
+        let e = env(
+            ProtocolVersion::V5,
+            Flags::COMPRESSION,
+            Opcode::Options,
+            BytesMut::new(),
+        );
+        assert!(decode_request(&e, &DecodeOptions::default()).is_ok());
+    }
+
+    #[test]
+    fn malformed_inputs_are_typed_errors() {
+        let v4 = ProtocolVersion::V4;
+        // Invalid UTF-8 in the query string.
+        let mut b = BytesMut::new();
+        b.put_i32(3);
+        b.put_slice(&[b'a', 0xFF, b'b']);
+        b.put_u16(1);
+        b.put_u8(0);
+        assert_eq!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::InvalidUtf8 { valid_up_to: 1 })
+        );
+        // Invalid UTF-8 in a STARTUP key.
+        let mut b = BytesMut::new();
+        b.put_u16(1);
+        b.put_u16(2);
+        b.put_slice(&[0xC3, 0x28]);
+        put_string(&mut b, "x");
+        assert!(matches!(
+            decode(v4, Opcode::Startup, b),
+            Err(DecodeError::InvalidUtf8 { .. })
+        ));
+        // Negative long string length.
+        let mut b = BytesMut::new();
+        b.put_i32(-7);
+        assert_eq!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::NegativeLength { length: -7 })
+        );
+        // Length larger than the body.
+        let mut b = BytesMut::new();
+        b.put_i32(100);
+        b.put_slice(b"short");
+        assert_eq!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::TooFewBytes {
+                expected: 100,
+                received: 5
+            })
+        );
+        // Value length below -2, and unset in v3.
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, "q");
+        b.put_u16(1);
+        b.put_u8(1);
+        b.put_u16(1);
+        b.put_i32(-3);
+        assert_eq!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::InvalidValueLength { length: -3 })
+        );
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, "q");
+        b.put_u16(1);
+        b.put_u8(1);
+        b.put_u16(1);
+        b.put_i32(-2);
+        assert_eq!(
+            decode(ProtocolVersion::V3, Opcode::Query, b),
+            Err(DecodeError::InvalidValueLength { length: -2 })
+        );
+        // Unknown consistency.
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, "q");
+        b.put_u16(0x0B);
+        b.put_u8(0);
+        assert_eq!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::UnknownConsistency(0x0B))
+        );
+        // Unknown batch type and statement kind.
+        assert_eq!(
+            decode(v4, Opcode::Batch, BytesMut::from(&[3u8, 0, 0][..])),
+            Err(DecodeError::UnknownBatchType(3))
+        );
+        assert_eq!(
+            decode(v4, Opcode::Batch, BytesMut::from(&[0u8, 0, 1, 2][..])),
+            Err(DecodeError::UnknownBatchQueryKind(2))
+        );
+        // A response opcode or direction.
+        assert_eq!(
+            decode(v4, Opcode::Result, BytesMut::new()),
+            Err(DecodeError::NotARequest(Opcode::Result))
+        );
+        let mut e = env(v4, 0, Opcode::Options, BytesMut::new());
+        e.direction = Direction::Response;
+        assert_eq!(
+            decode_request(&e, &DecodeOptions::default()),
+            Err(DecodeError::ResponseDirection)
+        );
+        // A huge value count with a tiny body must not allocate for the count.
+        let mut b = BytesMut::new();
+        put_long_string(&mut b, "q");
+        b.put_u16(1);
+        b.put_u8(1);
+        b.put_u16(u16::MAX);
+        assert!(matches!(
+            decode(v4, Opcode::Query, b),
+            Err(DecodeError::TooFewBytes { .. })
+        ));
+    }
+}

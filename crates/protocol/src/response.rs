@@ -1032,3 +1032,613 @@ impl Drop for RowsWriter<'_> {
 pub fn body_offset(start: usize) -> usize {
     start + HEADER_LEN
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::envelope::{DEFAULT_MAX_FRAME_SIZE, decode_envelope};
+    use crate::wire::Reader;
+
+    const V4: ProtocolVersion = ProtocolVersion::V4;
+    const V5: ProtocolVersion = ProtocolVersion::V5;
+
+    fn encode(version: ProtocolVersion, msg: &Response<'_>) -> BytesMut {
+        let mut b = BytesMut::new();
+        encode_response(&mut b, version, 3, &ResponsePrefix::NONE, msg).expect("encode");
+        b
+    }
+
+    /// The body of the single envelope in `buf`, checking the header.
+    fn body_of(buf: &BytesMut, version: ProtocolVersion, opcode: Opcode) -> Reader {
+        let mut b = buf.clone();
+        let env = decode_envelope(&mut b, DEFAULT_MAX_FRAME_SIZE)
+            .expect("valid")
+            .expect("whole");
+        assert!(b.is_empty(), "trailing bytes after the envelope");
+        assert_eq!(env.version, version);
+        assert_eq!(env.direction, crate::Direction::Response);
+        assert_eq!(env.opcode, opcode);
+        Reader::new(env.body)
+    }
+
+    fn column(name: &str, ty: ColumnType) -> ColumnSpec {
+        ColumnSpec {
+            keyspace: "ks".into(),
+            table: "t".into(),
+            name: name.into(),
+            ty,
+        }
+    }
+
+    #[test]
+    fn ready_bytes() {
+        assert_eq!(
+            &encode(V5, &Response::Ready)[..],
+            &[0x85, 0, 0, 3, 0x02, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            &encode(V4, &Response::Ready)[..],
+            &[0x84, 0, 0, 3, 0x02, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn unsupported_version_frame() {
+        let mut b = BytesMut::new();
+        encode_unsupported_version(&mut b, 0x42, 0x0100);
+        let msg = "Invalid or unsupported protocol version (66); supported versions are (3/v3, 4/v4, 5/v5)";
+        let mut want = vec![0x85, 0x00, 0x01, 0x00, 0x00];
+        want.extend_from_slice(&((4 + 2 + msg.len()) as i32).to_be_bytes());
+        want.extend_from_slice(&[0, 0, 0, 0x0A]);
+        want.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+        want.extend_from_slice(msg.as_bytes());
+        assert_eq!(&b[..], &want[..]);
+        // Through FrameError, the same bytes.
+        let mut c = BytesMut::new();
+        encode_frame_error(
+            &mut c,
+            &FrameError::UnsupportedVersion {
+                version: 0x42,
+                stream: 0x0100,
+            },
+        );
+        assert_eq!(b, c);
+        // Other frame errors answer in the client's version on its stream.
+        let mut c = BytesMut::new();
+        encode_frame_error(
+            &mut c,
+            &FrameError::UnknownOpcode {
+                opcode: 0x33,
+                version: V4,
+                stream: 9,
+            },
+        );
+        let mut r = body_of(&c, V4, Opcode::Error);
+        assert_eq!(r.read_i32().ok(), Some(0x000A));
+        assert_eq!(c[2..4], [0, 9]);
+    }
+
+    #[test]
+    fn supported_multimap() {
+        let map = vec![
+            ("CQL_VERSION".to_string(), vec!["3.4.7".to_string()]),
+            (
+                "COMPRESSION".to_string(),
+                vec!["lz4".to_string(), "snappy".to_string()],
+            ),
+        ];
+        let b = encode(V4, &Response::Supported(&map));
+        let mut r = body_of(&b, V4, Opcode::Supported);
+        assert_eq!(r.read_u16().ok(), Some(2));
+        assert_eq!(r.read_string().ok().as_deref(), Some("CQL_VERSION"));
+        assert_eq!(r.read_string_list().ok(), Some(vec!["3.4.7".to_string()]));
+        assert_eq!(r.read_string().ok().as_deref(), Some("COMPRESSION"));
+        assert_eq!(
+            r.read_string_list().ok(),
+            Some(vec!["lz4".to_string(), "snappy".to_string()])
+        );
+        assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn auth_messages() {
+        let b = encode(
+            V4,
+            &Response::Authenticate("org.apache.cassandra.auth.PasswordAuthenticator"),
+        );
+        let mut r = body_of(&b, V4, Opcode::Authenticate);
+        assert_eq!(
+            r.read_string().ok().as_deref(),
+            Some("org.apache.cassandra.auth.PasswordAuthenticator")
+        );
+        let b = encode(V4, &Response::AuthSuccess(None));
+        let mut r = body_of(&b, V4, Opcode::AuthSuccess);
+        assert_eq!(r.read_i32().ok(), Some(-1));
+        let b = encode(V4, &Response::AuthChallenge(Some(b"nonce")));
+        let mut r = body_of(&b, V4, Opcode::AuthChallenge);
+        assert_eq!(
+            r.read_bytes().ok().flatten().as_deref(),
+            Some(&b"nonce"[..])
+        );
+    }
+
+    fn error_body(version: ProtocolVersion, kind: ErrorKind) -> Vec<u8> {
+        let b = encode(version, &Response::Error(&ErrorResponse::new(kind, "m")));
+        let r = body_of(&b, version, Opcode::Error);
+        r.rest().to_vec()
+    }
+
+    #[test]
+    fn error_bodies_per_version() {
+        let head = |code: u32| {
+            let mut v = code.to_be_bytes().to_vec();
+            v.extend_from_slice(&[0, 1, b'm']);
+            v
+        };
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        // Write_timeout: contentions only for CAS in v5.
+        let wt = |wt| ErrorKind::WriteTimeout {
+            consistency: Consistency::Quorum,
+            received: 1,
+            block_for: 2,
+            write_type: wt,
+            contentions: 7,
+        };
+        let mut want = head(0x1100);
+        want.extend_from_slice(&[0, 4, 0, 0, 0, 1, 0, 0, 0, 2, 0, 3, b'C', b'A', b'S']);
+        assert_eq!(error_body(V4, wt(WriteType::Cas)), want);
+        want.extend_from_slice(&[0, 7]);
+        assert_eq!(error_body(V5, wt(WriteType::Cas)), want);
+        let simple = error_body(V5, wt(WriteType::Simple));
+        assert!(simple.ends_with(b"SIMPLE"));
+        // Read_failure: numfailures in v4, reason map in v5.
+        let rf = ErrorKind::ReadFailure {
+            consistency: Consistency::One,
+            received: 0,
+            block_for: 1,
+            failures: vec![FailureReason {
+                endpoint: ip,
+                code: 1,
+            }],
+            data_present: true,
+        };
+        let mut want = head(0x1300);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1]);
+        assert_eq!(error_body(V4, rf.clone()), want);
+        let mut want = head(0x1300);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        want.extend_from_slice(&[4, 10, 0, 0, 1, 0, 1, 1]);
+        assert_eq!(error_body(V5, rf), want);
+        // Write_failure: writeType after the failures.
+        let wf = ErrorKind::WriteFailure {
+            consistency: Consistency::One,
+            received: 0,
+            block_for: 1,
+            failures: vec![FailureReason {
+                endpoint: ip,
+                code: 0,
+            }],
+            write_type: WriteType::Batch,
+        };
+        let mut want = head(0x1500);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        want.extend_from_slice(&[0, 5, b'B', b'A', b'T', b'C', b'H']);
+        assert_eq!(error_body(V4, wf.clone()), want);
+        let mut want = head(0x1500);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        want.extend_from_slice(&[4, 10, 0, 0, 1, 0, 0]);
+        want.extend_from_slice(&[0, 5, b'B', b'A', b'T', b'C', b'H']);
+        assert_eq!(error_body(V5, wf), want);
+        // The others.
+        let mut want = head(0x1000);
+        want.extend_from_slice(&[0, 6, 0, 0, 0, 2, 0, 0, 0, 1]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::Unavailable {
+                    consistency: Consistency::LocalQuorum,
+                    required: 2,
+                    alive: 1
+                }
+            ),
+            want
+        );
+        let mut want = head(0x1200);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::ReadTimeout {
+                    consistency: Consistency::One,
+                    received: 0,
+                    block_for: 1,
+                    data_present: false
+                }
+            ),
+            want
+        );
+        let mut want = head(0x2400);
+        want.extend_from_slice(&[0, 2, b'k', b's', 0, 0]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::AlreadyExists {
+                    keyspace: "ks".into(),
+                    table: String::new()
+                }
+            ),
+            want
+        );
+        let mut want = head(0x2500);
+        want.extend_from_slice(&[0, 2, 0xAB, 0xCD]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::Unprepared {
+                    id: Bytes::from_static(&[0xAB, 0xCD])
+                }
+            ),
+            want
+        );
+        let mut want = head(0x1400);
+        want.extend_from_slice(&[0, 1, b'k', 0, 1, b'f', 0, 1, 0, 3, b'i', b'n', b't']);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::FunctionFailure {
+                    keyspace: "k".into(),
+                    function: "f".into(),
+                    arg_types: vec!["int".into()]
+                }
+            ),
+            want
+        );
+        let mut want = head(0x1700);
+        want.extend_from_slice(&[0, 8, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::CasWriteUnknown {
+                    consistency: Consistency::Serial,
+                    received: 0,
+                    block_for: 2
+                }
+            ),
+            want
+        );
+        let mut want = head(0xF000);
+        want.extend_from_slice(&[1, 1]);
+        assert_eq!(
+            error_body(
+                V4,
+                ErrorKind::RateLimitReached {
+                    op: RateLimitOp::Write,
+                    rejected_by_coordinator: true
+                }
+            ),
+            want
+        );
+        for (kind, code) in [
+            (ErrorKind::ServerError, 0x0000),
+            (ErrorKind::ProtocolError, 0x000A),
+            (ErrorKind::AuthenticationError, 0x0100),
+            (ErrorKind::Overloaded, 0x1001),
+            (ErrorKind::IsBootstrapping, 0x1002),
+            (ErrorKind::TruncateError, 0x1003),
+            (ErrorKind::CdcWriteFailure, 0x1600),
+            (ErrorKind::SyntaxError, 0x2000),
+            (ErrorKind::Unauthorized, 0x2100),
+            (ErrorKind::Invalid, 0x2200),
+            (ErrorKind::ConfigError, 0x2300),
+        ] {
+            assert_eq!(error_body(V5, kind), head(code));
+        }
+    }
+
+    #[test]
+    fn long_error_message_is_cut_not_failed() {
+        let msg = "é".repeat(40_000); // 80,000 bytes
+        let b = encode(V4, &Response::Error(&ErrorResponse::server_error(msg)));
+        let mut r = body_of(&b, V4, Opcode::Error);
+        assert_eq!(r.read_i32().ok(), Some(0));
+        let s = r.read_string().expect("valid UTF-8 after cutting");
+        assert_eq!(s.len(), 65_534);
+    }
+
+    #[test]
+    fn response_prefix() {
+        let warnings = vec!["w1".to_string()];
+        let payload: BytesMap = vec![("tablets-routing-v1".into(), Some(Bytes::from_static(b"x")))];
+        let prefix = ResponsePrefix {
+            tracing_id: Some([7; 16]),
+            warnings: &warnings,
+            custom_payload: Some(&payload),
+        };
+        let mut b = BytesMut::new();
+        encode_response(
+            &mut b,
+            V4,
+            1,
+            &prefix,
+            &Response::Result(ResultMessage::Void),
+        )
+        .expect("encode");
+        assert_eq!(
+            b[1],
+            Flags::TRACING | Flags::WARNING | Flags::CUSTOM_PAYLOAD
+        );
+        let mut r = body_of(&b, V4, Opcode::Result);
+        assert_eq!(r.read_slice(16).ok().as_deref(), Some(&[7u8; 16][..]));
+        assert_eq!(r.read_string_list().ok(), Some(warnings.clone()));
+        assert_eq!(r.read_bytes_map().ok(), Some(payload.clone()));
+        assert_eq!(r.read_i32().ok(), Some(result_kind::VOID));
+        assert_eq!(r.remaining(), 0);
+        // v3 has no warnings or custom payload.
+        let mut b = BytesMut::new();
+        encode_response(&mut b, ProtocolVersion::V3, 1, &prefix, &Response::Ready).expect("encode");
+        assert_eq!(b[1], Flags::TRACING);
+        assert_eq!(b.len(), 9 + 16);
+    }
+
+    #[test]
+    fn set_keyspace_and_schema_change() {
+        let b = encode(V4, &Response::Result(ResultMessage::SetKeyspace("ks")));
+        let mut r = body_of(&b, V4, Opcode::Result);
+        assert_eq!(r.read_i32().ok(), Some(3));
+        assert_eq!(r.read_string().ok().as_deref(), Some("ks"));
+        let sc = SchemaChange {
+            change: SchemaChangeType::Created,
+            target: SchemaChangeTarget::Function {
+                keyspace: "ks".into(),
+                name: "f".into(),
+                arg_types: vec!["int".into(), "text".into()],
+            },
+        };
+        let b = encode(V4, &Response::Result(ResultMessage::SchemaChange(&sc)));
+        let mut r = body_of(&b, V4, Opcode::Result);
+        assert_eq!(r.read_i32().ok(), Some(5));
+        for want in ["CREATED", "FUNCTION", "ks", "f"] {
+            assert_eq!(r.read_string().ok().as_deref(), Some(want));
+        }
+        assert_eq!(
+            r.read_string_list().ok(),
+            Some(vec!["int".to_string(), "text".to_string()])
+        );
+        assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn events() {
+        let addr: SocketAddr = "127.0.0.2:9042".parse().expect("addr");
+        let ev = Event::StatusChange {
+            change: StatusChangeType::Up,
+            address: addr,
+        };
+        let mut b = BytesMut::new();
+        encode_response(&mut b, V4, -1, &ResponsePrefix::NONE, &Response::Event(&ev)).expect("enc");
+        assert_eq!(b[2..4], [0xFF, 0xFF]);
+        let mut r = body_of(&b, V4, Opcode::Event);
+        assert_eq!(r.read_string().ok().as_deref(), Some("STATUS_CHANGE"));
+        assert_eq!(r.read_string().ok().as_deref(), Some("UP"));
+        assert_eq!(r.rest()[..], [4, 127, 0, 0, 2, 0, 0, 0x23, 0x52]);
+        let ev = Event::TopologyChange {
+            change: TopologyChangeType::RemovedNode,
+            address: addr,
+        };
+        let mut b = BytesMut::new();
+        encode_response(&mut b, V4, -1, &ResponsePrefix::NONE, &Response::Event(&ev)).expect("enc");
+        let mut r = body_of(&b, V4, Opcode::Event);
+        assert_eq!(r.read_string().ok().as_deref(), Some("TOPOLOGY_CHANGE"));
+        assert_eq!(r.read_string().ok().as_deref(), Some("REMOVED_NODE"));
+        let ev = Event::SchemaChange(SchemaChange {
+            change: SchemaChangeType::Dropped,
+            target: SchemaChangeTarget::Table {
+                keyspace: "ks".into(),
+                table: "t".into(),
+            },
+        });
+        let mut b = BytesMut::new();
+        encode_response(&mut b, V4, -1, &ResponsePrefix::NONE, &Response::Event(&ev)).expect("enc");
+        let mut r = body_of(&b, V4, Opcode::Event);
+        for want in ["SCHEMA_CHANGE", "DROPPED", "TABLE", "ks", "t"] {
+            assert_eq!(r.read_string().ok().as_deref(), Some(want));
+        }
+        assert_eq!(r.remaining(), 0);
+    }
+
+    fn read_col_specs(r: &mut Reader, n: usize, global: bool) -> Vec<ColumnSpec> {
+        let (mut ks, mut table) = (String::new(), String::new());
+        if global {
+            ks = r.read_string().expect("ks");
+            table = r.read_string().expect("table");
+        }
+        (0..n)
+            .map(|_| {
+                let (k, t) = if global {
+                    (ks.clone(), table.clone())
+                } else {
+                    (r.read_string().expect("ks"), r.read_string().expect("t"))
+                };
+                let name = r.read_string().expect("name");
+                let ty = ColumnType::decode(r).expect("type");
+                ColumnSpec {
+                    keyspace: k,
+                    table: t,
+                    name,
+                    ty,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prepared_v4_and_v5_layouts() {
+        let bind = vec![
+            column("k", ColumnType::Int),
+            column("v", ColumnType::Varchar),
+        ];
+        let result = vec![column("v", ColumnType::Varchar)];
+        for (version, meta_id) in [(V4, None), (V4, Some(&b"mm"[..])), (V5, Some(&b"mm"[..]))] {
+            let p = Prepared {
+                id: b"id",
+                result_metadata_id: meta_id,
+                bind: PreparedMetadata {
+                    extra_flags: 0x8000_0000,
+                    ..PreparedMetadata::new(&bind, &[0])
+                },
+                result: RowsMetadata::new(&result),
+            };
+            let b = encode(version, &Response::Result(ResultMessage::Prepared(&p)));
+            let mut r = body_of(&b, version, Opcode::Result);
+            assert_eq!(r.read_i32().ok(), Some(4));
+            assert_eq!(r.read_short_bytes().ok().as_deref(), Some(&b"id"[..]));
+            if meta_id.is_some() {
+                assert_eq!(r.read_short_bytes().ok().as_deref(), Some(&b"mm"[..]));
+            }
+            assert_eq!(r.read_u32().ok(), Some(0x8000_0001));
+            assert_eq!(r.read_i32().ok(), Some(2));
+            assert_eq!(r.read_i32().ok(), Some(1));
+            assert_eq!(r.read_u16().ok(), Some(0));
+            assert_eq!(read_col_specs(&mut r, 2, true), bind);
+            assert_eq!(r.read_i32().ok(), Some(rows_flags::GLOBAL_TABLES_SPEC));
+            assert_eq!(r.read_i32().ok(), Some(1));
+            assert_eq!(read_col_specs(&mut r, 1, true), result);
+            assert_eq!(r.remaining(), 0);
+        }
+        // v5 without an id still writes an (empty) one; v3 has no pk indexes.
+        let p = Prepared {
+            id: b"i",
+            result: RowsMetadata::empty(),
+            ..Prepared::default()
+        };
+        let b = encode(V5, &Response::Result(ResultMessage::Prepared(&p)));
+        let r = body_of(&b, V5, Opcode::Result);
+        // kind, id, empty metadata id, bind flags/count/pk_count, result flags/count.
+        let mut want = vec![0, 0, 0, 4, 0, 1, b'i', 0, 0];
+        want.extend_from_slice(&[0; 12]);
+        want.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0]);
+        assert_eq!(r.rest()[..], want[..]);
+        let b = encode(
+            ProtocolVersion::V3,
+            &Response::Result(ResultMessage::Prepared(&p)),
+        );
+        let r = body_of(&b, ProtocolVersion::V3, Opcode::Result);
+        let mut want = vec![0, 0, 0, 4, 0, 1, b'i'];
+        want.extend_from_slice(&[0; 8]);
+        want.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0]);
+        assert_eq!(r.rest()[..], want[..]);
+    }
+
+    #[test]
+    fn rows_writer_round_trip() {
+        let cols = vec![
+            column("k", ColumnType::Int),
+            column(
+                "m",
+                ColumnType::Map(Box::new(ColumnType::Varchar), Box::new(ColumnType::Blob)),
+            ),
+            ColumnSpec {
+                table: "other".into(),
+                ..column("d", ColumnType::Duration)
+            },
+        ];
+        let meta = RowsMetadata {
+            paging_state: Some(b"page"),
+            new_metadata_id: Some(b"nm"),
+            ..RowsMetadata::new(&cols)
+        };
+        assert!(
+            meta.global_table_spec.is_none(),
+            "two tables: no global spec"
+        );
+        let mut b = BytesMut::from(&b"earlier"[..]);
+        let mut w = RowsWriter::begin(&mut b, V5, 4, &ResponsePrefix::NONE, &meta).expect("begin");
+        for i in 0..3u8 {
+            w.push_value(Some(&[0, 0, 0, i])).expect("cell");
+            w.push_value(None).expect("cell");
+            w.push_with(|buf| buf.put_slice(b"dur")).expect("cell");
+        }
+        assert_eq!(w.rows(), 3);
+        w.finish().expect("finish");
+        assert_eq!(&b[..7], b"earlier");
+        let b = BytesMut::from(&b[7..]);
+        let mut r = body_of(&b, V5, Opcode::Result);
+        assert_eq!(r.read_i32().ok(), Some(2));
+        assert_eq!(
+            r.read_i32().ok(),
+            Some(rows_flags::HAS_MORE_PAGES | rows_flags::METADATA_CHANGED)
+        );
+        assert_eq!(r.read_i32().ok(), Some(3));
+        assert_eq!(r.read_bytes().ok().flatten().as_deref(), Some(&b"page"[..]));
+        assert_eq!(r.read_short_bytes().ok().as_deref(), Some(&b"nm"[..]));
+        assert_eq!(read_col_specs(&mut r, 3, false), cols);
+        assert_eq!(r.read_i32().ok(), Some(3));
+        for i in 0..3u8 {
+            assert_eq!(
+                r.read_bytes().ok().flatten().as_deref(),
+                Some(&[0, 0, 0, i][..])
+            );
+            assert_eq!(r.read_bytes().ok(), Some(None));
+            assert_eq!(r.read_bytes().ok().flatten().as_deref(), Some(&b"dur"[..]));
+        }
+        assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn rows_writer_no_metadata_and_partial_rows() {
+        let cols = vec![column("a", ColumnType::Int), column("b", ColumnType::Int)];
+        let meta = RowsMetadata {
+            no_metadata: true,
+            ..RowsMetadata::new(&cols)
+        };
+        let mut b = BytesMut::new();
+        let w = RowsWriter::begin(&mut b, V4, 4, &ResponsePrefix::NONE, &meta).expect("begin");
+        w.finish().expect("finish");
+        let r = body_of(&b, V4, Opcode::Result);
+        assert_eq!(
+            r.rest()[..],
+            [0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0, 0]
+        );
+        // An incomplete row fails and leaves nothing behind; so does a dropped writer.
+        let mut b = BytesMut::new();
+        let mut w = RowsWriter::begin(&mut b, V4, 4, &ResponsePrefix::NONE, &meta).expect("begin");
+        w.push_value(Some(b"x")).expect("cell");
+        assert_eq!(
+            w.finish(),
+            Err(EncodeError::PartialRow {
+                cells: 1,
+                columns: 2
+            })
+        );
+        assert!(b.is_empty());
+        {
+            let mut w =
+                RowsWriter::begin(&mut b, V4, 4, &ResponsePrefix::NONE, &meta).expect("begin");
+            w.push_value(Some(b"x")).expect("cell");
+        }
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn encode_errors_leave_buffer_unchanged() {
+        let long = "x".repeat(70_000);
+        let mut b = BytesMut::from(&b"keep"[..]);
+        let r = encode_response(
+            &mut b,
+            V4,
+            1,
+            &ResponsePrefix::NONE,
+            &Response::Result(ResultMessage::SetKeyspace(&long)),
+        );
+        assert_eq!(
+            r,
+            Err(EncodeError::StringTooLong {
+                length: 70_000,
+                max: 65_535
+            })
+        );
+        assert_eq!(&b[..], b"keep");
+    }
+}
