@@ -1,0 +1,43 @@
+# Amphora — top-level commands. `make run` starts a node, `make test` installs and runs
+# every test (what CI runs), `make bench*` the benchmarks.
+SHELL := /bin/bash
+CARGO ?= cargo
+DATA_DIR ?= ./data
+
+.PHONY: run build release test test-rust test-compat lint fmt bench bench-quick clean
+
+release:
+	$(CARGO) build --release -p amphora
+
+run: release
+	@echo "Starting Amphora: CQL on 127.0.0.1:9042 (shard-aware 19042), data in $(DATA_DIR)"
+	./target/release/amphora server --data-dir $(DATA_DIR)
+
+build:
+	$(CARGO) build -p amphora
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-rust:
+	$(CARGO) test --workspace
+
+test-compat: release
+	tests/compat/install.sh
+	AMPHORA_BIN=$(CURDIR)/target/release/amphora tests/compat/run.sh
+
+# Everything CI checks: format, lints, unit + integration tests, real-client compatibility.
+test: lint test-rust test-compat
+
+bench-quick:
+	bench/run.sh quick
+
+bench:
+	bench/run.sh full
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

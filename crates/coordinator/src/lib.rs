@@ -1,0 +1,16 @@
+//! amphora-coordinator: turns CQL text and bound values into results.
+//!
+//! Owns: the per-shard prepared-statement cache, planning (AST + schema snapshot → plan),
+//! execution of plans (token → replica shard, mutation building, reads, paging,
+//! reconciliation), the schema (keyspaces, tables, types; DDL; persistence), the virtual
+//! system tables drivers read (`system.local`, `system_schema.*` …) and DESCRIBE.
+//!
+//! Must never depend on: `server` or the wire protocol crate (values arrive as raw bytes in
+//! [`QueryOptions`]); storage is reached only through `replica`.
+//!
+//! Key types: [`Coordinator`] (one per shard), [`QueryOptions`], [`QueryResult`],
+//! [`QueryError`] (mapped to CQL error codes in exactly one place, in `server`).
+
+pub mod api;
+
+pub use api::*;
