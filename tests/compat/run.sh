@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Runs the compatibility suites: real clients against a real server.
+#
+#   tests/compat/run.sh [--peer NAME] [SUITE...]
+#
+# Suites: python-datastax python-scylla go java node (default: all; run install.sh first).
+#
+# Without COMPAT_TARGET it starts a fresh `amphora server` (binary from AMPHORA_BIN, else
+# target/release/amphora, else target/debug/amphora) with a temporary data dir and free
+# ports, runs the suites against it and stops it. With COMPAT_TARGET=host:port it uses an
+# already running server instead (e.g. Apache Cassandra from bench/cassandra/start.sh);
+# `--peer cassandra` (or COMPAT_PEER=cassandra) then skips the ScyllaDB-extension checks.
+#
+# Other environment: COMPAT_SMP (shards of the started server, default 2),
+# COMPAT_METRICS_URL (Prometheus endpoint, for COMPAT_TARGET runs), COMPAT_KEEP=1 (keep the
+# data dir and server log), COMPAT_SUITE_TIMEOUT (seconds per suite, default 300).
+# Exit status: 0 only if every selected suite passed.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+peer="${COMPAT_PEER:-}"
+suites=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --peer) peer="$2"; shift 2 ;;
+    --peer=*) peer="${1#--peer=}"; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) suites+=("$1"); shift ;;
+  esac
+done
+[[ ${#suites[@]} -gt 0 ]] || suites=(python-datastax python-scylla go java node)
+suite_timeout="${COMPAT_SUITE_TIMEOUT:-300}"
+
+server_pid=""
+workdir=""
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null
+    for _ in $(seq 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$server_pid" 2>/dev/null; then
+      echo "amphora did not stop on SIGTERM within 20 s; killing it" >&2
+      kill -KILL "$server_pid" 2>/dev/null
+    fi
+    wait "$server_pid" 2>/dev/null
+  fi
+  if [[ -n "$workdir" && "${COMPAT_KEEP:-0}" != 1 ]]; then
+    rm -rf "$workdir"
+  elif [[ -n "$workdir" ]]; then
+    echo "kept $workdir"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_for_port() { # host port seconds pid-or-empty
+  local start=$SECONDS
+  until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+    if [[ -n "$4" ]] && ! kill -0 "$4" 2>/dev/null; then return 2; fi
+    (( SECONDS - start > $3 )) && return 1
+    sleep 0.2
+  done
+}
+
+free_ports() { # prints N distinct free TCP ports on 127.0.0.1
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+if [[ -n "${COMPAT_TARGET:-}" ]]; then
+  export COMPAT_HOST="${COMPAT_TARGET%:*}"
+  export COMPAT_PORT="${COMPAT_TARGET##*:}"
+  export COMPAT_PEER="${peer:-external}"
+  export COMPAT_METRICS_URL="${COMPAT_METRICS_URL:-http://$COMPAT_HOST:9180/metrics}"
+  if ! wait_for_port "$COMPAT_HOST" "$COMPAT_PORT" 5 ""; then
+    echo "nothing listens on $COMPAT_TARGET" >&2
+    exit 1
+  fi
+  echo "compat: using running server $COMPAT_TARGET (peer: $COMPAT_PEER)"
+else
+  bin="${AMPHORA_BIN:-}"
+  if [[ -z "$bin" ]]; then
+    for b in "$repo/target/release/amphora" "$repo/target/debug/amphora"; do
+      [[ -x "$b" ]] && { bin="$b"; break; }
+    done
+  fi
+  [[ -n "$bin" && -x "$bin" ]] || {
+    echo "no amphora binary: set AMPHORA_BIN or build target/{release,debug}/amphora" >&2
+    exit 1
+  }
+  read -r cql_port aware_port api_port prom_port <<<"$(free_ports 4)"
+  workdir="$(mktemp -d "${TMPDIR:-/tmp}/amphora-compat.XXXXXX")"
+  smp="${COMPAT_SMP:-2}"
+  "$bin" server --data-dir "$workdir/data" --listen-address 127.0.0.1 \
+    --native-transport-port "$cql_port" --native-shard-aware-transport-port "$aware_port" \
+    --api-port "$api_port" --prometheus-port "$prom_port" --smp "$smp" --memory 1G \
+    --commitlog-sync batch >"$workdir/server.log" 2>&1 &
+  server_pid=$!
+  wait_for_port 127.0.0.1 "$cql_port" 60 "$server_pid"
+  rc=$?
+  if [[ $rc -ne 0 ]]; then
+    [[ $rc -eq 2 ]] && echo "amphora exited during startup:" >&2 \
+                    || echo "amphora did not open port $cql_port within 60 s:" >&2
+    tail -40 "$workdir/server.log" >&2
+    exit 1
+  fi
+  export COMPAT_HOST=127.0.0.1 COMPAT_PORT="$cql_port" COMPAT_PEER="${peer:-amphora}"
+  export COMPAT_METRICS_URL="http://127.0.0.1:$prom_port/metrics"
+  echo "compat: started $bin (pid $server_pid, smp $smp) on 127.0.0.1:$cql_port," \
+       "shard-aware $aware_port, metrics $prom_port, data $workdir/data"
+fi
+
+# The Java and Node drivers need the local datacenter name; ask the server.
+if [[ -z "${COMPAT_DC:-}" && -x "$here/.venv-datastax/bin/python" ]]; then
+  COMPAT_DC="$("$here/.venv-datastax/bin/python" - <<'EOF' 2>/dev/null
+import os
+from cassandra.cluster import Cluster
+c = Cluster([os.environ["COMPAT_HOST"]], port=int(os.environ["COMPAT_PORT"]), connect_timeout=10)
+try:
+    print(c.connect().execute("SELECT data_center FROM system.local WHERE key = 'local'").one()[0])
+finally:
+    c.shutdown()
+EOF
+)"
+fi
+export COMPAT_DC="${COMPAT_DC:-datacenter1}"
+
+run_suite() {
+  local name="$1"
+  case "$name" in
+    python-datastax|python-scylla)
+      local venv="$here/.venv-${name#python-}"
+      [[ -x "$venv/bin/python" ]] || { echo "$venv missing: run install.sh python"; return 1; }
+      (cd "$here/python" && COMPAT_CQLSH="$venv/bin/cqlsh" timeout "$suite_timeout" \
+        "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .) ;;
+    go)
+      (cd "$here/go" && GOMODCACHE="$here/go/.gomodcache" GOCACHE="$here/go/.gocache" \
+        GOFLAGS="-modcacherw -mod=readonly" GOPROXY=off timeout "$suite_timeout" \
+        go test -count=1 -v . 2>&1 | grep -Ev '^(=== RUN|=== PAUSE|=== CONT)') ;;
+    java)
+      (cd "$here/java" && timeout "$suite_timeout" \
+        mvn -o -B --no-transfer-progress -Dmaven.repo.local="$here/.m2" test \
+          | grep -E "Tests run|FAIL|ERROR|expected|Exception|BUILD") ;;
+    node)
+      [[ -d "$here/node/node_modules" ]] || { echo "node_modules missing: run install.sh node"; return 1; }
+      (cd "$here/node" && timeout "$suite_timeout" \
+        node --test --test-concurrency=1 --test-reporter=spec test/) ;;
+    *) echo "unknown suite $name (python-datastax python-scylla go java node)"; return 2 ;;
+  esac
+}
+
+passed=()
+failed=()
+for s in "${suites[@]}"; do
+  echo
+  echo "=== compat suite: $s"
+  start=$SECONDS
+  if run_suite "$s"; then
+    passed+=("$s")
+    echo "=== $s: PASS ($((SECONDS - start)) s)"
+  else
+    failed+=("$s")
+    echo "=== $s: FAIL ($((SECONDS - start)) s)"
+  fi
+  if [[ -n "$server_pid" ]] && ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "amphora died during suite $s; last log lines:" >&2
+    tail -40 "$workdir/server.log" >&2
+    server_pid=""
+    COMPAT_KEEP=1
+  fi
+done
+
+echo
+echo "compat suites passed: ${passed[*]:-none}"
+echo "compat suites failed: ${failed[*]:-none}"
+if [[ ${#failed[@]} -gt 0 && -n "$workdir" ]]; then
+  echo "server log: $workdir/server.log (kept)"
+  COMPAT_KEEP=1
+fi
+echo "compat: ${#passed[@]} passed, ${#failed[@]} failed"
+[[ ${#failed[@]} -eq 0 ]]
