@@ -1,1 +1,118 @@
-fn main() {}
+//! Hot-path codec costs: decode an EXECUTE with six values (cassandra-stress `standard1`
+//! write shape) and encode a one-row, six-column Rows response (its read shape).
+
+use std::hint::black_box;
+
+use amphora_protocol::{
+    ColumnSpec, ColumnType, DEFAULT_MAX_FRAME_SIZE, DecodeOptions, ProtocolVersion, RequestMessage,
+    ResponsePrefix, RowsMetadata, RowsWriter, decode_envelope, decode_request,
+};
+use bytes::{BufMut, BytesMut};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+
+fn execute_frame() -> BytesMut {
+    let mut body = BytesMut::new();
+    body.put_u16(16);
+    body.put_slice(&[0xAB; 16]); // prepared id
+    body.put_u16(0x000A); // LOCAL_ONE
+    body.put_u8(0x01 | 0x02 | 0x04 | 0x20); // values, skip metadata, page size, timestamp
+    body.put_u16(6);
+    body.put_i32(10);
+    body.put_slice(b"key0000001");
+    for _ in 0..5 {
+        body.put_i32(34);
+        body.put_slice(&[0x5A; 34]);
+    }
+    body.put_i32(5000);
+    body.put_i64(1_700_000_000_000_000);
+    let mut frame = BytesMut::new();
+    frame.put_slice(&[0x04, 0x00, 0x00, 0x01, 0x0A]);
+    frame.put_i32(body.len() as i32);
+    frame.put_slice(&body);
+    frame
+}
+
+fn columns() -> Vec<ColumnSpec> {
+    ["key", "C0", "C1", "C2", "C3", "C4"]
+        .iter()
+        .map(|name| ColumnSpec {
+            keyspace: "keyspace1".into(),
+            table: "standard1".into(),
+            name: (*name).into(),
+            ty: ColumnType::Blob,
+        })
+        .collect()
+}
+
+fn decode_execute(input: &mut BytesMut, opts: &DecodeOptions) -> usize {
+    let env = decode_envelope(input, DEFAULT_MAX_FRAME_SIZE)
+        .ok()
+        .flatten();
+    let Some(env) = env else { return 0 };
+    match decode_request(&env, opts) {
+        Ok(r) => match r.message {
+            RequestMessage::Execute(e) => e.parameters.values.len(),
+            _ => 0,
+        },
+        Err(_) => 0,
+    }
+}
+
+fn encode_rows(out: &mut BytesMut, cols: &[ColumnSpec], no_metadata: bool) {
+    out.clear();
+    let meta = RowsMetadata {
+        no_metadata,
+        ..RowsMetadata::new(cols)
+    };
+    let Ok(mut w) = RowsWriter::begin(out, ProtocolVersion::V4, 1, &ResponsePrefix::NONE, &meta)
+    else {
+        return;
+    };
+    let _ = w.push_value(Some(b"key0000001"));
+    for _ in 0..5 {
+        let _ = w.push_value(Some(&[0x5A; 34]));
+    }
+    let _ = w.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    let frame = execute_frame();
+    let opts = DecodeOptions::default();
+    let cols = columns();
+    assert_eq!(decode_execute(&mut frame.clone(), &opts), 6);
+
+    c.bench_function("decode_execute_6_values", |b| {
+        b.iter_batched_ref(
+            || frame.clone(),
+            |input| black_box(decode_execute(input, &opts)),
+            BatchSize::SmallInput,
+        )
+    });
+    let mut out = BytesMut::with_capacity(4096);
+    c.bench_function("encode_rows_1x6_full_metadata", |b| {
+        b.iter(|| {
+            encode_rows(&mut out, &cols, false);
+            black_box(out.len())
+        })
+    });
+    c.bench_function("encode_rows_1x6_no_metadata", |b| {
+        b.iter(|| {
+            encode_rows(&mut out, &cols, true);
+            black_box(out.len())
+        })
+    });
+    c.bench_function("execute_then_rows_full_metadata", |b| {
+        b.iter_batched_ref(
+            || frame.clone(),
+            |input| {
+                black_box(decode_execute(input, &opts));
+                encode_rows(&mut out, &cols, false);
+                black_box(out.len())
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -164,6 +164,28 @@ pub fn compress_envelope(
     Ok(())
 }
 
+/// [`compress_envelope`] for each envelope of a buffer holding whole envelopes back to back.
+pub fn compress_envelopes(
+    envelopes: &[u8],
+    compression: Compression,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let mut pos = 0;
+    while pos < envelopes.len() {
+        let rest = envelopes.get(pos..).unwrap_or_default();
+        let len = rest
+            .get(5..HEADER_LEN)
+            .map(|l| i32::from_be_bytes([l[0], l[1], l[2], l[3]]))
+            .and_then(|l| usize::try_from(l).ok())
+            .map(|l| l + HEADER_LEN)
+            .filter(|l| *l <= rest.len())
+            .ok_or(EncodeError::NotAnEnvelope { offset: pos })?;
+        compress_envelope(rest.get(..len).unwrap_or_default(), compression, out)?;
+        pos += len;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +229,31 @@ mod tests {
         let mut out = BytesMut::new();
         compress_envelope(&env, Compression::Lz4, &mut out).expect("compress");
         assert_eq!(&out[..], &env[..]);
+    }
+
+    #[test]
+    fn several_envelopes_compressed_one_by_one() {
+        let body = vec![b'z'; 500];
+        let mut envs = BytesMut::new();
+        for stream in 0..3i16 {
+            envs.put_slice(&[0x84, 0]);
+            envs.put_i16(stream);
+            envs.put_u8(0x08);
+            envs.put_i32(body.len() as i32);
+            envs.put_slice(&body);
+        }
+        let mut out = BytesMut::new();
+        compress_envelopes(&envs, Compression::Snappy, &mut out).expect("compress");
+        let mut n = 0;
+        while let Ok(Some(env)) = crate::decode_envelope(&mut out, 1 << 20) {
+            assert!(env.flags.contains(Flags::COMPRESSION));
+            assert_eq!(env.stream, n);
+            let back = decompress_body(Compression::Snappy, &env.body, 1 << 20).expect("body");
+            assert_eq!(&back[..], &body[..]);
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        assert!(compress_envelopes(&envs[..20], Compression::Lz4, &mut out).is_err());
     }
 
     proptest! {

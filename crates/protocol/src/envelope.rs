@@ -8,7 +8,7 @@
 //! ```
 //! Bit 7 of `version` is the direction (1 = response). `length` is the body length.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::FrameError;
 
@@ -244,8 +244,9 @@ pub fn decode_envelope(
         buf.reserve(total - buf.len());
         return Ok(None);
     }
-    let mut frame = buf.split_to(total).freeze();
-    let body = frame.split_off(HEADER_LEN);
+    // Advancing past the header first leaves one split (one refcount) for the body.
+    buf.advance(HEADER_LEN);
+    let body = buf.split_to(h.body_len).freeze();
     Ok(Some(Envelope {
         version: h.version,
         direction: h.direction,

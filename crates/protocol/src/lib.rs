@@ -27,7 +27,7 @@ pub mod segment;
 pub mod wire;
 
 pub use column_type::ColumnType;
-pub use compression::{Compression, compress_envelope, decompress_body};
+pub use compression::{Compression, compress_envelope, compress_envelopes, decompress_body};
 pub use consistency::Consistency;
 pub use envelope::{
     DEFAULT_MAX_FRAME_SIZE, Direction, Envelope, Flags, HEADER_LEN, Opcode, ProtocolVersion,
