@@ -1,1 +1,30 @@
-//! amphora-storage (skeleton; see docs/architecture.md)
+//! amphora-storage: one shard's LSM storage engine.
+//!
+//! Owns: the commitlog ([`commitlog`]), memtables ([`memtable`]), SSTable format v1
+//! ([`sstable`], [`bloom`]; docs/dev/sstable-format.md), compaction strategies and their
+//! executor ([`compaction`]), the read path ([`read`]), and [`ShardStorage`], which ties
+//! them together for one shard thread.
+//!
+//! Must never depend on: the CQL layers (`protocol`, `cql`), `server`, `coordinator`, or
+//! anything that knows about other shards or nodes. Its inputs are `amphora_types`
+//! mutations and read commands.
+//!
+//! Key types: [`ShardStorage`], [`StorageConfig`], [`ReadCommand`], [`ReadResult`],
+//! [`WriteAck`], [`StorageError`].
+#![deny(clippy::unwrap_used)]
+
+pub mod bloom;
+pub mod commitlog;
+pub mod compaction;
+pub mod config;
+pub mod error;
+pub mod memtable;
+pub mod read;
+pub mod shard;
+pub mod sstable;
+
+pub use commitlog::{ReplayReport, WriteAck};
+pub use config::{CommitFailurePolicy, StorageConfig, SyncMode};
+pub use error::StorageError;
+pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
+pub use shard::{ShardStorage, StorageMetrics, TableStats};

@@ -1,0 +1,67 @@
+//! Storage configuration for one shard.
+
+use std::path::PathBuf;
+
+/// When commitlog writes are made durable (cassandra.yaml `commitlog_sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Writes are handed to the OS before they are acknowledged; fdatasync every
+    /// `period_ms` (default 10 s). Survives a process crash, not a machine crash.
+    Periodic { period_ms: u64 },
+    /// Writes are acknowledged after fdatasync; concurrent writers share one sync.
+    /// `window_ms` > 0 waits that long to gather more writers into a sync.
+    Batch { window_ms: u64 },
+    /// Like batch, but syncs at most once per `window_ms`.
+    Group { window_ms: u64 },
+}
+
+impl Default for SyncMode {
+    fn default() -> Self {
+        SyncMode::Periodic { period_ms: 10_000 }
+    }
+}
+
+/// What to do with a corrupt commitlog entry found in the middle of the log on replay
+/// (cassandra.yaml `commit_failure_policy`). A torn tail of the last segment is always
+/// truncated and reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitFailurePolicy {
+    /// Refuse to start (`ShardStorage::open` fails naming the file and offset).
+    #[default]
+    Stop,
+    /// Report it loudly, skip the rest of that segment and continue.
+    Ignore,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// This shard's data directory. Layout inside: `commitlog/` and
+    /// `<keyspace>/<table>-<table id hex>/` (see docs/dev/sstable-format.md).
+    pub data_dir: PathBuf,
+    pub shard: u32,
+    pub commitlog_sync: SyncMode,
+    /// Size of one commitlog segment (cassandra.yaml `commitlog_segment_size`, 32 MiB).
+    pub commitlog_segment_size_bytes: u64,
+    /// When the commitlog grows past this, the tables holding the oldest segment are flushed.
+    pub commitlog_total_space_bytes: u64,
+    pub commit_failure_policy: CommitFailurePolicy,
+    /// Memory for all memtables of the shard; the largest is flushed when it is exceeded.
+    pub memtable_budget_bytes: u64,
+    /// Background compaction after flushes (tests turn it off to control compaction).
+    pub auto_compaction: bool,
+}
+
+impl StorageConfig {
+    pub fn new(data_dir: impl Into<PathBuf>, shard: u32) -> Self {
+        StorageConfig {
+            data_dir: data_dir.into(),
+            shard,
+            commitlog_sync: SyncMode::default(),
+            commitlog_segment_size_bytes: 32 << 20,
+            commitlog_total_space_bytes: 1 << 30,
+            commit_failure_policy: CommitFailurePolicy::Stop,
+            memtable_budget_bytes: 256 << 20,
+            auto_compaction: true,
+        }
+    }
+}

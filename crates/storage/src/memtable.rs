@@ -1,0 +1,318 @@
+//! Memtable: one table's recent writes on one shard, ordered by token then clustering.
+//
+// PERF-CRITICAL: `apply` runs once per write. Values are copied into arena chunks so a
+// memtable never pins request buffers, and each cell costs one `Bytes` handle.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use amphora_types::data::{
+    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
+    RangeTombstone, Row, max_deletion, merge_rows,
+};
+use amphora_types::schema::{ClusteringComparator, TableSchema};
+use bytes::{Bytes, BytesMut};
+
+use crate::commitlog::LogPosition;
+
+/// A clustering ordered by its table's comparator.
+#[derive(Clone, Debug)]
+pub struct ClusteringKey {
+    pub clustering: Clustering,
+    cmp: Arc<ClusteringComparator>,
+}
+
+impl ClusteringKey {
+    pub fn new(clustering: Clustering, cmp: Arc<ClusteringComparator>) -> Self {
+        ClusteringKey { clustering, cmp }
+    }
+}
+
+impl PartialEq for ClusteringKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for ClusteringKey {}
+impl PartialOrd for ClusteringKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for ClusteringKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.cmp.compare(&self.clustering.0, &o.clustering.0)
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct MemPartition {
+    pub deletion: Option<DeletionTime>,
+    pub static_row: Option<Row>,
+    pub rows: BTreeMap<ClusteringKey, Row>,
+    pub range_tombstones: Vec<RangeTombstone>,
+}
+
+/// Copies values into large shared chunks.
+struct Arena {
+    chunk: BytesMut,
+}
+
+const ARENA_CHUNK_BYTES: usize = 256 << 10;
+
+impl Arena {
+    fn copy(&mut self, v: &[u8]) -> Bytes {
+        if v.is_empty() {
+            return Bytes::new();
+        }
+        if v.len() > ARENA_CHUNK_BYTES / 8 {
+            return Bytes::copy_from_slice(v);
+        }
+        if self.chunk.capacity() - self.chunk.len() < v.len() {
+            self.chunk = BytesMut::with_capacity(ARENA_CHUNK_BYTES);
+        }
+        self.chunk.extend_from_slice(v);
+        self.chunk.split_to(v.len()).freeze()
+    }
+}
+
+pub struct Memtable {
+    pub schema: Arc<TableSchema>,
+    pub cmp: Arc<ClusteringComparator>,
+    pub partitions: BTreeMap<PartitionKey, MemPartition>,
+    pub size_bytes: u64,
+    pub min_timestamp: i64,
+    pub max_timestamp: i64,
+    /// First commitlog position whose data is in this memtable.
+    pub min_log_pos: Option<LogPosition>,
+    pub mutations: u64,
+    arena: Arena,
+}
+
+impl Memtable {
+    pub fn new(schema: Arc<TableSchema>) -> Self {
+        let cmp = Arc::new(schema.clustering_comparator());
+        Memtable {
+            schema,
+            cmp,
+            partitions: BTreeMap::new(),
+            size_bytes: 0,
+            min_timestamp: i64::MAX,
+            max_timestamp: i64::MIN,
+            min_log_pos: None,
+            mutations: 0,
+            arena: Arena {
+                chunk: BytesMut::new(),
+            },
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    fn own_row(&mut self, r: &Row) -> Row {
+        let a = &mut self.arena;
+        Row {
+            clustering: Clustering(r.clustering.0.iter().map(|b| a.copy(b)).collect()),
+            marker: r.marker,
+            deletion: r.deletion,
+            cells: r
+                .cells
+                .iter()
+                .map(|(id, d)| {
+                    let d = match d {
+                        ColumnData::Simple(c) => ColumnData::Simple(own_cell(a, c)),
+                        ColumnData::Complex { deletion, cells } => ColumnData::Complex {
+                            deletion: *deletion,
+                            cells: cells
+                                .iter()
+                                .map(|(p, c)| (a.copy(p), own_cell(a, c)))
+                                .collect(),
+                        },
+                    };
+                    (*id, d)
+                })
+                .collect(),
+        }
+    }
+
+    /// Applies an update (values are copied).
+    pub fn apply(&mut self, key: &PartitionKey, u: &PartitionUpdate, pos: Option<LogPosition>) {
+        if let Some(p) = pos {
+            self.min_log_pos = Some(self.min_log_pos.map_or(p, |m| m.min(p)));
+        }
+        self.mutations += 1;
+        let ts = u.max_timestamp();
+        self.max_timestamp = self.max_timestamp.max(ts);
+        self.min_timestamp = self.min_timestamp.min(min_timestamp(u));
+        let mut added = 0usize;
+        let static_row = u.static_row.as_ref().map(|r| self.own_row(r));
+        let rows: Vec<Row> = u.rows.iter().map(|r| self.own_row(r)).collect();
+        let rts: Vec<RangeTombstone> = u
+            .range_tombstones
+            .iter()
+            .map(|rt| RangeTombstone {
+                start: own_bound(&mut self.arena, &rt.start),
+                end: own_bound(&mut self.arena, &rt.end),
+                deletion: rt.deletion,
+            })
+            .collect();
+        let part = match self.partitions.get_mut(key) {
+            Some(p) => p,
+            None => {
+                added += 96 + key.key.len();
+                let k = PartitionKey {
+                    token: key.token,
+                    key: self.arena.copy(&key.key),
+                };
+                self.partitions.entry(k).or_default()
+            }
+        };
+        part.deletion = max_deletion(part.deletion, u.partition_deletion);
+        if let Some(sr) = static_row {
+            added += sr.size_bytes();
+            part.static_row = Some(match part.static_row.take() {
+                Some(old) => merge_rows(&self.schema, &old, &sr),
+                None => sr,
+            });
+        }
+        for r in rows {
+            let k = ClusteringKey::new(r.clustering.clone(), self.cmp.clone());
+            match part.rows.get_mut(&k) {
+                Some(old) => {
+                    let merged = merge_rows(&self.schema, old, &r);
+                    added += merged.size_bytes().saturating_sub(old.size_bytes());
+                    *old = merged;
+                }
+                None => {
+                    added += r.size_bytes() + 48;
+                    part.rows.insert(k, r);
+                }
+            }
+        }
+        for rt in rts {
+            if !part.range_tombstones.contains(&rt) {
+                added += 96;
+                part.range_tombstones.push(rt);
+            }
+        }
+        self.size_bytes += added as u64;
+    }
+
+    /// The partition's data restricted to `slices` (empty = all), or None if absent.
+    pub fn get(&self, key: &PartitionKey, slices: &[ClusteringSlice]) -> Option<PartitionUpdate> {
+        self.partitions.get(key).map(|p| self.to_update(p, slices))
+    }
+
+    pub fn to_update(&self, p: &MemPartition, slices: &[ClusteringSlice]) -> PartitionUpdate {
+        let rows = if slices.is_empty() {
+            p.rows.values().cloned().collect()
+        } else {
+            let mut out = Vec::new();
+            for s in slices {
+                let start = ClusteringKey::new(s.start.prefix.clone(), self.cmp.clone());
+                for (_, r) in p.rows.range((Bound::Included(start), Bound::Unbounded)) {
+                    if !self.cmp.before_end(&r.clustering, &s.end) {
+                        break;
+                    }
+                    if self.cmp.after_start(&r.clustering, &s.start) {
+                        out.push(r.clone());
+                    }
+                }
+            }
+            out
+        };
+        PartitionUpdate {
+            partition_deletion: p.deletion,
+            static_row: p.static_row.clone(),
+            rows,
+            range_tombstones: p.range_tombstones.clone(),
+        }
+    }
+
+    /// Partitions in ring order within the given bounds.
+    pub fn range<'a>(
+        &'a self,
+        start: Bound<&PartitionKey>,
+        end: Bound<&PartitionKey>,
+    ) -> impl Iterator<Item = (&'a PartitionKey, &'a MemPartition)> + 'a {
+        let s = match start {
+            Bound::Included(k) => Bound::Included(k.clone()),
+            Bound::Excluded(k) => Bound::Excluded(k.clone()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let e = match end {
+            Bound::Included(k) => Bound::Included(k.clone()),
+            Bound::Excluded(k) => Bound::Excluded(k.clone()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let valid = match (&s, &e) {
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+                a < b || (a == b && matches!((&s, &e), (Bound::Included(_), Bound::Included(_))))
+            }
+            _ => true,
+        };
+        let it = if valid {
+            Some(self.partitions.range((s, e)))
+        } else {
+            None
+        };
+        it.into_iter().flatten()
+    }
+}
+
+fn own_cell(a: &mut Arena, c: &Cell) -> Cell {
+    Cell {
+        value: a.copy(&c.value),
+        ..c.clone()
+    }
+}
+
+fn own_bound(
+    a: &mut Arena,
+    b: &amphora_types::data::ClusteringBound,
+) -> amphora_types::data::ClusteringBound {
+    amphora_types::data::ClusteringBound {
+        prefix: Clustering(b.prefix.0.iter().map(|x| a.copy(x)).collect()),
+        inclusive: b.inclusive,
+    }
+}
+
+/// Lowest timestamp in an update (for purge decisions).
+pub fn min_timestamp(u: &PartitionUpdate) -> i64 {
+    let mut m = i64::MAX;
+    let mut row = |r: &Row| {
+        if let Some(x) = r.marker {
+            m = m.min(x.timestamp);
+        }
+        if let Some(d) = r.deletion {
+            m = m.min(d.marked_for_delete_at);
+        }
+        for (_, d) in &r.cells {
+            match d {
+                ColumnData::Simple(c) => m = m.min(c.timestamp),
+                ColumnData::Complex { deletion, cells } => {
+                    if let Some(d) = deletion {
+                        m = m.min(d.marked_for_delete_at);
+                    }
+                    for (_, c) in cells {
+                        m = m.min(c.timestamp);
+                    }
+                }
+            }
+        }
+    };
+    for r in u.static_row.iter().chain(u.rows.iter()) {
+        row(r);
+    }
+    if let Some(d) = u.partition_deletion {
+        m = m.min(d.marked_for_delete_at);
+    }
+    for rt in &u.range_tombstones {
+        m = m.min(rt.deletion.marked_for_delete_at);
+    }
+    m
+}

@@ -1,0 +1,241 @@
+//! Read commands and results, and turning merged partition data into live query results.
+
+use std::ops::Bound;
+
+use amphora_types::data::{
+    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate, Row,
+};
+use amphora_types::schema::{ColumnId, TableId, TableSchema};
+use bytes::Bytes;
+
+/// Which partitions a read covers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartitionRange {
+    Single(PartitionKey),
+    /// Ring order range. A bound `(token, None)` means "every key with this token"
+    /// (included) or "keys after this token" (excluded).
+    TokenRange {
+        start: Bound<(i64, Option<Bytes>)>,
+        end: Bound<(i64, Option<Bytes>)>,
+    },
+}
+
+impl PartitionRange {
+    pub fn all() -> Self {
+        PartitionRange::TokenRange {
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadCommand {
+    pub table: TableId,
+    pub partitions: PartitionRange,
+    /// Clustering slices in clustering order (also for reversed reads); empty = all rows.
+    pub slices: Vec<ClusteringSlice>,
+    /// Columns to return (None = all). Row liveness still considers every column.
+    pub columns: Option<Vec<ColumnId>>,
+    /// Return rows in reverse clustering order.
+    pub reversed: bool,
+    /// 0 or `u32::MAX` = no limit (same for the other limits).
+    pub row_limit: u32,
+    pub per_partition_limit: u32,
+    pub partition_limit: u32,
+    /// Paging: continue strictly after this partition (None) or this row of it.
+    pub start_after: Option<(PartitionKey, Option<Clustering>)>,
+    /// "Now" for TTL expiry, in seconds since the epoch.
+    pub now_seconds: i32,
+}
+
+impl ReadCommand {
+    /// A read of everything in a partition range.
+    pub fn new(table: TableId, partitions: PartitionRange, now_seconds: i32) -> Self {
+        ReadCommand {
+            table,
+            partitions,
+            slices: Vec::new(),
+            columns: None,
+            reversed: false,
+            row_limit: 0,
+            per_partition_limit: 0,
+            partition_limit: 0,
+            start_after: None,
+            now_seconds,
+        }
+    }
+}
+
+pub(crate) fn limit(v: u32) -> u64 {
+    if v == 0 || v == u32::MAX {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+/// One partition of a result: live data only, each cell with its timestamp and TTL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionData {
+    pub key: PartitionKey,
+    pub partition_deletion: Option<DeletionTime>,
+    pub static_row: Option<Row>,
+    pub rows: Vec<Row>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReadResult {
+    pub partitions: Vec<PartitionData>,
+    /// False if a limit cut the result (there may be more).
+    pub exhausted: bool,
+    /// Rows counted against the limits.
+    pub rows_counted: u64,
+    /// SSTables consulted (for tablehistograms).
+    pub sstables_read: u32,
+}
+
+/// Keeps only live cells of a column (expired TTL cells are dropped).
+fn live_column(d: &ColumnData, now: i32) -> Option<ColumnData> {
+    match d {
+        ColumnData::Simple(c) => c.is_live(now).then(|| ColumnData::Simple(c.clone())),
+        ColumnData::Complex { cells, .. } => {
+            let live: Vec<(Bytes, Cell)> = cells
+                .iter()
+                .filter(|(_, c)| c.is_live(now))
+                .cloned()
+                .collect();
+            (!live.is_empty()).then_some(ColumnData::Complex {
+                deletion: None,
+                cells: live,
+            })
+        }
+    }
+}
+
+/// The live view of a (canonical, merged) row, or None if the row is not live.
+pub fn live_row(r: &Row, columns: Option<&[ColumnId]>, now: i32, is_static: bool) -> Option<Row> {
+    let marker = r.marker.filter(|m| m.is_live(now));
+    let mut any_live = marker.is_some();
+    let mut cells = Vec::with_capacity(r.cells.len());
+    for (id, d) in &r.cells {
+        if let Some(l) = live_column(d, now) {
+            any_live = true;
+            if columns.is_none_or(|cs| cs.contains(id)) {
+                cells.push((*id, l));
+            }
+        }
+    }
+    if !any_live || (is_static && cells.is_empty() && columns.is_some()) {
+        return None;
+    }
+    Some(Row {
+        clustering: r.clustering.clone(),
+        marker,
+        deletion: None,
+        cells,
+    })
+}
+
+/// Builds the live result for one merged partition, honouring limits.
+/// `remaining_rows` is decremented by the rows counted. Returns (data, cut_by_limit).
+pub(crate) fn live_partition(
+    schema: &TableSchema,
+    key: PartitionKey,
+    merged: &PartitionUpdate,
+    cmd: &ReadCommand,
+    after: Option<&Clustering>,
+    remaining_rows: &mut u64,
+) -> (Option<PartitionData>, bool) {
+    let cmp = schema.clustering_comparator();
+    let now = cmd.now_seconds;
+    let cols = cmd.columns.as_deref();
+    let static_row = merged
+        .static_row
+        .as_ref()
+        .and_then(|r| live_row(r, cols, now, true));
+    let per_part = limit(cmd.per_partition_limit);
+    let mut rows = Vec::new();
+    let mut cut = false;
+    let iter: Box<dyn Iterator<Item = &Row>> = if cmd.reversed {
+        Box::new(merged.rows.iter().rev())
+    } else {
+        Box::new(merged.rows.iter())
+    };
+    for r in iter {
+        if !cmd.slices.is_empty() && !cmd.slices.iter().any(|s| s.contains(&cmp, &r.clustering)) {
+            continue;
+        }
+        if let Some(a) = after {
+            let o = cmp.compare(&r.clustering.0, &a.0);
+            if (!cmd.reversed && o.is_le()) || (cmd.reversed && o.is_ge()) {
+                continue;
+            }
+        }
+        if let Some(l) = live_row(r, cols, now, false) {
+            if *remaining_rows == 0 || rows.len() as u64 >= per_part {
+                cut = true;
+                break;
+            }
+            rows.push(l);
+            *remaining_rows -= 1;
+        }
+    }
+    if rows.is_empty() {
+        // A partition with only static data counts as one row (not when resuming inside it).
+        match static_row {
+            Some(s) if after.is_none() && !has_clustering_restriction(cmd) => {
+                if *remaining_rows == 0 {
+                    return (None, true);
+                }
+                *remaining_rows -= 1;
+                return (
+                    Some(PartitionData {
+                        key,
+                        partition_deletion: merged.partition_deletion,
+                        static_row: Some(s),
+                        rows,
+                    }),
+                    cut,
+                );
+            }
+            _ => return (None, cut),
+        }
+    }
+    (
+        Some(PartitionData {
+            key,
+            partition_deletion: merged.partition_deletion,
+            static_row,
+            rows,
+        }),
+        cut,
+    )
+}
+
+fn has_clustering_restriction(cmd: &ReadCommand) -> bool {
+    !cmd.slices.is_empty() && !cmd.slices.iter().all(|s| *s == ClusteringSlice::all())
+}
+
+/// Whether `k` is within a token-range bound pair.
+pub(crate) fn in_range(
+    k: &PartitionKey,
+    start: &Bound<(i64, Option<Bytes>)>,
+    end: &Bound<(i64, Option<Bytes>)>,
+) -> bool {
+    let after_start = match start {
+        Bound::Unbounded => true,
+        Bound::Included((t, None)) => k.token >= *t,
+        Bound::Excluded((t, None)) => k.token > *t,
+        Bound::Included((t, Some(key))) => (k.token, &k.key) >= (*t, key),
+        Bound::Excluded((t, Some(key))) => (k.token, &k.key) > (*t, key),
+    };
+    let before_end = match end {
+        Bound::Unbounded => true,
+        Bound::Included((t, None)) => k.token <= *t,
+        Bound::Excluded((t, None)) => k.token < *t,
+        Bound::Included((t, Some(key))) => (k.token, &k.key) <= (*t, key),
+        Bound::Excluded((t, Some(key))) => (k.token, &k.key) < (*t, key),
+    };
+    after_start && before_end
+}

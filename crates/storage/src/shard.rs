@@ -1,0 +1,1448 @@
+//! `ShardStorage`: one shard's LSM (commitlog + memtables + SSTables + compaction).
+//!
+//! Owned by one shard thread (it is `!Send`); cheap to clone (an `Rc`). Writes append to
+//! the commitlog buffer and the memtable synchronously and return a [`WriteAck`] that
+//! resolves when the write is durable per the sync mode. Flushes and compactions run on
+//! two background threads per shard over immutable inputs; their results are installed on
+//! the shard thread (by the futures returned from `flush`/`compact_major`, by the next
+//! `apply`/`read`, or by [`ShardStorage::run_background`]).
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::future::Future;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::mpsc;
+
+use amphora_types::data::{
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, CounterShard, Mutation,
+    PartitionKey, PartitionUpdate, Row, decode_counter_shards, merge_partition_updates,
+    normalize_range_tombstones,
+};
+use amphora_types::schema::{ColumnId, ColumnKind, TableId, TableSchema};
+use bytes::Bytes;
+use tokio::sync::{Notify, oneshot};
+
+use crate::commitlog::{self, Commitlog, LogPosition, ReplayReport, WriteAck, segment_of};
+use crate::compaction::{CompactionJob, PurgeContext, SSTableInfo, Strategy, run_compaction};
+use crate::config::StorageConfig;
+use crate::error::{Result, StorageError};
+use crate::memtable::Memtable;
+use crate::read::{
+    PartitionData, PartitionRange, ReadCommand, ReadResult, in_range, limit, live_partition,
+};
+use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
+
+/// Counters for nodetool/metrics. Row cache fields stay 0: no row cache yet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StorageMetrics {
+    pub writes: u64,
+    pub reads: u64,
+    pub memtable_bytes: u64,
+    pub memtable_partitions: u64,
+    pub sstable_count: u64,
+    pub sstable_bytes: u64,
+    pub flushes: u64,
+    pub flushed_bytes: u64,
+    pub compactions: u64,
+    pub compacted_bytes_in: u64,
+    pub compacted_bytes_out: u64,
+    pub pending_flushes: u64,
+    pub pending_compactions: u64,
+    pub commitlog_bytes: u64,
+    pub commitlog_segments: u64,
+    pub corrupt_sstables: u64,
+    pub background_errors: u64,
+    pub row_cache_hits: u64,
+    pub row_cache_misses: u64,
+    /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
+    pub sstables_per_read: [u64; 16],
+}
+
+/// Per-table numbers (nodetool tablestats).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableStats {
+    pub memtable_bytes: u64,
+    pub memtable_partitions: u64,
+    pub flushing_memtables: u64,
+    pub sstable_count: u64,
+    pub sstable_bytes: u64,
+    pub sstable_uncompressed_bytes: u64,
+    pub estimated_partitions: u64,
+    pub sstable_levels: Vec<u32>,
+}
+
+struct FlushingMemtable {
+    job: u64,
+    mem: Arc<Memtable>,
+    /// The memtable got every write of the table in `[lower, upper)`.
+    lower: LogPosition,
+    upper: LogPosition,
+    failed: bool,
+}
+
+struct TableState {
+    schema: Arc<TableSchema>,
+    dir: PathBuf,
+    memtable: Memtable,
+    flushing: Vec<FlushingMemtable>,
+    sstables: Vec<Arc<SSTableReader>>,
+    compacting: HashSet<u64>,
+    running_compactions: Vec<u64>,
+    next_generation: Arc<AtomicU64>,
+    /// Commitlog entries of this table before this position are flushed or truncated.
+    replay_from: LogPosition,
+    /// Position from which the active memtable receives the table's writes.
+    active_since: LogPosition,
+}
+
+impl TableState {
+    fn oldest_log_pos(&self) -> Option<LogPosition> {
+        self.flushing
+            .iter()
+            .filter_map(|f| f.mem.min_log_pos)
+            .chain(self.memtable.min_log_pos)
+            .min()
+    }
+}
+
+enum BgResult {
+    Flushed {
+        table: TableId,
+        job: u64,
+        result: Result<Option<Box<SSTableReader>>>,
+    },
+    Compacted {
+        table: TableId,
+        job: u64,
+        inputs: Vec<u64>,
+        result: Result<Vec<SSTableReader>>,
+    },
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Worker {
+    tx: Option<mpsc::Sender<Job>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(name: String) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                while let Ok(j) = rx.recv() {
+                    j();
+                }
+            })
+            .map_err(|e| {
+                StorageError::Background(format!("cannot start a background thread: {e}"))
+            })?;
+        Ok(Worker {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+    fn submit(&self, j: Job) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(j);
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Inner {
+    cfg: StorageConfig,
+    tables: HashMap<TableId, TableState>,
+    metrics: StorageMetrics,
+    memtable_total: u64,
+    next_job: u64,
+    results_tx: mpsc::Sender<BgResult>,
+    results_rx: mpsc::Receiver<BgResult>,
+    /// Signalled by background threads when a result is ready.
+    notify: Arc<Notify>,
+    /// Waiters per job id.
+    waiters: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
+    flusher: Worker,
+    compactor: Worker,
+    closed: bool,
+}
+
+/// One shard's storage engine.
+#[derive(Clone)]
+pub struct ShardStorage {
+    inner: Rc<RefCell<Inner>>,
+    log: Rc<RefCell<Commitlog>>,
+}
+
+fn table_dir(data_dir: &Path, s: &TableSchema) -> PathBuf {
+    data_dir
+        .join(&s.keyspace)
+        .join(format!("{}-{}", s.name, s.id.to_simple_string()))
+}
+
+/// Per-table file holding the commitlog position replay starts from (u64 LE + crc32c):
+/// everything before it was flushed to SSTables or truncated.
+const REPLAY_FILE: &str = "replay_position";
+
+fn read_replay_position(dir: &Path) -> LogPosition {
+    let Ok(b) = fs::read(dir.join(REPLAY_FILE)) else {
+        return 0;
+    };
+    if b.len() != 12 || crc32c::crc32c(&b[0..8]).to_le_bytes() != b[8..12] {
+        tracing::warn!(
+            "{} is unreadable; replaying the whole commitlog",
+            dir.join(REPLAY_FILE).display()
+        );
+        return 0;
+    }
+    b.get(0..8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn write_replay_position(dir: &Path, pos: LogPosition) -> Result<()> {
+    let tmp = dir.join(format!("{REPLAY_FILE}.tmp"));
+    let fin = dir.join(REPLAY_FILE);
+    let mut b = pos.to_le_bytes().to_vec();
+    b.extend_from_slice(&crc32c::crc32c(&pos.to_le_bytes()).to_le_bytes());
+    fs::write(&tmp, &b).map_err(|e| StorageError::io(&tmp, e))?;
+    fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    fs::rename(&tmp, &fin).map_err(|e| StorageError::io(&fin, e))?;
+    Ok(())
+}
+
+/// Opens a table directory: removes leftovers of unfinished writes, opens SSTables.
+fn open_table_dir(dir: &Path, corrupt: &mut u64) -> Result<(Vec<Arc<SSTableReader>>, u64)> {
+    fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+    let mut gens = Vec::new();
+    let mut max_gen = 0;
+    let rd = fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+    let mut all = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| StorageError::io(dir, e))?;
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("tmp-") {
+            let _ = fs::remove_file(e.path());
+            continue;
+        }
+        if let Some(g) = parse_toc_name(&name) {
+            gens.push(g);
+        }
+        all.push(name);
+    }
+    for name in &all {
+        if let Some(g) = name
+            .strip_prefix(crate::sstable::FORMAT_PREFIX)
+            .and_then(|r| r.strip_prefix('-'))
+            .and_then(|r| r.split('-').next())
+            .and_then(|g| g.parse::<u64>().ok())
+        {
+            max_gen = max_gen.max(g);
+            if !gens.contains(&g) {
+                // No TOC: an SSTable whose write never completed.
+                let _ = fs::remove_file(dir.join(name));
+            }
+        }
+    }
+    gens.sort();
+    let mut out = Vec::new();
+    for g in gens {
+        match SSTableReader::open(dir, g) {
+            Ok(r) => out.push(Arc::new(r)),
+            Err(e) => {
+                tracing::error!(
+                    "SSTable {g} in {} is unreadable and out of service: {e}",
+                    dir.display()
+                );
+                *corrupt += 1;
+            }
+        }
+    }
+    Ok((out, max_gen + 1))
+}
+
+impl ShardStorage {
+    /// Opens the shard: loads SSTables and replays the commitlog.
+    pub fn open(cfg: StorageConfig, tables: Vec<Arc<TableSchema>>) -> Result<(Self, ReplayReport)> {
+        fs::create_dir_all(&cfg.data_dir).map_err(|e| StorageError::io(&cfg.data_dir, e))?;
+        let mut states = HashMap::new();
+        let mut corrupt = 0;
+        for s in tables {
+            let dir = table_dir(&cfg.data_dir, &s);
+            let (sstables, next) = open_table_dir(&dir, &mut corrupt)?;
+            states.insert(
+                s.id,
+                TableState {
+                    memtable: Memtable::new(s.clone()),
+                    schema: s,
+                    replay_from: read_replay_position(&dir),
+                    active_since: 0,
+                    dir,
+                    flushing: Vec::new(),
+                    sstables,
+                    compacting: HashSet::new(),
+                    running_compactions: Vec::new(),
+                    next_generation: Arc::new(AtomicU64::new(next)),
+                },
+            );
+        }
+        let log_dir = cfg.data_dir.join("commitlog");
+        let mut report = ReplayReport::default();
+        let (mut replayed, mut skipped) = (0u64, 0u64);
+        let segs = commitlog::replay(
+            &log_dir,
+            cfg.commit_failure_policy,
+            &mut report,
+            |pos, m| match states.get_mut(&m.table) {
+                Some(t) if pos >= t.replay_from => {
+                    t.memtable.apply(&m.key, &m.update, Some(pos));
+                    replayed += 1;
+                }
+                _ => skipped += 1,
+            },
+        )?;
+        report.mutations_replayed = replayed;
+        report.mutations_skipped = skipped;
+        let last_id = segs.last().map_or(0, |s| s.0);
+        let mut log = Commitlog::open(
+            &log_dir,
+            cfg.commitlog_sync,
+            cfg.commitlog_segment_size_bytes,
+            last_id,
+            cfg.shard,
+        )?;
+        log.adopt_replayed(segs);
+        let (results_tx, results_rx) = mpsc::channel();
+        let memtable_total = states.values().map(|t| t.memtable.size_bytes).sum();
+        let shard = cfg.shard;
+        let metrics = StorageMetrics {
+            corrupt_sstables: corrupt,
+            ..Default::default()
+        };
+        let inner = Inner {
+            cfg,
+            tables: states,
+            metrics,
+            memtable_total,
+            next_job: 1,
+            results_tx,
+            results_rx,
+            notify: Arc::new(Notify::new()),
+            waiters: HashMap::new(),
+            flusher: Worker::start(format!("flush-{shard}"))?,
+            compactor: Worker::start(format!("compaction-{shard}"))?,
+            closed: false,
+        };
+        let st = ShardStorage {
+            inner: Rc::new(RefCell::new(inner)),
+            log: Rc::new(RefCell::new(log)),
+        };
+        st.discard_segments();
+        Ok((st, report))
+    }
+
+    pub fn config(&self) -> StorageConfig {
+        self.inner.borrow().cfg.clone()
+    }
+
+    /// Adds a table (creates its directory; opens SSTables already there).
+    pub fn add_table(&self, schema: Arc<TableSchema>) -> Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.tables.contains_key(&schema.id) {
+            return Err(StorageError::TableExists(schema.id));
+        }
+        let dir = table_dir(&inner.cfg.data_dir, &schema);
+        let mut corrupt = 0;
+        let (sstables, next) = open_table_dir(&dir, &mut corrupt)?;
+        inner.metrics.corrupt_sstables += corrupt;
+        inner.tables.insert(
+            schema.id,
+            TableState {
+                memtable: Memtable::new(schema.clone()),
+                schema,
+                replay_from: read_replay_position(&dir),
+                active_since: 0,
+                dir,
+                flushing: Vec::new(),
+                sstables,
+                compacting: HashSet::new(),
+                running_compactions: Vec::new(),
+                next_generation: Arc::new(AtomicU64::new(next)),
+            },
+        );
+        Ok(())
+    }
+
+    /// Replaces a table's schema (same id). Data stays; new writes use the new schema.
+    pub fn alter_table(&self, schema: Arc<TableSchema>) -> Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        let t = inner
+            .tables
+            .get_mut(&schema.id)
+            .ok_or(StorageError::UnknownTable(schema.id))?;
+        t.schema = schema.clone();
+        // Memtables keep their comparator: clustering types cannot change.
+        t.memtable.schema = schema;
+        Ok(())
+    }
+
+    /// Drops a table and deletes its files.
+    pub fn drop_table(&self, id: TableId) -> Result<()> {
+        let t = {
+            let mut inner = self.inner.borrow_mut();
+            let t = inner
+                .tables
+                .remove(&id)
+                .ok_or(StorageError::UnknownTable(id))?;
+            inner.memtable_total = inner.memtable_total.saturating_sub(t.memtable.size_bytes);
+            t
+        };
+        for s in &t.sstables {
+            s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
+        }
+        let dir = t.dir.clone();
+        drop(t);
+        if let Err(e) = fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(StorageError::io(&dir, e));
+        }
+        self.discard_segments();
+        Ok(())
+    }
+
+    /// Removes all data of a table (memtables, SSTables); commitlog entries before now are
+    /// ignored on replay.
+    pub fn truncate(&self, id: TableId) -> Result<()> {
+        let pos = {
+            let mut l = self.log.borrow_mut();
+            l.write_out()?;
+            l.current_position()
+        };
+        let mut inner = self.inner.borrow_mut();
+        let t = inner
+            .tables
+            .get_mut(&id)
+            .ok_or(StorageError::UnknownTable(id))?;
+        write_replay_position(&t.dir, pos)?;
+        t.replay_from = pos;
+        t.active_since = pos;
+        let freed = t.memtable.size_bytes;
+        t.memtable = Memtable::new(t.schema.clone());
+        t.flushing.clear();
+        for s in t.sstables.drain(..) {
+            s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
+        }
+        inner.memtable_total = inner.memtable_total.saturating_sub(freed);
+        drop(inner);
+        self.discard_segments();
+        Ok(())
+    }
+
+    pub fn table_ids(&self) -> Vec<TableId> {
+        self.inner.borrow().tables.keys().copied().collect()
+    }
+
+    pub fn schema(&self, id: TableId) -> Option<Arc<TableSchema>> {
+        self.inner
+            .borrow()
+            .tables
+            .get(&id)
+            .map(|t| t.schema.clone())
+    }
+
+    /// Appends to the commitlog and memtable. The returned ack resolves when the write is
+    /// durable per the sync mode; it borrows nothing.
+    pub fn apply(&self, m: &Mutation) -> Result<WriteAck> {
+        self.poll_background();
+        let (start, end) = {
+            let mut inner = self.inner.borrow_mut();
+            if inner.closed {
+                return Err(StorageError::ShutDown);
+            }
+            if !inner.tables.contains_key(&m.table) {
+                return Err(StorageError::UnknownTable(m.table));
+            }
+            let (start, end) = self.log.borrow_mut().append(m)?;
+            let inner = &mut *inner;
+            let Some(t) = inner.tables.get_mut(&m.table) else {
+                return Err(StorageError::UnknownTable(m.table));
+            };
+            let before = t.memtable.size_bytes;
+            t.memtable.apply(&m.key, &m.update, Some(start));
+            inner.memtable_total += t.memtable.size_bytes - before;
+            inner.metrics.writes += 1;
+            (start, end)
+        };
+        let _ = start;
+        self.maybe_flush_for_memory();
+        Ok(WriteAck::new(self.log.clone(), end))
+    }
+
+    /// Increments a counter cell: reads this counter id's shard, writes `clock + 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_counter_update(
+        &self,
+        table: TableId,
+        key: PartitionKey,
+        clustering: Clustering,
+        column: ColumnId,
+        delta: i64,
+        timestamp: i64,
+        counter_id: u128,
+        now_seconds: i32,
+    ) -> Result<WriteAck> {
+        let schema = self
+            .schema(table)
+            .ok_or(StorageError::UnknownTable(table))?;
+        let is_static = schema
+            .column_by_id(column)
+            .is_some_and(|c| c.kind == ColumnKind::Static);
+        let mut cmd = ReadCommand::new(table, PartitionRange::Single(key.clone()), now_seconds);
+        if !is_static {
+            cmd.slices = vec![ClusteringSlice {
+                start: ClusteringBound::inclusive(clustering.0.clone()),
+                end: ClusteringBound::inclusive(clustering.0.clone()),
+            }];
+        }
+        cmd.columns = Some(vec![column]);
+        let r = self.read(&cmd)?;
+        let current = r.partitions.first().and_then(|p| {
+            let row = if is_static {
+                p.static_row.as_ref()
+            } else {
+                p.rows.first()
+            };
+            match row.and_then(|r| r.cell(column)) {
+                Some(ColumnData::Simple(c)) if c.is_counter => decode_counter_shards(&c.value)
+                    .into_iter()
+                    .find(|s| s.counter_id == counter_id),
+                _ => None,
+            }
+        });
+        let (clock, value) = current.map_or((0, 0), |s| (s.clock, s.value));
+        let cell = Cell::counter(
+            timestamp,
+            &[CounterShard {
+                counter_id,
+                clock: clock + 1,
+                value: value.wrapping_add(delta),
+            }],
+        );
+        let row = Row {
+            clustering: if is_static {
+                Clustering::empty()
+            } else {
+                clustering
+            },
+            marker: None,
+            deletion: None,
+            cells: vec![(column, ColumnData::Simple(cell))],
+        };
+        let update = if is_static {
+            PartitionUpdate {
+                static_row: Some(row),
+                ..Default::default()
+            }
+        } else {
+            PartitionUpdate {
+                rows: vec![row],
+                ..Default::default()
+            }
+        };
+        self.apply(&Mutation { table, key, update })
+    }
+
+    fn maybe_flush_for_memory(&self) {
+        let (over_mem, over_log) = {
+            let inner = self.inner.borrow();
+            let log = self.log.borrow();
+            (
+                inner.memtable_total > inner.cfg.memtable_budget_bytes,
+                log.total_bytes() > inner.cfg.commitlog_total_space_bytes,
+            )
+        };
+        if over_mem {
+            // Flush the largest memtable.
+            let largest = {
+                let inner = self.inner.borrow();
+                inner
+                    .tables
+                    .iter()
+                    .max_by_key(|(_, t)| t.memtable.size_bytes)
+                    .map(|(id, _)| *id)
+            };
+            if let Some(id) = largest {
+                let _ = self.start_flush(id);
+            }
+        }
+        if over_log {
+            // Flush every table holding data in the oldest segment.
+            let oldest = self.log.borrow().oldest_segment_id();
+            let ids: Vec<TableId> = {
+                let inner = self.inner.borrow();
+                inner
+                    .tables
+                    .iter()
+                    .filter(|(_, t)| {
+                        t.memtable
+                            .min_log_pos
+                            .is_some_and(|p| segment_of(p) <= oldest)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            };
+            for id in ids {
+                let _ = self.start_flush(id);
+            }
+        }
+    }
+
+    /// Switches the table's memtable and submits its flush. Returns the job id, or None if
+    /// there was nothing to flush.
+    fn start_flush(&self, id: TableId) -> Result<Option<u64>> {
+        let upper = {
+            let mut l = self.log.borrow_mut();
+            l.write_out()?;
+            l.current_position()
+        };
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        let job = inner.next_job;
+        let t = inner
+            .tables
+            .get_mut(&id)
+            .ok_or(StorageError::UnknownTable(id))?;
+        // Resubmit flushes that failed earlier.
+        let mut submit: Vec<(u64, Arc<Memtable>)> = Vec::new();
+        for f in t.flushing.iter_mut().filter(|f| f.failed) {
+            f.failed = false;
+            submit.push((f.job, f.mem.clone()));
+        }
+        let mut new_job = None;
+        if !t.memtable.is_empty() {
+            let mem = std::mem::replace(&mut t.memtable, Memtable::new(t.schema.clone()));
+            let mem = Arc::new(mem);
+            inner.next_job += 1;
+            let lower = std::mem::replace(&mut t.active_since, upper);
+            t.flushing.push(FlushingMemtable {
+                job,
+                mem: mem.clone(),
+                lower,
+                upper,
+                failed: false,
+            });
+            submit.push((job, mem));
+            new_job = Some(job);
+        }
+        for (job, mem) in submit {
+            let dir = t.dir.clone();
+            let gen_ = t.next_generation.fetch_add(1, AtomicOrdering::Relaxed);
+            let tx = inner.results_tx.clone();
+            let notify = inner.notify.clone();
+            let upper = t
+                .flushing
+                .iter()
+                .find(|f| f.job == job)
+                .map_or(upper, |f| f.upper);
+            inner.metrics.pending_flushes += 1;
+            inner.flusher.submit(Box::new(move || {
+                let result = flush_memtable(&dir, gen_, &mem, upper).map(|o| o.map(Box::new));
+                let _ = tx.send(BgResult::Flushed {
+                    table: id,
+                    job,
+                    result,
+                });
+                notify.notify_one();
+            }));
+        }
+        Ok(new_job)
+    }
+
+    /// Installs finished background work. Called by `apply`/`read` and the futures.
+    pub fn poll_background(&self) {
+        loop {
+            let r = {
+                let inner = self.inner.borrow();
+                inner.results_rx.try_recv()
+            };
+            let Ok(r) = r else { break };
+            self.install(r);
+        }
+    }
+
+    /// Runs forever on the shard (spawn it with `spawn_local`), installing background
+    /// results as soon as they are ready. Returns after `shutdown`.
+    pub fn run_background(&self) -> impl Future<Output = ()> + 'static {
+        let me = self.clone();
+        async move {
+            loop {
+                let notify = me.inner.borrow().notify.clone();
+                notify.notified().await;
+                me.poll_background();
+                if me.inner.borrow().closed {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn install(&self, r: BgResult) {
+        let mut trigger_compaction = None;
+        let (job, res) = {
+            let mut inner = self.inner.borrow_mut();
+            let inner = &mut *inner;
+            match r {
+                BgResult::Flushed { table, job, result } => {
+                    inner.metrics.pending_flushes = inner.metrics.pending_flushes.saturating_sub(1);
+                    let res = match (inner.tables.get_mut(&table), result) {
+                        (Some(t), Ok(sst)) => {
+                            if let Some(i) = t.flushing.iter().position(|f| f.job == job) {
+                                let f = t.flushing.remove(i);
+                                inner.memtable_total =
+                                    inner.memtable_total.saturating_sub(f.mem.size_bytes);
+                                inner.metrics.flushed_bytes += f.mem.size_bytes;
+                            }
+                            if let Some(s) = sst {
+                                t.sstables.push(Arc::new(*s));
+                            }
+                            let flushed_to = t
+                                .flushing
+                                .iter()
+                                .map(|f| f.lower)
+                                .min()
+                                .unwrap_or(t.active_since);
+                            if flushed_to > t.replay_from {
+                                match write_replay_position(&t.dir, flushed_to) {
+                                    Ok(()) => t.replay_from = flushed_to,
+                                    Err(e) => {
+                                        tracing::warn!("cannot record the replay position: {e}")
+                                    }
+                                }
+                            }
+                            inner.metrics.flushes += 1;
+                            trigger_compaction = Some(table);
+                            Ok(())
+                        }
+                        (Some(t), Err(e)) => {
+                            tracing::error!("flush of table {table} failed: {e}");
+                            inner.metrics.background_errors += 1;
+                            if let Some(f) = t.flushing.iter_mut().find(|f| f.job == job) {
+                                f.failed = true;
+                            }
+                            Err(e)
+                        }
+                        (None, Ok(Some(s))) => {
+                            s.delete_files();
+                            Ok(())
+                        }
+                        (None, _) => Ok(()),
+                    };
+                    (job, res)
+                }
+                BgResult::Compacted {
+                    table,
+                    job,
+                    inputs,
+                    result,
+                } => {
+                    inner.metrics.pending_compactions =
+                        inner.metrics.pending_compactions.saturating_sub(1);
+                    if let Some(t) = inner.tables.get_mut(&table) {
+                        t.running_compactions.retain(|j| *j != job);
+                    }
+                    let res = match (inner.tables.get_mut(&table), result) {
+                        (Some(t), Ok(outs)) => {
+                            let mut bytes_in = 0;
+                            t.sstables.retain(|s| {
+                                if inputs.contains(&s.generation) {
+                                    bytes_in += s.data_size();
+                                    s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
+                                    false
+                                } else {
+                                    true
+                                }
+                            });
+                            for g in &inputs {
+                                t.compacting.remove(g);
+                            }
+                            for o in outs {
+                                inner.metrics.compacted_bytes_out += o.data_size();
+                                t.sstables.push(Arc::new(o));
+                            }
+                            inner.metrics.compacted_bytes_in += bytes_in;
+                            inner.metrics.compactions += 1;
+                            trigger_compaction = Some(table);
+                            Ok(())
+                        }
+                        (Some(t), Err(e)) => {
+                            tracing::error!("compaction of table {table} failed: {e}");
+                            inner.metrics.background_errors += 1;
+                            for g in &inputs {
+                                t.compacting.remove(g);
+                            }
+                            Err(e)
+                        }
+                        (None, Ok(outs)) => {
+                            for o in outs {
+                                o.delete_files();
+                            }
+                            Ok(())
+                        }
+                        (None, Err(_)) => Ok(()),
+                    };
+                    (job, res)
+                }
+            }
+        };
+        let waiters = self
+            .inner
+            .borrow_mut()
+            .waiters
+            .remove(&job)
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(match &res {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StorageError::Background(e.to_string())),
+            });
+        }
+        self.discard_segments();
+        if let Some(t) = trigger_compaction
+            && self.inner.borrow().cfg.auto_compaction
+        {
+            let _ = self.start_compaction(t, false);
+        }
+    }
+
+    fn discard_segments(&self) {
+        let oldest = {
+            let inner = self.inner.borrow();
+            inner
+                .tables
+                .values()
+                .filter_map(|t| t.oldest_log_pos())
+                .min()
+        };
+        let mut log = self.log.borrow_mut();
+        let keep_from = oldest.map_or(log.active_segment_id(), segment_of);
+        log.discard_before(keep_from);
+    }
+
+    /// Submits the strategy's next compaction (or a major one). Returns the job id.
+    fn start_compaction(&self, id: TableId, major: bool) -> Result<Option<u64>> {
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        let t = inner
+            .tables
+            .get_mut(&id)
+            .ok_or(StorageError::UnknownTable(id))?;
+        let now = now_seconds();
+        let gc_before = now.saturating_sub(t.schema.options.gc_grace_seconds);
+        let candidates: Vec<&Arc<SSTableReader>> = t
+            .sstables
+            .iter()
+            .filter(|s| !t.compacting.contains(&s.generation) && !s.is_quarantined())
+            .collect();
+        let job_spec = if major {
+            if candidates.is_empty()
+                || (candidates.len() == 1
+                    && t.compacting.is_empty()
+                    && !has_purgeable(candidates[0], gc_before))
+            {
+                None
+            } else {
+                let strategy = Strategy::from_options(&t.schema.options.compaction);
+                let max_output_bytes = match strategy {
+                    Strategy::Leveled(o) => Some(o.sstable_size_bytes),
+                    _ => None,
+                };
+                Some(CompactionJob {
+                    inputs: candidates.iter().map(|s| s.generation).collect(),
+                    output_level: if max_output_bytes.is_some() { 1 } else { 0 },
+                    max_output_bytes,
+                    drop_only: false,
+                })
+            }
+        } else {
+            let infos: Vec<SSTableInfo> = candidates.iter().map(|s| SSTableInfo::of(s)).collect();
+            Strategy::from_options(&t.schema.options.compaction).next_job(&infos, gc_before)
+        };
+        let Some(spec) = job_spec else {
+            return Ok(None);
+        };
+        let inputs: Vec<Arc<SSTableReader>> = t
+            .sstables
+            .iter()
+            .filter(|s| spec.inputs.contains(&s.generation))
+            .cloned()
+            .collect();
+        let others: Vec<Arc<SSTableReader>> = t
+            .sstables
+            .iter()
+            .filter(|s| !spec.inputs.contains(&s.generation))
+            .cloned()
+            .collect();
+        let memtable_min_timestamp = t
+            .flushing
+            .iter()
+            .map(|f| f.mem.min_timestamp)
+            .chain(std::iter::once(t.memtable.min_timestamp))
+            .min()
+            .unwrap_or(i64::MAX);
+        for g in &spec.inputs {
+            t.compacting.insert(*g);
+        }
+        let job = inner.next_job;
+        inner.next_job += 1;
+        t.running_compactions.push(job);
+        inner.metrics.pending_compactions += 1;
+        let schema = t.schema.clone();
+        let dir = t.dir.clone();
+        let next_gen = t.next_generation.clone();
+        let tx = inner.results_tx.clone();
+        let notify = inner.notify.clone();
+        let ctx = PurgeContext {
+            gc_before,
+            now_seconds: now,
+            others,
+            memtable_min_timestamp,
+        };
+        inner.compactor.submit(Box::new(move || {
+            let result = run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
+            if result.is_err() {
+                // Leave no partial outputs behind.
+                cleanup_tmp(&dir);
+            }
+            drop(inputs);
+            let _ = tx.send(BgResult::Compacted {
+                table: id,
+                job,
+                inputs: spec.inputs,
+                result,
+            });
+            notify.notify_one();
+        }));
+        Ok(Some(job))
+    }
+
+    fn wait_job(&self, job: u64) -> oneshot::Receiver<Result<()>> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .borrow_mut()
+            .waiters
+            .entry(job)
+            .or_default()
+            .push(tx);
+        rx
+    }
+
+    async fn await_jobs(&self, jobs: Vec<u64>) -> Result<()> {
+        let rxs: Vec<_> = jobs.into_iter().map(|j| self.wait_job(j)).collect();
+        let mut first_err = None;
+        for mut rx in rxs {
+            loop {
+                // Results may already be queued.
+                self.poll_background();
+                let notify = self.inner.borrow().notify.clone();
+                let mut notified = Box::pin(notify.notified());
+                let r = std::future::poll_fn(|cx| {
+                    if let std::task::Poll::Ready(r) = std::pin::Pin::new(&mut rx).poll(cx) {
+                        return std::task::Poll::Ready(Some(r));
+                    }
+                    if notified.as_mut().poll(cx).is_ready() {
+                        return std::task::Poll::Ready(None);
+                    }
+                    std::task::Poll::Pending
+                })
+                .await;
+                match r {
+                    Some(Ok(Ok(()))) => break,
+                    Some(Ok(Err(e))) => {
+                        first_err.get_or_insert(e);
+                        break;
+                    }
+                    Some(Err(_)) => {
+                        first_err.get_or_insert(StorageError::ShutDown);
+                        break;
+                    }
+                    None => continue,
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes one table's memtable to an SSTable.
+    pub fn flush(&self, id: TableId) -> impl Future<Output = Result<()>> + 'static {
+        let me = self.clone();
+        async move {
+            let mut jobs: Vec<u64> = me.start_flush(id)?.into_iter().collect();
+            // Also wait for flushes already running.
+            if let Some(t) = me.inner.borrow().tables.get(&id) {
+                jobs.extend(t.flushing.iter().map(|f| f.job));
+            }
+            jobs.sort();
+            jobs.dedup();
+            me.await_jobs(jobs).await
+        }
+    }
+
+    pub fn flush_all(&self) -> impl Future<Output = Result<()>> + 'static {
+        let me = self.clone();
+        async move {
+            let ids = me.table_ids();
+            let mut jobs = Vec::new();
+            for id in ids {
+                if let Some(j) = me.start_flush(id)? {
+                    jobs.push(j);
+                }
+                if let Some(t) = me.inner.borrow().tables.get(&id) {
+                    jobs.extend(t.flushing.iter().map(|f| f.job));
+                }
+            }
+            jobs.sort();
+            jobs.dedup();
+            me.await_jobs(jobs).await
+        }
+    }
+
+    /// Compacts all of a table's SSTables into one (split by size under LCS).
+    pub fn compact_major(&self, id: TableId) -> impl Future<Output = Result<()>> + 'static {
+        let me = self.clone();
+        async move {
+            // Wait for running compactions first so the major one sees every SSTable.
+            let running = me
+                .inner
+                .borrow()
+                .tables
+                .get(&id)
+                .map_or_else(Vec::new, |t| t.running_compactions.clone());
+            let _ = me.await_jobs(running).await;
+            match me.start_compaction(id, true)? {
+                Some(job) => me.await_jobs(vec![job]).await,
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// Runs the strategy's next compaction if there is one (for tests and nodetool).
+    pub fn compact_once(&self, id: TableId) -> impl Future<Output = Result<bool>> + 'static {
+        let me = self.clone();
+        async move {
+            match me.start_compaction(id, false)? {
+                Some(job) => me.await_jobs(vec![job]).await.map(|_| true),
+                None => Ok(false),
+            }
+        }
+    }
+
+    /// Flushes everything, waits for background work, and closes the commitlog cleanly.
+    pub fn shutdown(&self) -> impl Future<Output = Result<()>> + 'static {
+        let me = self.clone();
+        async move {
+            me.flush_all().await?;
+            let running: Vec<u64> = me
+                .inner
+                .borrow()
+                .tables
+                .values()
+                .flat_map(|t| t.running_compactions.iter().copied())
+                .collect();
+            let _ = me.await_jobs(running).await;
+            me.inner.borrow_mut().closed = true;
+            me.inner.borrow().notify.notify_one();
+            me.log.borrow_mut().shutdown()?;
+            Ok(())
+        }
+    }
+
+    pub fn metrics(&self) -> StorageMetrics {
+        let inner = self.inner.borrow();
+        let log = self.log.borrow();
+        let mut m = inner.metrics.clone();
+        m.memtable_bytes = inner.memtable_total;
+        m.memtable_partitions = inner
+            .tables
+            .values()
+            .map(|t| {
+                t.memtable.partitions.len() as u64
+                    + t.flushing
+                        .iter()
+                        .map(|f| f.mem.partitions.len() as u64)
+                        .sum::<u64>()
+            })
+            .sum();
+        m.sstable_count = inner.tables.values().map(|t| t.sstables.len() as u64).sum();
+        m.sstable_bytes = inner
+            .tables
+            .values()
+            .flat_map(|t| t.sstables.iter())
+            .map(|s| s.data_size())
+            .sum();
+        m.commitlog_bytes = log.total_bytes();
+        m.commitlog_segments = log.segment_count() as u64;
+        m
+    }
+
+    pub fn table_stats(&self, id: TableId) -> Option<TableStats> {
+        let inner = self.inner.borrow();
+        let t = inner.tables.get(&id)?;
+        Some(TableStats {
+            memtable_bytes: t.memtable.size_bytes,
+            memtable_partitions: t.memtable.partitions.len() as u64,
+            flushing_memtables: t.flushing.len() as u64,
+            sstable_count: t.sstables.len() as u64,
+            sstable_bytes: t.sstables.iter().map(|s| s.data_size()).sum(),
+            sstable_uncompressed_bytes: t.sstables.iter().map(|s| s.stats.uncompressed_bytes).sum(),
+            estimated_partitions: t.sstables.iter().map(|s| s.stats.partitions).sum::<u64>()
+                + t.memtable.partitions.len() as u64,
+            sstable_levels: t.sstables.iter().map(|s| s.stats.level).collect(),
+        })
+    }
+
+    /// Data files of a table's live SSTables (for tools and tests).
+    pub fn sstable_paths(&self, id: TableId) -> Vec<PathBuf> {
+        let inner = self.inner.borrow();
+        inner.tables.get(&id).map_or_else(Vec::new, |t| {
+            t.sstables
+                .iter()
+                .map(|s| s.data_path().to_path_buf())
+                .collect()
+        })
+    }
+
+    /// Executes a read: merges memtables and the SSTables that may hold the data, and
+    /// returns live data only.
+    pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
+        self.poll_background();
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        inner.metrics.reads += 1;
+        let t = inner
+            .tables
+            .get(&cmd.table)
+            .ok_or(StorageError::UnknownTable(cmd.table))?;
+        let res = match &cmd.partitions {
+            PartitionRange::Single(key) => read_single(t, key, cmd),
+            PartitionRange::TokenRange { start, end } => read_range(t, start, end, cmd),
+        };
+        match res {
+            Ok(r) => {
+                inner.metrics.sstables_per_read[(r.sstables_read as usize).min(15)] += 1;
+                Ok(r)
+            }
+            Err(e) => {
+                if let StorageError::Corrupt { .. } = &e {
+                    inner.metrics.corrupt_sstables += 1;
+                    tracing::error!(
+                        "read of table {} hit corruption; SSTable taken out of service: {e}",
+                        cmd.table
+                    );
+                    if let Some(t) = inner.tables.get_mut(&cmd.table) {
+                        t.sstables.retain(|s| !s.is_quarantined());
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+fn has_purgeable(s: &SSTableReader, gc_before: i32) -> bool {
+    s.stats.max_local_deletion_time != i32::MIN && s.stats.min_local_deletion_time < gc_before
+}
+
+fn cleanup_tmp(dir: &Path) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("tmp-") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Current time in seconds (the engine's clock for gc_grace decisions).
+pub fn now_seconds() -> i32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i32)
+        .unwrap_or(0)
+}
+
+fn flush_memtable(
+    dir: &Path,
+    generation: u64,
+    mem: &Memtable,
+    upper: LogPosition,
+) -> Result<Option<SSTableReader>> {
+    let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
+    let cmp = mem.cmp.clone();
+    for (k, p) in &mem.partitions {
+        let mut u = mem.to_update(p, &[]);
+        if u.range_tombstones.len() > 1 {
+            u.range_tombstones =
+                normalize_range_tombstones(&cmp, &u.range_tombstones, u.partition_deletion);
+        }
+        if let Err(e) = w.append(k, &u) {
+            w.abort();
+            return Err(e);
+        }
+    }
+    match w.finish(upper, 0) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            cleanup_tmp(dir);
+            Err(e)
+        }
+    }
+}
+
+fn restrict(u: &mut PartitionUpdate, schema: &TableSchema, slices: &[ClusteringSlice]) {
+    if slices.is_empty() {
+        return;
+    }
+    let cmp = schema.clustering_comparator();
+    u.rows
+        .retain(|r| slices.iter().any(|s| s.contains(&cmp, &r.clustering)));
+}
+
+fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: PartitionUpdate) {
+    *acc = Some(match acc.take() {
+        None => u,
+        Some(a) => merge_partition_updates(schema, &a, &u),
+    });
+}
+
+fn read_single(t: &TableState, key: &PartitionKey, cmd: &ReadCommand) -> Result<ReadResult> {
+    let schema = &t.schema;
+    let mut acc: Option<PartitionUpdate> = None;
+    let mut sources: Vec<PartitionUpdate> = Vec::new();
+    if let Some(u) = t.memtable.get(key, &cmd.slices) {
+        sources.push(u);
+    }
+    for f in t.flushing.iter().rev() {
+        if let Some(u) = f.mem.get(key, &cmd.slices) {
+            sources.push(u);
+        }
+    }
+    let mut partition_deletion = sources.iter().filter_map(|u| u.partition_deletion).max();
+    for u in sources {
+        merge_into(schema, &mut acc, u);
+    }
+    // Newest SSTables first: a partition tombstone newer than an SSTable's data hides it.
+    let mut ssts: Vec<&Arc<SSTableReader>> =
+        t.sstables.iter().filter(|s| !s.is_quarantined()).collect();
+    ssts.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
+    let mut sstables_read = 0;
+    for s in ssts {
+        if partition_deletion.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
+            break;
+        }
+        if !s.may_contain(key) {
+            continue;
+        }
+        sstables_read += 1;
+        if let Some(mut u) = s.get(key)? {
+            restrict(&mut u, schema, &cmd.slices);
+            partition_deletion = partition_deletion.max(u.partition_deletion);
+            merge_into(schema, &mut acc, u);
+        }
+    }
+    let mut result = ReadResult {
+        sstables_read,
+        exhausted: true,
+        ..Default::default()
+    };
+    let Some(mut merged) = acc else {
+        return Ok(result);
+    };
+    // A single source was never merged: apply its internal shadowing too.
+    merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
+    let after = match &cmd.start_after {
+        Some((k, c)) if k == key => match c {
+            Some(c) => Some(c),
+            None => return Ok(result),
+        },
+        _ => None,
+    };
+    let mut remaining = limit(cmd.row_limit);
+    let start_remaining = remaining;
+    let (data, cut) = live_partition(schema, key.clone(), &merged, cmd, after, &mut remaining);
+    result.rows_counted = start_remaining - remaining;
+    if let Some(d) = data {
+        result.partitions.push(d);
+    }
+    result.exhausted = !cut;
+    Ok(result)
+}
+
+/// A source of partitions in ring order.
+enum Source<'a> {
+    Mem(std::iter::Peekable<Box<dyn Iterator<Item = (PartitionKey, PartitionUpdate)> + 'a>>),
+    Sst(crate::sstable::Scanner<'a>),
+}
+
+impl Source<'_> {
+    fn peek_key(&mut self) -> Result<Option<PartitionKey>> {
+        match self {
+            Source::Mem(it) => Ok(it.peek().map(|(k, _)| k.clone())),
+            Source::Sst(s) => Ok(s.peek_key()?.cloned()),
+        }
+    }
+    fn next(&mut self) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
+        match self {
+            Source::Mem(it) => Ok(it.next()),
+            Source::Sst(s) => s.next_partition(),
+        }
+    }
+}
+
+fn start_key_bound(b: &Bound<(i64, Option<Bytes>)>) -> Bound<PartitionKey> {
+    match b {
+        Bound::Unbounded => Bound::Unbounded,
+        Bound::Included((t, None)) => Bound::Included(PartitionKey {
+            token: *t,
+            key: Bytes::new(),
+        }),
+        Bound::Excluded((t, None)) => match t.checked_add(1) {
+            Some(n) => Bound::Included(PartitionKey {
+                token: n,
+                key: Bytes::new(),
+            }),
+            None => Bound::Excluded(PartitionKey {
+                token: i64::MAX,
+                key: Bytes::from_static(&[0xff; 64]),
+            }),
+        },
+        Bound::Included((t, Some(k))) => Bound::Included(PartitionKey {
+            token: *t,
+            key: k.clone(),
+        }),
+        Bound::Excluded((t, Some(k))) => Bound::Excluded(PartitionKey {
+            token: *t,
+            key: k.clone(),
+        }),
+    }
+}
+
+fn read_range(
+    t: &TableState,
+    start: &Bound<(i64, Option<Bytes>)>,
+    end: &Bound<(i64, Option<Bytes>)>,
+    cmd: &ReadCommand,
+) -> Result<ReadResult> {
+    let schema = &t.schema;
+    // Effective start: the range start, or just after the paging position.
+    let start_bound: Bound<(i64, Option<Bytes>)> = match &cmd.start_after {
+        Some((k, Some(_))) => Bound::Included((k.token, Some(k.key.clone()))),
+        Some((k, None)) => Bound::Excluded((k.token, Some(k.key.clone()))),
+        None => start.clone(),
+    };
+    let sk = start_key_bound(&start_bound);
+    let mut sources: Vec<Source<'_>> = Vec::new();
+    let slices = cmd.slices.clone();
+    let mems: Vec<&Memtable> = std::iter::once(&t.memtable)
+        .chain(t.flushing.iter().rev().map(|f| f.mem.as_ref()))
+        .collect();
+    for m in mems {
+        let slices = slices.clone();
+        let it: Box<dyn Iterator<Item = (PartitionKey, PartitionUpdate)> + '_> = Box::new(
+            m.range(sk.as_ref(), Bound::Unbounded)
+                .map(move |(k, p)| (k.clone(), m.to_update(p, &slices))),
+        );
+        sources.push(Source::Mem(it.peekable()));
+    }
+    let mut sstables_read = 0;
+    for s in t.sstables.iter().filter(|s| !s.is_quarantined()) {
+        let scanner = match &sk {
+            Bound::Unbounded => s.scan_from(i64::MIN, None, false)?,
+            Bound::Included(k) => s.scan_from(k.token, Some(&k.key), false)?,
+            Bound::Excluded(k) => s.scan_from(k.token, Some(&k.key), true)?,
+        };
+        sstables_read += 1;
+        sources.push(Source::Sst(scanner));
+    }
+    let mut result = ReadResult {
+        sstables_read,
+        exhausted: true,
+        ..Default::default()
+    };
+    let mut remaining = limit(cmd.row_limit);
+    let start_remaining = remaining;
+    let partition_limit = limit(cmd.partition_limit);
+    loop {
+        let mut min: Option<PartitionKey> = None;
+        for s in sources.iter_mut() {
+            if let Some(k) = s.peek_key()?
+                && min.as_ref().is_none_or(|m| &k < m)
+            {
+                min = Some(k);
+            }
+        }
+        let Some(key) = min else { break };
+        if !in_range(&key, &Bound::Unbounded, end) {
+            break;
+        }
+        let mut acc: Option<PartitionUpdate> = None;
+        for s in sources.iter_mut() {
+            if s.peek_key()?.as_ref() == Some(&key)
+                && let Some((_, mut u)) = s.next()?
+            {
+                if let Source::Sst(..) = s {
+                    restrict(&mut u, schema, &cmd.slices);
+                }
+                merge_into(schema, &mut acc, u);
+            }
+        }
+        if !in_range(&key, &start_bound, end) {
+            continue;
+        }
+        let Some(mut merged) = acc else { continue };
+        merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
+        let after = match &cmd.start_after {
+            Some((k, Some(c))) if *k == key => Some(c),
+            _ => None,
+        };
+        if remaining == 0 {
+            result.exhausted = false;
+            break;
+        }
+        let (data, cut) = live_partition(schema, key, &merged, cmd, after, &mut remaining);
+        if let Some(d) = data {
+            result.partitions.push(d);
+        }
+        if cut {
+            result.exhausted = false;
+            break;
+        }
+        if result.partitions.len() as u64 >= partition_limit {
+            result.exhausted = false;
+            break;
+        }
+    }
+    result.rows_counted = start_remaining - remaining;
+    let _: Option<&PartitionData> = None;
+    Ok(result)
+}

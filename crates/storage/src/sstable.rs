@@ -1,0 +1,1092 @@
+//! SSTable format v1: writer, reader, scanner. Format: docs/dev/sstable-format.md.
+//
+// PERF-CRITICAL: the writer and the scanner run at flush/compaction speed; the reader's
+// `get` is the point-read path.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+
+use amphora_types::codec::{Reader, encode_update, read_update};
+use amphora_types::data::{ColumnData, PartitionKey, PartitionUpdate};
+use amphora_types::schema::{TableId, TableSchema};
+use bytes::Bytes;
+
+use crate::bloom::Bloom;
+use crate::commitlog::LogPosition;
+use crate::error::{Result, StorageError};
+
+pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_PREFIX: &str = "am1";
+pub const INDEX_BLOCK_ENTRIES: usize = 128;
+
+const MAGIC_COMPRESSION: &[u8; 8] = b"AMPHCINF";
+const MAGIC_SUMMARY: &[u8; 8] = b"AMPHSUMM";
+const MAGIC_STATS: &[u8; 8] = b"AMPHSTAT";
+
+pub const COMPONENTS: [&str; 6] = [
+    "Data.db",
+    "CompressionInfo.db",
+    "Index.db",
+    "Summary.db",
+    "Filter.db",
+    "Statistics.db",
+];
+
+pub fn component_path(dir: &Path, generation: u64, component: &str) -> PathBuf {
+    dir.join(format!("{FORMAT_PREFIX}-{generation}-{component}"))
+}
+
+fn tmp_path(dir: &Path, generation: u64, component: &str) -> PathBuf {
+    dir.join(format!("tmp-{FORMAT_PREFIX}-{generation}-{component}"))
+}
+
+/// Parses `am1-<gen>-TOC.txt`.
+pub fn parse_toc_name(name: &str) -> Option<u64> {
+    name.strip_prefix(FORMAT_PREFIX)?
+        .strip_prefix('-')?
+        .strip_suffix("-TOC.txt")?
+        .parse()
+        .ok()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compressor {
+    None = 0,
+    Lz4 = 1,
+}
+
+/// Compression settings derived from the table's `compression` option.
+#[derive(Debug, Clone, Copy)]
+pub struct CompressionParams {
+    pub compressor: Compressor,
+    pub chunk_bytes: u32,
+}
+
+impl CompressionParams {
+    pub fn from_schema(s: &TableSchema) -> Self {
+        let o = &s.options.compression;
+        let disabled = o.is_empty()
+            || o.get("enabled")
+                .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+            || o.get("class").is_some_and(|c| c.is_empty());
+        let kb: u32 = o
+            .get("chunk_length_in_kb")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16)
+            .clamp(1, 1024);
+        CompressionParams {
+            compressor: if disabled {
+                Compressor::None
+            } else {
+                Compressor::Lz4
+            },
+            chunk_bytes: kb * 1024,
+        }
+    }
+}
+
+/// SSTable statistics (Statistics.db).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    pub table: TableId,
+    pub partitions: u64,
+    pub rows: u64,
+    pub tombstones: u64,
+    pub min_timestamp: i64,
+    pub max_timestamp: i64,
+    pub min_local_deletion_time: i32,
+    /// Latest local deletion / expiry time of any tombstone or TTL (TWCS full-expiry check).
+    pub max_local_deletion_time: i32,
+    pub min_token: i64,
+    pub max_token: i64,
+    pub min_clustering: Vec<Bytes>,
+    pub max_clustering: Vec<Bytes>,
+    /// Everything written before this commitlog position is in this SSTable (or older).
+    pub commitlog_upper_bound: LogPosition,
+    pub uncompressed_bytes: u64,
+    pub level: u32,
+    /// Partition size histogram: bucket i counts partitions of < 2^(i+1) bytes.
+    pub partition_size_histogram: [u64; 40],
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            table: TableId::default(),
+            partitions: 0,
+            rows: 0,
+            tombstones: 0,
+            min_timestamp: 0,
+            max_timestamp: 0,
+            min_local_deletion_time: 0,
+            max_local_deletion_time: 0,
+            min_token: 0,
+            max_token: 0,
+            min_clustering: Vec::new(),
+            max_clustering: Vec::new(),
+            commitlog_upper_bound: 0,
+            uncompressed_bytes: 0,
+            level: 0,
+            partition_size_histogram: [0; 40],
+        }
+    }
+}
+
+fn put_u64(o: &mut Vec<u8>, v: u64) {
+    o.extend_from_slice(&v.to_le_bytes());
+}
+fn put_var(o: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        o.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    o.push(v as u8);
+}
+fn put_bytes(o: &mut Vec<u8>, b: &[u8]) {
+    put_var(o, b.len() as u64);
+    o.extend_from_slice(b);
+}
+
+impl Stats {
+    fn encode(&self) -> Vec<u8> {
+        let mut o = MAGIC_STATS.to_vec();
+        o.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        o.extend_from_slice(&self.table.to_bytes());
+        for v in [self.partitions, self.rows, self.tombstones] {
+            put_u64(&mut o, v);
+        }
+        for v in [self.min_timestamp, self.max_timestamp] {
+            put_u64(&mut o, v as u64);
+        }
+        o.extend_from_slice(&self.min_local_deletion_time.to_le_bytes());
+        o.extend_from_slice(&self.max_local_deletion_time.to_le_bytes());
+        put_u64(&mut o, self.min_token as u64);
+        put_u64(&mut o, self.max_token as u64);
+        for c in [&self.min_clustering, &self.max_clustering] {
+            put_var(&mut o, c.len() as u64);
+            for b in c {
+                put_bytes(&mut o, b);
+            }
+        }
+        put_u64(&mut o, self.commitlog_upper_bound);
+        put_u64(&mut o, self.uncompressed_bytes);
+        o.extend_from_slice(&self.level.to_le_bytes());
+        for h in self.partition_size_histogram {
+            put_var(&mut o, h);
+        }
+        let crc = crc32c::crc32c(&o);
+        o.extend_from_slice(&crc.to_le_bytes());
+        o
+    }
+
+    fn decode(path: &Path, data: &[u8]) -> Result<Stats> {
+        let body = check_crc(path, data)?;
+        let mut r = Reader::new(Bytes::copy_from_slice(body));
+        let e = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(path, err.offset as u64, err.reason)
+        };
+        if r.fixed::<8>().map_err(e)? != *MAGIC_STATS {
+            return Err(StorageError::corrupt(path, 0, "bad magic"));
+        }
+        let version = u32::from_le_bytes(r.fixed::<4>().map_err(e)?);
+        if version != FORMAT_VERSION {
+            return Err(StorageError::corrupt(
+                path,
+                8,
+                format!("unsupported format version {version}"),
+            ));
+        }
+        let u64_ = |r: &mut Reader| r.fixed::<8>().map(u64::from_le_bytes).map_err(e);
+        let i32_ = |r: &mut Reader| r.fixed::<4>().map(i32::from_le_bytes).map_err(e);
+        let table = TableId::from_bytes(r.fixed::<16>().map_err(e)?);
+        let partitions = u64_(&mut r)?;
+        let rows = u64_(&mut r)?;
+        let tombstones = u64_(&mut r)?;
+        let min_timestamp = u64_(&mut r)? as i64;
+        let max_timestamp = u64_(&mut r)? as i64;
+        let min_local_deletion_time = i32_(&mut r)?;
+        let max_local_deletion_time = i32_(&mut r)?;
+        let min_token = u64_(&mut r)? as i64;
+        let max_token = u64_(&mut r)? as i64;
+        let clus = |r: &mut Reader| -> Result<Vec<Bytes>> {
+            let n = r.count().map_err(e)?;
+            (0..n).map(|_| r.bytes().map_err(e)).collect()
+        };
+        let min_clustering = clus(&mut r)?;
+        let max_clustering = clus(&mut r)?;
+        let commitlog_upper_bound = u64_(&mut r)?;
+        let uncompressed_bytes = u64_(&mut r)?;
+        let level = i32_(&mut r)? as u32;
+        let mut partition_size_histogram = [0u64; 40];
+        for h in partition_size_histogram.iter_mut() {
+            *h = r.var().map_err(e)?;
+        }
+        Ok(Stats {
+            table,
+            partitions,
+            rows,
+            tombstones,
+            min_timestamp,
+            max_timestamp,
+            min_local_deletion_time,
+            max_local_deletion_time,
+            min_token,
+            max_token,
+            min_clustering,
+            max_clustering,
+            commitlog_upper_bound,
+            uncompressed_bytes,
+            level,
+            partition_size_histogram,
+        })
+    }
+}
+
+/// Splits off and verifies a trailing CRC32C (little-endian) over the rest.
+fn check_crc<'a>(path: &Path, data: &'a [u8]) -> Result<&'a [u8]> {
+    if data.len() < 4 {
+        return Err(StorageError::corrupt(path, 0, "file too short"));
+    }
+    let (body, c) = data.split_at(data.len() - 4);
+    let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    let actual = crc32c::crc32c(body);
+    if stored != actual {
+        return Err(StorageError::corrupt(
+            path,
+            body.len() as u64,
+            format!("checksum mismatch (stored {stored:#x}, computed {actual:#x})"),
+        ));
+    }
+    Ok(body)
+}
+
+fn create(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| StorageError::io(path, e))
+}
+
+/// Writes one SSTable; partitions must be appended in ring order.
+pub struct SSTableWriter {
+    dir: PathBuf,
+    generation: u64,
+    params: CompressionParams,
+    data: std::io::BufWriter<File>,
+    data_offset: u64,
+    chunk_offsets: Vec<u64>,
+    /// Uncompressed bytes not yet written as a chunk.
+    pending: Vec<u8>,
+    uncompressed_len: u64,
+    index: Vec<u8>,
+    index_block: Vec<u8>,
+    index_block_entries: usize,
+    index_offset: u64,
+    summary: Vec<u8>,
+    summary_entries: u32,
+    bloom_keys: Vec<i64>,
+    fp_chance: f64,
+    stats: Stats,
+    last_key: Option<PartitionKey>,
+    cmp: amphora_types::schema::ClusteringComparator,
+    scratch: Vec<u8>,
+    compressed: Vec<u8>,
+}
+
+impl SSTableWriter {
+    pub fn new(dir: &Path, generation: u64, schema: &TableSchema) -> Result<Self> {
+        fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        let path = tmp_path(dir, generation, "Data.db");
+        let f = create(&path)?;
+        Ok(SSTableWriter {
+            dir: dir.to_path_buf(),
+            generation,
+            params: CompressionParams::from_schema(schema),
+            data: std::io::BufWriter::with_capacity(1 << 20, f),
+            data_offset: 0,
+            chunk_offsets: Vec::new(),
+            pending: Vec::with_capacity(64 << 10),
+            uncompressed_len: 0,
+            index: Vec::new(),
+            index_block: Vec::new(),
+            index_block_entries: 0,
+            index_offset: 0,
+            summary: Vec::new(),
+            summary_entries: 0,
+            bloom_keys: Vec::new(),
+            fp_chance: schema.options.bloom_filter_fp_chance,
+            stats: Stats {
+                table: schema.id,
+                min_timestamp: i64::MAX,
+                max_timestamp: i64::MIN,
+                min_local_deletion_time: i32::MAX,
+                max_local_deletion_time: i32::MIN,
+                min_token: i64::MAX,
+                max_token: i64::MIN,
+                ..Default::default()
+            },
+            last_key: None,
+            cmp: schema.clustering_comparator(),
+            scratch: Vec::with_capacity(4096),
+            compressed: Vec::new(),
+        })
+    }
+
+    pub fn partitions(&self) -> u64 {
+        self.stats.partitions
+    }
+
+    pub fn uncompressed_bytes(&self) -> u64 {
+        self.uncompressed_len + self.pending.len() as u64
+    }
+
+    /// Appends a partition (skips empty updates).
+    pub fn append(&mut self, key: &PartitionKey, u: &PartitionUpdate) -> Result<()> {
+        if u.is_empty() {
+            return Ok(());
+        }
+        if let Some(last) = &self.last_key {
+            assert!(
+                last < key,
+                "SSTable partitions must be appended in ring order"
+            );
+        }
+        self.last_key = Some(key.clone());
+        let start = self.uncompressed_bytes();
+        self.scratch.clear();
+        put_bytes(&mut self.scratch, &key.key);
+        self.scratch.extend_from_slice(&key.token.to_be_bytes());
+        let base = u.max_timestamp();
+        let zz = ((base << 1) ^ (base >> 63)) as u64;
+        put_var(&mut self.scratch, zz);
+        encode_update(u, base, &mut self.scratch);
+        let len = self.scratch.len() as u64;
+        self.pending.extend_from_slice(&self.scratch);
+        self.update_stats(key, u, len);
+        // Index entry.
+        if self.index_block_entries == 0 {
+            self.summary.extend_from_slice(&key.token.to_le_bytes());
+            put_bytes(&mut self.summary, &key.key);
+            put_u64(&mut self.summary, self.index_offset);
+            self.summary_entries += 1;
+        }
+        self.index_block.extend_from_slice(&key.token.to_le_bytes());
+        put_bytes(&mut self.index_block, &key.key);
+        put_var(&mut self.index_block, start);
+        put_var(&mut self.index_block, len);
+        self.index_block_entries += 1;
+        if self.index_block_entries == INDEX_BLOCK_ENTRIES {
+            self.finish_index_block();
+        }
+        self.bloom_keys.push(key.token);
+        while self.pending.len() >= self.params.chunk_bytes as usize {
+            self.write_chunk(self.params.chunk_bytes as usize)?;
+        }
+        Ok(())
+    }
+
+    fn finish_index_block(&mut self) {
+        if self.index_block_entries == 0 {
+            return;
+        }
+        let mut block = Vec::with_capacity(self.index_block.len() + 12);
+        block.extend_from_slice(&(self.index_block_entries as u32).to_le_bytes());
+        block.extend_from_slice(&self.index_block);
+        let crc = crc32c::crc32c(&block);
+        block.extend_from_slice(&crc.to_le_bytes());
+        // Block length goes into the summary right after the offset.
+        self.summary
+            .extend_from_slice(&(block.len() as u32).to_le_bytes());
+        self.index_offset += block.len() as u64;
+        self.index.extend_from_slice(&block);
+        self.index_block.clear();
+        self.index_block_entries = 0;
+    }
+
+    fn write_chunk(&mut self, n: usize) -> Result<()> {
+        let path = tmp_path(&self.dir, self.generation, "Data.db");
+        self.chunk_offsets.push(self.data_offset);
+        let raw = &self.pending[..n];
+        let body: &[u8] = match self.params.compressor {
+            Compressor::Lz4 => {
+                let bound = lz4_flex::block::get_maximum_output_size(n);
+                self.compressed.resize(bound, 0);
+                let clen = lz4_flex::block::compress_into(raw, &mut self.compressed)
+                    .map_err(|e| StorageError::io(&path, std::io::Error::other(e.to_string())))?;
+                &self.compressed[..clen]
+            }
+            Compressor::None => raw,
+        };
+        let crc = crc32c::crc32c(body);
+        self.data
+            .write_all(body)
+            .map_err(|e| StorageError::io(&path, e))?;
+        self.data
+            .write_all(&crc.to_le_bytes())
+            .map_err(|e| StorageError::io(&path, e))?;
+        self.data_offset += body.len() as u64 + 4;
+        self.uncompressed_len += n as u64;
+        self.pending.drain(..n);
+        Ok(())
+    }
+
+    fn update_stats(&mut self, key: &PartitionKey, u: &PartitionUpdate, len: u64) {
+        let s = &mut self.stats;
+        s.partitions += 1;
+        s.rows += u.rows.len() as u64;
+        s.min_token = s.min_token.min(key.token);
+        s.max_token = s.max_token.max(key.token);
+        s.min_timestamp = s.min_timestamp.min(crate::memtable::min_timestamp(u));
+        s.max_timestamp = s.max_timestamp.max(u.max_timestamp());
+        let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
+        s.partition_size_histogram[bucket] += 1;
+        let ldt = |t: i32, s: &mut Stats| {
+            s.min_local_deletion_time = s.min_local_deletion_time.min(t);
+            s.max_local_deletion_time = s.max_local_deletion_time.max(t);
+        };
+        if let Some(d) = u.partition_deletion {
+            s.tombstones += 1;
+            ldt(d.local_deletion_time, s);
+        }
+        for rt in &u.range_tombstones {
+            s.tombstones += 1;
+            ldt(rt.deletion.local_deletion_time, s);
+        }
+        for r in u.static_row.iter().chain(u.rows.iter()) {
+            if let Some(d) = r.deletion {
+                s.tombstones += 1;
+                ldt(d.local_deletion_time, s);
+            }
+            if let Some(m) = r.marker
+                && m.ttl > 0
+            {
+                ldt(m.local_expiry, s);
+            }
+            for (_, d) in &r.cells {
+                let cells: Box<dyn Iterator<Item = &amphora_types::data::Cell>> = match d {
+                    ColumnData::Simple(c) => Box::new(std::iter::once(c)),
+                    ColumnData::Complex { deletion, cells } => {
+                        if let Some(d) = deletion {
+                            s.tombstones += 1;
+                            ldt(d.local_deletion_time, s);
+                        }
+                        Box::new(cells.iter().map(|(_, c)| c))
+                    }
+                };
+                for c in cells {
+                    if c.is_tombstone {
+                        s.tombstones += 1;
+                        ldt(c.local_expiry, s);
+                    } else if c.ttl > 0 {
+                        ldt(c.local_expiry, s);
+                    }
+                }
+            }
+        }
+        if let Some(first) = u.rows.first()
+            && (s.min_clustering.is_empty()
+                || self
+                    .cmp
+                    .compare(&first.clustering.0, &s.min_clustering)
+                    .is_lt())
+        {
+            s.min_clustering = first.clustering.0.clone();
+        }
+        if let Some(last) = u.rows.last()
+            && (s.max_clustering.is_empty()
+                || self
+                    .cmp
+                    .compare(&last.clustering.0, &s.max_clustering)
+                    .is_gt())
+        {
+            s.max_clustering = last.clustering.0.clone();
+        }
+    }
+
+    /// Writes the remaining components, syncs, and publishes the SSTable by renaming its
+    /// files (TOC last). Returns None if no partition was written.
+    pub fn finish(
+        mut self,
+        commitlog_upper_bound: LogPosition,
+        level: u32,
+    ) -> Result<Option<SSTableReader>> {
+        if self.stats.partitions == 0 {
+            let _ = fs::remove_file(tmp_path(&self.dir, self.generation, "Data.db"));
+            return Ok(None);
+        }
+        let n = self.pending.len();
+        if n > 0 {
+            self.write_chunk(n)?;
+        }
+        self.finish_index_block();
+        let dir = self.dir.clone();
+        let g = self.generation;
+        let data_path = tmp_path(&dir, g, "Data.db");
+        let data = self
+            .data
+            .into_inner()
+            .map_err(|e| StorageError::io(&data_path, e.into_error()))?;
+        data.sync_data()
+            .map_err(|e| StorageError::io(&data_path, e))?;
+        drop(data);
+
+        let mut ci = MAGIC_COMPRESSION.to_vec();
+        ci.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        ci.push(self.params.compressor as u8);
+        ci.extend_from_slice(&self.params.chunk_bytes.to_le_bytes());
+        put_u64(&mut ci, self.uncompressed_len);
+        ci.extend_from_slice(&(self.chunk_offsets.len() as u32).to_le_bytes());
+        for o in &self.chunk_offsets {
+            put_u64(&mut ci, *o);
+        }
+        put_u64(&mut ci, self.data_offset);
+        let crc = crc32c::crc32c(&ci);
+        ci.extend_from_slice(&crc.to_le_bytes());
+
+        let mut summary = MAGIC_SUMMARY.to_vec();
+        summary.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        summary.extend_from_slice(&self.summary_entries.to_le_bytes());
+        summary.extend_from_slice(&self.summary);
+        let crc = crc32c::crc32c(&summary);
+        summary.extend_from_slice(&crc.to_le_bytes());
+
+        let bloom = Bloom::build(&self.bloom_keys, self.fp_chance);
+        self.stats.uncompressed_bytes = self.uncompressed_len;
+        self.stats.commitlog_upper_bound = commitlog_upper_bound;
+        self.stats.level = level;
+        if self.stats.min_local_deletion_time == i32::MAX {
+            self.stats.max_local_deletion_time = i32::MIN;
+        }
+
+        let mut index = std::mem::take(&mut self.index);
+        let crc = crc32c::crc32c(&index);
+        index.extend_from_slice(&crc.to_le_bytes());
+        let parts: [(&str, Vec<u8>); 5] = [
+            ("CompressionInfo.db", ci),
+            ("Index.db", index),
+            ("Summary.db", summary),
+            ("Filter.db", bloom.encode()),
+            ("Statistics.db", self.stats.encode()),
+        ];
+        for (name, bytes) in &parts {
+            let p = tmp_path(&dir, g, name);
+            let mut f = create(&p)?;
+            f.write_all(bytes).map_err(|e| StorageError::io(&p, e))?;
+            f.sync_data().map_err(|e| StorageError::io(&p, e))?;
+        }
+        let toc: String = COMPONENTS
+            .iter()
+            .map(|c| format!("{c}\n"))
+            .collect::<String>()
+            + "TOC.txt\n";
+        let tp = tmp_path(&dir, g, "TOC.txt");
+        let mut f = create(&tp)?;
+        f.write_all(toc.as_bytes())
+            .map_err(|e| StorageError::io(&tp, e))?;
+        f.sync_data().map_err(|e| StorageError::io(&tp, e))?;
+        for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
+            let from = tmp_path(&dir, g, c);
+            let to = component_path(&dir, g, c);
+            fs::rename(&from, &to).map_err(|e| StorageError::io(&from, e))?;
+        }
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StorageError::io(&dir, e))?;
+        SSTableReader::open(&dir, g).map(Some)
+    }
+
+    /// Removes the temporary files of an abandoned write.
+    pub fn abort(self) {
+        for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
+            let _ = fs::remove_file(tmp_path(&self.dir, self.generation, c));
+        }
+    }
+}
+
+struct SummaryEntry {
+    token: i64,
+    key: Bytes,
+    offset: u64,
+    len: u32,
+}
+
+/// An open SSTable. Shared between the shard and background jobs (Send + Sync).
+pub struct SSTableReader {
+    pub dir: PathBuf,
+    pub generation: u64,
+    pub stats: Stats,
+    data: File,
+    data_path: PathBuf,
+    index: File,
+    index_path: PathBuf,
+    compressor: Compressor,
+    chunk_bytes: u64,
+    uncompressed_len: u64,
+    chunk_offsets: Vec<u64>,
+    summary: Vec<SummaryEntry>,
+    bloom: Bloom,
+    /// Set when a checksum failed: the SSTable is out of service.
+    pub quarantined: AtomicBool,
+    last_chunk: Mutex<Option<(usize, Bytes)>>,
+    /// Deletes the files when the last reference is dropped (after compaction).
+    pub delete_on_drop: AtomicBool,
+}
+
+/// Index entry: where a partition's bytes are in the uncompressed data stream.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexEntry {
+    pub position: u64,
+    pub len: u64,
+}
+
+impl SSTableReader {
+    pub fn open(dir: &Path, generation: u64) -> Result<Self> {
+        let read = |c: &str| -> Result<(PathBuf, Vec<u8>)> {
+            let p = component_path(dir, generation, c);
+            let d = fs::read(&p).map_err(|e| StorageError::io(&p, e))?;
+            Ok((p, d))
+        };
+        let (stats_path, stats_data) = read("Statistics.db")?;
+        let stats = Stats::decode(&stats_path, &stats_data)?;
+        let (ci_path, ci) = read("CompressionInfo.db")?;
+        let body = check_crc(&ci_path, &ci)?;
+        let bad =
+            |off: usize, why: &str| StorageError::corrupt(&ci_path, off as u64, why.to_string());
+        if body.len() < 29 || &body[0..8] != MAGIC_COMPRESSION {
+            return Err(bad(0, "bad magic"));
+        }
+        let compressor = match body[12] {
+            0 => Compressor::None,
+            1 => Compressor::Lz4,
+            _ => return Err(bad(12, "unknown compressor")),
+        };
+        let chunk_bytes = u32::from_le_bytes([body[13], body[14], body[15], body[16]]) as u64;
+        let uncompressed_len =
+            u64::from_le_bytes(body[17..25].try_into().map_err(|_| bad(17, "short"))?);
+        let n = u32::from_le_bytes([body[25], body[26], body[27], body[28]]) as usize;
+        if body.len() != 29 + (n + 1) * 8 || chunk_bytes == 0 {
+            return Err(bad(25, "chunk count does not match the file size"));
+        }
+        let chunk_offsets: Vec<u64> = body[29..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect();
+        if chunk_offsets.windows(2).any(|w| w[0] >= w[1])
+            || n as u64 != uncompressed_len.div_ceil(chunk_bytes)
+        {
+            return Err(bad(29, "chunk offsets are not increasing"));
+        }
+        let (sum_path, sum) = read("Summary.db")?;
+        let body = check_crc(&sum_path, &sum)?;
+        let mut r = Reader::new(Bytes::copy_from_slice(body));
+        let e = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(&sum_path, err.offset as u64, err.reason)
+        };
+        if r.fixed::<8>().map_err(e)? != *MAGIC_SUMMARY {
+            return Err(StorageError::corrupt(&sum_path, 0, "bad magic"));
+        }
+        let _version = r.fixed::<4>().map_err(e)?;
+        let count = u32::from_le_bytes(r.fixed::<4>().map_err(e)?);
+        let mut summary = Vec::with_capacity(count.min(1 << 20) as usize);
+        for _ in 0..count {
+            let token = i64::from_le_bytes(r.fixed::<8>().map_err(e)?);
+            let key = r.bytes().map_err(e)?;
+            let offset = u64::from_le_bytes(r.fixed::<8>().map_err(e)?);
+            let len = u32::from_le_bytes(r.fixed::<4>().map_err(e)?);
+            summary.push(SummaryEntry {
+                token,
+                key,
+                offset,
+                len,
+            });
+        }
+        let (filter_path, filter) = read("Filter.db")?;
+        let bloom = Bloom::decode(&filter_path, &filter)?;
+        let data_path = component_path(dir, generation, "Data.db");
+        let data = File::open(&data_path).map_err(|e| StorageError::io(&data_path, e))?;
+        let data_len = data
+            .metadata()
+            .map_err(|e| StorageError::io(&data_path, e))?
+            .len();
+        if chunk_offsets.last().copied() != Some(data_len) {
+            return Err(StorageError::corrupt(
+                &data_path,
+                data_len,
+                format!(
+                    "file is {data_len} bytes, CompressionInfo says {:?}",
+                    chunk_offsets.last()
+                ),
+            ));
+        }
+        let index_path = component_path(dir, generation, "Index.db");
+        let index = File::open(&index_path).map_err(|e| StorageError::io(&index_path, e))?;
+        Ok(SSTableReader {
+            dir: dir.to_path_buf(),
+            generation,
+            stats,
+            data,
+            data_path,
+            index,
+            index_path,
+            compressor,
+            chunk_bytes,
+            uncompressed_len,
+            chunk_offsets,
+            summary,
+            bloom,
+            quarantined: AtomicBool::new(false),
+            last_chunk: Mutex::new(None),
+            delete_on_drop: AtomicBool::new(false),
+        })
+    }
+
+    pub fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+
+    pub fn is_quarantined(&self) -> bool {
+        self.quarantined.load(AtomicOrdering::Relaxed)
+    }
+
+    /// On-disk size of the Data component.
+    pub fn data_size(&self) -> u64 {
+        self.chunk_offsets.last().copied().unwrap_or(0)
+    }
+
+    pub fn may_contain(&self, key: &PartitionKey) -> bool {
+        key.token >= self.stats.min_token
+            && key.token <= self.stats.max_token
+            && self.bloom.may_contain(key.token)
+    }
+
+    /// Reads and verifies chunk `i`.
+    fn chunk(&self, i: usize) -> Result<Bytes> {
+        if let Ok(g) = self.last_chunk.lock()
+            && let Some((ci, b)) = g.as_ref()
+            && *ci == i
+        {
+            return Ok(b.clone());
+        }
+        let b = self.read_chunk(i)?;
+        if let Ok(mut g) = self.last_chunk.lock() {
+            *g = Some((i, b.clone()));
+        }
+        Ok(b)
+    }
+
+    fn read_chunk(&self, i: usize) -> Result<Bytes> {
+        let (Some(&start), Some(&end)) = (self.chunk_offsets.get(i), self.chunk_offsets.get(i + 1))
+        else {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                0,
+                format!("chunk {i} out of range"),
+            ));
+        };
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.data
+            .read_exact_at(&mut buf, start)
+            .map_err(|e| StorageError::io(&self.data_path, e))?;
+        if buf.len() < 4 {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                start,
+                "chunk too short",
+            ));
+        }
+        let (body, c) = buf.split_at(buf.len() - 4);
+        let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let actual = crc32c::crc32c(body);
+        if stored != actual {
+            self.quarantined.store(true, AtomicOrdering::Relaxed);
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                start,
+                format!("chunk {i} checksum mismatch (stored {stored:#x}, computed {actual:#x})"),
+            ));
+        }
+        let ulen =
+            (self.uncompressed_len - i as u64 * self.chunk_bytes).min(self.chunk_bytes) as usize;
+        match self.compressor {
+            Compressor::None => {
+                buf.truncate(buf.len() - 4);
+                Ok(Bytes::from(buf))
+            }
+            Compressor::Lz4 => {
+                let mut out = vec![0u8; ulen];
+                let n = lz4_flex::block::decompress_into(body, &mut out).map_err(|e| {
+                    StorageError::corrupt(
+                        &self.data_path,
+                        start,
+                        format!("chunk {i} does not decompress: {e}"),
+                    )
+                })?;
+                if n != ulen {
+                    return Err(StorageError::corrupt(
+                        &self.data_path,
+                        start,
+                        format!("chunk {i} has {n} bytes, expected {ulen}"),
+                    ));
+                }
+                Ok(Bytes::from(out))
+            }
+        }
+    }
+
+    /// Reads `len` bytes of the uncompressed stream at `pos`.
+    fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
+        if pos + len > self.uncompressed_len {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                pos,
+                "partition extends past the end of the data",
+            ));
+        }
+        let first = (pos / self.chunk_bytes) as usize;
+        let last = ((pos + len).saturating_sub(1) / self.chunk_bytes) as usize;
+        if first == last {
+            let c = self.chunk(first)?;
+            let off = (pos - first as u64 * self.chunk_bytes) as usize;
+            return c
+                .get(off..off + len as usize)
+                .map(|_| c.slice(off..off + len as usize))
+                .ok_or_else(|| StorageError::corrupt(&self.data_path, pos, "short chunk"));
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        for i in first..=last {
+            let c = self.chunk(i)?;
+            let cstart = i as u64 * self.chunk_bytes;
+            let s = pos.max(cstart) - cstart;
+            let e = (pos + len).min(cstart + c.len() as u64) - cstart;
+            out.extend_from_slice(
+                c.get(s as usize..e as usize)
+                    .ok_or_else(|| StorageError::corrupt(&self.data_path, pos, "short chunk"))?,
+            );
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Reads index block `b` of the summary.
+    fn index_block(&self, b: usize) -> Result<Vec<(PartitionKey, IndexEntry)>> {
+        let Some(s) = self.summary.get(b) else {
+            return Ok(Vec::new());
+        };
+        let mut buf = vec![0u8; s.len as usize];
+        self.index
+            .read_exact_at(&mut buf, s.offset)
+            .map_err(|e| StorageError::io(&self.index_path, e))?;
+        let body = check_crc(&self.index_path, &buf).map_err(|_| {
+            self.quarantined.store(true, AtomicOrdering::Relaxed);
+            StorageError::corrupt(&self.index_path, s.offset, "index block checksum mismatch")
+        })?;
+        let mut r = Reader::with_offset(Bytes::copy_from_slice(body), s.offset as usize);
+        let e = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(&self.index_path, err.offset as u64, err.reason)
+        };
+        let n = u32::from_le_bytes(r.fixed::<4>().map_err(e)?) as usize;
+        let mut out = Vec::with_capacity(n.min(INDEX_BLOCK_ENTRIES));
+        for _ in 0..n {
+            let token = i64::from_le_bytes(r.fixed::<8>().map_err(e)?);
+            let key = r.bytes().map_err(e)?;
+            let position = r.var().map_err(e)?;
+            let len = r.var().map_err(e)?;
+            out.push((PartitionKey { token, key }, IndexEntry { position, len }));
+        }
+        Ok(out)
+    }
+
+    /// Index of the summary block that may contain `key` (last block whose first key <= key).
+    fn block_for(&self, token: i64, key: Option<&Bytes>) -> Option<usize> {
+        let idx = self.summary.partition_point(|s| match key {
+            Some(k) => (s.token, &s.key) <= (token, k),
+            None => s.token < token,
+        });
+        idx.checked_sub(1)
+    }
+
+    pub fn find(&self, key: &PartitionKey) -> Result<Option<IndexEntry>> {
+        let Some(b) = self.block_for(key.token, Some(&key.key)) else {
+            return Ok(None);
+        };
+        let block = self.index_block(b)?;
+        Ok(block
+            .binary_search_by(|(k, _)| k.cmp(key))
+            .ok()
+            .map(|i| block[i].1))
+    }
+
+    /// Reads a whole partition, or None if the SSTable does not have it.
+    pub fn get(&self, key: &PartitionKey) -> Result<Option<PartitionUpdate>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        let Some(e) = self.find(key)? else {
+            return Ok(None);
+        };
+        let (k, u) = self.read_partition_at(e)?;
+        if &k != key {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                e.position,
+                "index points at another partition",
+            ));
+        }
+        Ok(Some(u))
+    }
+
+    fn read_partition_at(&self, e: IndexEntry) -> Result<(PartitionKey, PartitionUpdate)> {
+        let bytes = self.read_range(e.position, e.len)?;
+        decode_partition(&self.data_path, bytes, e.position)
+    }
+
+    /// Iterates partitions in ring order from the first one >= (token, key) (or > when
+    /// `exclusive`); `None` key means "from the first key with this token".
+    pub fn scan_from(
+        &self,
+        token: i64,
+        key: Option<&Bytes>,
+        exclusive: bool,
+    ) -> Result<Scanner<'_>> {
+        let start_block = self.block_for(token, key).unwrap_or(0);
+        let mut s = Scanner {
+            sst: self,
+            block: start_block,
+            entries: Vec::new(),
+            pos: 0,
+        };
+        s.load_block()?;
+        // Skip entries before the start.
+        loop {
+            let Some((k, _)) = s.entries.get(s.pos) else {
+                if s.block + 1 >= self.summary.len() {
+                    break;
+                }
+                s.block += 1;
+                s.load_block()?;
+                continue;
+            };
+            let before = match key {
+                Some(kk) => {
+                    let c = (k.token, &k.key).cmp(&(token, kk));
+                    c.is_lt() || (exclusive && c.is_eq())
+                }
+                None => k.token < token || (exclusive && k.token == token),
+            };
+            if before {
+                s.pos += 1;
+            } else {
+                break;
+            }
+        }
+        Ok(s)
+    }
+
+    /// Checks every checksum of every component.
+    pub fn verify(&self) -> Result<()> {
+        for i in 0..self.chunk_offsets.len().saturating_sub(1) {
+            self.read_chunk(i)?;
+        }
+        let data = fs::read(&self.index_path).map_err(|e| StorageError::io(&self.index_path, e))?;
+        check_crc(&self.index_path, &data)?;
+        for b in 0..self.summary.len() {
+            self.index_block(b)?;
+        }
+        Ok(())
+    }
+
+    /// Removes all component files (TOC first so a crash never leaves half an SSTable live).
+    pub fn delete_files(&self) {
+        let _ = fs::remove_file(component_path(&self.dir, self.generation, "TOC.txt"));
+        for c in COMPONENTS {
+            let _ = fs::remove_file(component_path(&self.dir, self.generation, c));
+        }
+    }
+}
+
+impl Drop for SSTableReader {
+    fn drop(&mut self) {
+        if self.delete_on_drop.load(AtomicOrdering::Relaxed) {
+            self.delete_files();
+        }
+    }
+}
+
+fn decode_partition(
+    path: &Path,
+    bytes: Bytes,
+    offset: u64,
+) -> Result<(PartitionKey, PartitionUpdate)> {
+    let mut r = Reader::with_offset(bytes, offset as usize);
+    let e = |err: amphora_types::codec::DecodeError| {
+        StorageError::corrupt(path, err.offset as u64, err.reason)
+    };
+    let key = r.bytes().map_err(e)?;
+    let token = i64::from_be_bytes(r.fixed::<8>().map_err(e)?);
+    let base = r.z().map_err(e)?;
+    let u = read_update(&mut r, base).map_err(e)?;
+    if r.remaining() != 0 {
+        return Err(StorageError::corrupt(
+            path,
+            offset,
+            "trailing bytes after partition",
+        ));
+    }
+    Ok((PartitionKey { token, key }, u))
+}
+
+/// Sequential reader over partitions in ring order.
+pub struct Scanner<'a> {
+    sst: &'a SSTableReader,
+    block: usize,
+    entries: Vec<(PartitionKey, IndexEntry)>,
+    pos: usize,
+}
+
+impl Scanner<'_> {
+    fn load_block(&mut self) -> Result<()> {
+        self.entries = self.sst.index_block(self.block)?;
+        self.pos = 0;
+        Ok(())
+    }
+
+    /// The key of the next partition without reading it.
+    pub fn peek_key(&mut self) -> Result<Option<&PartitionKey>> {
+        while self.pos >= self.entries.len() {
+            if self.block + 1 >= self.sst.summary.len() {
+                return Ok(None);
+            }
+            self.block += 1;
+            self.load_block()?;
+        }
+        Ok(self.entries.get(self.pos).map(|e| &e.0))
+    }
+
+    pub fn next_partition(&mut self) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
+        if self.peek_key()?.is_none() {
+            return Ok(None);
+        }
+        let Some((k, e)) = self.entries.get(self.pos).cloned() else {
+            return Ok(None);
+        };
+        self.pos += 1;
+        let (k2, u) = self.sst.read_partition_at(e)?;
+        if k2 != k {
+            return Err(StorageError::corrupt(
+                &self.sst.data_path,
+                e.position,
+                "index and data disagree on the key",
+            ));
+        }
+        Ok(Some((k, u)))
+    }
+
+    pub fn skip(&mut self) {
+        self.pos += 1;
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests for amphora-storage (one binary, modules per topic).
+
+mod basic;
+mod common;
+mod model;
