@@ -95,6 +95,25 @@ pub struct QueryParameters {
     pub now_in_seconds: Option<i32>,
 }
 
+impl Default for QueryParameters {
+    /// Consistency ONE, nothing else set (what a QUERY with flags 0 decodes to).
+    fn default() -> Self {
+        Self {
+            consistency: Consistency::One,
+            flags: 0,
+            values: Vec::new(),
+            names: None,
+            skip_metadata: false,
+            page_size: None,
+            paging_state: None,
+            serial_consistency: None,
+            default_timestamp: None,
+            keyspace: None,
+            now_in_seconds: None,
+        }
+    }
+}
+
 /// Query-parameter flag masks.
 pub mod query_flags {
     pub const VALUES: u32 = 0x0001;
@@ -849,17 +868,9 @@ mod tests {
     #[test]
     fn values_are_zero_copy_slices_of_the_body() {
         let p = QueryParameters {
-            consistency: Consistency::One,
             flags: query_flags::VALUES,
             values: vec![Value::Set(Bytes::from_static(b"abcdef"))],
-            names: None,
-            skip_metadata: false,
-            page_size: None,
-            paging_state: None,
-            serial_consistency: None,
-            default_timestamp: None,
-            keyspace: None,
-            now_in_seconds: None,
+            ..QueryParameters::default()
         };
         let body = query_body(ProtocolVersion::V4, "q", &p).freeze();
         let range = body.as_ptr_range();

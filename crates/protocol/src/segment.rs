@@ -283,8 +283,8 @@ impl SegmentEncoder {
         }
     }
 
-    /// Writes one frame; `payload.len()` ≤ [`MAX_PAYLOAD`].
-    pub fn write_frame(&self, payload: &[u8], self_contained: bool, out: &mut BytesMut) {
+    /// Writes one frame; `payload.len()` ≤ [`MAX_PAYLOAD`] (callers chunk by it).
+    fn write_frame(&self, payload: &[u8], self_contained: bool, out: &mut BytesMut) {
         debug_assert!(payload.len() <= MAX_PAYLOAD);
         let sc = u64::from(self_contained);
         match self.compression {
