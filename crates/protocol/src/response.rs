@@ -491,6 +491,19 @@ impl ErrorResponse {
     }
 }
 
+impl From<&crate::error::DecodeError> for ErrorResponse {
+    /// A malformed request body is a protocol error on its stream.
+    fn from(e: &crate::error::DecodeError) -> Self {
+        Self::protocol_error(e.to_string())
+    }
+}
+
+impl From<&FrameError> for ErrorResponse {
+    fn from(e: &FrameError) -> Self {
+        Self::protocol_error(e.to_string())
+    }
+}
+
 /// v4: `[int numfailures]`; v5: `<reasonmap>` = `[int n]` n × (`[inetaddr]`, `[short]`).
 fn write_failures(
     buf: &mut BytesMut,
@@ -1619,6 +1632,40 @@ mod tests {
             w.push_value(Some(b"x")).expect("cell");
         }
         assert!(b.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rows_round_trip(
+            ncols in 1usize..5,
+            cells in proptest::collection::vec(
+                proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20)),
+                0..20,
+            ),
+            v5 in proptest::prelude::any::<bool>(),
+        ) {
+            let version = if v5 { V5 } else { V4 };
+            let cols: Vec<ColumnSpec> =
+                (0..ncols).map(|i| column(&format!("c{i}"), ColumnType::Blob)).collect();
+            let whole = cells.len() / ncols * ncols;
+            let mut b = BytesMut::new();
+            let mut w = RowsWriter::begin(&mut b, version, 1, &ResponsePrefix::NONE, &RowsMetadata::new(&cols))
+                .expect("begin");
+            for c in &cells[..whole] {
+                w.push_value(c.as_deref()).expect("cell");
+            }
+            w.finish().expect("finish");
+            let mut r = body_of(&b, version, Opcode::Result);
+            proptest::prop_assert_eq!(r.read_i32().ok(), Some(2));
+            proptest::prop_assert_eq!(r.read_i32().ok(), Some(rows_flags::GLOBAL_TABLES_SPEC));
+            proptest::prop_assert_eq!(r.read_i32().ok(), Some(ncols as i32));
+            proptest::prop_assert_eq!(read_col_specs(&mut r, ncols, true), cols);
+            proptest::prop_assert_eq!(r.read_i32().ok(), Some((whole / ncols) as i32));
+            for c in &cells[..whole] {
+                proptest::prop_assert_eq!(r.read_bytes().ok().flatten().map(|b| b.to_vec()), c.clone());
+            }
+            proptest::prop_assert_eq!(r.remaining(), 0);
+        }
     }
 
     #[test]
