@@ -1,6 +1,35 @@
 //! Storage configuration for one shard.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The engine's clock in seconds since the epoch (gc_grace_seconds and TTL decisions in
+/// compaction). Tests substitute a simulated clock.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> i32 + Send + Sync>);
+
+impl Clock {
+    pub fn system() -> Self {
+        Clock(Arc::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i32)
+                .unwrap_or(0)
+        }))
+    }
+    pub fn from_fn(f: impl Fn() -> i32 + Send + Sync + 'static) -> Self {
+        Clock(Arc::new(f))
+    }
+    pub fn now_seconds(&self) -> i32 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clock(now = {})", self.now_seconds())
+    }
+}
 
 /// When commitlog writes are made durable (cassandra.yaml `commitlog_sync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +78,7 @@ pub struct StorageConfig {
     pub memtable_budget_bytes: u64,
     /// Background compaction after flushes (tests turn it off to control compaction).
     pub auto_compaction: bool,
+    pub clock: Clock,
 }
 
 impl StorageConfig {
@@ -62,6 +92,7 @@ impl StorageConfig {
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,
             auto_compaction: true,
+            clock: Clock::system(),
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod shard;
 pub mod sstable;
 
 pub use commitlog::{ReplayReport, WriteAck};
-pub use config::{CommitFailurePolicy, StorageConfig, SyncMode};
+pub use config::{Clock, CommitFailurePolicy, StorageConfig, SyncMode};
 pub use error::StorageError;
 pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
 pub use shard::{ShardStorage, StorageMetrics, TableStats};

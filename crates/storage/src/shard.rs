@@ -854,7 +854,7 @@ impl ShardStorage {
             .tables
             .get_mut(&id)
             .ok_or(StorageError::UnknownTable(id))?;
-        let now = now_seconds();
+        let now = inner.cfg.clock.now_seconds();
         let gc_before = now.saturating_sub(t.schema.options.gc_grace_seconds);
         let candidates: Vec<&Arc<SSTableReader>> = t
             .sstables
@@ -1181,14 +1181,6 @@ fn cleanup_tmp(dir: &Path) {
             }
         }
     }
-}
-
-/// Current time in seconds (the engine's clock for gc_grace decisions).
-pub fn now_seconds() -> i32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i32)
-        .unwrap_or(0)
 }
 
 fn flush_memtable(
