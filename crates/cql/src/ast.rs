@@ -387,7 +387,7 @@ pub enum RelationTarget {
     /// `col op …`
     Column(Ident),
     /// `m[key] op …`
-    Element { column: Ident, key: Expr },
+    Element { column: Ident, key: Box<Expr> },
     /// `token(a, b) op …`
     Token(Vec<Ident>),
     /// `(a, b) op …` — a multi-column (clustering tuple) relation.
@@ -404,7 +404,7 @@ pub enum RelationValue {
     /// `IN (a, b, …)` — for a tuple target each element is an `Expr::Tuple` or a marker.
     List(Vec<Expr>),
     /// `BETWEEN a AND b`.
-    Between(Expr, Expr),
+    Between(Box<Expr>, Box<Expr>),
     /// `IS NOT NULL`.
     Null,
 }

@@ -332,21 +332,45 @@ static SPELLINGS: &[(&str, Keyword)] = &[
 /// Longest keyword spelling ("columnfamilies").
 const MAX_KEYWORD_LEN: usize = 14;
 
+/// Packs up to 16 bytes, lower-cased, big-endian into a u128 (so that the order of packed
+/// values is the byte order of the words, NUL-padded).
+fn pack(bytes: &[u8]) -> u128 {
+    let mut v: u128 = 0;
+    for i in 0..16 {
+        let b = bytes.get(i).map_or(0, u8::to_ascii_lowercase);
+        v = (v << 8) | u128::from(b);
+    }
+    v
+}
+
+fn packed_spellings() -> &'static [(u128, Keyword)] {
+    static PACKED: std::sync::OnceLock<Vec<(u128, Keyword)>> = std::sync::OnceLock::new();
+    PACKED.get_or_init(|| {
+        let mut v: Vec<_> = SPELLINGS
+            .iter()
+            .map(|&(s, k)| (pack(s.as_bytes()), k))
+            .collect();
+        v.sort_by_key(|&(p, _)| p);
+        v
+    })
+}
+
 impl Keyword {
     /// Finds the keyword for an identifier, ignoring ASCII case.
+    ///
+    /// PERF-CRITICAL: called for every unquoted word. The word is packed, lower-cased,
+    /// into a u128 and binary-searched among the packed spellings: integer compares only.
     pub fn lookup(word: &str) -> Option<Keyword> {
         let bytes = word.as_bytes();
         if bytes.len() > MAX_KEYWORD_LEN || bytes.len() < 2 {
             return None;
         }
-        let mut buf = [0u8; MAX_KEYWORD_LEN];
-        let lower = &mut buf[..bytes.len()];
-        lower.copy_from_slice(bytes);
-        lower.make_ascii_lowercase();
-        SPELLINGS
-            .binary_search_by(|(s, _)| s.as_bytes().cmp(lower))
+        let key = pack(bytes);
+        let table = packed_spellings();
+        table
+            .binary_search_by_key(&key, |&(k, _)| k)
             .ok()
-            .map(|i| SPELLINGS[i].1)
+            .map(|i| table[i].1)
     }
 
     /// The ANTLR token name Cassandra prints in "expecting K_FROM".

@@ -224,7 +224,7 @@ impl<'a> Parser<'a> {
         let a = self.term()?;
         self.expect_kw(Keyword::And)?;
         let b = self.term()?;
-        Ok(RelationValue::Between(a, b))
+        Ok(RelationValue::Between(Box::new(a), Box::new(b)))
     }
 
     /// `relation`.
@@ -301,7 +301,10 @@ impl<'a> Parser<'a> {
             let op = self.relation_op().ok_or_else(|| self.no_viable())?;
             let value = RelationValue::Single(self.term()?);
             return Ok(Relation {
-                target: RelationTarget::Element { column, key },
+                target: RelationTarget::Element {
+                    column,
+                    key: Box::new(key),
+                },
                 op,
                 value,
             });

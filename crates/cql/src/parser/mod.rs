@@ -261,7 +261,11 @@ impl<'a> Parser<'a> {
         match t.tok {
             Tok::QuotedName => {
                 let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
-                Ident::quoted(inner.replace("\"\"", "\""))
+                if inner.contains('"') {
+                    Ident::quoted(inner.replace("\"\"", "\""))
+                } else {
+                    Ident::quoted(inner)
+                }
             }
             Tok::EmptyQuotedName => Ident::quoted(""),
             _ => Ident::new(raw.to_ascii_lowercase()),
@@ -355,7 +359,11 @@ impl<'a> Parser<'a> {
             body.strip_suffix("$$").unwrap_or(body).to_string()
         } else {
             let inner = raw.get(1..raw.len().saturating_sub(1)).unwrap_or("");
-            inner.replace("''", "'")
+            if inner.contains('\'') {
+                inner.replace("''", "'")
+            } else {
+                inner.to_string()
+            }
         }
     }
 

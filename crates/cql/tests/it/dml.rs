@@ -254,10 +254,13 @@ fn where_relations() {
         w[11].target,
         RelationTarget::Element {
             column: Ident::new("m"),
-            key: s("k")
+            key: Box::new(s("k"))
         }
     );
-    assert_eq!(w[15].value, RelationValue::Between(int("1"), int("9")));
+    assert_eq!(
+        w[15].value,
+        RelationValue::Between(Box::new(int("1")), Box::new(int("9")))
+    );
 
     let w = select("SELECT * FROM t WHERE (a, b) > (?, ?) AND (a, b) IN ((1, 2), (3, 4)) AND (c) = ? AND (a,b) IN ?").where_clause;
     assert_eq!(
