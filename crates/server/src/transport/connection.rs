@@ -1,0 +1,1087 @@
+//! One client connection: the handshake state machine, request dispatch, the writer.
+//!
+//! ```text
+//!   socket ──read──▶ [v5: SegmentDecoder] ──▶ decode_envelope ──▶ dispatch
+//!                                                                  │ handshake, OPTIONS,
+//!                                                                  │ REGISTER: inline
+//!                                                                  ▼ QUERY/PREPARE/EXECUTE/BATCH:
+//!                                                         one spawn_local task each
+//!   socket ◀──write── writer task ◀── outbox (v4: compressed per envelope;
+//!                                     v5: envelopes framed in batches) ◀── responses
+//! ```
+//!
+//! Responses leave in completion order; the writer sends everything queued since its last
+//! write in one `write_all`. Backpressure: the reader stops reading the socket while the
+//! connection or the shard is at its in-flight limit, or too many response bytes wait.
+//!
+//! PERF-CRITICAL: responses are encoded straight into the outbox; no per-request locks.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use amphora_coordinator::{ClientState, NodeEvent, PreparedInfo, QueryError, QueryResult};
+use amphora_protocol::{
+    self as proto, Compression, DecodeOptions, EncodeError, Envelope, ErrorKind, ErrorResponse,
+    Flags, FrameError, Prepared, PreparedMetadata, ProtocolVersion, RequestMessage, Response,
+    ResponsePrefix, ResultMessage, RowsMetadata, RowsWriter, SegmentCompression, SegmentDecoder,
+    SegmentEncoder, SegmentError, compress_envelope, decode_envelope, decode_request,
+    encode_frame_error, encode_response,
+};
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Notify;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use super::backend::Backend;
+use super::convert::{batch_parts, cached_column_specs, query_options, schema_change};
+use super::{
+    Authenticator, DRAIN_TIMEOUT, MAX_QUEUED_RESPONSE_BYTES, PASSWORD_AUTHENTICATOR,
+    READ_CHUNK_BYTES, TransportConfig,
+};
+use crate::{error_map, metrics};
+
+/// `CQL_VERSION` advertised in SUPPORTED (Cassandra 5.0).
+pub const CQL_VERSION: &str = "3.4.7";
+/// Scylla's LWT bit in Prepared metadata flags, when the client echoed the key.
+pub const LWT_METADATA_MARK: u32 = 0x8000_0000;
+/// The SUPPORTED / STARTUP key of the LWT mark.
+const LWT_KEY: &str = "SCYLLA_LWT_ADD_METADATA_MARK";
+/// A write buffer that grew past this is given back after the write.
+const KEEP_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+/// After closing, unread client bytes are drained for this long so the kernel does not reset
+/// the connection before the client read our last answer.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+// Event registration bits.
+const EV_TOPOLOGY: u8 = 1;
+const EV_STATUS: u8 = 2;
+const EV_SCHEMA: u8 = 4;
+
+thread_local! {
+    /// Requests in flight on this shard, over all connections.
+    static SHARD_INFLIGHT: Cell<usize> = const { Cell::new(0) };
+    /// Woken when the shard drops below its in-flight limit.
+    static SHARD_FREED: Rc<Notify> = Rc::new(Notify::new());
+    /// Close requests of this shard's open connections.
+    static OPEN: RefCell<HashMap<u64, Rc<CloseSignal>>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(0) };
+}
+
+/// SUPPORTED's `[string multimap]`.
+type Multimap = Vec<(String, Vec<String>)>;
+
+/// Asks a connection to stop reading, finish its in-flight requests and close.
+#[derive(Default)]
+struct CloseSignal {
+    requested: Cell<bool>,
+    notify: Notify,
+}
+
+impl CloseSignal {
+    fn request(&self) {
+        self.requested.set(true);
+        self.notify.notify_one();
+    }
+}
+
+/// Asks every connection of the calling shard to close (after finishing what is in flight).
+/// Returns how many were asked.
+pub fn close_local_connections() -> usize {
+    OPEN.with(|o| {
+        let o = o.borrow();
+        for c in o.values() {
+            c.request();
+        }
+        o.len()
+    })
+}
+
+/// Open connections on the calling shard.
+pub fn local_connection_count() -> usize {
+    OPEN.with(|o| o.borrow().len())
+}
+
+fn shard_inflight() -> usize {
+    SHARD_INFLIGHT.with(|c| c.get())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for STARTUP (OPTIONS allowed).
+    Startup,
+    /// AUTHENTICATE sent, waiting for AUTH_RESPONSE.
+    Authenticating,
+    Ready,
+}
+
+/// What the reader does after one envelope.
+enum Step {
+    Continue,
+    /// v5 handshake done: the following input bytes are frames.
+    StartFraming(SegmentCompression),
+}
+
+/// Bytes waiting for the socket.
+struct Outbox {
+    out: BytesMut,
+    /// v5 after the handshake: whole envelopes waiting to be framed by the writer.
+    envelopes: BytesMut,
+    framing: Option<SegmentEncoder>,
+}
+
+impl Outbox {
+    fn queued_bytes(&self) -> usize {
+        self.out.len() + self.envelopes.len()
+    }
+
+    /// Moves pending envelopes into frames in `out`.
+    fn frame_pending(&mut self) {
+        if self.envelopes.is_empty() {
+            return;
+        }
+        if let Some(enc) = &self.framing
+            && let Err(e) = enc.encode(&self.envelopes, &mut self.out)
+        {
+            // Only whole envelopes are queued, so this is a bug: drop them, keep the shard.
+            tracing::error!(error = %e, "transport: framing queued envelopes failed");
+        }
+        self.envelopes.clear();
+    }
+}
+
+/// A 65536-bit set of the stream ids in flight.
+struct StreamSet(Box<[u64; 1024]>);
+
+impl StreamSet {
+    fn new() -> Self {
+        Self(Box::new([0; 1024]))
+    }
+
+    fn slot(stream: i16) -> (usize, u64) {
+        let i = usize::from(stream as u16);
+        (i / 64, 1u64 << (i % 64))
+    }
+
+    /// False if `stream` is already in flight.
+    fn insert(&mut self, stream: i16) -> bool {
+        let (w, bit) = Self::slot(stream);
+        match self.0.get_mut(w) {
+            Some(word) if *word & bit == 0 => {
+                *word |= bit;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn remove(&mut self, stream: i16) {
+        let (w, bit) = Self::slot(stream);
+        if let Some(word) = self.0.get_mut(w) {
+            *word &= !bit;
+        }
+    }
+}
+
+struct Conn<B: Backend> {
+    shard: u32,
+    cfg: Rc<TransportConfig>,
+    backend: Rc<B>,
+    /// Set by the first envelope; every later one must carry the same version.
+    version: Cell<Option<ProtocolVersion>>,
+    /// v3/v4 envelope compression, once negotiated.
+    compression: Cell<Option<Compression>>,
+    lwt_mark: Cell<bool>,
+    throw_on_overload: Cell<bool>,
+    events: Cell<u8>,
+    /// Replaced (not mutated) by USE, so a request holds its snapshot across awaits.
+    state: RefCell<Rc<ClientState>>,
+    outbox: RefCell<Outbox>,
+    writer_wake: Notify,
+    /// Woken when an in-flight request ends or the writer drained the outbox.
+    reader_wake: Notify,
+    close: Rc<CloseSignal>,
+    inflight: Cell<usize>,
+    streams: RefCell<StreamSet>,
+    /// The writer exits once the outbox is empty.
+    closing: Cell<bool>,
+    /// A write failed: output is dropped.
+    dead: Cell<bool>,
+    supported: RefCell<Option<Rc<Multimap>>>,
+    event_task: RefCell<Option<JoinHandle<()>>>,
+}
+
+/// Serves one accepted connection on the calling shard (inside its `LocalSet`) with `backend`
+/// until the client leaves, a fatal protocol error, or [`close_local_connections`].
+pub async fn serve_connection_with<B: Backend>(
+    stream: TcpStream,
+    shard: u32,
+    cfg: Rc<TransportConfig>,
+    backend: Rc<B>,
+) {
+    let peer = stream.peer_addr().ok();
+    let (mut rd, wr) = stream.into_split();
+    let close = Rc::new(CloseSignal::default());
+    let id = NEXT_ID.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    });
+    OPEN.with(|o| o.borrow_mut().insert(id, close.clone()));
+    metrics::connection_opened();
+    let conn = Rc::new(Conn {
+        shard,
+        cfg,
+        backend,
+        version: Cell::new(None),
+        compression: Cell::new(None),
+        lwt_mark: Cell::new(false),
+        throw_on_overload: Cell::new(false),
+        events: Cell::new(0),
+        state: RefCell::new(Rc::new(ClientState::default())),
+        outbox: RefCell::new(Outbox {
+            out: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            envelopes: BytesMut::new(),
+            framing: None,
+        }),
+        writer_wake: Notify::new(),
+        reader_wake: Notify::new(),
+        close,
+        inflight: Cell::new(0),
+        streams: RefCell::new(StreamSet::new()),
+        closing: Cell::new(false),
+        dead: Cell::new(false),
+        supported: RefCell::new(None),
+        event_task: RefCell::new(None),
+    });
+    tracing::debug!(?peer, shard, "transport: connection opened");
+    let mut writer = tokio::task::spawn_local(write_loop(conn.clone(), wr));
+
+    let why = conn.read_loop(&mut rd).await;
+    tracing::debug!(?peer, shard, why, "transport: connection closing");
+
+    // Let in-flight requests answer, flush, then close our side.
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn.wait_idle()).await;
+    conn.closing.set(true);
+    conn.writer_wake.notify_one();
+    if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+    if let Some(t) = conn.event_task.borrow_mut().take() {
+        t.abort();
+    }
+    // Read what the client still sends for a moment: closing with unread bytes would reset
+    // the connection and could destroy our last answer in flight.
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = rd.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    OPEN.with(|o| o.borrow_mut().remove(&id));
+    metrics::connection_closed();
+}
+
+async fn write_loop<B: Backend>(conn: Rc<Conn<B>>, mut wr: OwnedWriteHalf) {
+    let mut batch = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        {
+            let mut ob = conn.outbox.borrow_mut();
+            ob.frame_pending();
+            std::mem::swap(&mut ob.out, &mut batch);
+        }
+        if batch.is_empty() {
+            if conn.closing.get() {
+                break;
+            }
+            conn.writer_wake.notified().await;
+            continue;
+        }
+        let r = wr.write_all(&batch).await;
+        batch.clear();
+        if batch.capacity() > KEEP_WRITE_BUFFER_BYTES {
+            batch = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        }
+        conn.reader_wake.notify_one();
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "transport: write failed, dropping the connection's output");
+            conn.dead.set(true);
+            conn.close.request();
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Input side: plain envelopes until a v5 handshake completes, frames after.
+enum Input {
+    Plain,
+    Framed {
+        decoder: SegmentDecoder,
+        envelopes: BytesMut,
+    },
+}
+
+enum InputError {
+    Frame(FrameError),
+    Segment(SegmentError),
+}
+
+impl Input {
+    fn next(&mut self, rbuf: &mut BytesMut, max: usize) -> Result<Option<Envelope>, InputError> {
+        match self {
+            Input::Plain => decode_envelope(rbuf, max).map_err(InputError::Frame),
+            Input::Framed { decoder, envelopes } => {
+                if let Some(env) = decode_envelope(envelopes, max).map_err(InputError::Frame)? {
+                    return Ok(Some(env));
+                }
+                decoder
+                    .decode(rbuf, envelopes)
+                    .map_err(InputError::Segment)?;
+                decode_envelope(envelopes, max).map_err(InputError::Frame)
+            }
+        }
+    }
+}
+
+impl<B: Backend> Conn<B> {
+    fn version(&self) -> ProtocolVersion {
+        self.version.get().unwrap_or(ProtocolVersion::V4)
+    }
+
+    /// Reads and dispatches until the connection must close; says why.
+    async fn read_loop(self: &Rc<Self>, rd: &mut OwnedReadHalf) -> &'static str {
+        let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        let mut input = Input::Plain;
+        let mut phase = Phase::Startup;
+        let max = self.cfg.max_frame_size;
+        loop {
+            loop {
+                let env = match input.next(&mut rbuf, max) {
+                    Ok(Some(env)) => env,
+                    Ok(None) => break,
+                    Err(InputError::Frame(e)) => {
+                        // No resynchronisation after a bad header: answer and close.
+                        metrics::record_error(proto::ErrorCode::ProtocolError.as_i32());
+                        self.emit_frame_error(&e);
+                        return "bad envelope header";
+                    }
+                    Err(InputError::Segment(e)) => {
+                        let err = ErrorResponse::protocol_error(e.to_string());
+                        self.send_error(self.version(), 0, None, &err);
+                        return "bad v5 frame";
+                    }
+                };
+                if let Step::StartFraming(c) = self.dispatch(env, &mut phase).await {
+                    input = Input::Framed {
+                        decoder: SegmentDecoder::new(c, max),
+                        envelopes: BytesMut::new(),
+                    };
+                }
+                if self.close.requested.get() {
+                    return "close requested";
+                }
+            }
+            if !self.wait_for_capacity().await {
+                return "close requested";
+            }
+            if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
+                rbuf.reserve(READ_CHUNK_BYTES);
+            }
+            tokio::select! {
+                biased;
+                _ = self.close.notify.notified() => return "close requested",
+                r = rd.read_buf(&mut rbuf) => match r {
+                    Ok(0) => return "end of stream",
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "transport: read failed");
+                        return "read error";
+                    }
+                },
+            }
+        }
+    }
+
+    fn has_capacity(&self) -> bool {
+        self.inflight.get() < self.cfg.max_inflight_per_connection
+            && shard_inflight() < self.cfg.max_inflight_per_shard
+            && self.outbox.borrow().queued_bytes() < MAX_QUEUED_RESPONSE_BYTES
+    }
+
+    /// Waits until another request may start; false if the connection is asked to close.
+    async fn wait_for_capacity(&self) -> bool {
+        loop {
+            if self.close.requested.get() || self.dead.get() {
+                return false;
+            }
+            if self.has_capacity() {
+                return true;
+            }
+            let shard_freed = SHARD_FREED.with(|n| n.clone());
+            tokio::select! {
+                _ = self.reader_wake.notified() => {}
+                _ = shard_freed.notified() => {}
+                _ = self.close.notify.notified() => return false,
+            }
+        }
+    }
+
+    async fn wait_idle(&self) {
+        while self.inflight.get() > 0 {
+            self.reader_wake.notified().await;
+        }
+    }
+
+    // ---- output -------------------------------------------------------------------------
+
+    /// Appends one response envelope written by `encode` (which writes it whole or not at
+    /// all) to the outbox, compressed or framed as negotiated.
+    fn emit(
+        &self,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
+    ) -> Result<(), EncodeError> {
+        if self.dead.get() {
+            return Ok(());
+        }
+        let mut ob = self.outbox.borrow_mut();
+        let r = if ob.framing.is_some() {
+            encode(&mut ob.envelopes)
+        } else if let Some(c) = self.compression.get() {
+            let mut plain = BytesMut::new();
+            encode(&mut plain)?;
+            compress_envelope(&plain, c, &mut ob.out)
+        } else {
+            encode(&mut ob.out)
+        };
+        drop(ob);
+        self.writer_wake.notify_one();
+        r
+    }
+
+    fn send(&self, version: ProtocolVersion, stream: i16, msg: &Response<'_>) {
+        if let Err(e) =
+            self.emit(|b| encode_response(b, version, stream, &ResponsePrefix::NONE, msg))
+        {
+            tracing::error!(error = %e, stream, "transport: cannot encode a response");
+        }
+    }
+
+    fn send_error(
+        &self,
+        version: ProtocolVersion,
+        stream: i16,
+        tracing_id: Option<[u8; 16]>,
+        err: &ErrorResponse,
+    ) {
+        metrics::record_error(err.code().as_i32());
+        let prefix = ResponsePrefix {
+            tracing_id,
+            ..ResponsePrefix::NONE
+        };
+        let msg = Response::Error(err);
+        if let Err(e) = self.emit(|b| encode_response(b, version, stream, &prefix, &msg)) {
+            tracing::error!(error = %e, stream, "transport: cannot encode an error response");
+        }
+    }
+
+    fn protocol_error(&self, stream: i16, message: impl Into<String>) {
+        self.send_error(
+            self.version(),
+            stream,
+            None,
+            &ErrorResponse::protocol_error(message),
+        );
+    }
+
+    /// Envelope-level errors are answered uncompressed (framed once framing started).
+    fn emit_frame_error(&self, e: &FrameError) {
+        let mut ob = self.outbox.borrow_mut();
+        if ob.framing.is_some() {
+            encode_frame_error(&mut ob.envelopes, e);
+        } else {
+            encode_frame_error(&mut ob.out, e);
+        }
+        drop(ob);
+        self.writer_wake.notify_one();
+    }
+
+    // ---- dispatch -----------------------------------------------------------------------
+
+    async fn dispatch(self: &Rc<Self>, env: Envelope, phase: &mut Phase) -> Step {
+        metrics::record_request();
+        let stream = env.stream;
+        match self.version.get() {
+            None => self.version.set(Some(env.version)),
+            Some(v) if v != env.version => {
+                self.protocol_error(
+                    stream,
+                    format!(
+                        "Invalid message version. Got {}/v{} but previous messages on this connection had version {}/v{}",
+                        env.version.as_u8(),
+                        env.version.as_u8(),
+                        v.as_u8(),
+                        v.as_u8()
+                    ),
+                );
+                return Step::Continue;
+            }
+            Some(_) => {}
+        }
+        let opts = DecodeOptions {
+            compression: self.compression.get(),
+            use_metadata_id: false,
+            max_frame_size: self.cfg.max_frame_size,
+        };
+        let req = match decode_request(&env, &opts) {
+            Ok(r) => r,
+            Err(e) => {
+                self.send_error(self.version(), stream, None, &error_map::decode_error(&e));
+                return Step::Continue;
+            }
+        };
+        let tracing_requested = env.flags.contains(Flags::TRACING);
+        match (req.message, *phase) {
+            (RequestMessage::Options, _) => {
+                let supported = self.supported();
+                self.send(self.version(), stream, &Response::Supported(&supported));
+                Step::Continue
+            }
+            (RequestMessage::Startup(s), Phase::Startup) => self.startup(stream, &s, phase),
+            (RequestMessage::Startup(_), _) => {
+                self.protocol_error(
+                    stream,
+                    "Unexpected message STARTUP, the connection is already initialized",
+                );
+                Step::Continue
+            }
+            (RequestMessage::AuthResponse(a), Phase::Authenticating) => {
+                self.auth_response(stream, a.token.as_deref(), phase);
+                Step::Continue
+            }
+            (msg, Phase::Startup) => {
+                self.protocol_error(
+                    stream,
+                    format!(
+                        "Unexpected message {}, expecting STARTUP or OPTIONS",
+                        message_name(&msg)
+                    ),
+                );
+                Step::Continue
+            }
+            (msg, Phase::Authenticating) => {
+                self.protocol_error(
+                    stream,
+                    format!(
+                        "Unexpected message {}, expecting SASL response",
+                        message_name(&msg)
+                    ),
+                );
+                Step::Continue
+            }
+            (RequestMessage::AuthResponse(_), Phase::Ready) => {
+                self.protocol_error(
+                    stream,
+                    "Unexpected message AUTH_RESPONSE, the connection is already authenticated",
+                );
+                Step::Continue
+            }
+            (RequestMessage::Register(r), Phase::Ready) => {
+                self.register(stream, &r.events);
+                Step::Continue
+            }
+            (msg, Phase::Ready) => {
+                self.start_request(stream, tracing_requested, msg).await;
+                Step::Continue
+            }
+        }
+    }
+
+    fn supported(&self) -> Rc<Multimap> {
+        if let Some(s) = self.supported.borrow().as_ref() {
+            return s.clone();
+        }
+        let facts = self.backend.node_facts();
+        let one = |k: &str, v: String| (k.to_string(), vec![v]);
+        let map = Rc::new(vec![
+            one("CQL_VERSION", CQL_VERSION.to_string()),
+            (
+                "COMPRESSION".to_string(),
+                vec!["lz4".to_string(), "snappy".to_string()],
+            ),
+            (
+                "PROTOCOL_VERSIONS".to_string(),
+                ProtocolVersion::SUPPORTED_DESCRIPTIONS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            ),
+            one("SCYLLA_SHARD", self.shard.to_string()),
+            one("SCYLLA_NR_SHARDS", facts.nr_shards.to_string()),
+            one(
+                "SCYLLA_PARTITIONER",
+                "org.apache.cassandra.dht.Murmur3Partitioner".to_string(),
+            ),
+            one(
+                "SCYLLA_SHARDING_ALGORITHM",
+                "biased-token-round-robin".to_string(),
+            ),
+            one("SCYLLA_SHARDING_IGNORE_MSB", facts.ignore_msb.to_string()),
+            one(
+                "SCYLLA_SHARD_AWARE_PORT",
+                self.cfg.shard_aware_port.to_string(),
+            ),
+            one(
+                "SCYLLA_HOST_ID",
+                uuid::Uuid::from_bytes(facts.host_id)
+                    .hyphenated()
+                    .to_string(),
+            ),
+            one(
+                LWT_KEY,
+                format!("LWT_OPTIMIZATION_META_BIT_MASK={LWT_METADATA_MARK}"),
+            ),
+        ]);
+        *self.supported.borrow_mut() = Some(map.clone());
+        map
+    }
+
+    fn startup(&self, stream: i16, s: &proto::Startup, phase: &mut Phase) -> Step {
+        let version = self.version();
+        let Some(cql) = s.get("CQL_VERSION") else {
+            self.protocol_error(stream, "Missing value CQL_VERSION in STARTUP message");
+            return Step::Continue;
+        };
+        let major = cql
+            .split('.')
+            .next()
+            .and_then(|m| m.trim().parse::<u32>().ok());
+        if major.is_none_or(|m| m < 3) {
+            self.protocol_error(
+                stream,
+                format!("Invalid or unsupported CQL_VERSION {cql:?}; supported is {CQL_VERSION}"),
+            );
+            return Step::Continue;
+        }
+        let compression = match s.get("COMPRESSION") {
+            None | Some("") => None,
+            Some(name) => match Compression::from_name(name) {
+                Some(Compression::Snappy) if version >= ProtocolVersion::V5 => {
+                    self.protocol_error(
+                        stream,
+                        format!(
+                            "Unknown compression algorithm: {name} (protocol v5 supports lz4 only)"
+                        ),
+                    );
+                    return Step::Continue;
+                }
+                Some(c) => Some(c),
+                None => {
+                    self.protocol_error(stream, format!("Unknown compression algorithm: {name}"));
+                    return Step::Continue;
+                }
+            },
+        };
+        self.lwt_mark.set(s.get(LWT_KEY).is_some());
+        self.throw_on_overload
+            .set(s.get("THROW_ON_OVERLOAD").is_some_and(|v| v.trim() == "1"));
+        *self.state.borrow_mut() = Rc::new(ClientState {
+            protocol_version: version.as_u8(),
+            ..ClientState::default()
+        });
+        // The answer itself goes out plain and uncompressed.
+        match self.cfg.authenticator {
+            Authenticator::AllowAll => {
+                self.send(version, stream, &Response::Ready);
+                *phase = Phase::Ready;
+            }
+            Authenticator::Password => {
+                self.send(
+                    version,
+                    stream,
+                    &Response::Authenticate(PASSWORD_AUTHENTICATOR),
+                );
+                *phase = Phase::Authenticating;
+            }
+        }
+        if version >= ProtocolVersion::V5 {
+            let c = match compression {
+                Some(Compression::Lz4) => SegmentCompression::Lz4,
+                _ => SegmentCompression::None,
+            };
+            self.outbox.borrow_mut().framing = Some(SegmentEncoder::new(c));
+            Step::StartFraming(c)
+        } else {
+            self.compression.set(compression);
+            Step::Continue
+        }
+    }
+
+    fn auth_response(&self, stream: i16, token: Option<&[u8]>, phase: &mut Phase) {
+        let version = self.version();
+        let fail = |msg: String| {
+            self.send_error(
+                version,
+                stream,
+                None,
+                &ErrorResponse::new(ErrorKind::AuthenticationError, msg),
+            );
+        };
+        // SASL PLAIN: [authzid] NUL authcid NUL passwd.
+        let Some((user, password)) = token.and_then(sasl_plain) else {
+            fail("Authentication failed: malformed SASL PLAIN token".to_string());
+            return;
+        };
+        if user == self.cfg.superuser_name && password == self.cfg.superuser_password {
+            let old = self.state.borrow().clone();
+            *self.state.borrow_mut() = Rc::new(ClientState {
+                user: Some(user),
+                ..(*old).clone()
+            });
+            self.send(version, stream, &Response::AuthSuccess(None));
+            *phase = Phase::Ready;
+        } else {
+            fail(format!(
+                "Provided username {user} and/or password are incorrect"
+            ));
+        }
+    }
+
+    fn register(self: &Rc<Self>, stream: i16, events: &[String]) {
+        let mut bits = 0;
+        for e in events {
+            bits |= match e.as_str() {
+                "TOPOLOGY_CHANGE" => EV_TOPOLOGY,
+                "STATUS_CHANGE" => EV_STATUS,
+                "SCHEMA_CHANGE" => EV_SCHEMA,
+                other => {
+                    self.protocol_error(stream, format!("Invalid value '{other}' for Type"));
+                    return;
+                }
+            };
+        }
+        self.events.set(self.events.get() | bits);
+        if self.event_task.borrow().is_none() {
+            let mut rx = self.backend.events();
+            let conn = self.clone();
+            let task = tokio::task::spawn_local(async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(ev) => conn.forward_event(&ev),
+                        Err(RecvError::Lagged(n)) => {
+                            tracing::warn!(missed = n, "transport: event subscriber lagged");
+                        }
+                        Err(RecvError::Closed) => break,
+                    }
+                }
+            });
+            *self.event_task.borrow_mut() = Some(task);
+        }
+        self.send(self.version(), stream, &Response::Ready);
+    }
+
+    fn forward_event(&self, ev: &NodeEvent) {
+        #[allow(unreachable_patterns)]
+        let (bit, event) = match ev {
+            NodeEvent::SchemaChange(sc) => {
+                (EV_SCHEMA, proto::Event::SchemaChange(schema_change(sc)))
+            }
+            _ => return,
+        };
+        if self.events.get() & bit != 0 {
+            self.send(self.version(), -1, &Response::Event(&event));
+        }
+    }
+
+    // ---- requests -----------------------------------------------------------------------
+
+    async fn start_request(
+        self: &Rc<Self>,
+        stream: i16,
+        tracing_requested: bool,
+        msg: RequestMessage,
+    ) {
+        let version = self.version();
+        if !self.has_capacity() {
+            if self.throw_on_overload.get() {
+                self.send_error(
+                    version,
+                    stream,
+                    None,
+                    &ErrorResponse::new(
+                        ErrorKind::Overloaded,
+                        "Too many requests in flight on this connection or shard",
+                    ),
+                );
+                return;
+            }
+            if !self.wait_for_capacity().await {
+                return;
+            }
+        }
+        if !self.streams.borrow_mut().insert(stream) {
+            self.protocol_error(
+                stream,
+                format!("Stream id {stream} is already in use by a request in flight"),
+            );
+            return;
+        }
+        self.inflight.set(self.inflight.get() + 1);
+        SHARD_INFLIGHT.with(|c| c.set(c.get() + 1));
+        metrics::inflight_add(1);
+        let tracing_id = tracing_requested.then(|| self.tracing_session_id());
+        let guard = InflightGuard {
+            conn: self.clone(),
+            stream,
+            version,
+            answered: false,
+        };
+        tokio::task::spawn_local(run_request(guard, tracing_id, msg));
+    }
+
+    /// A time-based session id for a traced request.
+    // TODO(lead): record the session in system_traces.sessions/events.
+    fn tracing_session_id(&self) -> [u8; 16] {
+        let h = self.backend.node_facts().host_id;
+        let node = [h[10], h[11], h[12], h[13], h[14], h[15]];
+        *uuid::Uuid::now_v1(&node).as_bytes()
+    }
+
+    fn encode_outcome(
+        &self,
+        buf: &mut BytesMut,
+        version: ProtocolVersion,
+        stream: i16,
+        prefix: &ResponsePrefix<'_>,
+        outcome: &Outcome,
+    ) -> Result<(), EncodeError> {
+        let result = |buf: &mut BytesMut, r: ResultMessage<'_>| {
+            encode_response(buf, version, stream, prefix, &Response::Result(r))
+        };
+        match outcome {
+            Outcome::Result(QueryResult::Void, _) => result(buf, ResultMessage::Void),
+            Outcome::Result(QueryResult::SetKeyspace(ks), _) => {
+                result(buf, ResultMessage::SetKeyspace(ks))
+            }
+            Outcome::Result(QueryResult::SchemaChange(sc), _) => {
+                result(buf, ResultMessage::SchemaChange(&schema_change(sc)))
+            }
+            Outcome::Result(QueryResult::Rows(rows), skip_metadata) => {
+                let specs = cached_column_specs(&rows.columns);
+                let mut meta = RowsMetadata::new(&specs);
+                meta.no_metadata = rows.no_metadata || *skip_metadata;
+                meta.paging_state = rows.paging_state.as_deref();
+                let mut w = RowsWriter::begin(buf, version, stream, prefix, &meta)?;
+                let cells = rows.row_count.saturating_mul(specs.len());
+                for cell in rows.cells.iter().take(cells) {
+                    w.push_value(cell.as_deref())?;
+                }
+                w.finish()
+            }
+            Outcome::Prepared(info) => {
+                let bind = cached_column_specs(&info.bind_columns);
+                let result_cols = cached_column_specs(&info.result_columns);
+                let mut bind_meta = PreparedMetadata::new(&bind, &info.pk_indexes);
+                if info.is_lwt && self.lwt_mark.get() {
+                    bind_meta.extra_flags |= LWT_METADATA_MARK;
+                }
+                let result_meta = if result_cols.is_empty() {
+                    RowsMetadata::empty()
+                } else {
+                    RowsMetadata::new(&result_cols)
+                };
+                let p = Prepared {
+                    id: &info.id,
+                    result_metadata_id: (version >= ProtocolVersion::V5)
+                        .then_some(&info.result_metadata_id[..]),
+                    bind: bind_meta,
+                    result: result_meta,
+                };
+                result(buf, ResultMessage::Prepared(&p))
+            }
+        }
+    }
+}
+
+/// A successful request's answer.
+enum Outcome {
+    /// With the request's Skip_metadata flag.
+    Result(QueryResult, bool),
+    Prepared(PreparedInfo),
+}
+
+/// Accounts one in-flight request; on drop frees its slot and stream id, and answers
+/// ServerError if the request ended without an answer (a panic in the coordinator).
+struct InflightGuard<B: Backend> {
+    conn: Rc<Conn<B>>,
+    stream: i16,
+    version: ProtocolVersion,
+    answered: bool,
+}
+
+impl<B: Backend> Drop for InflightGuard<B> {
+    fn drop(&mut self) {
+        let c = &self.conn;
+        if !self.answered && c.outbox.try_borrow_mut().is_ok() {
+            tracing::error!(
+                stream = self.stream,
+                "transport: request ended without an answer"
+            );
+            c.send_error(
+                self.version,
+                self.stream,
+                None,
+                &ErrorResponse::server_error("Internal error: the request was abandoned"),
+            );
+        }
+        c.streams.borrow_mut().remove(self.stream);
+        c.inflight.set(c.inflight.get().saturating_sub(1));
+        let before = SHARD_INFLIGHT.with(|n| {
+            let v = n.get();
+            n.set(v.saturating_sub(1));
+            v
+        });
+        metrics::inflight_add(-1);
+        c.reader_wake.notify_one();
+        if before >= c.cfg.max_inflight_per_shard {
+            SHARD_FREED.with(|n| n.notify_waiters());
+        }
+    }
+}
+
+async fn run_request<B: Backend>(
+    mut guard: InflightGuard<B>,
+    tracing_id: Option<[u8; 16]>,
+    msg: RequestMessage,
+) {
+    let conn = guard.conn.clone();
+    let (version, stream) = (guard.version, guard.stream);
+    let state = conn.state.borrow().clone();
+    let backend = &conn.backend;
+    let outcome = match msg {
+        RequestMessage::Query(q) => {
+            let skip = q.parameters.skip_metadata;
+            backend
+                .query(&state, &q.query, query_options(q.parameters))
+                .await
+                .map(|r| Outcome::Result(r, skip))
+        }
+        RequestMessage::Prepare(p) => backend
+            .prepare(&state, &p.query, p.keyspace.as_deref())
+            .await
+            .map(Outcome::Prepared),
+        RequestMessage::Execute(e) => {
+            let skip = e.parameters.skip_metadata;
+            backend
+                .execute(&state, &e.id, query_options(e.parameters))
+                .await
+                .map(|r| Outcome::Result(r, skip))
+        }
+        RequestMessage::Batch(b) => {
+            let (kind, entries, opts) = batch_parts(b);
+            backend
+                .batch(&state, kind, entries, opts)
+                .await
+                .map(|r| Outcome::Result(r, false))
+        }
+        other => {
+            tracing::error!(
+                message = message_name(&other),
+                "transport: not a request message"
+            );
+            Err(QueryError::Server(format!(
+                "Unexpected message {}",
+                message_name(&other)
+            )))
+        }
+    };
+    let prefix = ResponsePrefix {
+        tracing_id,
+        ..ResponsePrefix::NONE
+    };
+    match outcome {
+        Ok(outcome) => {
+            if let Outcome::Result(QueryResult::SetKeyspace(ks), _) = &outcome {
+                let old = conn.state.borrow().clone();
+                *conn.state.borrow_mut() = Rc::new(ClientState {
+                    keyspace: Some(ks.clone()),
+                    ..(*old).clone()
+                });
+            }
+            let r = conn.emit(|buf| conn.encode_outcome(buf, version, stream, &prefix, &outcome));
+            if let Err(e) = r {
+                tracing::error!(error = %e, stream, "transport: cannot encode a result");
+                conn.send_error(
+                    version,
+                    stream,
+                    tracing_id,
+                    &ErrorResponse::server_error(format!("Cannot encode the result: {e}")),
+                );
+            }
+        }
+        Err(e) => conn.send_error(version, stream, tracing_id, &error_map::query_error(&e)),
+    }
+    guard.answered = true;
+}
+
+fn message_name(m: &RequestMessage) -> &'static str {
+    match m {
+        RequestMessage::Startup(_) => "STARTUP",
+        RequestMessage::Options => "OPTIONS",
+        RequestMessage::Query(_) => "QUERY",
+        RequestMessage::Prepare(_) => "PREPARE",
+        RequestMessage::Execute(_) => "EXECUTE",
+        RequestMessage::Batch(_) => "BATCH",
+        RequestMessage::Register(_) => "REGISTER",
+        RequestMessage::AuthResponse(_) => "AUTH_RESPONSE",
+    }
+}
+
+/// Splits a SASL PLAIN token into (user, password).
+fn sasl_plain(token: &[u8]) -> Option<(String, String)> {
+    let mut parts = token.rsplitn(3, |b| *b == 0);
+    let password = parts.next()?;
+    let user = parts.next()?;
+    Some((
+        String::from_utf8_lossy(user).into_owned(),
+        String::from_utf8_lossy(password).into_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sasl_plain_tokens() {
+        assert_eq!(
+            sasl_plain(b"\0cassandra\0secret"),
+            Some(("cassandra".to_string(), "secret".to_string()))
+        );
+        assert_eq!(
+            sasl_plain(b"authz\0bob\0pw"),
+            Some(("bob".to_string(), "pw".to_string()))
+        );
+        assert_eq!(sasl_plain(b"nonul"), None);
+    }
+
+    #[test]
+    fn stream_set_detects_duplicates() {
+        let mut s = StreamSet::new();
+        for id in [0i16, 1, 63, 64, -1, i16::MIN, i16::MAX] {
+            assert!(s.insert(id), "{id}");
+            assert!(!s.insert(id), "{id} twice");
+        }
+        s.remove(64);
+        assert!(s.insert(64));
+    }
+}
