@@ -18,12 +18,14 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod ast;
+mod display;
 mod error;
 mod keyword;
 mod lexer;
 mod parser;
 
 pub use ast::*;
+pub use display::where_clause_to_string;
 pub use error::{ParseError, ParseErrorKind};
 pub use keyword::is_reserved_word;
 

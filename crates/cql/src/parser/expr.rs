@@ -424,7 +424,13 @@ impl<'a> Parser<'a> {
             Tok::Minus => {
                 let after = self.tok_at(self.pos + 2);
                 after.start == next.end
-                    && matches!(after.tok, Tok::Integer | Tok::Float | Tok::Duration)
+                    && matches!(
+                        after.tok,
+                        Tok::Integer
+                            | Tok::Float
+                            | Tok::Duration
+                            | Tok::Keyword(Keyword::Nan | Keyword::Infinity)
+                    )
             }
             t => {
                 (Self::is_function_name_tok(t) && self.peek_n(2) == Tok::LParen)
