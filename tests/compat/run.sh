@@ -3,7 +3,8 @@
 #
 #   tests/compat/run.sh [--peer NAME] [SUITE...]
 #
-# Suites: python-datastax python-scylla go java node (default: all; run install.sh first).
+# Suites: python-datastax python-scylla go java node (default: all; run install.sh first),
+# and shard-proxy (not default: checks the shard tests through a fake sharded proxy).
 #
 # Without COMPAT_TARGET it starts a fresh `amphora server` (binary from AMPHORA_BIN, else
 # target/release/amphora, else target/debug/amphora) with a temporary data dir and free
@@ -25,7 +26,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --peer) peer="$2"; shift 2 ;;
     --peer=*) peer="${1#--peer=}"; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) suites+=("$1"); shift ;;
   esac
 done
@@ -152,7 +153,22 @@ run_suite() {
       [[ -d "$here/node/node_modules" ]] || { echo "node_modules missing: run install.sh node"; return 1; }
       (cd "$here/node" && timeout "$suite_timeout" \
         node --test --test-concurrency=1 --test-reporter=spec test/) ;;
-    *) echo "unknown suite $name (python-datastax python-scylla go java node)"; return 2 ;;
+    shard-proxy)
+      # Self-check of python/test_scylla.py: runs it through tools/shard_proxy.py, a fake
+      # 3-shard server in front of the target (only meaningful with COMPAT_TARGET).
+      local venv="$here/.venv-scylla" pp ap mp ppid rc
+      read -r pp ap mp <<<"$(free_ports 3)"
+      "$venv/bin/python" "$here/tools/shard_proxy.py" --upstream "$COMPAT_HOST:$COMPAT_PORT" \
+        --port "$pp" --aware-port "$ap" --metrics-port "$mp" --shards 3 &
+      ppid=$!
+      wait_for_port 127.0.0.1 "$pp" 10 "$ppid" || { kill "$ppid"; return 1; }
+      (cd "$here/python" && COMPAT_PORT="$pp" COMPAT_PEER=shard-proxy \
+        COMPAT_METRICS_URL="http://127.0.0.1:$mp/metrics" timeout "$suite_timeout" \
+        "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider test_scylla.py)
+      rc=$?
+      kill "$ppid"; wait "$ppid" 2>/dev/null
+      return $rc ;;
+    *) echo "unknown suite $name (python-datastax python-scylla go java node shard-proxy)"; return 2 ;;
   esac
 }
 
