@@ -14,3 +14,18 @@
 pub mod api;
 
 pub use api::*;
+pub mod coordinator;
+pub mod ddl;
+pub mod describe;
+pub mod exec;
+pub mod lwt;
+pub mod plan;
+pub mod restrict;
+pub mod schema;
+pub mod select;
+pub mod system;
+pub mod values;
+pub mod write;
+
+pub use coordinator::{BatchItem, BatchQuery, BatchType, Coordinator, NodeInfo};
+pub use exec::{NodeShared, install, local, uninstall};

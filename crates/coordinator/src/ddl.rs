@@ -1,0 +1,79 @@
+//! DDL execution: build the next schema, persist it, publish it to every shard, then
+//! announce it (result + SCHEMA_CHANGE event).
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use amphora_cql as ast;
+
+use crate::api::*;
+use crate::exec::{Inner, publish_schema};
+use crate::schema::{self, DdlOutcome};
+
+pub async fn run_ddl(inner: &Rc<Inner>, keyspace: Option<&str>, st: &ast::Statement) -> Result<QueryResult, QueryError> {
+    use ast::Statement as S;
+    // DDL is rare: one lock serializes it node-wide; requests never take this lock.
+    let (old, outcome) = {
+        let guard = inner
+            .shared
+            .schema
+            .lock()
+            .map_err(|_| QueryError::Server("schema lock poisoned".into()))?;
+        let cur: &schema::Schema = &guard;
+        let outcome: DdlOutcome = match st {
+            S::CreateKeyspace(s) => schema::create_keyspace(cur, s)?,
+            S::AlterKeyspace(s) => schema::alter_keyspace(cur, s)?,
+            S::DropKeyspace(s) => schema::drop_keyspace(cur, s)?,
+            S::CreateTable(s) => schema::create_table(cur, s, keyspace)?,
+            S::AlterTable(s) => schema::alter_table(cur, s, keyspace)?,
+            S::DropTable(s) => schema::drop_table(cur, s, keyspace)?,
+            S::CreateType(s) => schema::create_type(cur, s, keyspace)?,
+            S::DropType(s) => schema::drop_type(cur, s, keyspace)?,
+            other => return Err(QueryError::Server(format!("{} is not DDL", other.kind()))),
+        };
+        (guard.clone(), outcome)
+    };
+    let Some(change) = outcome.change else {
+        return Ok(QueryResult::Void);
+    };
+    let new = Arc::new(outcome.schema);
+    new.save(&inner.shared.schema_path)?;
+    {
+        let mut guard = inner
+            .shared
+            .schema
+            .lock()
+            .map_err(|_| QueryError::Server("schema lock poisoned".into()))?;
+        *guard = new.clone();
+    }
+    publish_schema(inner, old, new).await?;
+    let _ = inner.shared.events.send(NodeEvent::SchemaChange(change.clone()));
+    Ok(QueryResult::SchemaChange(change))
+}
+
+pub async fn truncate(inner: &Rc<Inner>, keyspace: Option<&str>, name: &ast::QualifiedName) -> Result<QueryResult, QueryError> {
+    let ks = name
+        .keyspace
+        .as_ref()
+        .map(|k| k.name.clone())
+        .or_else(|| keyspace.map(str::to_string))
+        .ok_or_else(|| QueryError::invalid("No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename"))?;
+    let schema = inner.schema();
+    let table = schema
+        .table(&ks, &name.name.name)
+        .ok_or_else(|| QueryError::invalid(format!("unconfigured table {}", name.name.name)))?;
+    let id = table.id;
+    let results = inner
+        .shared
+        .shards
+        .submit_to_all(move |_| async move {
+            let db = amphora_replica::local().map_err(|e| e.to_string())?;
+            db.truncate(id).await.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| QueryError::Truncate(e.to_string()))?;
+    for r in results {
+        r.map_err(QueryError::Truncate)?;
+    }
+    Ok(QueryResult::Void)
+}

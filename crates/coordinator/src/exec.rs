@@ -1,0 +1,379 @@
+//! Statement dispatch: parse → (cached) plan → run, for QUERY, PREPARE, EXECUTE and BATCH.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use amphora_cql as ast;
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use tokio::sync::broadcast;
+
+use crate::api::*;
+use crate::coordinator::{BatchItem, BatchQuery, BatchType, Coordinator, NodeInfo};
+use crate::schema::{self, Schema};
+
+/// A parsed, prepared statement (shared by every shard).
+#[derive(Debug)]
+pub struct PreparedStmt {
+    pub query: String,
+    pub keyspace: Option<String>,
+    pub statement: ast::Statement,
+    pub info: PreparedInfo,
+    /// Names of the bind markers (for values sent by name).
+    pub marker_names: Vec<Option<String>>,
+}
+
+/// State shared by all shards: only touched by DDL, PREPARE, and cache misses.
+pub struct NodeShared {
+    pub info: NodeInfo,
+    pub schema_path: PathBuf,
+    /// The authoritative schema; DDL is serialized through this lock (never on the hot path).
+    pub schema: Mutex<Arc<Schema>>,
+    pub prepared: Mutex<HashMap<Bytes, Arc<PreparedStmt>>>,
+    pub events: broadcast::Sender<NodeEvent>,
+    pub shards: amphora_rt::Shards,
+}
+
+pub struct Inner {
+    pub shared: Arc<NodeShared>,
+    /// This shard's schema snapshot (replaced by DDL broadcasts).
+    pub schema: RefCell<Arc<Schema>>,
+    prepared: RefCell<HashMap<Bytes, Arc<PreparedStmt>>>,
+    last_timestamp: Cell<i64>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Rc<Coordinator>>> = const { RefCell::new(None) };
+}
+
+/// This shard's coordinator (set up by the node at start).
+pub fn local() -> Option<Rc<Coordinator>> {
+    LOCAL.with(|l| l.borrow().clone())
+}
+
+/// Creates this shard's coordinator and makes it [`local`].
+pub fn install(shared: Arc<NodeShared>) -> Rc<Coordinator> {
+    let schema = shared
+        .schema
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_else(|p| p.into_inner().clone());
+    let c = Rc::new(Coordinator {
+        inner: Rc::new(Inner {
+            shared,
+            schema: RefCell::new(schema),
+            prepared: RefCell::new(HashMap::new()),
+            last_timestamp: Cell::new(0),
+        }),
+    });
+    LOCAL.with(|l| *l.borrow_mut() = Some(c.clone()));
+    c
+}
+
+pub fn uninstall() {
+    LOCAL.with(|l| *l.borrow_mut() = None);
+}
+
+impl Inner {
+    pub fn node_info(&self) -> NodeInfo {
+        self.shared.info.clone()
+    }
+
+    pub fn events(&self) -> broadcast::Receiver<NodeEvent> {
+        self.shared.events.subscribe()
+    }
+
+    pub fn schema(&self) -> Arc<Schema> {
+        self.schema.borrow().clone()
+    }
+
+    /// Microseconds since the epoch, strictly increasing on this shard.
+    pub fn new_timestamp(&self) -> i64 {
+        let now = now_micros();
+        let t = now.max(self.last_timestamp.get() + 1);
+        self.last_timestamp.set(t);
+        t
+    }
+}
+
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn syntax(e: ast::ParseError) -> QueryError {
+    QueryError::Syntax(e.to_string())
+}
+
+/// Cassandra's prepared id: MD5 of the keyspace (if any) followed by the query text.
+pub fn prepared_id(keyspace: Option<&str>, query: &str) -> Bytes {
+    let mut h = Md5::new();
+    if let Some(k) = keyspace {
+        h.update(k.as_bytes());
+    }
+    h.update(query.as_bytes());
+    Bytes::copy_from_slice(&h.finalize())
+}
+
+pub async fn query(
+    inner: &Rc<Inner>,
+    state: &ClientState,
+    query: &str,
+    opts: QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let parsed = ast::parse(query).map_err(syntax)?;
+    let keyspace = opts.keyspace.clone().or_else(|| state.keyspace.clone());
+    let binds = bind_by_name(&parsed.bind_markers.iter().map(|m| m.name.as_ref().map(|n| n.name.clone())).collect::<Vec<_>>(), &opts)?;
+    run(inner, keyspace.as_deref(), &parsed.statement, &binds, &opts).await
+}
+
+fn bind_by_name(marker_names: &[Option<String>], opts: &QueryOptions) -> Result<Vec<BoundValue>, QueryError> {
+    let Some(names) = &opts.names else {
+        return Ok(opts.values.clone());
+    };
+    let mut out = Vec::with_capacity(marker_names.len());
+    for m in marker_names {
+        let Some(m) = m else {
+            return Err(QueryError::invalid("Invalid named bind marker: the statement uses positional markers"));
+        };
+        let pos = names.iter().position(|n| n.eq_ignore_ascii_case(m)).ok_or_else(|| {
+            QueryError::invalid(format!("Missing value for bind marker :{m}"))
+        })?;
+        out.push(opts.values.get(pos).cloned().unwrap_or(BoundValue::Unset));
+    }
+    Ok(out)
+}
+
+pub async fn prepare(
+    inner: &Rc<Inner>,
+    state: &ClientState,
+    query: &str,
+    keyspace: Option<&str>,
+) -> Result<PreparedInfo, QueryError> {
+    let keyspace = keyspace.map(str::to_string).or_else(|| state.keyspace.clone());
+    let id = prepared_id(keyspace.as_deref(), query);
+    if let Some(p) = lookup_prepared(inner, &id) {
+        return Ok(p.info.clone());
+    }
+    let parsed = ast::parse(query).map_err(syntax)?;
+    let schema = inner.schema();
+    let meta = crate::plan::bind_metadata(&schema, keyspace.as_deref(), &parsed)?;
+    let info = PreparedInfo {
+        id: id.clone(),
+        result_metadata_id: result_metadata_id(&meta.result_columns),
+        bind_columns: Arc::new(meta.bind_columns),
+        pk_indexes: meta.pk_indexes,
+        result_columns: Arc::new(meta.result_columns),
+        is_lwt: meta.is_lwt,
+    };
+    let stmt = Arc::new(PreparedStmt {
+        query: query.to_string(),
+        keyspace,
+        marker_names: parsed.bind_markers.iter().map(|m| m.name.as_ref().map(|n| n.name.clone())).collect(),
+        statement: parsed.statement,
+        info: info.clone(),
+    });
+    if let Ok(mut g) = inner.shared.prepared.lock() {
+        g.insert(id.clone(), stmt.clone());
+    }
+    inner.prepared.borrow_mut().insert(id, stmt);
+    Ok(info)
+}
+
+fn result_metadata_id(cols: &[ResultColumn]) -> Bytes {
+    let mut h = Md5::new();
+    for c in cols {
+        h.update(c.keyspace.as_bytes());
+        h.update(c.table.as_bytes());
+        h.update(c.name.as_bytes());
+        h.update(c.ty.to_string().as_bytes());
+    }
+    Bytes::copy_from_slice(&h.finalize())
+}
+
+fn lookup_prepared(inner: &Inner, id: &[u8]) -> Option<Arc<PreparedStmt>> {
+    if let Some(p) = inner.prepared.borrow().get(id) {
+        return Some(p.clone());
+    }
+    let p = inner.shared.prepared.lock().ok()?.get(id).cloned()?;
+    inner.prepared.borrow_mut().insert(Bytes::copy_from_slice(id), p.clone());
+    Some(p)
+}
+
+pub async fn execute(
+    inner: &Rc<Inner>,
+    _state: &ClientState,
+    id: &[u8],
+    opts: QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let p = lookup_prepared(inner, id).ok_or_else(|| QueryError::Unprepared {
+        id: Bytes::copy_from_slice(id),
+    })?;
+    let binds = bind_by_name(&p.marker_names, &opts)?;
+    if binds.len() != p.marker_names.len() {
+        return Err(QueryError::invalid(format!(
+            "there were {} markers(?) in CQL but {} bound variables",
+            p.marker_names.len(),
+            binds.len()
+        )));
+    }
+    run(inner, p.keyspace.as_deref(), &p.statement, &binds, &opts).await
+}
+
+pub async fn batch(
+    inner: &Rc<Inner>,
+    state: &ClientState,
+    kind: BatchType,
+    items: Vec<BatchItem>,
+    opts: QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let keyspace = opts.keyspace.clone().or_else(|| state.keyspace.clone());
+    let mut children = Vec::with_capacity(items.len());
+    for item in items {
+        let (ks, stmt) = match item.query {
+            BatchQuery::Text(q) => (keyspace.clone(), ast::parse(&q).map_err(syntax)?.statement),
+            BatchQuery::Prepared(id) => {
+                let p = lookup_prepared(inner, &id).ok_or(QueryError::Unprepared { id })?;
+                (p.keyspace.clone(), p.statement.clone())
+            }
+        };
+        let child = match stmt {
+            ast::Statement::Insert(s) => ast::BatchChild::Insert(*s),
+            ast::Statement::Update(s) => ast::BatchChild::Update(*s),
+            ast::Statement::Delete(s) => ast::BatchChild::Delete(*s),
+            other => {
+                return Err(QueryError::invalid(format!(
+                    "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed, got {}",
+                    other.kind()
+                )));
+            }
+        };
+        children.push((ks, child, item.values));
+    }
+    crate::write::run_batch(inner, kind, children, &opts).await
+}
+
+/// Runs one statement.
+pub async fn run(
+    inner: &Rc<Inner>,
+    keyspace: Option<&str>,
+    st: &ast::Statement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    use ast::Statement as S;
+    match st {
+        S::Select(s) => crate::select::run_select(inner, keyspace, s, binds, opts).await,
+        S::Insert(_) | S::Update(_) | S::Delete(_) => crate::write::run_write(inner, keyspace, st, binds, opts).await,
+        S::Batch(b) => {
+            let kind = match b.kind {
+                ast::BatchKind::Logged => BatchType::Logged,
+                ast::BatchKind::Unlogged => BatchType::Unlogged,
+                ast::BatchKind::Counter => BatchType::Counter,
+            };
+            let children = b
+                .statements
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if b.using.timestamp.is_some() {
+                        let u = match &mut c {
+                            ast::BatchChild::Insert(s) => &mut s.using,
+                            ast::BatchChild::Update(s) => &mut s.using,
+                            ast::BatchChild::Delete(s) => &mut s.using,
+                        };
+                        if u.timestamp.is_none() {
+                            u.timestamp = b.using.timestamp.clone();
+                        }
+                    }
+                    (keyspace.map(str::to_string), c, binds.to_vec())
+                })
+                .collect();
+            crate::write::run_batch(inner, kind, children, opts).await
+        }
+        S::Use(ks) => {
+            let schema = inner.schema();
+            if schema.keyspace(&ks.name).is_none() && !schema::is_system_keyspace(&ks.name) {
+                return Err(QueryError::invalid(format!("Keyspace '{}' does not exist", ks.name)));
+            }
+            Ok(QueryResult::SetKeyspace(ks.name.clone()))
+        }
+        S::Describe(d) => crate::describe::run(inner, keyspace, d, opts),
+        S::Truncate(name) => crate::ddl::truncate(inner, keyspace, name).await,
+        S::CreateKeyspace(_)
+        | S::AlterKeyspace(_)
+        | S::DropKeyspace(_)
+        | S::CreateTable(_)
+        | S::AlterTable(_)
+        | S::DropTable(_)
+        | S::CreateType(_)
+        | S::DropType(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
+        S::AlterType(_) => Err(QueryError::invalid("ALTER TYPE is not supported by Amphora yet")),
+        S::CreateFunction(_) | S::CreateAggregate(_) => Err(QueryError::invalid(
+            "User-defined functions are disabled in cassandra.yaml - set user_defined_functions_enabled=true to enable",
+        )),
+        S::DropFunction(d) | S::DropAggregate(d) => {
+            if d.if_exists {
+                Ok(QueryResult::Void)
+            } else {
+                Err(QueryError::invalid(format!("Unconfigured function {}", d.name)))
+            }
+        }
+        S::CreateIndex(_) | S::DropIndex(_) => Err(QueryError::invalid("Secondary indexes are not supported by Amphora yet")),
+        S::CreateMaterializedView(_) | S::AlterMaterializedView { .. } | S::DropMaterializedView(_) => {
+            Err(QueryError::invalid("Materialized views are not supported by Amphora yet"))
+        }
+        S::CreateTrigger(_) | S::DropTrigger { .. } => Err(QueryError::invalid("Triggers are not supported by Amphora")),
+        S::ListRoles { .. } | S::ListUsers | S::ListSuperUsers => crate::system::list_roles(st),
+        _ => Err(QueryError::Unauthorized(format!(
+            "{} requires an authorizer; Amphora runs with AllowAllAuthorizer",
+            st.kind()
+        ))),
+    }
+}
+
+/// Publishes a new schema to every shard (their snapshots and storage tables).
+pub async fn publish_schema(inner: &Inner, old: Arc<Schema>, new: Arc<Schema>) -> Result<(), QueryError> {
+    let results = inner
+        .shared
+        .shards
+        .submit_to_all(move |_shard| {
+            let old = old.clone();
+            let new = new.clone();
+            async move { apply_schema_locally(&old, &new) }
+        })
+        .await
+        .map_err(|e| QueryError::Server(e.to_string()))?;
+    for r in results {
+        r?;
+    }
+    Ok(())
+}
+
+/// Installs `new` on the calling shard: snapshot, then storage tables added/altered/dropped.
+pub fn apply_schema_locally(old: &Schema, new: &Arc<Schema>) -> Result<(), QueryError> {
+    if let Some(c) = local() {
+        *c.inner.schema.borrow_mut() = new.clone();
+        c.inner.prepared.borrow_mut().clear();
+    }
+    let db = amphora_replica::local().map_err(|e| QueryError::Server(e.to_string()))?;
+    let err = |e: amphora_replica::ReplicaError| QueryError::Server(e.to_string());
+    for t in new.tables() {
+        match old.table_by_id(t.id) {
+            None => db.add_table(t.clone()).map_err(err)?,
+            Some(o) if o != t => db.alter_table(t.clone()).map_err(err)?,
+            Some(_) => {}
+        }
+    }
+    for t in old.tables() {
+        if new.table_by_id(t.id).is_none() {
+            db.drop_table(t.id).map_err(err)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! WHERE-clause analysis: which partitions, which clustering slices, what is left to
+//! filter row by row.
+
+use std::ops::Bound;
+
+use amphora_cql as ast;
+use amphora_types::CqlType;
+use amphora_types::data::{Clustering, ClusteringBound, ClusteringSlice, PartitionKey};
+use amphora_types::schema::{ClusteringOrder, ColumnId, ColumnKind, TableSchema};
+use amphora_types::token::serialize_composite_key;
+use bytes::Bytes;
+
+use crate::api::QueryError;
+use crate::values::{EvalCtx, Value, eval, eval_set};
+
+/// A restriction evaluated on each row after the read.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    pub column: ColumnId,
+    pub op: ast::Operator,
+    pub values: Vec<Bytes>,
+    /// For `m[k] = v`: the map key.
+    pub element_key: Option<Bytes>,
+}
+
+#[derive(Debug, Default)]
+pub struct Restrictions {
+    /// Every partition key column restricted by = or IN: the candidate values per column.
+    pub pk_values: Option<Vec<Vec<Bytes>>>,
+    pub token_start: Option<Bound<i64>>,
+    pub token_end: Option<Bound<i64>>,
+    /// Values per leading clustering column restricted by = / IN.
+    pub ck_prefix: Vec<Vec<Bytes>>,
+    /// Lower/upper bound on the clustering prefix that follows `ck_prefix` (in value order:
+    /// `(values, inclusive)`), and the order of the first column they bound.
+    pub ck_lower: Option<(Vec<Bytes>, bool)>,
+    pub ck_upper: Option<(Vec<Bytes>, bool)>,
+    pub ck_slice_order: ClusteringOrder,
+    pub filters: Vec<Filter>,
+    /// Restrictions that need ALLOW FILTERING.
+    pub needs_filtering: bool,
+}
+
+fn invalid(m: impl Into<String>) -> QueryError {
+    QueryError::Invalid(m.into())
+}
+
+fn column<'a>(t: &'a TableSchema, name: &str) -> Result<(ColumnId, &'a amphora_types::schema::ColumnDef), QueryError> {
+    t.column(name).ok_or_else(|| invalid(format!("Undefined column name {name}")))
+}
+
+fn list_values(v: &ast::RelationValue, ty: &CqlType, ctx: &EvalCtx<'_>, name: &str) -> Result<Vec<Bytes>, QueryError> {
+    match v {
+        ast::RelationValue::List(items) => {
+            let mut out = Vec::new();
+            for i in items {
+                if let Value::Set(b) = eval(i, ty, ctx, name)? {
+                    out.push(b);
+                }
+            }
+            Ok(out)
+        }
+        ast::RelationValue::Single(e) => {
+            let list_ty = CqlType::List { elem: Box::new(ty.clone()), frozen: true };
+            match eval(e, &list_ty, ctx, name)? {
+                Value::Set(b) => Ok(amphora_types::cql_type::split_collection(&b, 1)
+                    .map_err(|e| invalid(format!("Invalid IN list for {name}: {e}")))?
+                    .into_iter()
+                    .flatten()
+                    .map(Bytes::copy_from_slice)
+                    .collect()),
+                _ => Err(invalid(format!("Invalid null value for IN restriction on {name}"))),
+            }
+        }
+        _ => Err(invalid(format!("Invalid IN restriction on {name}"))),
+    }
+}
+
+fn token_value(e: &ast::Expr, t: &TableSchema, ctx: &EvalCtx<'_>) -> Result<i64, QueryError> {
+    match e {
+        ast::Expr::Function { name, args } if name.name.name.eq_ignore_ascii_case("token") => {
+            if args.len() != t.partition_key.len() {
+                return Err(invalid("Invalid number of arguments in token() function"));
+            }
+            let mut parts = Vec::with_capacity(args.len());
+            for (a, id) in args.iter().zip(&t.partition_key) {
+                let c = &t.columns[*id as usize];
+                parts.push(eval_set(a, &c.ty, ctx, &c.name)?);
+            }
+            let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+            Ok(amphora_types::token::murmur3_token(&serialize_composite_key(&refs)))
+        }
+        other => {
+            let b = eval_set(other, &CqlType::Bigint, ctx, "partition key token")?;
+            let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("Invalid token value"))?;
+            Ok(i64::from_be_bytes(arr))
+        }
+    }
+}
+
+pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Result<Restrictions, QueryError> {
+    let mut r = Restrictions::default();
+    let mut pk: Vec<Option<Vec<Bytes>>> = vec![None; t.partition_key.len()];
+    let mut ck_eq: Vec<Option<Vec<Bytes>>> = vec![None; t.clustering_key.len()];
+    // Single-column clustering slices: position → (lower, upper).
+    let mut ck_slices: Vec<(usize, Option<(Bytes, bool)>, Option<(Bytes, bool)>)> = Vec::new();
+    let mut multi: Option<(usize, Option<(Vec<Bytes>, bool)>, Option<(Vec<Bytes>, bool)>)> = None;
+    for rel in rels {
+        match &rel.target {
+            ast::RelationTarget::Column(c) => {
+                let (id, def) = column(t, &c.name)?;
+                let name = def.name.clone();
+                match (def.kind, rel.op) {
+                    (ColumnKind::PartitionKey, ast::Operator::Eq) => {
+                        if let ast::RelationValue::Single(e) = &rel.value {
+                            pk[def.position as usize] = Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
+                        }
+                    }
+                    (ColumnKind::PartitionKey, ast::Operator::In) => {
+                        pk[def.position as usize] = Some(list_values(&rel.value, &def.ty, ctx, &name)?);
+                    }
+                    (ColumnKind::Clustering, ast::Operator::Eq) => {
+                        if let ast::RelationValue::Single(e) = &rel.value {
+                            ck_eq[def.position as usize] = Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
+                        }
+                    }
+                    (ColumnKind::Clustering, ast::Operator::In) => {
+                        let mut vals = list_values(&rel.value, &def.ty, ctx, &name)?;
+                        vals.sort_by(|a, b| def.ty.compare(a, b));
+                        vals.dedup();
+                        ck_eq[def.position as usize] = Some(vals);
+                    }
+                    (ColumnKind::Clustering, op @ (ast::Operator::Lt | ast::Operator::Lte | ast::Operator::Gt | ast::Operator::Gte)) => {
+                        let ast::RelationValue::Single(e) = &rel.value else { continue };
+                        let v = eval_set(e, &def.ty, ctx, &name)?;
+                        let pos = def.position as usize;
+                        let entry = match ck_slices.iter_mut().find(|s| s.0 == pos) {
+                            Some(s) => s,
+                            None => {
+                                ck_slices.push((pos, None, None));
+                                let last = ck_slices.len() - 1;
+                                &mut ck_slices[last]
+                            }
+                        };
+                        match op {
+                            ast::Operator::Gt => entry.1 = Some((v, false)),
+                            ast::Operator::Gte => entry.1 = Some((v, true)),
+                            ast::Operator::Lt => entry.2 = Some((v, false)),
+                            _ => entry.2 = Some((v, true)),
+                        }
+                    }
+                    (_, ast::Operator::IsNotNull) => {}
+                    (_, op) => {
+                        let (values, elem_ty) = match op {
+                            ast::Operator::In | ast::Operator::NotIn => (list_values(&rel.value, &def.ty, ctx, &name)?, None),
+                            _ => {
+                                let ty = match (op, &def.ty) {
+                                    (ast::Operator::Contains, CqlType::List { elem, .. } | CqlType::Set { elem, .. }) => (**elem).clone(),
+                                    (ast::Operator::Contains, CqlType::Map { value, .. }) => (**value).clone(),
+                                    (ast::Operator::ContainsKey, CqlType::Map { key, .. }) => (**key).clone(),
+                                    (ast::Operator::Contains | ast::Operator::ContainsKey, _) => {
+                                        return Err(invalid(format!("Cannot use {} on non-collection column {name}", op.as_str())));
+                                    }
+                                    _ => def.ty.clone(),
+                                };
+                                let ast::RelationValue::Single(e) = &rel.value else {
+                                    return Err(invalid(format!("Unsupported restriction on {name}")));
+                                };
+                                (vec![eval_set(e, &ty, ctx, &name)?], Some(ty))
+                            }
+                        };
+                        let _ = elem_ty;
+                        r.filters.push(Filter { column: id, op, values, element_key: None });
+                        r.needs_filtering = true;
+                    }
+                }
+            }
+            ast::RelationTarget::Token(_) => {
+                let ast::RelationValue::Single(e) = &rel.value else {
+                    return Err(invalid("Invalid token restriction"));
+                };
+                let v = token_value(e, t, ctx)?;
+                match rel.op {
+                    ast::Operator::Gt => r.token_start = Some(Bound::Excluded(v)),
+                    ast::Operator::Gte => r.token_start = Some(Bound::Included(v)),
+                    ast::Operator::Lt => r.token_end = Some(Bound::Excluded(v)),
+                    ast::Operator::Lte => r.token_end = Some(Bound::Included(v)),
+                    ast::Operator::Eq => {
+                        r.token_start = Some(Bound::Included(v));
+                        r.token_end = Some(Bound::Included(v));
+                    }
+                    op => return Err(invalid(format!("{} is not supported on token()", op.as_str()))),
+                }
+            }
+            ast::RelationTarget::Tuple(cols) => {
+                let defs = cols.iter().map(|c| column(t, &c.name)).collect::<Result<Vec<_>, _>>()?;
+                let first = defs.first().map(|d| d.1.position as usize).unwrap_or(0);
+                for (i, (_, d)) in defs.iter().enumerate() {
+                    if d.kind != ColumnKind::Clustering || d.position as usize != first + i {
+                        return Err(invalid("Multi-column relations can only be applied to clustering columns, in clustering order"));
+                    }
+                }
+                let types: Vec<CqlType> = defs.iter().map(|d| d.1.ty.clone()).collect();
+                let tuple_ty = CqlType::Tuple(types.clone());
+                let to_vals = |e: &ast::Expr| -> Result<Vec<Bytes>, QueryError> {
+                    match e {
+                        ast::Expr::Tuple(items) => items
+                            .iter()
+                            .zip(&types)
+                            .map(|(i, ty)| eval_set(i, ty, ctx, "tuple"))
+                            .collect(),
+                        other => {
+                            let b = eval_set(other, &tuple_ty, ctx, "tuple")?;
+                            Ok(amphora_types::cql_type::split_tuple(&b)
+                                .map_err(|e| invalid(format!("Invalid tuple: {e}")))?
+                                .into_iter()
+                                .map(|x| Bytes::copy_from_slice(x.unwrap_or_default()))
+                                .collect())
+                        }
+                    }
+                };
+                match (rel.op, &rel.value) {
+                    (ast::Operator::Eq, ast::RelationValue::Single(e)) => {
+                        for (i, v) in to_vals(e)?.into_iter().enumerate() {
+                            ck_eq[first + i] = Some(vec![v]);
+                        }
+                    }
+                    (op @ (ast::Operator::Gt | ast::Operator::Gte | ast::Operator::Lt | ast::Operator::Lte), ast::RelationValue::Single(e)) => {
+                        let v = to_vals(e)?;
+                        let m = multi.get_or_insert((first, None, None));
+                        match op {
+                            ast::Operator::Gt => m.1 = Some((v, false)),
+                            ast::Operator::Gte => m.1 = Some((v, true)),
+                            ast::Operator::Lt => m.2 = Some((v, false)),
+                            _ => m.2 = Some((v, true)),
+                        }
+                    }
+                    _ => return Err(invalid("Unsupported multi-column restriction")),
+                }
+            }
+            _ => return Err(invalid("Unsupported restriction")),
+        }
+    }
+    if pk.iter().all(Option::is_some) {
+        r.pk_values = Some(pk.into_iter().flatten().collect());
+    } else if pk.iter().any(Option::is_some) {
+        // A partial partition key can only be filtered.
+        r.needs_filtering = true;
+        for (i, v) in pk.into_iter().enumerate() {
+            if let Some(v) = v {
+                r.filters.push(Filter { column: t.partition_key[i], op: ast::Operator::In, values: v, element_key: None });
+            }
+        }
+    }
+    // Clustering: a prefix of = / IN, then at most one slice.
+    let mut prefix_len = 0;
+    while prefix_len < ck_eq.len() && ck_eq[prefix_len].is_some() {
+        prefix_len += 1;
+    }
+    r.ck_prefix = ck_eq.iter().take(prefix_len).flatten().cloned().collect();
+    for (i, v) in ck_eq.iter().enumerate().skip(prefix_len) {
+        if let Some(v) = v {
+            r.needs_filtering = true;
+            r.filters.push(Filter { column: t.clustering_key[i], op: ast::Operator::In, values: v.clone(), element_key: None });
+        }
+    }
+    if let Some((pos, lo, hi)) = multi {
+        if pos != prefix_len {
+            return Err(invalid("Clustering column restrictions must follow the preceding clustering columns"));
+        }
+        r.ck_lower = lo;
+        r.ck_upper = hi;
+        r.ck_slice_order = t.columns[t.clustering_key[pos] as usize].order;
+    }
+    for (pos, lo, hi) in ck_slices {
+        if pos == prefix_len && r.ck_lower.is_none() && r.ck_upper.is_none() {
+            r.ck_lower = lo.map(|(v, inc)| (vec![v], inc));
+            r.ck_upper = hi.map(|(v, inc)| (vec![v], inc));
+            r.ck_slice_order = t.columns[t.clustering_key[pos] as usize].order;
+        } else {
+            r.needs_filtering = true;
+            let col = t.clustering_key[pos];
+            if let Some((v, inc)) = lo {
+                r.filters.push(Filter { column: col, op: if inc { ast::Operator::Gte } else { ast::Operator::Gt }, values: vec![v], element_key: None });
+            }
+            if let Some((v, inc)) = hi {
+                r.filters.push(Filter { column: col, op: if inc { ast::Operator::Lte } else { ast::Operator::Lt }, values: vec![v], element_key: None });
+            }
+        }
+    }
+    Ok(r)
+}
+
+impl Restrictions {
+    /// The partition keys named by = / IN on every partition key column.
+    pub fn partition_keys(&self) -> Option<Vec<PartitionKey>> {
+        let cols = self.pk_values.as_ref()?;
+        let mut combos: Vec<Vec<&Bytes>> = vec![Vec::new()];
+        for vals in cols {
+            let mut next = Vec::with_capacity(combos.len() * vals.len());
+            for c in &combos {
+                for v in vals {
+                    let mut n = c.clone();
+                    n.push(v);
+                    next.push(n);
+                }
+            }
+            combos = next;
+        }
+        let mut keys: Vec<PartitionKey> = combos
+            .into_iter()
+            .map(|parts| {
+                let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                PartitionKey::new(Bytes::from(serialize_composite_key(&refs)))
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Some(keys)
+    }
+
+    /// Whether the clustering restrictions select whole rows (every clustering column =).
+    pub fn full_clustering(&self, t: &TableSchema) -> bool {
+        self.ck_prefix.len() == t.clustering_key.len() && self.ck_lower.is_none() && self.ck_upper.is_none()
+    }
+
+    /// Every clustering prefix named by = / IN (cartesian product, clustering order).
+    pub fn clustering_prefixes(&self) -> Vec<Vec<Bytes>> {
+        let mut combos: Vec<Vec<Bytes>> = vec![Vec::new()];
+        for vals in &self.ck_prefix {
+            let mut next = Vec::with_capacity(combos.len() * vals.len());
+            for c in &combos {
+                for v in vals {
+                    let mut n = c.clone();
+                    n.push(v.clone());
+                    next.push(n);
+                }
+            }
+            combos = next;
+        }
+        combos
+    }
+
+    /// The clustering slices to read, in clustering order.
+    pub fn slices(&self, t: &TableSchema) -> Vec<ClusteringSlice> {
+        let cmp = t.clustering_comparator();
+        let mut out = Vec::new();
+        let (lower, upper) = if self.ck_slice_order == ClusteringOrder::Desc {
+            (&self.ck_upper, &self.ck_lower)
+        } else {
+            (&self.ck_lower, &self.ck_upper)
+        };
+        for p in self.clustering_prefixes() {
+            let start = match lower {
+                Some((v, inc)) => {
+                    let mut c = p.clone();
+                    c.extend(v.iter().cloned());
+                    if *inc { ClusteringBound::inclusive(c) } else { ClusteringBound::exclusive(c) }
+                }
+                None if p.is_empty() => ClusteringBound::unbounded(),
+                None => ClusteringBound::inclusive(p.clone()),
+            };
+            let end = match upper {
+                Some((v, inc)) => {
+                    let mut c = p.clone();
+                    c.extend(v.iter().cloned());
+                    if *inc { ClusteringBound::inclusive(c) } else { ClusteringBound::exclusive(c) }
+                }
+                None if p.is_empty() => ClusteringBound::unbounded(),
+                None => ClusteringBound::inclusive(p.clone()),
+            };
+            out.push(ClusteringSlice { start, end });
+        }
+        out.sort_by(|a, b| cmp.compare(&a.start.prefix.0, &b.start.prefix.0));
+        out
+    }
+
+    /// Full clusterings for statements that address rows (every clustering column =/IN).
+    pub fn clusterings(&self) -> Vec<Clustering> {
+        self.clustering_prefixes().into_iter().map(Clustering).collect()
+    }
+}

@@ -1,0 +1,829 @@
+//! The schema: keyspaces, tables and user types, as immutable versioned snapshots.
+//!
+//! DDL builds a new [`Schema`] from the old one (pure functions here); the
+//! [`crate::exec`] layer persists it and publishes it to every shard. Each snapshot carries
+//! a `version` uuid that drivers compare for schema agreement.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use amphora_cql as ast;
+use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema};
+use amphora_types::{CqlType, UdtDef};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{QueryError, SchemaChange, SchemaChangeKind, SchemaChangeTarget};
+
+/// Keyspaces that exist on every node and cannot be changed by users.
+pub const SYSTEM_KEYSPACES: &[&str] = &[
+    "system",
+    "system_auth",
+    "system_distributed",
+    "system_schema",
+    "system_traces",
+    "system_virtual_schema",
+];
+
+pub fn is_system_keyspace(name: &str) -> bool {
+    SYSTEM_KEYSPACES.contains(&name)
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KeyspaceDef {
+    pub name: String,
+    /// `class` (full Java name) plus options, as stored in system_schema.keyspaces.
+    pub replication: BTreeMap<String, String>,
+    pub durable_writes: bool,
+    pub tables: BTreeMap<String, Arc<TableSchema>>,
+    pub types: BTreeMap<String, Arc<UdtDef>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Schema {
+    pub version: [u8; 16],
+    pub keyspaces: BTreeMap<String, KeyspaceDef>,
+}
+
+impl Default for Schema {
+    fn default() -> Self {
+        Schema {
+            version: uuid_v4(),
+            keyspaces: BTreeMap::new(),
+        }
+    }
+}
+
+pub fn uuid_v4() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+impl Schema {
+    pub fn keyspace(&self, name: &str) -> Option<&KeyspaceDef> {
+        self.keyspaces.get(name)
+    }
+
+    pub fn table(&self, keyspace: &str, name: &str) -> Option<&Arc<TableSchema>> {
+        self.keyspaces.get(keyspace)?.tables.get(name)
+    }
+
+    pub fn tables(&self) -> impl Iterator<Item = &Arc<TableSchema>> {
+        self.keyspaces.values().flat_map(|k| k.tables.values())
+    }
+
+    pub fn table_by_id(&self, id: TableId) -> Option<&Arc<TableSchema>> {
+        self.tables().find(|t| t.id == id)
+    }
+
+    /// Loads the schema file, or an empty schema when there is none yet.
+    pub fn load(path: &Path) -> Result<Schema, QueryError> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                QueryError::Server(format!("schema file {} is corrupt: {e}", path.display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Schema::default()),
+            Err(e) => Err(QueryError::Server(format!(
+                "cannot read schema file {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Writes the schema durably: temp file, fsync, rename, fsync of the directory.
+    pub fn save(&self, path: &Path) -> Result<(), QueryError> {
+        let io = |e: std::io::Error| {
+            QueryError::Server(format!("cannot write schema file {}: {e}", path.display()))
+        };
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| QueryError::Server(format!("cannot encode schema: {e}")))?;
+        let tmp: PathBuf = path.with_extension("json.tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&json).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> QueryError {
+    QueryError::Invalid(msg.into())
+}
+
+fn resolve_keyspace(name: &ast::QualifiedName, current: Option<&str>) -> Result<String, QueryError> {
+    match (&name.keyspace, current) {
+        (Some(k), _) => Ok(k.name.clone()),
+        (None, Some(k)) => Ok(k.to_string()),
+        (None, None) => Err(invalid(
+            "No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename",
+        )),
+    }
+}
+
+/// Replication map with the strategy class spelled out as Cassandra stores it.
+fn replication_from(props: &[ast::Property]) -> Result<Option<BTreeMap<String, String>>, QueryError> {
+    let Some(p) = props.iter().find(|p| p.name.eq_ignore_ascii_case("replication")) else {
+        return Ok(None);
+    };
+    let map = p
+        .value
+        .as_map()
+        .ok_or_else(|| QueryError::Syntax("replication must be a map".into()))?;
+    let mut out = BTreeMap::new();
+    for (k, v) in map {
+        out.insert(k, v);
+    }
+    let class = out
+        .get("class")
+        .cloned()
+        .ok_or_else(|| QueryError::Config("Missing replication strategy class".into()))?;
+    let full = match class.as_str() {
+        "SimpleStrategy" | "org.apache.cassandra.locator.SimpleStrategy" => {
+            "org.apache.cassandra.locator.SimpleStrategy"
+        }
+        "NetworkTopologyStrategy" | "org.apache.cassandra.locator.NetworkTopologyStrategy" => {
+            "org.apache.cassandra.locator.NetworkTopologyStrategy"
+        }
+        "LocalStrategy" | "org.apache.cassandra.locator.LocalStrategy" => {
+            return Err(QueryError::Config(
+                "Unable to use given strategy class: LocalStrategy is reserved for internal use."
+                    .into(),
+            ));
+        }
+        "EverywhereStrategy" | "org.apache.cassandra.locator.EverywhereStrategy" => {
+            "org.apache.cassandra.locator.EverywhereStrategy"
+        }
+        other => {
+            return Err(QueryError::Config(format!(
+                "Unable to find replication strategy class '{other}'"
+            )));
+        }
+    };
+    if full.ends_with("SimpleStrategy") {
+        match out.get("replication_factor") {
+            None => {
+                return Err(QueryError::Config(
+                    "SimpleStrategy requires a replication_factor strategy option.".into(),
+                ));
+            }
+            Some(rf) if rf.parse::<u32>().is_err() => {
+                return Err(QueryError::Config(format!(
+                    "Replication factor must be non-negative; found {rf}"
+                )));
+            }
+            _ => {}
+        }
+        for k in out.keys() {
+            if k != "class" && k != "replication_factor" {
+                return Err(QueryError::Config(format!(
+                    "Unrecognized strategy option {{{k}}} passed to SimpleStrategy for keyspace"
+                )));
+            }
+        }
+    }
+    out.insert("class".into(), full.into());
+    Ok(Some(out))
+}
+
+fn bool_prop(p: &ast::Property) -> Result<bool, QueryError> {
+    match p.value.as_text().map(|s| s.to_ascii_lowercase()) {
+        Some(s) if s == "true" => Ok(true),
+        Some(s) if s == "false" => Ok(false),
+        _ => Err(QueryError::Syntax(format!("Invalid boolean value for {}", p.name))),
+    }
+}
+
+pub struct DdlOutcome {
+    pub schema: Schema,
+    /// None when nothing changed (IF [NOT] EXISTS hit): answer Void, emit no event.
+    pub change: Option<SchemaChange>,
+}
+
+fn unchanged(s: &Schema) -> DdlOutcome {
+    DdlOutcome {
+        schema: s.clone(),
+        change: None,
+    }
+}
+
+fn changed(mut schema: Schema, kind: SchemaChangeKind, target: SchemaChangeTarget) -> DdlOutcome {
+    schema.version = uuid_v4();
+    DdlOutcome {
+        schema,
+        change: Some(SchemaChange { kind, target }),
+    }
+}
+
+pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcome, QueryError> {
+    let name = st.name.name.clone();
+    if s.keyspaces.contains_key(&name) || is_system_keyspace(&name) {
+        if st.if_not_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(QueryError::AlreadyExists {
+            keyspace: name.clone(),
+            table: String::new(),
+            message: format!("Keyspace '{name}' already exists"),
+        });
+    }
+    validate_name(&name, "Keyspace")?;
+    let replication = replication_from(&st.properties)?
+        .ok_or_else(|| QueryError::Syntax("Missing mandatory option 'replication'".into()))?;
+    let mut durable_writes = true;
+    for p in &st.properties {
+        match p.name.to_ascii_lowercase().as_str() {
+            "replication" => {}
+            "durable_writes" => durable_writes = bool_prop(p)?,
+            other => return Err(QueryError::Syntax(format!("Unknown property '{other}'"))),
+        }
+    }
+    let mut next = s.clone();
+    next.keyspaces.insert(
+        name.clone(),
+        KeyspaceDef {
+            name: name.clone(),
+            replication,
+            durable_writes,
+            tables: BTreeMap::new(),
+            types: BTreeMap::new(),
+        },
+    );
+    Ok(changed(next, SchemaChangeKind::Created, SchemaChangeTarget::Keyspace(name)))
+}
+
+pub fn alter_keyspace(s: &Schema, st: &ast::AlterKeyspace) -> Result<DdlOutcome, QueryError> {
+    let name = st.name.name.clone();
+    if is_system_keyspace(&name) {
+        return Err(QueryError::Unauthorized(format!(
+            "{name} keyspace is not user-modifiable"
+        )));
+    }
+    let Some(ks) = s.keyspaces.get(&name) else {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(QueryError::Config(format!("Keyspace '{name}' doesn't exist")));
+    };
+    let mut ks = ks.clone();
+    if let Some(r) = replication_from(&st.properties)? {
+        ks.replication = r;
+    }
+    for p in &st.properties {
+        if p.name.eq_ignore_ascii_case("durable_writes") {
+            ks.durable_writes = bool_prop(p)?;
+        }
+    }
+    let mut next = s.clone();
+    next.keyspaces.insert(name.clone(), ks);
+    Ok(changed(next, SchemaChangeKind::Updated, SchemaChangeTarget::Keyspace(name)))
+}
+
+pub fn drop_keyspace(s: &Schema, st: &ast::Drop) -> Result<DdlOutcome, QueryError> {
+    let name = st.name.name.name.clone();
+    if is_system_keyspace(&name) {
+        return Err(QueryError::Unauthorized(format!(
+            "{name} keyspace is not user-modifiable"
+        )));
+    }
+    if !s.keyspaces.contains_key(&name) {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(QueryError::Config(format!(
+            "Cannot drop non existing keyspace '{name}'."
+        )));
+    }
+    let mut next = s.clone();
+    next.keyspaces.remove(&name);
+    Ok(changed(next, SchemaChangeKind::Dropped, SchemaChangeTarget::Keyspace(name)))
+}
+
+fn validate_name(name: &str, what: &str) -> Result<(), QueryError> {
+    if name.is_empty()
+        || name.len() > 48
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(invalid(format!(
+            "{what} name must not be empty, more than 48 characters long, or contain non-alphanumeric-underscore characters (got \"{name}\")"
+        )));
+    }
+    Ok(())
+}
+
+fn user_keyspace<'a>(s: &'a Schema, ks: &str) -> Result<&'a KeyspaceDef, QueryError> {
+    if is_system_keyspace(ks) {
+        return Err(QueryError::Unauthorized(format!(
+            "{ks} keyspace is not user-modifiable"
+        )));
+    }
+    s.keyspaces
+        .get(ks)
+        .ok_or_else(|| invalid(format!("Keyspace '{ks}' doesn't exist")))
+}
+
+/// Resolves a parsed type against the keyspace's user types.
+pub fn resolve_type(
+    ty: &ast::TypeExpr,
+    ks: &KeyspaceDef,
+    frozen: bool,
+) -> Result<CqlType, QueryError> {
+    use ast::NativeType as N;
+    Ok(match ty {
+        ast::TypeExpr::Native(n) => match n {
+            N::Ascii => CqlType::Ascii,
+            N::Bigint => CqlType::Bigint,
+            N::Blob => CqlType::Blob,
+            N::Boolean => CqlType::Boolean,
+            N::Counter => CqlType::Counter,
+            N::Date => CqlType::Date,
+            N::Decimal => CqlType::Decimal,
+            N::Double => CqlType::Double,
+            N::Duration => CqlType::Duration,
+            N::Float => CqlType::Float,
+            N::Inet => CqlType::Inet,
+            N::Int => CqlType::Int,
+            N::Smallint => CqlType::Smallint,
+            N::Text | N::Varchar => CqlType::Text,
+            N::Time => CqlType::Time,
+            N::Timestamp => CqlType::Timestamp,
+            N::Timeuuid => CqlType::Timeuuid,
+            N::Tinyint => CqlType::Tinyint,
+            N::Uuid => CqlType::Uuid,
+            N::Varint => CqlType::Varint,
+        },
+        ast::TypeExpr::List(e) => CqlType::List {
+            elem: Box::new(resolve_type(e, ks, true)?),
+            frozen,
+        },
+        ast::TypeExpr::Set(e) => CqlType::Set {
+            elem: Box::new(resolve_type(e, ks, true)?),
+            frozen,
+        },
+        ast::TypeExpr::Map(k, v) => CqlType::Map {
+            key: Box::new(resolve_type(k, ks, true)?),
+            value: Box::new(resolve_type(v, ks, true)?),
+            frozen,
+        },
+        ast::TypeExpr::Tuple(ts) => CqlType::Tuple(
+            ts.iter()
+                .map(|t| resolve_type(t, ks, true))
+                .collect::<Result<_, _>>()?,
+        ),
+        ast::TypeExpr::Vector(e, n) => CqlType::Vector {
+            elem: Box::new(resolve_type(e, ks, true)?),
+            dim: *n,
+        },
+        ast::TypeExpr::Frozen(inner) => resolve_type(inner, ks, true)?,
+        ast::TypeExpr::User(q) => {
+            if let Some(k) = &q.keyspace {
+                if k.name != ks.name {
+                    return Err(invalid(format!(
+                        "Statement on keyspace {} cannot refer to a user type in keyspace {}; user types can only be used in the keyspace they are defined in",
+                        ks.name, k.name
+                    )));
+                }
+            }
+            let def = ks
+                .types
+                .get(&q.name.name)
+                .ok_or_else(|| invalid(format!("Unknown type {}.{}", ks.name, q.name.name)))?;
+            let mut d = (**def).clone();
+            d.frozen = frozen;
+            CqlType::Udt(Arc::new(d))
+        }
+        ast::TypeExpr::Custom(c) => CqlType::Custom(c.clone()),
+    })
+}
+
+pub fn create_table(
+    s: &Schema,
+    st: &ast::CreateTable,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    let ks = user_keyspace(s, &ks_name)?;
+    let name = st.name.name.name.clone();
+    if ks.tables.contains_key(&name) {
+        if st.if_not_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(QueryError::AlreadyExists {
+            keyspace: ks_name.clone(),
+            table: name.clone(),
+            message: format!("Cannot add already existing table \"{name}\" to keyspace \"{ks_name}\""),
+        });
+    }
+    validate_name(&name, "Table")?;
+    let pk_names: Vec<String> = st.primary_key.partition_key.iter().map(|i| i.name.clone()).collect();
+    let ck_names: Vec<String> = st
+        .primary_key
+        .clustering_columns
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let inline_pk: Vec<&ast::ColumnDef> = st.columns.iter().filter(|c| c.primary_key).collect();
+    let (pk_names, ck_names) = if !inline_pk.is_empty() {
+        if inline_pk.len() > 1 || !pk_names.is_empty() {
+            return Err(invalid("Multiple PRIMARY KEYs specified (exactly one required)"));
+        }
+        (vec![inline_pk[0].name.name.clone()], Vec::new())
+    } else {
+        (pk_names, ck_names)
+    };
+    if pk_names.is_empty() {
+        return Err(invalid("No PRIMARY KEY specifed for table (exactly one required)"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in &st.columns {
+        if !seen.insert(c.name.name.clone()) {
+            return Err(invalid(format!("Duplicate column '{}' declaration for table {ks_name}.{name}", c.name.name)));
+        }
+    }
+    let mut columns = Vec::with_capacity(st.columns.len());
+    for c in &st.columns {
+        let cname = c.name.name.clone();
+        let (kind, position) = if let Some(p) = pk_names.iter().position(|n| *n == cname) {
+            (ColumnKind::PartitionKey, p as u16)
+        } else if let Some(p) = ck_names.iter().position(|n| *n == cname) {
+            (ColumnKind::Clustering, p as u16)
+        } else if c.is_static {
+            (ColumnKind::Static, 0)
+        } else {
+            (ColumnKind::Regular, 0)
+        };
+        let is_key = matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering);
+        let ty = resolve_type(&c.ty, ks, is_key)?;
+        if is_key && ty.is_counter() {
+            return Err(invalid(format!("counter type is not supported for PRIMARY KEY column '{cname}'")));
+        }
+        if is_key && matches!(ty, CqlType::Duration) {
+            return Err(invalid(format!(
+                "duration type is not supported for PRIMARY KEY column '{cname}'"
+            )));
+        }
+        if c.is_static && ck_names.is_empty() {
+            return Err(invalid(
+                "Static columns are only useful (and thus allowed) if the table has at least one clustering column",
+            ));
+        }
+        columns.push(ColumnDef {
+            name: cname,
+            ty,
+            kind,
+            position,
+            order: ClusteringOrder::Asc,
+        });
+    }
+    for n in pk_names.iter().chain(ck_names.iter()) {
+        if !columns.iter().any(|c| c.name == *n) {
+            return Err(invalid(format!("Unknown definition {n} referenced in PRIMARY KEY")));
+        }
+    }
+    // CLUSTERING ORDER BY must list clustering columns in key order.
+    for (i, (col, order)) in st.options.clustering_order.iter().enumerate() {
+        if ck_names.get(i) != Some(&col.name) {
+            if !ck_names.contains(&col.name) {
+                return Err(invalid(format!(
+                    "Only clustering key columns can be defined in CLUSTERING ORDER directive: {} is not a clustering column",
+                    col.name
+                )));
+            }
+            return Err(invalid("The order of columns in the CLUSTERING ORDER directive must match that of the clustering columns"));
+        }
+        if let Some(c) = columns.iter_mut().find(|c| c.name == col.name) {
+            c.order = match order {
+                ast::Order::Asc => ClusteringOrder::Asc,
+                ast::Order::Desc => ClusteringOrder::Desc,
+            };
+        }
+    }
+    let counters = columns.iter().filter(|c| c.ty.is_counter()).count();
+    let regular = columns
+        .iter()
+        .filter(|c| matches!(c.kind, ColumnKind::Regular | ColumnKind::Static))
+        .count();
+    if counters > 0 && counters != regular {
+        return Err(invalid("Cannot mix counter and non counter columns in the same table"));
+    }
+    let mut options = TableOptions::default();
+    apply_table_properties(&mut options, &st.options.properties)?;
+    let id = TableId(u128::from_be_bytes(*uuid::Uuid::new_v4().as_bytes()));
+    let table = TableSchema::new(id, &ks_name, &name, columns, options);
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        k.tables.insert(name.clone(), Arc::new(table));
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Created,
+        SchemaChangeTarget::Table {
+            keyspace: ks_name,
+            table: name,
+        },
+    ))
+}
+
+fn map_prop(p: &ast::Property) -> Result<BTreeMap<String, String>, QueryError> {
+    p.value
+        .as_map()
+        .map(|m| m.into_iter().collect())
+        .ok_or_else(|| QueryError::Syntax(format!("Invalid value for property '{}': expected a map", p.name)))
+}
+
+fn num_prop<T: std::str::FromStr>(p: &ast::Property) -> Result<T, QueryError> {
+    p.value
+        .as_text()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| QueryError::Syntax(format!("Invalid value for property '{}'", p.name)))
+}
+
+fn text_prop(p: &ast::Property) -> Result<String, QueryError> {
+    p.value
+        .as_text()
+        .ok_or_else(|| QueryError::Syntax(format!("Invalid value for property '{}'", p.name)))
+}
+
+/// Applies `WITH` properties to table options (Cassandra's option names and checks).
+pub fn apply_table_properties(o: &mut TableOptions, props: &[ast::Property]) -> Result<(), QueryError> {
+    for p in props {
+        let name = p.name.to_ascii_lowercase();
+        match name.as_str() {
+            "compaction" => {
+                let mut m = map_prop(p)?;
+                let class = m
+                    .get("class")
+                    .cloned()
+                    .ok_or_else(|| QueryError::Config("Missing sub-option 'class' for the 'compaction' option.".into()))?;
+                let full = if class.contains('.') {
+                    class
+                } else {
+                    format!("org.apache.cassandra.db.compaction.{class}")
+                };
+                m.insert("class".into(), full);
+                o.compaction = m;
+            }
+            "compression" => {
+                let mut m = map_prop(p)?;
+                if let Some(c) = m.remove("sstable_compression") {
+                    m.insert("class".into(), c);
+                }
+                if let Some(c) = m.get("class").cloned() {
+                    if !c.contains('.') {
+                        m.insert("class".into(), format!("org.apache.cassandra.io.compress.{c}"));
+                    }
+                    m.entry("chunk_length_in_kb".into()).or_insert_with(|| "16".into());
+                }
+                if m.get("enabled").map(|v| v == "false").unwrap_or(false) {
+                    m = BTreeMap::from([("enabled".to_string(), "false".to_string())]);
+                }
+                o.compression = m;
+            }
+            "caching" => o.caching = map_prop(p)?,
+            "comment" => o.comment = text_prop(p)?,
+            "gc_grace_seconds" => o.gc_grace_seconds = num_prop(p)?,
+            "default_time_to_live" => {
+                let v: i32 = num_prop(p)?;
+                if v < 0 {
+                    return Err(QueryError::Config("default_time_to_live must be greater than or equal to 0 (got ".to_string() + &v.to_string() + ")"));
+                }
+                o.default_time_to_live = v;
+            }
+            "bloom_filter_fp_chance" => o.bloom_filter_fp_chance = num_prop(p)?,
+            "crc_check_chance" => o.crc_check_chance = num_prop(p)?,
+            "speculative_retry" => o.speculative_retry = text_prop(p)?,
+            "additional_write_policy" => o.additional_write_policy = text_prop(p)?,
+            "min_index_interval" => o.min_index_interval = num_prop(p)?,
+            "max_index_interval" => o.max_index_interval = num_prop(p)?,
+            "memtable_flush_period_in_ms" => o.memtable_flush_period_in_ms = num_prop(p)?,
+            "read_repair" => o.read_repair = text_prop(p)?,
+            "cdc" => o.cdc = bool_prop(p)?,
+            "allow_auto_snapshot" => o.allow_auto_snapshot = bool_prop(p)?,
+            "incremental_backups" => o.incremental_backups = bool_prop(p)?,
+            "memtable" => o.memtable = text_prop(p)?,
+            // Accepted for compatibility (legacy or ScyllaDB options), kept verbatim.
+            "read_repair_chance" | "dclocal_read_repair_chance" | "populate_io_cache_on_flush"
+            | "index_interval" | "replicate_on_write" | "tombstone_gc"
+            | "per_partition_rate_limit" | "paxos_grace_seconds" | "synchronous_updates"
+            | "extensions" => {
+                let v = match &p.value {
+                    ast::PropertyValue::Map(_) => format!(
+                        "{{{}}}",
+                        map_prop(p)?
+                            .iter()
+                            .map(|(k, v)| format!("'{k}': '{v}'"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    _ => text_prop(p)?,
+                };
+                o.other.insert(name, v);
+            }
+            other => {
+                return Err(QueryError::Syntax(format!("Unknown property '{other}'")));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn alter_table(
+    s: &Schema,
+    st: &ast::AlterTable,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    let ks = user_keyspace(s, &ks_name)?;
+    let name = st.name.name.name.clone();
+    let Some(table) = ks.tables.get(&name) else {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(invalid(format!("Table '{ks_name}.{name}' doesn't exist")));
+    };
+    let mut t = (**table).clone();
+    match &st.action {
+        ast::AlterTableAction::Add { if_not_exists, columns } => {
+            for c in columns {
+                if t.column(&c.name.name).is_some() {
+                    if *if_not_exists {
+                        continue;
+                    }
+                    return Err(invalid(format!(
+                        "Column with name '{}' already exists",
+                        c.name.name
+                    )));
+                }
+                let ty = resolve_type(&c.ty, ks, false)?;
+                if c.is_static && t.clustering_key.is_empty() {
+                    return Err(invalid(
+                        "Static columns are only useful (and thus allowed) if the table has at least one clustering column",
+                    ));
+                }
+                if ty.is_counter() != t.is_counter {
+                    return Err(invalid("Cannot mix counter and non counter columns in the same table"));
+                }
+                t.columns.push(ColumnDef {
+                    name: c.name.name.clone(),
+                    ty,
+                    kind: if c.is_static { ColumnKind::Static } else { ColumnKind::Regular },
+                    position: 0,
+                    order: ClusteringOrder::Asc,
+                });
+            }
+        }
+        ast::AlterTableAction::With(props) => apply_table_properties(&mut t.options, props)?,
+        ast::AlterTableAction::Rename { renames, .. } => {
+            for (from, to) in renames {
+                let Some((_, def)) = t.column(&from.name) else {
+                    return Err(invalid(format!("Column with name '{}' was not found in table {ks_name}.{name}", from.name)));
+                };
+                if !matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                    return Err(invalid(format!(
+                        "Cannot rename non PRIMARY KEY column {}",
+                        from.name
+                    )));
+                }
+                if t.column(&to.name).is_some() {
+                    return Err(invalid(format!(
+                        "Cannot rename column {} to {} in table '{name}'; another column with that name already exists",
+                        from.name, to.name
+                    )));
+                }
+                if let Some(c) = t.columns.iter_mut().find(|c| c.name == from.name) {
+                    c.name = to.name.clone();
+                }
+            }
+        }
+        ast::AlterTableAction::Drop { .. } => {
+            // Column ids index stored cells, so dropping needs dropped-column records
+            // (system_schema.dropped_columns) to filter old data: not built yet.
+            return Err(invalid("ALTER TABLE DROP is not supported yet by Amphora"));
+        }
+        ast::AlterTableAction::AlterColumnType { .. } => {
+            return Err(invalid("Altering column types is no longer supported"));
+        }
+        ast::AlterTableAction::DropCompactStorage => {
+            return Err(invalid("Cannot DROP COMPACT STORAGE on a table that is not COMPACT STORAGE"));
+        }
+        ast::AlterTableAction::AlterColumnMask { .. } => {
+            return Err(invalid("Dynamic data masking is not supported by Amphora yet"));
+        }
+    }
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        k.tables.insert(name.clone(), Arc::new(t));
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Updated,
+        SchemaChangeTarget::Table { keyspace: ks_name, table: name },
+    ))
+}
+
+pub fn drop_table(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    if is_system_keyspace(&ks_name) {
+        return Err(QueryError::Unauthorized(format!("{ks_name} keyspace is not user-modifiable")));
+    }
+    let name = st.name.name.name.clone();
+    let exists = s.table(&ks_name, &name).is_some();
+    if !exists {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(invalid(format!("Table '{ks_name}.{name}' doesn't exist")));
+    }
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        k.tables.remove(&name);
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Dropped,
+        SchemaChangeTarget::Table { keyspace: ks_name, table: name },
+    ))
+}
+
+pub fn create_type(s: &Schema, st: &ast::CreateType, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    let ks = user_keyspace(s, &ks_name)?;
+    let name = st.name.name.name.clone();
+    if ks.types.contains_key(&name) {
+        if st.if_not_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(QueryError::AlreadyExists {
+            keyspace: ks_name.clone(),
+            table: name.clone(),
+            message: format!("A user type with name '{name}' already exists"),
+        });
+    }
+    let mut field_names = Vec::new();
+    let mut field_types = Vec::new();
+    for (f, t) in &st.fields {
+        if field_names.contains(&f.name) {
+            return Err(invalid(format!("Duplicate field name '{}' in type '{name}'", f.name)));
+        }
+        field_names.push(f.name.clone());
+        field_types.push(resolve_type(t, ks, true)?);
+    }
+    let def = UdtDef {
+        keyspace: ks_name.clone(),
+        name: name.clone(),
+        field_names,
+        field_types,
+        frozen: true,
+    };
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        k.types.insert(name.clone(), Arc::new(def));
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Created,
+        SchemaChangeTarget::Type { keyspace: ks_name, name },
+    ))
+}
+
+pub fn drop_type(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    let ks = user_keyspace(s, &ks_name)?;
+    let name = st.name.name.name.clone();
+    if !ks.types.contains_key(&name) {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(invalid(format!("No user type named {ks_name}.{name} exists.")));
+    }
+    let used = ks.tables.values().any(|t| t.columns.iter().any(|c| type_uses(&c.ty, &name)))
+        || ks.types.values().any(|u| u.name != name && u.field_types.iter().any(|t| type_uses(t, &name)));
+    if used {
+        return Err(invalid(format!("Cannot drop user type {ks_name}.{name} as it is still used")));
+    }
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        k.types.remove(&name);
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Dropped,
+        SchemaChangeTarget::Type { keyspace: ks_name, name },
+    ))
+}
+
+fn type_uses(t: &CqlType, udt: &str) -> bool {
+    match t {
+        CqlType::Udt(d) => d.name == udt || d.field_types.iter().any(|f| type_uses(f, udt)),
+        CqlType::List { elem, .. } | CqlType::Set { elem, .. } | CqlType::Vector { elem, .. } => {
+            type_uses(elem, udt)
+        }
+        CqlType::Map { key, value, .. } => type_uses(key, udt) || type_uses(value, udt),
+        CqlType::Tuple(ts) => ts.iter().any(|x| type_uses(x, udt)),
+        _ => false,
+    }
+}

@@ -1,0 +1,571 @@
+//! INSERT / UPDATE / DELETE / BATCH → mutations applied on the owning shards.
+
+use std::rc::Rc;
+
+use amphora_cql as ast;
+use amphora_replica::CounterUpdate;
+use amphora_types::CqlType;
+use amphora_types::data::{
+    Cell, Clustering, ColumnData, DeletionTime, LivenessInfo, Mutation,
+    PartitionKey, PartitionUpdate, RangeTombstone, Row,
+};
+use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
+use amphora_types::token::shard_of;
+use bytes::Bytes;
+
+use crate::api::*;
+use crate::coordinator::BatchType;
+use crate::exec::Inner;
+use crate::restrict;
+use crate::values::{EvalCtx, Value, eval, eval_set, timeuuid};
+
+fn invalid(m: impl Into<String>) -> QueryError {
+    QueryError::Invalid(m.into())
+}
+
+/// A write to apply on one shard.
+pub enum Planned {
+    Mutation(Mutation),
+    Counter(CounterUpdate),
+}
+
+impl Planned {
+    fn token(&self) -> i64 {
+        match self {
+            Planned::Mutation(m) => m.key.token,
+            Planned::Counter(c) => c.key.token,
+        }
+    }
+}
+
+pub async fn run_write(
+    inner: &Rc<Inner>,
+    keyspace: Option<&str>,
+    st: &ast::Statement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let now = crate::exec::now_micros();
+    let ctx = EvalCtx { binds, now_micros: now };
+    let timestamp = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
+    let schema = inner.schema();
+    let (table_name, conditional) = match st {
+        ast::Statement::Insert(s) => (&s.table, s.if_not_exists),
+        ast::Statement::Update(s) => (&s.table, s.conditions.is_some()),
+        ast::Statement::Delete(s) => (&s.table, s.conditions.is_some()),
+        _ => return Err(QueryError::Server("not a write".into())),
+    };
+    let table = crate::plan::resolve_table(&schema, keyspace, table_name)?;
+    check_writable(&table)?;
+    let planned = plan_write(&table, st, &ctx, timestamp)?;
+    if conditional {
+        return crate::lwt::run_conditional(inner, &table, st, &ctx, planned).await;
+    }
+    apply_all(inner, planned).await?;
+    Ok(QueryResult::Void)
+}
+
+pub fn check_writable(t: &TableSchema) -> Result<(), QueryError> {
+    if crate::schema::is_system_keyspace(&t.keyspace) {
+        return Err(QueryError::Unauthorized(format!(
+            "{} keyspace is not user-modifiable.",
+            t.keyspace
+        )));
+    }
+    Ok(())
+}
+
+/// Applies writes, each on the shard owning its token, concurrently.
+pub async fn apply_all(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
+    let info = &inner.shared.info;
+    let shards = &inner.shared.shards;
+    let mut pending = Vec::with_capacity(planned.len());
+    for p in planned {
+        let shard = shard_of(p.token(), info.nr_shards, info.ignore_msb);
+        pending.push(shards.submit_to(shard, move || async move {
+            let db = amphora_replica::local().map_err(|e| e.to_string())?;
+            match p {
+                Planned::Mutation(m) => db.apply(m).await.map_err(|e| e.to_string()),
+                Planned::Counter(c) => db.apply_counter(c).await.map_err(|e| e.to_string()),
+            }
+        }));
+    }
+    for p in pending {
+        p.await
+            .map_err(|e| QueryError::Server(e.to_string()))?
+            .map_err(|e| QueryError::WriteFailure {
+                consistency: 1,
+                received: 0,
+                block_for: 1,
+                write_kind: WriteKind::Simple,
+                message: format!("Operation failed - received 0 responses and 1 failures: {e}"),
+            })?;
+    }
+    Ok(())
+}
+
+fn ttl_of(u: &ast::Using, table: &TableSchema, ctx: &EvalCtx<'_>) -> Result<i32, QueryError> {
+    match &u.ttl {
+        None => Ok(table.options.default_time_to_live),
+        Some(e) => match eval(e, &CqlType::Int, ctx, "[ttl]")? {
+            Value::Set(b) => {
+                let arr: [u8; 4] = b[..].try_into().map_err(|_| invalid("Invalid TTL value"))?;
+                let v = i32::from_be_bytes(arr);
+                if v < 0 {
+                    return Err(invalid(format!("A TTL must be greater or equal to 0, but was {v}")));
+                }
+                if v > 630_720_000 {
+                    return Err(invalid(format!("ttl is too large. requested ({v}) maximum (630720000)")));
+                }
+                Ok(v)
+            }
+            Value::Null => Err(invalid("Invalid null value of TTL")),
+            Value::Unset => Ok(table.options.default_time_to_live),
+        },
+    }
+}
+
+fn timestamp_of(u: &ast::Using, default: i64, ctx: &EvalCtx<'_>) -> Result<i64, QueryError> {
+    match &u.timestamp {
+        None => Ok(default),
+        Some(e) => match eval(e, &CqlType::Bigint, ctx, "[timestamp]")? {
+            Value::Set(b) => {
+                let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("Invalid timestamp value"))?;
+                Ok(i64::from_be_bytes(arr))
+            }
+            Value::Unset => Ok(default),
+            Value::Null => Err(invalid("Invalid null value of timestamp")),
+        },
+    }
+}
+
+fn now_seconds(ctx: &EvalCtx<'_>) -> i32 {
+    (ctx.now_micros / 1_000_000) as i32
+}
+
+/// Cells for setting column `def` to `value` (whole-value assignment).
+fn set_cells(def_ty: &CqlType, value: Value, ts: i64, ttl: i32, now_s: i32) -> Result<Option<ColumnData>, QueryError> {
+    let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+    match value {
+        Value::Unset => Ok(None),
+        Value::Null => {
+            if def_ty.is_multi_cell() {
+                Ok(Some(ColumnData::Complex { deletion: Some(DeletionTime::new(ts - 1, now_s)), cells: Vec::new() }))
+            } else {
+                Ok(Some(ColumnData::Simple(Cell::tombstone(ts, now_s))))
+            }
+        }
+        Value::Set(b) => {
+            if !def_ty.is_multi_cell() {
+                return Ok(Some(ColumnData::Simple(live(b))));
+            }
+            let cells = element_cells(def_ty, &b, ts, ttl, now_s)?;
+            Ok(Some(ColumnData::Complex { deletion: Some(DeletionTime::new(ts - 1, now_s)), cells }))
+        }
+    }
+}
+
+/// Splits a serialized collection/UDT value into element cells (path, cell).
+fn element_cells(ty: &CqlType, v: &[u8], ts: i64, ttl: i32, now_s: i32) -> Result<Vec<(Bytes, Cell)>, QueryError> {
+    let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+    let bad = |e: String| invalid(format!("Invalid collection value: {e}"));
+    let mut out = Vec::new();
+    match ty {
+        CqlType::List { .. } => {
+            let items = amphora_types::cql_type::split_collection(v, 1).map_err(bad)?;
+            for (i, it) in items.into_iter().enumerate() {
+                let it = it.ok_or_else(|| invalid("null is not supported inside collections"))?;
+                out.push((Bytes::copy_from_slice(&timeuuid(ts + i as i64)), live(Bytes::copy_from_slice(it))));
+            }
+        }
+        CqlType::Set { .. } => {
+            for it in amphora_types::cql_type::split_collection(v, 1).map_err(bad)? {
+                let it = it.ok_or_else(|| invalid("null is not supported inside collections"))?;
+                out.push((Bytes::copy_from_slice(it), live(Bytes::new())));
+            }
+        }
+        CqlType::Map { .. } => {
+            let items = amphora_types::cql_type::split_collection(v, 2).map_err(bad)?;
+            for kv in items.chunks(2) {
+                let (Some(Some(k)), Some(Some(val))) = (kv.first(), kv.get(1)) else {
+                    return Err(invalid("null is not supported inside collections"));
+                };
+                out.push((Bytes::copy_from_slice(k), live(Bytes::copy_from_slice(val))));
+            }
+        }
+        CqlType::Udt(_) => {
+            for (i, f) in amphora_types::cql_type::split_tuple(v).map_err(bad)?.into_iter().enumerate() {
+                let path = Bytes::copy_from_slice(&(i as u16).to_be_bytes());
+                match f {
+                    Some(val) => out.push((path, live(Bytes::copy_from_slice(val)))),
+                    None => out.push((path, Cell::tombstone(ts, now_s))),
+                }
+            }
+        }
+        _ => return Err(invalid(format!("{ty} is not a multi-cell type"))),
+    }
+    Ok(out)
+}
+
+struct RowBuild {
+    statics: Vec<(ColumnId, ColumnData)>,
+    regular: Vec<(ColumnId, ColumnData)>,
+    counters: Vec<(ColumnId, i64, bool)>,
+}
+
+fn key_of(t: &TableSchema, values: &[(ColumnId, Bytes)]) -> Result<PartitionKey, QueryError> {
+    let mut parts = Vec::with_capacity(t.partition_key.len());
+    for id in &t.partition_key {
+        let c = &t.columns[*id as usize];
+        let v = values
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, v)| v)
+            .ok_or_else(|| invalid(format!("Some partition key parts are missing: {}", c.name)))?;
+        if v.len() > 65535 {
+            return Err(invalid(format!("Key length of {} is longer than maximum of 65535", v.len())));
+        }
+        parts.push(&v[..]);
+    }
+    Ok(PartitionKey::new(Bytes::from(amphora_types::token::serialize_composite_key(&parts))))
+}
+
+pub fn plan_write(t: &TableSchema, st: &ast::Statement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+    match st {
+        ast::Statement::Insert(s) => plan_insert(t, s, ctx, default_ts),
+        ast::Statement::Update(s) => plan_update(t, s, ctx, default_ts),
+        ast::Statement::Delete(s) => plan_delete(t, s, ctx, default_ts),
+        _ => Err(QueryError::Server("not a write".into())),
+    }
+}
+
+fn plan_insert(t: &TableSchema, s: &ast::InsertStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+    let ts = timestamp_of(&s.using, default_ts, ctx)?;
+    let ttl = ttl_of(&s.using, t, ctx)?;
+    let now_s = now_seconds(ctx);
+    let ast::InsertValues::Values { columns, values } = &s.values else {
+        return Err(invalid("INSERT JSON is not supported by Amphora yet"));
+    };
+    if columns.len() != values.len() {
+        return Err(invalid("Unmatched column names/values"));
+    }
+    if t.is_counter {
+        return Err(invalid("INSERT statements are not allowed on counter tables, use UPDATE instead"));
+    }
+    let mut keys: Vec<(ColumnId, Bytes)> = Vec::new();
+    let mut ck = vec![Bytes::new(); t.clustering_key.len()];
+    let mut b = RowBuild { statics: Vec::new(), regular: Vec::new(), counters: Vec::new() };
+    let mut seen = std::collections::HashSet::new();
+    for (c, v) in columns.iter().zip(values) {
+        let (id, def) = t.column(&c.name).ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+        if !seen.insert(id) {
+            return Err(invalid(format!("The column names contains duplicates")));
+        }
+        match def.kind {
+            ColumnKind::PartitionKey => keys.push((id, eval_set(v, &def.ty, ctx, &def.name)?)),
+            ColumnKind::Clustering => ck[def.position as usize] = eval_set(v, &def.ty, ctx, &def.name)?,
+            ColumnKind::Static => {
+                if let Some(d) = set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)? {
+                    b.statics.push((id, d));
+                }
+            }
+            ColumnKind::Regular => {
+                if let Some(d) = set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)? {
+                    b.regular.push((id, d));
+                }
+            }
+        }
+    }
+    for id in &t.clustering_key {
+        if !seen.contains(id) {
+            return Err(invalid(format!("Some clustering keys are missing: {}", t.columns[*id as usize].name)));
+        }
+    }
+    let key = key_of(t, &keys)?;
+    let mut update = PartitionUpdate::default();
+    let only_statics = b.regular.is_empty() && !b.statics.is_empty() && t.clustering_key.is_empty();
+    if !b.statics.is_empty() {
+        let mut r = Row::new(Clustering::empty());
+        b.statics.sort_by_key(|c| c.0);
+        r.cells = b.statics;
+        update.static_row = Some(r);
+    }
+    if !only_statics || t.clustering_key.is_empty() {
+        let mut r = Row::new(Clustering(ck));
+        r.marker = Some(if ttl > 0 { LivenessInfo::expiring(ts, ttl, now_s) } else { LivenessInfo::new(ts) });
+        b.regular.sort_by_key(|c| c.0);
+        r.cells = b.regular;
+        update.rows.push(r);
+    }
+    Ok(vec![Planned::Mutation(Mutation { table: t.id, key, update })])
+}
+
+fn where_keys(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Result<(Vec<PartitionKey>, restrict::Restrictions), QueryError> {
+    let r = restrict::analyze(t, rels, ctx)?;
+    if r.needs_filtering || r.token_start.is_some() || r.token_end.is_some() {
+        return Err(invalid("Non PRIMARY KEY columns found in where clause or invalid restriction for a modification statement"));
+    }
+    let keys = r
+        .partition_keys()
+        .ok_or_else(|| invalid("Some partition key parts are missing"))?;
+    Ok((keys, r))
+}
+
+fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+    let ts = timestamp_of(&s.using, default_ts, ctx)?;
+    let ttl = ttl_of(&s.using, t, ctx)?;
+    let now_s = now_seconds(ctx);
+    let (keys, r) = where_keys(t, &s.where_clause, ctx)?;
+    let mut b = RowBuild { statics: Vec::new(), regular: Vec::new(), counters: Vec::new() };
+    for a in &s.assignments {
+        let (id, def) = t.column(&a.column.name).ok_or_else(|| invalid(format!("Undefined column name {}", a.column.name)))?;
+        if matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+            return Err(invalid(format!("PRIMARY KEY part {} found in SET part", def.name)));
+        }
+        let is_static = def.kind == ColumnKind::Static;
+        let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+        let data: Option<ColumnData> = match (&a.op, &def.ty) {
+            (ast::AssignmentOp::Add(e) | ast::AssignmentOp::Subtract(e), CqlType::Counter) => {
+                let v = eval_set(e, &CqlType::Bigint, ctx, &def.name)?;
+                let arr: [u8; 8] = v[..].try_into().map_err(|_| invalid("Invalid counter value"))?;
+                let mut d = i64::from_be_bytes(arr);
+                if matches!(a.op, ast::AssignmentOp::Subtract(_)) {
+                    d = d.wrapping_neg();
+                }
+                b.counters.push((id, d, is_static));
+                None
+            }
+            (ast::AssignmentOp::Set(_), CqlType::Counter) => {
+                return Err(invalid(format!("Cannot set the value of counter column {} (counters can only be incremented/decremented, not set)", def.name)));
+            }
+            (ast::AssignmentOp::Set(e), ty) => set_cells(ty, eval(e, ty, ctx, &def.name)?, ts, ttl, now_s)?,
+            (ast::AssignmentOp::Add(e), ty @ (CqlType::List { frozen: false, .. } | CqlType::Set { frozen: false, .. } | CqlType::Map { frozen: false, .. })) => {
+                match eval(e, ty, ctx, &def.name)? {
+                    Value::Set(v) => Some(ColumnData::Complex { deletion: None, cells: element_cells(ty, &v, ts, ttl, now_s)? }),
+                    _ => None,
+                }
+            }
+            (ast::AssignmentOp::Prepend(e), ty @ CqlType::List { frozen: false, .. }) => match eval(e, ty, ctx, &def.name)? {
+                Value::Set(v) => {
+                    // Prepended elements sort before every existing element: paths from a
+                    // time far in the past, in order.
+                    let items = amphora_types::cql_type::split_collection(&v, 1).map_err(|e| invalid(e))?;
+                    let base = -(ts.rem_euclid(1 << 40)) - (1 << 41);
+                    let cells = items
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(|(i, it)| it.map(|x| (Bytes::copy_from_slice(&timeuuid(base + i as i64)), live(Bytes::copy_from_slice(x)))))
+                        .collect();
+                    Some(ColumnData::Complex { deletion: None, cells })
+                }
+                _ => None,
+            },
+            (ast::AssignmentOp::Subtract(e), CqlType::Set { frozen: false, elem }) | (ast::AssignmentOp::Subtract(e), CqlType::Map { frozen: false, key: elem, .. }) => {
+                let set_ty = CqlType::Set { elem: elem.clone(), frozen: false };
+                match eval(e, &set_ty, ctx, &def.name)? {
+                    Value::Set(v) => {
+                        let cells = amphora_types::cql_type::split_collection(&v, 1)
+                            .map_err(|e| invalid(e))?
+                            .into_iter()
+                            .flatten()
+                            .map(|k| (Bytes::copy_from_slice(k), Cell::tombstone(ts, now_s)))
+                            .collect();
+                        Some(ColumnData::Complex { deletion: None, cells })
+                    }
+                    _ => None,
+                }
+            }
+            (ast::AssignmentOp::SetElement { key, value }, CqlType::Map { frozen: false, key: kt, value: vt }) => {
+                let k = eval_set(key, kt, ctx, &def.name)?;
+                let cell = match eval(value, vt, ctx, &def.name)? {
+                    Value::Set(v) => live(v),
+                    Value::Null => Cell::tombstone(ts, now_s),
+                    Value::Unset => continue,
+                };
+                Some(ColumnData::Complex { deletion: None, cells: vec![(k, cell)] })
+            }
+            (ast::AssignmentOp::SetField { field, value }, CqlType::Udt(d)) if !d.frozen => {
+                let i = d.field_names.iter().position(|f| *f == field.name).ok_or_else(|| invalid(format!("UDT column {} does not have a field named {}", def.name, field.name)))?;
+                let cell = match eval(value, &d.field_types[i], ctx, &def.name)? {
+                    Value::Set(v) => live(v),
+                    Value::Null => Cell::tombstone(ts, now_s),
+                    Value::Unset => continue,
+                };
+                Some(ColumnData::Complex { deletion: None, cells: vec![(Bytes::copy_from_slice(&(i as u16).to_be_bytes()), cell)] })
+            }
+            (op, ty) => {
+                return Err(invalid(format!("Invalid operation ({op:?}) for column {} of type {ty}", def.name)));
+            }
+        };
+        if let Some(d) = data {
+            if is_static {
+                b.statics.push((id, d));
+            } else {
+                b.regular.push((id, d));
+            }
+        }
+    }
+    let needs_rows = !b.regular.is_empty() || b.counters.iter().any(|c| !c.2);
+    if needs_rows && !r.full_clustering(t) {
+        return Err(invalid(format!(
+            "Some clustering keys are missing: {}",
+            t.clustering_key.get(r.ck_prefix.len()).map(|i| t.columns[*i as usize].name.clone()).unwrap_or_default()
+        )));
+    }
+    let clusterings = if t.clustering_key.is_empty() { vec![Clustering::empty()] } else { r.clusterings() };
+    b.statics.sort_by_key(|c| c.0);
+    b.regular.sort_by_key(|c| c.0);
+    let mut out = Vec::new();
+    for key in keys {
+        if !b.counters.is_empty() {
+            let statics: Vec<(ColumnId, i64)> = b.counters.iter().filter(|c| c.2).map(|c| (c.0, c.1)).collect();
+            let regular: Vec<(ColumnId, i64)> = b.counters.iter().filter(|c| !c.2).map(|c| (c.0, c.1)).collect();
+            if !statics.is_empty() {
+                out.push(Planned::Counter(CounterUpdate { table: t.id, key: key.clone(), clustering: Clustering::empty(), is_static: true, deltas: statics, timestamp: ts }));
+            }
+            if !regular.is_empty() {
+                for c in &clusterings {
+                    out.push(Planned::Counter(CounterUpdate { table: t.id, key: key.clone(), clustering: c.clone(), is_static: false, deltas: regular.clone(), timestamp: ts }));
+                }
+            }
+            continue;
+        }
+        let mut update = PartitionUpdate::default();
+        if !b.statics.is_empty() {
+            let mut row = Row::new(Clustering::empty());
+            row.cells = b.statics.clone();
+            update.static_row = Some(row);
+        }
+        if !b.regular.is_empty() {
+            for c in &clusterings {
+                let mut row = Row::new(c.clone());
+                row.cells = b.regular.clone();
+                update.rows.push(row);
+            }
+        }
+        if !update.is_empty() {
+            out.push(Planned::Mutation(Mutation { table: t.id, key, update }));
+        }
+    }
+    Ok(out)
+}
+
+fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+    let ts = timestamp_of(&s.using, default_ts, ctx)?;
+    if s.using.ttl.is_some() {
+        return Err(invalid("Cannot provide custom TTL for DELETE statements"));
+    }
+    let now_s = now_seconds(ctx);
+    let (keys, r) = where_keys(t, &s.where_clause, ctx)?;
+    let del = DeletionTime::new(ts, now_s);
+    let mut out = Vec::new();
+    for key in keys {
+        let mut update = PartitionUpdate::default();
+        if s.columns.is_empty() {
+            if r.ck_prefix.is_empty() && r.ck_lower.is_none() && r.ck_upper.is_none() {
+                update.partition_deletion = Some(del);
+            } else if r.full_clustering(t) {
+                for c in r.clusterings() {
+                    let mut row = Row::new(c);
+                    row.deletion = Some(del);
+                    update.rows.push(row);
+                }
+            } else {
+                for sl in r.slices(t) {
+                    update.range_tombstones.push(RangeTombstone { start: sl.start, end: sl.end, deletion: del });
+                }
+            }
+        } else {
+            let mut statics = Vec::new();
+            let mut regular = Vec::new();
+            for d in &s.columns {
+                let (name, data) = match d {
+                    ast::Deletion::Column(c) => {
+                        let (_, def) = t.column(&c.name).ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+                        let data = if def.ty.is_multi_cell() {
+                            ColumnData::Complex { deletion: Some(del), cells: Vec::new() }
+                        } else {
+                            ColumnData::Simple(Cell::tombstone(ts, now_s))
+                        };
+                        (c.name.clone(), data)
+                    }
+                    ast::Deletion::Element { column, key } => {
+                        let (_, def) = t.column(&column.name).ok_or_else(|| invalid(format!("Undefined column name {}", column.name)))?;
+                        let kt = match &def.ty {
+                            CqlType::Map { key, frozen: false, .. } => (**key).clone(),
+                            CqlType::Set { elem, frozen: false } => (**elem).clone(),
+                            _ => return Err(invalid(format!("Invalid operation for column {}: element deletion on a list or frozen collection is not supported yet", def.name))),
+                        };
+                        let k = eval_set(key, &kt, ctx, &def.name)?;
+                        (column.name.clone(), ColumnData::Complex { deletion: None, cells: vec![(k, Cell::tombstone(ts, now_s))] })
+                    }
+                    ast::Deletion::Field { column, field } => {
+                        let (_, def) = t.column(&column.name).ok_or_else(|| invalid(format!("Undefined column name {}", column.name)))?;
+                        let CqlType::Udt(u) = &def.ty else { return Err(invalid(format!("Invalid field deletion on non-UDT column {}", def.name))) };
+                        let i = u.field_names.iter().position(|f| *f == field.name).ok_or_else(|| invalid(format!("UDT column {} does not have a field named {}", def.name, field.name)))?;
+                        (column.name.clone(), ColumnData::Complex { deletion: None, cells: vec![(Bytes::copy_from_slice(&(i as u16).to_be_bytes()), Cell::tombstone(ts, now_s))] })
+                    }
+                };
+                let (id, def) = t.column(&name).ok_or_else(|| invalid(format!("Undefined column name {name}")))?;
+                match def.kind {
+                    ColumnKind::Static => statics.push((id, data)),
+                    ColumnKind::Regular => regular.push((id, data)),
+                    _ => return Err(invalid(format!("Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"))),
+                }
+            }
+            statics.sort_by_key(|c| c.0);
+            regular.sort_by_key(|c| c.0);
+            if !statics.is_empty() {
+                let mut row = Row::new(Clustering::empty());
+                row.cells = statics;
+                update.static_row = Some(row);
+            }
+            if !regular.is_empty() {
+                if !r.full_clustering(t) {
+                    return Err(invalid("Some clustering keys are missing"));
+                }
+                let clusterings = if t.clustering_key.is_empty() { vec![Clustering::empty()] } else { r.clusterings() };
+                for c in clusterings {
+                    let mut row = Row::new(c);
+                    row.cells = regular.clone();
+                    update.rows.push(row);
+                }
+            }
+        }
+        out.push(Planned::Mutation(Mutation { table: t.id, key, update }));
+    }
+    Ok(out)
+}
+
+pub async fn run_batch(
+    inner: &Rc<Inner>,
+    kind: BatchType,
+    children: Vec<(Option<String>, ast::BatchChild, Vec<BoundValue>)>,
+    opts: &QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let schema = inner.schema();
+    let default_ts = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
+    let now = crate::exec::now_micros();
+    let mut planned = Vec::new();
+    for (ks, child, values) in &children {
+        let ctx = EvalCtx { binds: values, now_micros: now };
+        let (st, table_name, conditional) = match child {
+            ast::BatchChild::Insert(s) => (ast::Statement::Insert(Box::new(s.clone())), &s.table, s.if_not_exists),
+            ast::BatchChild::Update(s) => (ast::Statement::Update(Box::new(s.clone())), &s.table, s.conditions.is_some()),
+            ast::BatchChild::Delete(s) => (ast::Statement::Delete(Box::new(s.clone())), &s.table, s.conditions.is_some()),
+        };
+        if conditional {
+            return Err(invalid("Conditional batches are not supported by Amphora yet"));
+        }
+        let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
+        check_writable(&table)?;
+        match (kind, table.is_counter) {
+            (BatchType::Counter, false) => return Err(invalid("Cannot include non-counter statement in a counter batch")),
+            (BatchType::Logged | BatchType::Unlogged, true) => return Err(invalid("Cannot include a counter statement in a logged batch")),
+            _ => {}
+        }
+        planned.extend(plan_write(&table, &st, &ctx, default_ts)?);
+    }
+    apply_all(inner, planned).await?;
+    Ok(QueryResult::Void)
+}

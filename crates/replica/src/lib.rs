@@ -1,0 +1,191 @@
+//! amphora-replica: the node-local database, one [`ShardDb`] per shard.
+//!
+//! Owns: each shard's storage engine instance (in a thread-local, so the hot path takes
+//! no locks), applying mutations (including counter updates, which are a read-modify-write
+//! of this replica's counter shard and therefore happen on the owning shard without an
+//! await between the read and the write), reads, and per-table DDL hooks (add, drop,
+//! truncate) that the coordinator broadcasts to every shard.
+//!
+//! Must never depend on: `coordinator`, `server`, the CQL or protocol crates.
+//!
+//! Key types: [`ShardDb`], [`local`], [`ReplicaError`].
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use amphora_storage::{ReadCommand, ReadResult, ShardStorage, StorageConfig, StorageError};
+use amphora_types::data::{
+    Cell, ColumnData, CounterShard, Mutation, PartitionKey, decode_counter_shards,
+};
+use amphora_types::schema::{ColumnId, TableId, TableSchema};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("shard {0} has no database (not initialised or shut down)")]
+    NoDatabase(u32),
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+thread_local! {
+    static DB: RefCell<Option<Rc<ShardDb>>> = const { RefCell::new(None) };
+}
+
+/// This shard's database.
+pub fn local() -> Result<Rc<ShardDb>, ReplicaError> {
+    DB.with(|d| d.borrow().clone())
+        .ok_or_else(|| ReplicaError::NoDatabase(amphora_rt::current_shard().unwrap_or(u32::MAX)))
+}
+
+/// A counter update: per counter column, the delta to add.
+#[derive(Debug, Clone)]
+pub struct CounterUpdate {
+    pub table: TableId,
+    pub key: PartitionKey,
+    pub clustering: amphora_types::data::Clustering,
+    pub is_static: bool,
+    pub deltas: Vec<(ColumnId, i64)>,
+    pub timestamp: i64,
+}
+
+pub struct ShardDb {
+    shard: u32,
+    /// Identifies this replica's counter shard (host id mixed with the shard number).
+    counter_id: u128,
+    storage: ShardStorage,
+}
+
+/// Opens (and replays) this shard's storage and installs it as the shard's database.
+pub fn init_shard(
+    cfg: StorageConfig,
+    tables: Vec<Arc<TableSchema>>,
+    host_id: u128,
+) -> Result<Rc<ShardDb>, ReplicaError> {
+    let shard = cfg.shard;
+    let (storage, report) = ShardStorage::open(cfg, tables)?;
+    tracing::info!(shard, ?report, "storage opened");
+    let db = Rc::new(ShardDb {
+        shard,
+        counter_id: host_id ^ u128::from(shard),
+        storage,
+    });
+    DB.with(|d| *d.borrow_mut() = Some(db.clone()));
+    Ok(db)
+}
+
+/// Removes this shard's database (after shutdown).
+pub fn uninstall() -> Option<Rc<ShardDb>> {
+    DB.with(|d| d.borrow_mut().take())
+}
+
+impl ShardDb {
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    pub fn storage(&self) -> &ShardStorage {
+        &self.storage
+    }
+
+    /// Applies a mutation; resolves once it is durable per the commitlog sync mode.
+    pub async fn apply(&self, m: Mutation) -> Result<(), ReplicaError> {
+        let ack = self.storage.apply(&m)?;
+        ack.await?;
+        Ok(())
+    }
+
+    /// Adds `deltas` to the counters of one row: reads this replica's counter shard and
+    /// writes it back with the clock advanced, with no await in between.
+    pub async fn apply_counter(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
+        let mut cmd = ReadCommand::new(
+            u.table,
+            amphora_storage::PartitionRange::Single(u.key.clone()),
+            0,
+        );
+        cmd.slices = vec![amphora_types::data::ClusteringSlice {
+            start: amphora_types::data::ClusteringBound::inclusive(u.clustering.0.clone()),
+            end: amphora_types::data::ClusteringBound::inclusive(u.clustering.0.clone()),
+        }];
+        cmd.now_seconds = i32::MAX - 1;
+        let current = self.storage.read(&cmd)?;
+        let row = current.partitions.first().and_then(|p| {
+            if u.is_static {
+                p.static_row.clone()
+            } else {
+                p.rows.first().cloned()
+            }
+        });
+        let mut cells = Vec::with_capacity(u.deltas.len());
+        for (col, delta) in &u.deltas {
+            let mut shards: Vec<CounterShard> = row
+                .as_ref()
+                .and_then(|r| r.cell(*col))
+                .and_then(|d| match d {
+                    ColumnData::Simple(c) if c.is_counter => Some(decode_counter_shards(&c.value)),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            match shards.iter_mut().find(|s| s.counter_id == self.counter_id) {
+                Some(s) => {
+                    s.clock += 1;
+                    s.value = s.value.wrapping_add(*delta);
+                }
+                None => shards.push(CounterShard {
+                    counter_id: self.counter_id,
+                    clock: 1,
+                    value: *delta,
+                }),
+            }
+            cells.push((*col, ColumnData::Simple(Cell::counter(u.timestamp, &shards))));
+        }
+        let mut r = amphora_types::data::Row::new(u.clustering.clone());
+        r.cells = cells;
+        let mut update = amphora_types::data::PartitionUpdate::default();
+        if u.is_static {
+            update.static_row = Some(r);
+        } else {
+            update.rows.push(r);
+        }
+        let ack = self.storage.apply(&Mutation {
+            table: u.table,
+            key: u.key,
+            update,
+        })?;
+        ack.await?;
+        Ok(())
+    }
+
+    pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
+        Ok(self.storage.read(cmd)?)
+    }
+
+    pub fn add_table(&self, t: Arc<TableSchema>) -> Result<(), ReplicaError> {
+        Ok(self.storage.add_table(t)?)
+    }
+
+    pub fn alter_table(&self, t: Arc<TableSchema>) -> Result<(), ReplicaError> {
+        Ok(self.storage.alter_table(t)?)
+    }
+
+    pub fn drop_table(&self, id: TableId) -> Result<(), ReplicaError> {
+        Ok(self.storage.drop_table(id)?)
+    }
+
+    pub async fn truncate(&self, id: TableId) -> Result<(), ReplicaError> {
+        self.storage.truncate(id)?;
+        Ok(())
+    }
+
+    pub async fn flush_all(&self) -> Result<(), ReplicaError> {
+        self.storage.flush_all().await?;
+        Ok(())
+    }
+
+    pub async fn shutdown(&self) -> Result<(), ReplicaError> {
+        self.storage.shutdown().await?;
+        Ok(())
+    }
+}
