@@ -517,3 +517,21 @@ def test_consistency_levels_single_node(session, keyspace):
         r = session.execute(SimpleStatement(f"SELECT v FROM {t} WHERE k = {cl}",
                                             consistency_level=cl)).one()
         assert r.v == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Lightweight transactions
+
+
+def test_lwt_applied_column(session, keyspace):
+    t = f"{keyspace}.lwt"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, v text)")
+    ins = session.prepare(f"INSERT INTO {t} (k, v) VALUES (?, ?) IF NOT EXISTS")
+    first = session.execute(ins, [1, "first"])
+    assert first.was_applied
+    second = session.execute(ins, [1, "second"]).one()
+    assert second[0] is False  # [applied]
+    assert second.v == "first"  # the current values come back when not applied
+    upd = session.execute(f"UPDATE {t} SET v = 'third' WHERE k = 1 IF v = 'first'")
+    assert upd.was_applied
+    assert session.execute(f"SELECT v FROM {t} WHERE k = 1").one().v == "third"
