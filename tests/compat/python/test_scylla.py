@@ -7,6 +7,7 @@ counter `amphora_cql_requests_total{shard="N"}` from COMPAT_METRICS_URL."""
 
 import re
 import struct
+import time
 import urllib.request
 
 import pytest
@@ -92,6 +93,9 @@ def test_requests_land_on_owning_shard(cluster, session, keyspace):
     session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, v int)")
     ins = session.prepare(f"INSERT INTO {t} (k, v) VALUES (?, ?)")
     sel = session.prepare(f"SELECT v FROM {t} WHERE k = ?")
+    # Let the driver's debounced schema refresh (triggered by the CREATE's pushed event,
+    # window 2 s by default) run before counting, so its queries do not blur the deltas.
+    time.sleep(2.5)
 
     key_for_shard = {}
     k = 0
