@@ -148,23 +148,24 @@ impl SegmentDecoder {
                 });
             }
             frames += 1;
-            let payload = if uncompressed_len == 0 {
-                payload
+            let decompressed;
+            let payload: &[u8] = if uncompressed_len == 0 {
+                &payload
             } else {
-                let v = lz4_flex::block::decompress(&payload, uncompressed_len)
+                decompressed = lz4_flex::block::decompress(&payload, uncompressed_len)
                     .map_err(|e| SegmentError::Lz4(e.to_string()))?;
-                if v.len() != uncompressed_len {
+                if decompressed.len() != uncompressed_len {
                     return Err(SegmentError::LengthMismatch {
                         expected: uncompressed_len,
-                        actual: v.len(),
+                        actual: decompressed.len(),
                     });
                 }
-                BytesMut::from(&v[..])
+                &decompressed
             };
             if self_contained {
-                self.self_contained(&payload, out)?;
+                self.self_contained(payload, out)?;
             } else {
-                self.continuation(&payload, out)?;
+                self.continuation(payload, out)?;
             }
         }
         Ok(frames)
