@@ -170,6 +170,8 @@ struct Inner {
     tables: HashMap<TableId, TableState>,
     metrics: StorageMetrics,
     memtable_total: u64,
+    /// Part of `memtable_total` in memtables being flushed.
+    flushing_total: u64,
     next_job: u64,
     results_tx: mpsc::Sender<BgResult>,
     results_rx: mpsc::Receiver<BgResult>,
@@ -341,6 +343,7 @@ impl ShardStorage {
             tables: states,
             metrics,
             memtable_total,
+            flushing_total: 0,
             next_job: 1,
             results_tx,
             results_rx,
@@ -411,7 +414,11 @@ impl ShardStorage {
                 .tables
                 .remove(&id)
                 .ok_or(StorageError::UnknownTable(id))?;
-            inner.memtable_total = inner.memtable_total.saturating_sub(t.memtable.size_bytes);
+            let flushing: u64 = t.flushing.iter().map(|f| f.mem.size_bytes).sum();
+            inner.memtable_total = inner
+                .memtable_total
+                .saturating_sub(t.memtable.size_bytes + flushing);
+            inner.flushing_total = inner.flushing_total.saturating_sub(flushing);
             t
         };
         for s in &t.sstables {
@@ -444,13 +451,15 @@ impl ShardStorage {
         write_replay_position(&t.dir, pos)?;
         t.replay_from = pos;
         t.active_since = pos;
-        let freed = t.memtable.size_bytes;
+        let flushing: u64 = t.flushing.iter().map(|f| f.mem.size_bytes).sum();
+        let freed = t.memtable.size_bytes + flushing;
         t.memtable = Memtable::new(t.schema.clone());
         t.flushing.clear();
         for s in t.sstables.drain(..) {
             s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
         }
         inner.memtable_total = inner.memtable_total.saturating_sub(freed);
+        inner.flushing_total = inner.flushing_total.saturating_sub(flushing);
         drop(inner);
         self.discard_segments();
         Ok(())
@@ -574,8 +583,11 @@ impl ShardStorage {
         let (over_mem, over_log) = {
             let inner = self.inner.borrow();
             let log = self.log.borrow();
+            // Active memtables may use half the budget; the other half absorbs writes while
+            // they are flushed.
             (
-                inner.memtable_total > inner.cfg.memtable_budget_bytes,
+                inner.memtable_total.saturating_sub(inner.flushing_total)
+                    > inner.cfg.memtable_budget_bytes / 2,
                 log.total_bytes() > inner.cfg.commitlog_total_space_bytes,
             )
         };
@@ -640,6 +652,7 @@ impl ShardStorage {
         if !t.memtable.is_empty() {
             let mem = std::mem::replace(&mut t.memtable, Memtable::new(t.schema.clone()));
             let mem = Arc::new(mem);
+            inner.flushing_total += mem.size_bytes;
             inner.next_job += 1;
             let lower = std::mem::replace(&mut t.active_since, upper);
             t.flushing.push(FlushingMemtable {

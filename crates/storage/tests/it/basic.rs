@@ -215,3 +215,38 @@ fn ttl_statics_and_paging() {
         assert_eq!(sorted.len(), 15);
     });
 }
+
+#[test]
+fn flushes_under_memory_pressure() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.memtable_budget_bytes = 256 << 10;
+    cfg.auto_compaction = true;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![standard1(5)]).expect("open");
+        for n in 0..5000u32 {
+            let v = Bytes::copy_from_slice(&[n as u8; 34]);
+            let m = Mutation {
+                table: TableId(5),
+                key: pk(&format!("k{n}")),
+                update: PartitionUpdate {
+                    rows: vec![Row {
+                        clustering: Clustering::empty(),
+                        marker: None,
+                        deletion: None,
+                        cells: (1..6)
+                            .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
+                            .collect(),
+                    }],
+                    ..Default::default()
+                },
+            };
+            s.apply(&m).expect("apply").await.expect("ack");
+        }
+        s.flush_all().await.expect("flush");
+        let m = s.metrics();
+        assert!(m.flushes > 1, "{m:?}");
+        assert!(m.memtable_bytes == 0, "{m:?}");
+        assert_eq!(read_all(&s, 5, 0).partitions.len(), 5000);
+    });
+}

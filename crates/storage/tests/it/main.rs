@@ -2,4 +2,5 @@
 
 mod basic;
 mod common;
+mod crash;
 mod model;

@@ -175,8 +175,8 @@ fn schema_for(seed: u64, order: ClusteringOrder) -> Arc<TableSchema> {
         .compaction
         .insert("compaction_window_unit".into(), "MINUTES".into());
     // Half the seeds purge tombstones as soon as possible.
-    s.options.gc_grace_seconds = if seed % 2 == 0 { 0 } else { 864000 };
-    if seed % 3 == 0 {
+    s.options.gc_grace_seconds = if seed.is_multiple_of(2) { 0 } else { 864000 };
+    if seed.is_multiple_of(3) {
         s.options.compression.clear();
     } else {
         s.options
