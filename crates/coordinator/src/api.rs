@@ -85,10 +85,24 @@ pub enum SchemaChangeKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SchemaChangeTarget {
     Keyspace(String),
-    Table { keyspace: String, table: String },
-    Type { keyspace: String, name: String },
-    Function { keyspace: String, name: String, args: Vec<String> },
-    Aggregate { keyspace: String, name: String, args: Vec<String> },
+    Table {
+        keyspace: String,
+        table: String,
+    },
+    Type {
+        keyspace: String,
+        name: String,
+    },
+    Function {
+        keyspace: String,
+        name: String,
+        args: Vec<String>,
+    },
+    Aggregate {
+        keyspace: String,
+        name: String,
+        args: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

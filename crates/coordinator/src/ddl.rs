@@ -10,7 +10,11 @@ use crate::api::*;
 use crate::exec::{Inner, publish_schema};
 use crate::schema::{self, DdlOutcome};
 
-pub async fn run_ddl(inner: &Rc<Inner>, keyspace: Option<&str>, st: &ast::Statement) -> Result<QueryResult, QueryError> {
+pub async fn run_ddl(
+    inner: &Rc<Inner>,
+    keyspace: Option<&str>,
+    st: &ast::Statement,
+) -> Result<QueryResult, QueryError> {
     use ast::Statement as S;
     // DDL is rare: one lock serializes it node-wide; requests never take this lock.
     let (old, outcome) = {
@@ -47,11 +51,18 @@ pub async fn run_ddl(inner: &Rc<Inner>, keyspace: Option<&str>, st: &ast::Statem
         *guard = new.clone();
     }
     publish_schema(inner, old, new).await?;
-    let _ = inner.shared.events.send(NodeEvent::SchemaChange(change.clone()));
+    let _ = inner
+        .shared
+        .events
+        .send(NodeEvent::SchemaChange(change.clone()));
     Ok(QueryResult::SchemaChange(change))
 }
 
-pub async fn truncate(inner: &Rc<Inner>, keyspace: Option<&str>, name: &ast::QualifiedName) -> Result<QueryResult, QueryError> {
+pub async fn truncate(
+    inner: &Rc<Inner>,
+    keyspace: Option<&str>,
+    name: &ast::QualifiedName,
+) -> Result<QueryResult, QueryError> {
     let ks = name
         .keyspace
         .as_ref()

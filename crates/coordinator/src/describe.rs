@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use amphora_cql as ast;
 use amphora_types::CqlType;
+use amphora_types::UdtDef;
 use amphora_types::cql_type::quote_ident;
 use amphora_types::schema::{ClusteringOrder, ColumnKind, TableSchema};
-use amphora_types::UdtDef;
 
 use crate::api::*;
 use crate::exec::Inner;
@@ -15,7 +15,12 @@ use crate::schema::{KeyspaceDef, Schema, is_system_keyspace};
 use crate::system::text;
 
 fn col(name: &str) -> ResultColumn {
-    ResultColumn { keyspace: "system".into(), table: "describe".into(), name: name.into(), ty: CqlType::Text }
+    ResultColumn {
+        keyspace: "system".into(),
+        table: "describe".into(),
+        name: name.into(),
+        ty: CqlType::Text,
+    }
 }
 
 fn rows(with_stmt: bool, items: Vec<(String, &str, String, String)>) -> QueryResult {
@@ -33,7 +38,13 @@ fn rows(with_stmt: bool, items: Vec<(String, &str, String, String)>) -> QueryRes
             cells.push(Some(text(&stmt)));
         }
     }
-    QueryResult::Rows(ResultRows { columns: Arc::new(columns), cells, row_count: n, paging_state: None, no_metadata: false })
+    QueryResult::Rows(ResultRows {
+        columns: Arc::new(columns),
+        cells,
+        row_count: n,
+        paging_state: None,
+        no_metadata: false,
+    })
 }
 
 fn q(s: &str) -> String {
@@ -45,7 +56,10 @@ fn cql_literal(s: &str) -> String {
 }
 
 fn map_literal(m: &std::collections::BTreeMap<String, String>) -> String {
-    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{}: {}", cql_literal(k), cql_literal(v))).collect();
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{}: {}", cql_literal(k), cql_literal(v)))
+        .collect();
     format!("{{{}}}", parts.join(", "))
 }
 
@@ -60,7 +74,12 @@ pub fn keyspace_cql(ks: &KeyspaceDef) -> String {
 
 pub fn type_cql(u: &UdtDef) -> String {
     let mut s = format!("CREATE TYPE {}.{} (\n", q(&u.keyspace), q(&u.name));
-    let fields: Vec<String> = u.field_names.iter().zip(&u.field_types).map(|(n, t)| format!("    {} {}", q(n), t)).collect();
+    let fields: Vec<String> = u
+        .field_names
+        .iter()
+        .zip(&u.field_types)
+        .map(|(n, t)| format!("    {} {}", q(n), t))
+        .collect();
     s.push_str(&fields.join(",\n"));
     s.push_str("\n);");
     s
@@ -84,10 +103,22 @@ pub fn table_cql(t: &TableSchema) -> String {
         s.truncate(s.len() - 2);
         s.push('\n');
     } else {
-        let pk: Vec<String> = t.partition_key.iter().map(|i| q(&t.columns[*i as usize].name)).collect();
-        let pk = if pk.len() == 1 { pk[0].clone() } else { format!("({})", pk.join(", ")) };
+        let pk: Vec<String> = t
+            .partition_key
+            .iter()
+            .map(|i| q(&t.columns[*i as usize].name))
+            .collect();
+        let pk = if pk.len() == 1 {
+            pk[0].clone()
+        } else {
+            format!("({})", pk.join(", "))
+        };
         let mut parts = vec![pk];
-        parts.extend(t.clustering_key.iter().map(|i| q(&t.columns[*i as usize].name)));
+        parts.extend(
+            t.clustering_key
+                .iter()
+                .map(|i| q(&t.columns[*i as usize].name)),
+        );
         let _ = writeln!(s, "    PRIMARY KEY ({})", parts.join(", "));
     }
     s.push_str(") WITH ");
@@ -98,15 +129,29 @@ pub fn table_cql(t: &TableSchema) -> String {
             .iter()
             .map(|i| {
                 let c = &t.columns[*i as usize];
-                format!("{} {}", q(&c.name), if c.order == ClusteringOrder::Desc { "DESC" } else { "ASC" })
+                format!(
+                    "{} {}",
+                    q(&c.name),
+                    if c.order == ClusteringOrder::Desc {
+                        "DESC"
+                    } else {
+                        "ASC"
+                    }
+                )
             })
             .collect();
         opts.push(format!("CLUSTERING ORDER BY ({})", order.join(", ")));
     }
     let o = &t.options;
-    opts.push(format!("additional_write_policy = {}", cql_literal(&o.additional_write_policy)));
+    opts.push(format!(
+        "additional_write_policy = {}",
+        cql_literal(&o.additional_write_policy)
+    ));
     opts.push(format!("allow_auto_snapshot = {}", o.allow_auto_snapshot));
-    opts.push(format!("bloom_filter_fp_chance = {}", o.bloom_filter_fp_chance));
+    opts.push(format!(
+        "bloom_filter_fp_chance = {}",
+        o.bloom_filter_fp_chance
+    ));
     opts.push(format!("caching = {}", map_literal(&o.caching)));
     opts.push(format!("cdc = {}", o.cdc));
     opts.push(format!("comment = {}", cql_literal(&o.comment)));
@@ -119,17 +164,28 @@ pub fn table_cql(t: &TableSchema) -> String {
     opts.push(format!("gc_grace_seconds = {}", o.gc_grace_seconds));
     opts.push(format!("incremental_backups = {}", o.incremental_backups));
     opts.push(format!("max_index_interval = {}", o.max_index_interval));
-    opts.push(format!("memtable_flush_period_in_ms = {}", o.memtable_flush_period_in_ms));
+    opts.push(format!(
+        "memtable_flush_period_in_ms = {}",
+        o.memtable_flush_period_in_ms
+    ));
     opts.push(format!("min_index_interval = {}", o.min_index_interval));
     opts.push(format!("read_repair = {}", cql_literal(&o.read_repair)));
-    opts.push(format!("speculative_retry = {}", cql_literal(&o.speculative_retry)));
+    opts.push(format!(
+        "speculative_retry = {}",
+        cql_literal(&o.speculative_retry)
+    ));
     s.push_str(&opts.join("\n    AND "));
     s.push(';');
     s
 }
 
 fn keyspace_items(ks: &KeyspaceDef, only: bool) -> Vec<(String, &'static str, String, String)> {
-    let mut out = vec![(ks.name.clone(), "keyspace", ks.name.clone(), keyspace_cql(ks))];
+    let mut out = vec![(
+        ks.name.clone(),
+        "keyspace",
+        ks.name.clone(),
+        keyspace_cql(ks),
+    )];
     if only {
         return out;
     }
@@ -143,18 +199,29 @@ fn keyspace_items(ks: &KeyspaceDef, only: bool) -> Vec<(String, &'static str, St
 }
 
 fn user_keyspaces(s: &Schema) -> impl Iterator<Item = &KeyspaceDef> {
-    s.keyspaces.values().filter(|k| !is_system_keyspace(&k.name))
+    s.keyspaces
+        .values()
+        .filter(|k| !is_system_keyspace(&k.name))
 }
 
-pub fn run(inner: &Inner, current: Option<&str>, d: &ast::Describe, _opts: &QueryOptions) -> Result<QueryResult, QueryError> {
+pub fn run(
+    inner: &Inner,
+    current: Option<&str>,
+    d: &ast::Describe,
+    _opts: &QueryOptions,
+) -> Result<QueryResult, QueryError> {
     let schema = inner.schema();
     let ks_of = |n: &ast::QualifiedName| -> Result<String, QueryError> {
-        n.keyspace.as_ref().map(|k| k.name.clone()).or_else(|| current.map(str::to_string)).ok_or_else(|| {
-            QueryError::invalid("No keyspace specified and no current keyspace")
-        })
+        n.keyspace
+            .as_ref()
+            .map(|k| k.name.clone())
+            .or_else(|| current.map(str::to_string))
+            .ok_or_else(|| QueryError::invalid("No keyspace specified and no current keyspace"))
     };
     let find_ks = |name: &str| -> Result<&KeyspaceDef, QueryError> {
-        schema.keyspace(name).ok_or_else(|| QueryError::invalid(format!("'{name}' not found in keyspaces")))
+        schema
+            .keyspace(name)
+            .ok_or_else(|| QueryError::invalid(format!("'{name}' not found in keyspaces")))
     };
     match &d.target {
         ast::DescribeTarget::Keyspaces => {
@@ -162,14 +229,21 @@ pub fn run(inner: &Inner, current: Option<&str>, d: &ast::Describe, _opts: &Quer
                 .iter()
                 .map(|k| (k.to_string(), "keyspace", k.to_string(), String::new()))
                 .collect();
-            items.extend(schema.keyspaces.keys().map(|k| (k.clone(), "keyspace", k.clone(), String::new())));
+            items.extend(
+                schema
+                    .keyspaces
+                    .keys()
+                    .map(|k| (k.clone(), "keyspace", k.clone(), String::new())),
+            );
             items.sort_by(|a, b| a.0.to_lowercase().cmp(&b.0.to_lowercase()));
             Ok(rows(false, items))
         }
         ast::DescribeTarget::Keyspace { only, name } => {
             let name = match name {
                 Some(n) => n.name.clone(),
-                None => current.map(str::to_string).ok_or_else(|| QueryError::invalid("No keyspace specified and no current keyspace"))?,
+                None => current.map(str::to_string).ok_or_else(|| {
+                    QueryError::invalid("No keyspace specified and no current keyspace")
+                })?,
             };
             Ok(rows(true, keyspace_items(find_ks(&name)?, *only)))
         }
@@ -191,16 +265,30 @@ pub fn run(inner: &Inner, current: Option<&str>, d: &ast::Describe, _opts: &Quer
             }
             Ok(rows(false, items))
         }
-        ast::DescribeTarget::Functions | ast::DescribeTarget::Aggregates => Ok(rows(false, Vec::new())),
+        ast::DescribeTarget::Functions | ast::DescribeTarget::Aggregates => {
+            Ok(rows(false, Vec::new()))
+        }
         ast::DescribeTarget::Table(n) => {
             let ks = ks_of(n)?;
-            let t = schema.table(&ks, &n.name.name).cloned().or_else(|| crate::system::virtual_table(&ks, &n.name.name).map(|v| v.schema.clone()));
-            let t = t.ok_or_else(|| QueryError::invalid(format!("Table '{ks}.{}' not found", n.name.name)))?;
-            Ok(rows(true, vec![(ks, "table", t.name.clone(), table_cql(&t))]))
+            let t = schema.table(&ks, &n.name.name).cloned().or_else(|| {
+                crate::system::virtual_table(&ks, &n.name.name).map(|v| v.schema.clone())
+            });
+            let t = t.ok_or_else(|| {
+                QueryError::invalid(format!("Table '{ks}.{}' not found", n.name.name))
+            })?;
+            Ok(rows(
+                true,
+                vec![(ks, "table", t.name.clone(), table_cql(&t))],
+            ))
         }
         ast::DescribeTarget::Type(n) => {
             let ks = ks_of(n)?;
-            let u = find_ks(&ks)?.types.get(&n.name.name).ok_or_else(|| QueryError::invalid(format!("User defined type '{}' not found in '{ks}'", n.name.name)))?;
+            let u = find_ks(&ks)?.types.get(&n.name.name).ok_or_else(|| {
+                QueryError::invalid(format!(
+                    "User defined type '{}' not found in '{ks}'",
+                    n.name.name
+                ))
+            })?;
             Ok(rows(true, vec![(ks, "type", u.name.clone(), type_cql(u))]))
         }
         ast::DescribeTarget::Schema { full } => {
@@ -214,8 +302,18 @@ pub fn run(inner: &Inner, current: Option<&str>, d: &ast::Describe, _opts: &Quer
         }
         ast::DescribeTarget::Cluster => {
             let columns = vec![col("cluster"), col("partitioner"), col("snitch")];
-            let cells = vec![Some(text(&inner.shared.info.cluster_name)), Some(text("Murmur3Partitioner")), Some(text("SimpleSnitch"))];
-            Ok(QueryResult::Rows(ResultRows { columns: Arc::new(columns), cells, row_count: 1, paging_state: None, no_metadata: false }))
+            let cells = vec![
+                Some(text(&inner.shared.info.cluster_name)),
+                Some(text("Murmur3Partitioner")),
+                Some(text("SimpleSnitch")),
+            ];
+            Ok(QueryResult::Rows(ResultRows {
+                columns: Arc::new(columns),
+                cells,
+                row_count: 1,
+                paging_state: None,
+                no_metadata: false,
+            }))
         }
         ast::DescribeTarget::Generic(n) => {
             if n.keyspace.is_none() {
@@ -225,14 +323,22 @@ pub fn run(inner: &Inner, current: Option<&str>, d: &ast::Describe, _opts: &Quer
             }
             let ks = ks_of(n)?;
             if let Some(t) = schema.table(&ks, &n.name.name) {
-                return Ok(rows(true, vec![(ks, "table", t.name.clone(), table_cql(t))]));
+                return Ok(rows(
+                    true,
+                    vec![(ks, "table", t.name.clone(), table_cql(t))],
+                ));
             }
             if let Some(u) = schema.keyspace(&ks).and_then(|k| k.types.get(&n.name.name)) {
                 return Ok(rows(true, vec![(ks, "type", u.name.clone(), type_cql(u))]));
             }
-            Err(QueryError::invalid(format!("'{}' not found in keyspace '{ks}'", n.name.name)))
+            Err(QueryError::invalid(format!(
+                "'{}' not found in keyspace '{ks}'",
+                n.name.name
+            )))
         }
         // Index/view/function/aggregate forms: syntax error so scylla-cqlsh falls back client-side.
-        _ => Err(QueryError::Syntax("This DESCRIBE form is not supported by Amphora yet".into())),
+        _ => Err(QueryError::Syntax(
+            "This DESCRIBE form is not supported by Amphora yet".into(),
+        )),
     }
 }

@@ -128,22 +128,35 @@ pub async fn query(
 ) -> Result<QueryResult, QueryError> {
     let parsed = ast::parse(query).map_err(syntax)?;
     let keyspace = opts.keyspace.clone().or_else(|| state.keyspace.clone());
-    let binds = bind_by_name(&parsed.bind_markers.iter().map(|m| m.name.as_ref().map(|n| n.name.clone())).collect::<Vec<_>>(), &opts)?;
+    let binds = bind_by_name(
+        &parsed
+            .bind_markers
+            .iter()
+            .map(|m| m.name.as_ref().map(|n| n.name.clone()))
+            .collect::<Vec<_>>(),
+        &opts,
+    )?;
     run(inner, keyspace.as_deref(), &parsed.statement, &binds, &opts).await
 }
 
-fn bind_by_name(marker_names: &[Option<String>], opts: &QueryOptions) -> Result<Vec<BoundValue>, QueryError> {
+fn bind_by_name(
+    marker_names: &[Option<String>],
+    opts: &QueryOptions,
+) -> Result<Vec<BoundValue>, QueryError> {
     let Some(names) = &opts.names else {
         return Ok(opts.values.clone());
     };
     let mut out = Vec::with_capacity(marker_names.len());
     for m in marker_names {
         let Some(m) = m else {
-            return Err(QueryError::invalid("Invalid named bind marker: the statement uses positional markers"));
+            return Err(QueryError::invalid(
+                "Invalid named bind marker: the statement uses positional markers",
+            ));
         };
-        let pos = names.iter().position(|n| n.eq_ignore_ascii_case(m)).ok_or_else(|| {
-            QueryError::invalid(format!("Missing value for bind marker :{m}"))
-        })?;
+        let pos = names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(m))
+            .ok_or_else(|| QueryError::invalid(format!("Missing value for bind marker :{m}")))?;
         out.push(opts.values.get(pos).cloned().unwrap_or(BoundValue::Unset));
     }
     Ok(out)
@@ -155,7 +168,9 @@ pub async fn prepare(
     query: &str,
     keyspace: Option<&str>,
 ) -> Result<PreparedInfo, QueryError> {
-    let keyspace = keyspace.map(str::to_string).or_else(|| state.keyspace.clone());
+    let keyspace = keyspace
+        .map(str::to_string)
+        .or_else(|| state.keyspace.clone());
     let id = prepared_id(keyspace.as_deref(), query);
     if let Some(p) = lookup_prepared(inner, &id) {
         return Ok(p.info.clone());
@@ -174,7 +189,11 @@ pub async fn prepare(
     let stmt = Arc::new(PreparedStmt {
         query: query.to_string(),
         keyspace,
-        marker_names: parsed.bind_markers.iter().map(|m| m.name.as_ref().map(|n| n.name.clone())).collect(),
+        marker_names: parsed
+            .bind_markers
+            .iter()
+            .map(|m| m.name.as_ref().map(|n| n.name.clone()))
+            .collect(),
         statement: parsed.statement,
         info: info.clone(),
     });
@@ -201,7 +220,10 @@ fn lookup_prepared(inner: &Inner, id: &[u8]) -> Option<Arc<PreparedStmt>> {
         return Some(p.clone());
     }
     let p = inner.shared.prepared.lock().ok()?.get(id).cloned()?;
-    inner.prepared.borrow_mut().insert(Bytes::copy_from_slice(id), p.clone());
+    inner
+        .prepared
+        .borrow_mut()
+        .insert(Bytes::copy_from_slice(id), p.clone());
     Some(p)
 }
 
@@ -269,7 +291,9 @@ pub async fn run(
     use ast::Statement as S;
     match st {
         S::Select(s) => crate::select::run_select(inner, keyspace, s, binds, opts).await,
-        S::Insert(_) | S::Update(_) | S::Delete(_) => crate::write::run_write(inner, keyspace, st, binds, opts).await,
+        S::Insert(_) | S::Update(_) | S::Delete(_) => {
+            crate::write::run_write(inner, keyspace, st, binds, opts).await
+        }
         S::Batch(b) => {
             let kind = match b.kind {
                 ast::BatchKind::Logged => BatchType::Logged,
@@ -299,7 +323,10 @@ pub async fn run(
         S::Use(ks) => {
             let schema = inner.schema();
             if schema.keyspace(&ks.name).is_none() && !schema::is_system_keyspace(&ks.name) {
-                return Err(QueryError::invalid(format!("Keyspace '{}' does not exist", ks.name)));
+                return Err(QueryError::invalid(format!(
+                    "Keyspace '{}' does not exist",
+                    ks.name
+                )));
             }
             Ok(QueryResult::SetKeyspace(ks.name.clone()))
         }
@@ -313,7 +340,9 @@ pub async fn run(
         | S::DropTable(_)
         | S::CreateType(_)
         | S::DropType(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
-        S::AlterType(_) => Err(QueryError::invalid("ALTER TYPE is not supported by Amphora yet")),
+        S::AlterType(_) => Err(QueryError::invalid(
+            "ALTER TYPE is not supported by Amphora yet",
+        )),
         S::CreateFunction(_) | S::CreateAggregate(_) => Err(QueryError::invalid(
             "User-defined functions are disabled in cassandra.yaml - set user_defined_functions_enabled=true to enable",
         )),
@@ -321,14 +350,23 @@ pub async fn run(
             if d.if_exists {
                 Ok(QueryResult::Void)
             } else {
-                Err(QueryError::invalid(format!("Unconfigured function {}", d.name)))
+                Err(QueryError::invalid(format!(
+                    "Unconfigured function {}",
+                    d.name
+                )))
             }
         }
-        S::CreateIndex(_) | S::DropIndex(_) => Err(QueryError::invalid("Secondary indexes are not supported by Amphora yet")),
-        S::CreateMaterializedView(_) | S::AlterMaterializedView { .. } | S::DropMaterializedView(_) => {
-            Err(QueryError::invalid("Materialized views are not supported by Amphora yet"))
+        S::CreateIndex(_) | S::DropIndex(_) => Err(QueryError::invalid(
+            "Secondary indexes are not supported by Amphora yet",
+        )),
+        S::CreateMaterializedView(_)
+        | S::AlterMaterializedView { .. }
+        | S::DropMaterializedView(_) => Err(QueryError::invalid(
+            "Materialized views are not supported by Amphora yet",
+        )),
+        S::CreateTrigger(_) | S::DropTrigger { .. } => {
+            Err(QueryError::invalid("Triggers are not supported by Amphora"))
         }
-        S::CreateTrigger(_) | S::DropTrigger { .. } => Err(QueryError::invalid("Triggers are not supported by Amphora")),
         S::ListRoles { .. } | S::ListUsers | S::ListSuperUsers => crate::system::list_roles(st),
         _ => Err(QueryError::Unauthorized(format!(
             "{} requires an authorizer; Amphora runs with AllowAllAuthorizer",
@@ -338,7 +376,11 @@ pub async fn run(
 }
 
 /// Publishes a new schema to every shard (their snapshots and storage tables).
-pub async fn publish_schema(inner: &Inner, old: Arc<Schema>, new: Arc<Schema>) -> Result<(), QueryError> {
+pub async fn publish_schema(
+    inner: &Inner,
+    old: Arc<Schema>,
+    new: Arc<Schema>,
+) -> Result<(), QueryError> {
     let results = inner
         .shared
         .shards

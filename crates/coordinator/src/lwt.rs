@@ -49,9 +49,13 @@ pub async fn run_conditional(
             let mut out = Vec::new();
             for c in cs {
                 let ast::ConditionTarget::Column(col) = &c.target else {
-                    return Err(invalid("Conditions on collection elements and UDT fields are not supported by Amphora yet"));
+                    return Err(invalid(
+                        "Conditions on collection elements and UDT fields are not supported by Amphora yet",
+                    ));
                 };
-                let (id, def) = table.column(&col.name).ok_or_else(|| invalid(format!("Undefined column name {}", col.name)))?;
+                let (id, def) = table
+                    .column(&col.name)
+                    .ok_or_else(|| invalid(format!("Undefined column name {}", col.name)))?;
                 let ast::RelationValue::Single(e) = &c.value else {
                     return Err(invalid("IN conditions are not supported by Amphora yet"));
                 };
@@ -63,16 +67,26 @@ pub async fn run_conditional(
             }
             Check::Columns(out)
         }
-        _ => return Err(QueryError::Server("conditional write without conditions".into())),
+        _ => {
+            return Err(QueryError::Server(
+                "conditional write without conditions".into(),
+            ));
+        }
     };
     if planned.len() != 1 {
-        return Err(invalid("IN on the partition key is not supported with conditional updates"));
+        return Err(invalid(
+            "IN on the partition key is not supported with conditional updates",
+        ));
     }
     let Some(Planned::Mutation(m)) = planned.into_iter().next() else {
-        return Err(invalid("Conditional updates are not supported on counter tables"));
+        return Err(invalid(
+            "Conditional updates are not supported on counter tables",
+        ));
     };
     if m.update.rows.len() > 1 {
-        return Err(invalid("IN on the clustering key columns is not supported with conditional updates"));
+        return Err(invalid(
+            "IN on the clustering key columns is not supported with conditional updates",
+        ));
     }
     let clustering = m.update.rows.first().map(|r| r.clustering.clone());
     let info = &inner.shared.info;
@@ -84,21 +98,32 @@ pub async fn run_conditional(
         .shards
         .submit_to(shard, move || async move {
             let db = amphora_replica::local().map_err(|e| e.to_string())?;
-            let mut cmd = ReadCommand::new(table_id, PartitionRange::Single(m.key.clone()), (crate::exec::now_micros() / 1_000_000) as i32);
+            let mut cmd = ReadCommand::new(
+                table_id,
+                PartitionRange::Single(m.key.clone()),
+                (crate::exec::now_micros() / 1_000_000) as i32,
+            );
             if let (true, Some(c)) = (has_clustering, &clustering) {
-                cmd.slices = vec![ClusteringSlice { start: ClusteringBound::inclusive(c.0.clone()), end: ClusteringBound::inclusive(c.0.clone()) }];
+                cmd.slices = vec![ClusteringSlice {
+                    start: ClusteringBound::inclusive(c.0.clone()),
+                    end: ClusteringBound::inclusive(c.0.clone()),
+                }];
             }
             let cur = db.read(&cmd).map_err(|e| e.to_string())?;
             let part = cur.partitions.first();
             let row = part.and_then(|p| p.rows.first());
-            let exists = row.is_some() || (clustering.is_none() && part.is_some_and(|p| p.static_row.is_some()));
+            let exists = row.is_some()
+                || (clustering.is_none() && part.is_some_and(|p| p.static_row.is_some()));
             let ok = match &check {
                 Check::NotExists => !exists,
                 Check::Exists => exists,
                 Check::Columns(cs) => cs.iter().all(|(id, op, want, ty)| {
                     let have = row
                         .and_then(|r| r.cell(*id))
-                        .or_else(|| part.and_then(|p| p.static_row.as_ref()).and_then(|r| r.cell(*id)))
+                        .or_else(|| {
+                            part.and_then(|p| p.static_row.as_ref())
+                                .and_then(|r| r.cell(*id))
+                        })
                         .and_then(|d| match d {
                             ColumnData::Simple(c) => Some(c.value.clone()),
                             _ => None,
@@ -149,4 +174,3 @@ fn compare(op: ast::Operator, have: Option<&Bytes>, want: Option<&Bytes>, ty: &C
         }
     }
 }
-

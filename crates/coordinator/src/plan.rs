@@ -21,7 +21,11 @@ pub fn keyspace_of(name: &ast::QualifiedName, current: Option<&str>) -> Result<S
 }
 
 /// A user table or a virtual system table.
-pub fn resolve_table(schema: &Schema, current: Option<&str>, name: &ast::QualifiedName) -> Result<Arc<TableSchema>, QueryError> {
+pub fn resolve_table(
+    schema: &Schema,
+    current: Option<&str>,
+    name: &ast::QualifiedName,
+) -> Result<Arc<TableSchema>, QueryError> {
     let ks = keyspace_of(name, current)?;
     if let Some(t) = schema.table(&ks, &name.name.name) {
         return Ok(t.clone());
@@ -32,7 +36,10 @@ pub fn resolve_table(schema: &Schema, current: Option<&str>, name: &ast::Qualifi
     if schema.keyspace(&ks).is_none() && !crate::schema::is_system_keyspace(&ks) {
         return Err(QueryError::invalid(format!("Keyspace {ks} does not exist")));
     }
-    Err(QueryError::invalid(format!("unconfigured table {}", name.name.name)))
+    Err(QueryError::invalid(format!(
+        "unconfigured table {}",
+        name.name.name
+    )))
 }
 
 pub struct BindMeta {
@@ -82,7 +89,9 @@ impl<'a> Receivers<'a> {
             }
             ast::Expr::List(items) | ast::Expr::Set(items) => {
                 let elem = match ty {
-                    CqlType::List { elem, .. } | CqlType::Set { elem, .. } | CqlType::Vector { elem, .. } => (**elem).clone(),
+                    CqlType::List { elem, .. }
+                    | CqlType::Set { elem, .. }
+                    | CqlType::Vector { elem, .. } => (**elem).clone(),
                     _ => CqlType::Blob,
                 };
                 for i in items {
@@ -123,18 +132,29 @@ impl<'a> Receivers<'a> {
             ast::RelationTarget::Column(c) => {
                 let (ty, kind, pos) = self.column_type(&c.name)?;
                 let elem_ty = match (r.op, &ty) {
-                    (ast::Operator::Contains, CqlType::List { elem, .. } | CqlType::Set { elem, .. }) => (**elem).clone(),
+                    (
+                        ast::Operator::Contains,
+                        CqlType::List { elem, .. } | CqlType::Set { elem, .. },
+                    ) => (**elem).clone(),
                     (ast::Operator::Contains, CqlType::Map { value, .. }) => (**value).clone(),
                     (ast::Operator::ContainsKey, CqlType::Map { key, .. }) => (**key).clone(),
                     _ => ty.clone(),
                 };
                 match (&r.value, r.op) {
                     (ast::RelationValue::Single(ast::Expr::Bind(m)), ast::Operator::In) => {
-                        let spec = self.spec(&format!("in({})", c.name), CqlType::List { elem: Box::new(ty), frozen: true });
+                        let spec = self.spec(
+                            &format!("in({})", c.name),
+                            CqlType::List {
+                                elem: Box::new(ty),
+                                frozen: true,
+                            },
+                        );
                         self.set(m.index, spec);
                     }
                     (ast::RelationValue::Single(e), op) => {
-                        if let (ast::Expr::Bind(m), ast::Operator::Eq, ColumnKind::PartitionKey) = (e, op, kind) {
+                        if let (ast::Expr::Bind(m), ast::Operator::Eq, ColumnKind::PartitionKey) =
+                            (e, op, kind)
+                        {
                             if let Some(slot) = self.pk_binds.get_mut(pos as usize) {
                                 *slot = Some(m.index as u16);
                             }
@@ -172,7 +192,13 @@ impl<'a> Receivers<'a> {
                     .map(|c| self.column_type(&c.name).map(|t| t.0))
                     .collect::<Result<Vec<_>, _>>()?;
                 let tuple = CqlType::Tuple(types.clone());
-                let names = format!("({})", cols.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","));
+                let names = format!(
+                    "({})",
+                    cols.iter()
+                        .map(|c| c.name.clone())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
                 let one = |s: &mut Self, e: &ast::Expr| match e {
                     ast::Expr::Tuple(items) => {
                         for ((i, c), t) in items.iter().zip(cols).zip(&types) {
@@ -183,7 +209,13 @@ impl<'a> Receivers<'a> {
                 };
                 match &r.value {
                     ast::RelationValue::Single(ast::Expr::Bind(m)) if r.op == ast::Operator::In => {
-                        let spec = self.spec(&format!("in({names})"), CqlType::List { elem: Box::new(tuple.clone()), frozen: true });
+                        let spec = self.spec(
+                            &format!("in({names})"),
+                            CqlType::List {
+                                elem: Box::new(tuple.clone()),
+                                frozen: true,
+                            },
+                        );
                         self.set(m.index, spec);
                     }
                     ast::RelationValue::Single(e) => one(self, e),
@@ -197,7 +229,10 @@ impl<'a> Receivers<'a> {
             }
             ast::RelationTarget::Element { column, key } => {
                 let (ty, _, _) = self.column_type(&column.name)?;
-                if let CqlType::Map { key: kt, value: vt, .. } = &ty {
+                if let CqlType::Map {
+                    key: kt, value: vt, ..
+                } = &ty
+                {
                     self.expr(key, &column.name, kt);
                     if let ast::RelationValue::Single(e) = &r.value {
                         self.expr(e, &column.name, vt);
@@ -242,7 +277,10 @@ impl<'a> Receivers<'a> {
                     }
                     ast::ConditionTarget::Element { column, key } => {
                         let (ty, _, _) = self.column_type(&column.name)?;
-                        if let CqlType::Map { key: kt, value: vt, .. } = &ty {
+                        if let CqlType::Map {
+                            key: kt, value: vt, ..
+                        } = &ty
+                        {
                             self.expr(key, &column.name, kt);
                             if let ast::RelationValue::Single(e) = &cond.value {
                                 self.expr(e, &column.name, vt);
@@ -257,7 +295,11 @@ impl<'a> Receivers<'a> {
     }
 }
 
-pub fn bind_metadata(schema: &Schema, keyspace: Option<&str>, parsed: &ast::ParsedStatement) -> Result<BindMeta, QueryError> {
+pub fn bind_metadata(
+    schema: &Schema,
+    keyspace: Option<&str>,
+    parsed: &ast::ParsedStatement,
+) -> Result<BindMeta, QueryError> {
     let n = parsed.bind_markers.len();
     let table_name = match &parsed.statement {
         ast::Statement::Select(s) => Some(&s.table),
@@ -269,9 +311,19 @@ pub fn bind_metadata(schema: &Schema, keyspace: Option<&str>, parsed: &ast::Pars
     let Some(table_name) = table_name else {
         // Statements without a table (USE, DDL, BATCH text) bind as blobs.
         let cols = (0..n)
-            .map(|i| ResultColumn { keyspace: String::new(), table: String::new(), name: format!("[{i}]"), ty: CqlType::Blob })
+            .map(|i| ResultColumn {
+                keyspace: String::new(),
+                table: String::new(),
+                name: format!("[{i}]"),
+                ty: CqlType::Blob,
+            })
             .collect();
-        return Ok(BindMeta { bind_columns: cols, pk_indexes: Vec::new(), result_columns: Vec::new(), is_lwt: false });
+        return Ok(BindMeta {
+            bind_columns: cols,
+            pk_indexes: Vec::new(),
+            result_columns: Vec::new(),
+            is_lwt: false,
+        });
     };
     let table = resolve_table(schema, keyspace, table_name)?;
     let mut r = Receivers {
@@ -286,7 +338,10 @@ pub fn bind_metadata(schema: &Schema, keyspace: Option<&str>, parsed: &ast::Pars
             for rel in &s.where_clause {
                 r.relation(rel)?;
             }
-            for (e, name) in [(&s.limit, "[limit]"), (&s.per_partition_limit, "[per_partition_limit]")] {
+            for (e, name) in [
+                (&s.limit, "[limit]"),
+                (&s.per_partition_limit, "[per_partition_limit]"),
+            ] {
                 if let Some(ast::Expr::Bind(m)) = e {
                     let spec = r.spec(name, CqlType::Int);
                     r.set(m.index, spec);
@@ -324,17 +379,26 @@ pub fn bind_metadata(schema: &Schema, keyspace: Option<&str>, parsed: &ast::Pars
                 let (ty, _, _) = r.column_type(&a.column.name)?;
                 let name = a.column.name.clone();
                 match &a.op {
-                    ast::AssignmentOp::Set(e) | ast::AssignmentOp::Prepend(e) => r.expr(e, &name, &ty),
+                    ast::AssignmentOp::Set(e) | ast::AssignmentOp::Prepend(e) => {
+                        r.expr(e, &name, &ty)
+                    }
                     ast::AssignmentOp::Add(e) | ast::AssignmentOp::Subtract(e) => {
                         let t = match (&ty, &a.op) {
                             (CqlType::Counter, _) => CqlType::Bigint,
-                            (CqlType::Map { key, .. }, ast::AssignmentOp::Subtract(_)) => CqlType::Set { elem: key.clone(), frozen: false },
+                            (CqlType::Map { key, .. }, ast::AssignmentOp::Subtract(_)) => {
+                                CqlType::Set {
+                                    elem: key.clone(),
+                                    frozen: false,
+                                }
+                            }
                             _ => ty.clone(),
                         };
                         r.expr(e, &name, &t);
                     }
                     ast::AssignmentOp::SetElement { key, value } => match &ty {
-                        CqlType::Map { key: kt, value: vt, .. } => {
+                        CqlType::Map {
+                            key: kt, value: vt, ..
+                        } => {
                             r.expr(key, &name, kt);
                             r.expr(value, &name, vt);
                         }
@@ -396,5 +460,10 @@ pub fn bind_metadata(schema: &Schema, keyspace: Option<&str>, parsed: &ast::Pars
             })
         })
         .collect();
-    Ok(BindMeta { bind_columns, pk_indexes, result_columns, is_lwt })
+    Ok(BindMeta {
+        bind_columns,
+        pk_indexes,
+        result_columns,
+        is_lwt,
+    })
 }

@@ -45,11 +45,20 @@ fn invalid(m: impl Into<String>) -> QueryError {
     QueryError::Invalid(m.into())
 }
 
-fn column<'a>(t: &'a TableSchema, name: &str) -> Result<(ColumnId, &'a amphora_types::schema::ColumnDef), QueryError> {
-    t.column(name).ok_or_else(|| invalid(format!("Undefined column name {name}")))
+fn column<'a>(
+    t: &'a TableSchema,
+    name: &str,
+) -> Result<(ColumnId, &'a amphora_types::schema::ColumnDef), QueryError> {
+    t.column(name)
+        .ok_or_else(|| invalid(format!("Undefined column name {name}")))
 }
 
-fn list_values(v: &ast::RelationValue, ty: &CqlType, ctx: &EvalCtx<'_>, name: &str) -> Result<Vec<Bytes>, QueryError> {
+fn list_values(
+    v: &ast::RelationValue,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    name: &str,
+) -> Result<Vec<Bytes>, QueryError> {
     match v {
         ast::RelationValue::List(items) => {
             let mut out = Vec::new();
@@ -61,7 +70,10 @@ fn list_values(v: &ast::RelationValue, ty: &CqlType, ctx: &EvalCtx<'_>, name: &s
             Ok(out)
         }
         ast::RelationValue::Single(e) => {
-            let list_ty = CqlType::List { elem: Box::new(ty.clone()), frozen: true };
+            let list_ty = CqlType::List {
+                elem: Box::new(ty.clone()),
+                frozen: true,
+            };
             match eval(e, &list_ty, ctx, name)? {
                 Value::Set(b) => Ok(amphora_types::cql_type::split_collection(&b, 1)
                     .map_err(|e| invalid(format!("Invalid IN list for {name}: {e}")))?
@@ -69,7 +81,9 @@ fn list_values(v: &ast::RelationValue, ty: &CqlType, ctx: &EvalCtx<'_>, name: &s
                     .flatten()
                     .map(Bytes::copy_from_slice)
                     .collect()),
-                _ => Err(invalid(format!("Invalid null value for IN restriction on {name}"))),
+                _ => Err(invalid(format!(
+                    "Invalid null value for IN restriction on {name}"
+                ))),
             }
         }
         _ => Err(invalid(format!("Invalid IN restriction on {name}"))),
@@ -88,23 +102,35 @@ fn token_value(e: &ast::Expr, t: &TableSchema, ctx: &EvalCtx<'_>) -> Result<i64,
                 parts.push(eval_set(a, &c.ty, ctx, &c.name)?);
             }
             let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-            Ok(amphora_types::token::murmur3_token(&serialize_composite_key(&refs)))
+            Ok(amphora_types::token::murmur3_token(
+                &serialize_composite_key(&refs),
+            ))
         }
         other => {
             let b = eval_set(other, &CqlType::Bigint, ctx, "partition key token")?;
-            let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("Invalid token value"))?;
+            let arr: [u8; 8] = b[..]
+                .try_into()
+                .map_err(|_| invalid("Invalid token value"))?;
             Ok(i64::from_be_bytes(arr))
         }
     }
 }
 
-pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Result<Restrictions, QueryError> {
+pub fn analyze(
+    t: &TableSchema,
+    rels: &[ast::Relation],
+    ctx: &EvalCtx<'_>,
+) -> Result<Restrictions, QueryError> {
     let mut r = Restrictions::default();
     let mut pk: Vec<Option<Vec<Bytes>>> = vec![None; t.partition_key.len()];
     let mut ck_eq: Vec<Option<Vec<Bytes>>> = vec![None; t.clustering_key.len()];
     // Single-column clustering slices: position → (lower, upper).
     let mut ck_slices: Vec<(usize, Option<(Bytes, bool)>, Option<(Bytes, bool)>)> = Vec::new();
-    let mut multi: Option<(usize, Option<(Vec<Bytes>, bool)>, Option<(Vec<Bytes>, bool)>)> = None;
+    let mut multi: Option<(
+        usize,
+        Option<(Vec<Bytes>, bool)>,
+        Option<(Vec<Bytes>, bool)>,
+    )> = None;
     for rel in rels {
         match &rel.target {
             ast::RelationTarget::Column(c) => {
@@ -113,15 +139,18 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
                 match (def.kind, rel.op) {
                     (ColumnKind::PartitionKey, ast::Operator::Eq) => {
                         if let ast::RelationValue::Single(e) = &rel.value {
-                            pk[def.position as usize] = Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
+                            pk[def.position as usize] =
+                                Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
                         }
                     }
                     (ColumnKind::PartitionKey, ast::Operator::In) => {
-                        pk[def.position as usize] = Some(list_values(&rel.value, &def.ty, ctx, &name)?);
+                        pk[def.position as usize] =
+                            Some(list_values(&rel.value, &def.ty, ctx, &name)?);
                     }
                     (ColumnKind::Clustering, ast::Operator::Eq) => {
                         if let ast::RelationValue::Single(e) = &rel.value {
-                            ck_eq[def.position as usize] = Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
+                            ck_eq[def.position as usize] =
+                                Some(vec![eval_set(e, &def.ty, ctx, &name)?]);
                         }
                     }
                     (ColumnKind::Clustering, ast::Operator::In) => {
@@ -130,8 +159,16 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
                         vals.dedup();
                         ck_eq[def.position as usize] = Some(vals);
                     }
-                    (ColumnKind::Clustering, op @ (ast::Operator::Lt | ast::Operator::Lte | ast::Operator::Gt | ast::Operator::Gte)) => {
-                        let ast::RelationValue::Single(e) = &rel.value else { continue };
+                    (
+                        ColumnKind::Clustering,
+                        op @ (ast::Operator::Lt
+                        | ast::Operator::Lte
+                        | ast::Operator::Gt
+                        | ast::Operator::Gte),
+                    ) => {
+                        let ast::RelationValue::Single(e) = &rel.value else {
+                            continue;
+                        };
                         let v = eval_set(e, &def.ty, ctx, &name)?;
                         let pos = def.position as usize;
                         let entry = match ck_slices.iter_mut().find(|s| s.0 == pos) {
@@ -152,25 +189,44 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
                     (_, ast::Operator::IsNotNull) => {}
                     (_, op) => {
                         let (values, elem_ty) = match op {
-                            ast::Operator::In | ast::Operator::NotIn => (list_values(&rel.value, &def.ty, ctx, &name)?, None),
+                            ast::Operator::In | ast::Operator::NotIn => {
+                                (list_values(&rel.value, &def.ty, ctx, &name)?, None)
+                            }
                             _ => {
                                 let ty = match (op, &def.ty) {
-                                    (ast::Operator::Contains, CqlType::List { elem, .. } | CqlType::Set { elem, .. }) => (**elem).clone(),
-                                    (ast::Operator::Contains, CqlType::Map { value, .. }) => (**value).clone(),
-                                    (ast::Operator::ContainsKey, CqlType::Map { key, .. }) => (**key).clone(),
+                                    (
+                                        ast::Operator::Contains,
+                                        CqlType::List { elem, .. } | CqlType::Set { elem, .. },
+                                    ) => (**elem).clone(),
+                                    (ast::Operator::Contains, CqlType::Map { value, .. }) => {
+                                        (**value).clone()
+                                    }
+                                    (ast::Operator::ContainsKey, CqlType::Map { key, .. }) => {
+                                        (**key).clone()
+                                    }
                                     (ast::Operator::Contains | ast::Operator::ContainsKey, _) => {
-                                        return Err(invalid(format!("Cannot use {} on non-collection column {name}", op.as_str())));
+                                        return Err(invalid(format!(
+                                            "Cannot use {} on non-collection column {name}",
+                                            op.as_str()
+                                        )));
                                     }
                                     _ => def.ty.clone(),
                                 };
                                 let ast::RelationValue::Single(e) = &rel.value else {
-                                    return Err(invalid(format!("Unsupported restriction on {name}")));
+                                    return Err(invalid(format!(
+                                        "Unsupported restriction on {name}"
+                                    )));
                                 };
                                 (vec![eval_set(e, &ty, ctx, &name)?], Some(ty))
                             }
                         };
                         let _ = elem_ty;
-                        r.filters.push(Filter { column: id, op, values, element_key: None });
+                        r.filters.push(Filter {
+                            column: id,
+                            op,
+                            values,
+                            element_key: None,
+                        });
                         r.needs_filtering = true;
                     }
                 }
@@ -189,15 +245,25 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
                         r.token_start = Some(Bound::Included(v));
                         r.token_end = Some(Bound::Included(v));
                     }
-                    op => return Err(invalid(format!("{} is not supported on token()", op.as_str()))),
+                    op => {
+                        return Err(invalid(format!(
+                            "{} is not supported on token()",
+                            op.as_str()
+                        )));
+                    }
                 }
             }
             ast::RelationTarget::Tuple(cols) => {
-                let defs = cols.iter().map(|c| column(t, &c.name)).collect::<Result<Vec<_>, _>>()?;
+                let defs = cols
+                    .iter()
+                    .map(|c| column(t, &c.name))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let first = defs.first().map(|d| d.1.position as usize).unwrap_or(0);
                 for (i, (_, d)) in defs.iter().enumerate() {
                     if d.kind != ColumnKind::Clustering || d.position as usize != first + i {
-                        return Err(invalid("Multi-column relations can only be applied to clustering columns, in clustering order"));
+                        return Err(invalid(
+                            "Multi-column relations can only be applied to clustering columns, in clustering order",
+                        ));
                     }
                 }
                 let types: Vec<CqlType> = defs.iter().map(|d| d.1.ty.clone()).collect();
@@ -225,7 +291,13 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
                             ck_eq[first + i] = Some(vec![v]);
                         }
                     }
-                    (op @ (ast::Operator::Gt | ast::Operator::Gte | ast::Operator::Lt | ast::Operator::Lte), ast::RelationValue::Single(e)) => {
+                    (
+                        op @ (ast::Operator::Gt
+                        | ast::Operator::Gte
+                        | ast::Operator::Lt
+                        | ast::Operator::Lte),
+                        ast::RelationValue::Single(e),
+                    ) => {
                         let v = to_vals(e)?;
                         let m = multi.get_or_insert((first, None, None));
                         match op {
@@ -248,7 +320,12 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
         r.needs_filtering = true;
         for (i, v) in pk.into_iter().enumerate() {
             if let Some(v) = v {
-                r.filters.push(Filter { column: t.partition_key[i], op: ast::Operator::In, values: v, element_key: None });
+                r.filters.push(Filter {
+                    column: t.partition_key[i],
+                    op: ast::Operator::In,
+                    values: v,
+                    element_key: None,
+                });
             }
         }
     }
@@ -261,12 +338,19 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
     for (i, v) in ck_eq.iter().enumerate().skip(prefix_len) {
         if let Some(v) = v {
             r.needs_filtering = true;
-            r.filters.push(Filter { column: t.clustering_key[i], op: ast::Operator::In, values: v.clone(), element_key: None });
+            r.filters.push(Filter {
+                column: t.clustering_key[i],
+                op: ast::Operator::In,
+                values: v.clone(),
+                element_key: None,
+            });
         }
     }
     if let Some((pos, lo, hi)) = multi {
         if pos != prefix_len {
-            return Err(invalid("Clustering column restrictions must follow the preceding clustering columns"));
+            return Err(invalid(
+                "Clustering column restrictions must follow the preceding clustering columns",
+            ));
         }
         r.ck_lower = lo;
         r.ck_upper = hi;
@@ -281,10 +365,28 @@ pub fn analyze(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Re
             r.needs_filtering = true;
             let col = t.clustering_key[pos];
             if let Some((v, inc)) = lo {
-                r.filters.push(Filter { column: col, op: if inc { ast::Operator::Gte } else { ast::Operator::Gt }, values: vec![v], element_key: None });
+                r.filters.push(Filter {
+                    column: col,
+                    op: if inc {
+                        ast::Operator::Gte
+                    } else {
+                        ast::Operator::Gt
+                    },
+                    values: vec![v],
+                    element_key: None,
+                });
             }
             if let Some((v, inc)) = hi {
-                r.filters.push(Filter { column: col, op: if inc { ast::Operator::Lte } else { ast::Operator::Lt }, values: vec![v], element_key: None });
+                r.filters.push(Filter {
+                    column: col,
+                    op: if inc {
+                        ast::Operator::Lte
+                    } else {
+                        ast::Operator::Lt
+                    },
+                    values: vec![v],
+                    element_key: None,
+                });
             }
         }
     }
@@ -321,7 +423,9 @@ impl Restrictions {
 
     /// Whether the clustering restrictions select whole rows (every clustering column =).
     pub fn full_clustering(&self, t: &TableSchema) -> bool {
-        self.ck_prefix.len() == t.clustering_key.len() && self.ck_lower.is_none() && self.ck_upper.is_none()
+        self.ck_prefix.len() == t.clustering_key.len()
+            && self.ck_lower.is_none()
+            && self.ck_upper.is_none()
     }
 
     /// Every clustering prefix named by = / IN (cartesian product, clustering order).
@@ -355,7 +459,11 @@ impl Restrictions {
                 Some((v, inc)) => {
                     let mut c = p.clone();
                     c.extend(v.iter().cloned());
-                    if *inc { ClusteringBound::inclusive(c) } else { ClusteringBound::exclusive(c) }
+                    if *inc {
+                        ClusteringBound::inclusive(c)
+                    } else {
+                        ClusteringBound::exclusive(c)
+                    }
                 }
                 None if p.is_empty() => ClusteringBound::unbounded(),
                 None => ClusteringBound::inclusive(p.clone()),
@@ -364,7 +472,11 @@ impl Restrictions {
                 Some((v, inc)) => {
                     let mut c = p.clone();
                     c.extend(v.iter().cloned());
-                    if *inc { ClusteringBound::inclusive(c) } else { ClusteringBound::exclusive(c) }
+                    if *inc {
+                        ClusteringBound::inclusive(c)
+                    } else {
+                        ClusteringBound::exclusive(c)
+                    }
                 }
                 None if p.is_empty() => ClusteringBound::unbounded(),
                 None => ClusteringBound::inclusive(p.clone()),
@@ -377,6 +489,9 @@ impl Restrictions {
 
     /// Full clusterings for statements that address rows (every clustering column =/IN).
     pub fn clusterings(&self) -> Vec<Clustering> {
-        self.clustering_prefixes().into_iter().map(Clustering).collect()
+        self.clustering_prefixes()
+            .into_iter()
+            .map(Clustering)
+            .collect()
     }
 }

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use amphora_cql as ast;
-use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema};
+use amphora_types::schema::{
+    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
+};
 use amphora_types::{CqlType, UdtDef};
 use serde::{Deserialize, Serialize};
 
@@ -105,7 +107,9 @@ impl Schema {
         }
         std::fs::rename(&tmp, path).map_err(io)?;
         if let Some(dir) = path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
         }
         Ok(())
     }
@@ -115,7 +119,10 @@ fn invalid(msg: impl Into<String>) -> QueryError {
     QueryError::Invalid(msg.into())
 }
 
-fn resolve_keyspace(name: &ast::QualifiedName, current: Option<&str>) -> Result<String, QueryError> {
+fn resolve_keyspace(
+    name: &ast::QualifiedName,
+    current: Option<&str>,
+) -> Result<String, QueryError> {
     match (&name.keyspace, current) {
         (Some(k), _) => Ok(k.name.clone()),
         (None, Some(k)) => Ok(k.to_string()),
@@ -126,8 +133,13 @@ fn resolve_keyspace(name: &ast::QualifiedName, current: Option<&str>) -> Result<
 }
 
 /// Replication map with the strategy class spelled out as Cassandra stores it.
-fn replication_from(props: &[ast::Property]) -> Result<Option<BTreeMap<String, String>>, QueryError> {
-    let Some(p) = props.iter().find(|p| p.name.eq_ignore_ascii_case("replication")) else {
+fn replication_from(
+    props: &[ast::Property],
+) -> Result<Option<BTreeMap<String, String>>, QueryError> {
+    let Some(p) = props
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case("replication"))
+    else {
         return Ok(None);
     };
     let map = p
@@ -194,7 +206,10 @@ fn bool_prop(p: &ast::Property) -> Result<bool, QueryError> {
     match p.value.as_text().map(|s| s.to_ascii_lowercase()) {
         Some(s) if s == "true" => Ok(true),
         Some(s) if s == "false" => Ok(false),
-        _ => Err(QueryError::Syntax(format!("Invalid boolean value for {}", p.name))),
+        _ => Err(QueryError::Syntax(format!(
+            "Invalid boolean value for {}",
+            p.name
+        ))),
     }
 }
 
@@ -253,7 +268,11 @@ pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcom
             types: BTreeMap::new(),
         },
     );
-    Ok(changed(next, SchemaChangeKind::Created, SchemaChangeTarget::Keyspace(name)))
+    Ok(changed(
+        next,
+        SchemaChangeKind::Created,
+        SchemaChangeTarget::Keyspace(name),
+    ))
 }
 
 pub fn alter_keyspace(s: &Schema, st: &ast::AlterKeyspace) -> Result<DdlOutcome, QueryError> {
@@ -267,7 +286,9 @@ pub fn alter_keyspace(s: &Schema, st: &ast::AlterKeyspace) -> Result<DdlOutcome,
         if st.if_exists {
             return Ok(unchanged(s));
         }
-        return Err(QueryError::Config(format!("Keyspace '{name}' doesn't exist")));
+        return Err(QueryError::Config(format!(
+            "Keyspace '{name}' doesn't exist"
+        )));
     };
     let mut ks = ks.clone();
     if let Some(r) = replication_from(&st.properties)? {
@@ -280,7 +301,11 @@ pub fn alter_keyspace(s: &Schema, st: &ast::AlterKeyspace) -> Result<DdlOutcome,
     }
     let mut next = s.clone();
     next.keyspaces.insert(name.clone(), ks);
-    Ok(changed(next, SchemaChangeKind::Updated, SchemaChangeTarget::Keyspace(name)))
+    Ok(changed(
+        next,
+        SchemaChangeKind::Updated,
+        SchemaChangeTarget::Keyspace(name),
+    ))
 }
 
 pub fn drop_keyspace(s: &Schema, st: &ast::Drop) -> Result<DdlOutcome, QueryError> {
@@ -300,7 +325,11 @@ pub fn drop_keyspace(s: &Schema, st: &ast::Drop) -> Result<DdlOutcome, QueryErro
     }
     let mut next = s.clone();
     next.keyspaces.remove(&name);
-    Ok(changed(next, SchemaChangeKind::Dropped, SchemaChangeTarget::Keyspace(name)))
+    Ok(changed(
+        next,
+        SchemaChangeKind::Dropped,
+        SchemaChangeTarget::Keyspace(name),
+    ))
 }
 
 fn validate_name(name: &str, what: &str) -> Result<(), QueryError> {
@@ -415,11 +444,18 @@ pub fn create_table(
         return Err(QueryError::AlreadyExists {
             keyspace: ks_name.clone(),
             table: name.clone(),
-            message: format!("Cannot add already existing table \"{name}\" to keyspace \"{ks_name}\""),
+            message: format!(
+                "Cannot add already existing table \"{name}\" to keyspace \"{ks_name}\""
+            ),
         });
     }
     validate_name(&name, "Table")?;
-    let pk_names: Vec<String> = st.primary_key.partition_key.iter().map(|i| i.name.clone()).collect();
+    let pk_names: Vec<String> = st
+        .primary_key
+        .partition_key
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
     let ck_names: Vec<String> = st
         .primary_key
         .clustering_columns
@@ -429,19 +465,26 @@ pub fn create_table(
     let inline_pk: Vec<&ast::ColumnDef> = st.columns.iter().filter(|c| c.primary_key).collect();
     let (pk_names, ck_names) = if !inline_pk.is_empty() {
         if inline_pk.len() > 1 || !pk_names.is_empty() {
-            return Err(invalid("Multiple PRIMARY KEYs specified (exactly one required)"));
+            return Err(invalid(
+                "Multiple PRIMARY KEYs specified (exactly one required)",
+            ));
         }
         (vec![inline_pk[0].name.name.clone()], Vec::new())
     } else {
         (pk_names, ck_names)
     };
     if pk_names.is_empty() {
-        return Err(invalid("No PRIMARY KEY specifed for table (exactly one required)"));
+        return Err(invalid(
+            "No PRIMARY KEY specifed for table (exactly one required)",
+        ));
     }
     let mut seen = std::collections::HashSet::new();
     for c in &st.columns {
         if !seen.insert(c.name.name.clone()) {
-            return Err(invalid(format!("Duplicate column '{}' declaration for table {ks_name}.{name}", c.name.name)));
+            return Err(invalid(format!(
+                "Duplicate column '{}' declaration for table {ks_name}.{name}",
+                c.name.name
+            )));
         }
     }
     let mut columns = Vec::with_capacity(st.columns.len());
@@ -459,7 +502,9 @@ pub fn create_table(
         let is_key = matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering);
         let ty = resolve_type(&c.ty, ks, is_key)?;
         if is_key && ty.is_counter() {
-            return Err(invalid(format!("counter type is not supported for PRIMARY KEY column '{cname}'")));
+            return Err(invalid(format!(
+                "counter type is not supported for PRIMARY KEY column '{cname}'"
+            )));
         }
         if is_key && matches!(ty, CqlType::Duration) {
             return Err(invalid(format!(
@@ -481,7 +526,9 @@ pub fn create_table(
     }
     for n in pk_names.iter().chain(ck_names.iter()) {
         if !columns.iter().any(|c| c.name == *n) {
-            return Err(invalid(format!("Unknown definition {n} referenced in PRIMARY KEY")));
+            return Err(invalid(format!(
+                "Unknown definition {n} referenced in PRIMARY KEY"
+            )));
         }
     }
     // CLUSTERING ORDER BY must list clustering columns in key order.
@@ -493,7 +540,9 @@ pub fn create_table(
                     col.name
                 )));
             }
-            return Err(invalid("The order of columns in the CLUSTERING ORDER directive must match that of the clustering columns"));
+            return Err(invalid(
+                "The order of columns in the CLUSTERING ORDER directive must match that of the clustering columns",
+            ));
         }
         if let Some(c) = columns.iter_mut().find(|c| c.name == col.name) {
             c.order = match order {
@@ -508,7 +557,9 @@ pub fn create_table(
         .filter(|c| matches!(c.kind, ColumnKind::Regular | ColumnKind::Static))
         .count();
     if counters > 0 && counters != regular {
-        return Err(invalid("Cannot mix counter and non counter columns in the same table"));
+        return Err(invalid(
+            "Cannot mix counter and non counter columns in the same table",
+        ));
     }
     let mut options = TableOptions::default();
     apply_table_properties(&mut options, &st.options.properties)?;
@@ -532,7 +583,12 @@ fn map_prop(p: &ast::Property) -> Result<BTreeMap<String, String>, QueryError> {
     p.value
         .as_map()
         .map(|m| m.into_iter().collect())
-        .ok_or_else(|| QueryError::Syntax(format!("Invalid value for property '{}': expected a map", p.name)))
+        .ok_or_else(|| {
+            QueryError::Syntax(format!(
+                "Invalid value for property '{}': expected a map",
+                p.name
+            ))
+        })
 }
 
 fn num_prop<T: std::str::FromStr>(p: &ast::Property) -> Result<T, QueryError> {
@@ -549,16 +605,20 @@ fn text_prop(p: &ast::Property) -> Result<String, QueryError> {
 }
 
 /// Applies `WITH` properties to table options (Cassandra's option names and checks).
-pub fn apply_table_properties(o: &mut TableOptions, props: &[ast::Property]) -> Result<(), QueryError> {
+pub fn apply_table_properties(
+    o: &mut TableOptions,
+    props: &[ast::Property],
+) -> Result<(), QueryError> {
     for p in props {
         let name = p.name.to_ascii_lowercase();
         match name.as_str() {
             "compaction" => {
                 let mut m = map_prop(p)?;
-                let class = m
-                    .get("class")
-                    .cloned()
-                    .ok_or_else(|| QueryError::Config("Missing sub-option 'class' for the 'compaction' option.".into()))?;
+                let class = m.get("class").cloned().ok_or_else(|| {
+                    QueryError::Config(
+                        "Missing sub-option 'class' for the 'compaction' option.".into(),
+                    )
+                })?;
                 let full = if class.contains('.') {
                     class
                 } else {
@@ -574,9 +634,13 @@ pub fn apply_table_properties(o: &mut TableOptions, props: &[ast::Property]) -> 
                 }
                 if let Some(c) = m.get("class").cloned() {
                     if !c.contains('.') {
-                        m.insert("class".into(), format!("org.apache.cassandra.io.compress.{c}"));
+                        m.insert(
+                            "class".into(),
+                            format!("org.apache.cassandra.io.compress.{c}"),
+                        );
                     }
-                    m.entry("chunk_length_in_kb".into()).or_insert_with(|| "16".into());
+                    m.entry("chunk_length_in_kb".into())
+                        .or_insert_with(|| "16".into());
                 }
                 if m.get("enabled").map(|v| v == "false").unwrap_or(false) {
                     m = BTreeMap::from([("enabled".to_string(), "false".to_string())]);
@@ -589,7 +653,11 @@ pub fn apply_table_properties(o: &mut TableOptions, props: &[ast::Property]) -> 
             "default_time_to_live" => {
                 let v: i32 = num_prop(p)?;
                 if v < 0 {
-                    return Err(QueryError::Config("default_time_to_live must be greater than or equal to 0 (got ".to_string() + &v.to_string() + ")"));
+                    return Err(QueryError::Config(
+                        "default_time_to_live must be greater than or equal to 0 (got ".to_string()
+                            + &v.to_string()
+                            + ")",
+                    ));
                 }
                 o.default_time_to_live = v;
             }
@@ -606,9 +674,15 @@ pub fn apply_table_properties(o: &mut TableOptions, props: &[ast::Property]) -> 
             "incremental_backups" => o.incremental_backups = bool_prop(p)?,
             "memtable" => o.memtable = text_prop(p)?,
             // Accepted for compatibility (legacy or ScyllaDB options), kept verbatim.
-            "read_repair_chance" | "dclocal_read_repair_chance" | "populate_io_cache_on_flush"
-            | "index_interval" | "replicate_on_write" | "tombstone_gc"
-            | "per_partition_rate_limit" | "paxos_grace_seconds" | "synchronous_updates"
+            "read_repair_chance"
+            | "dclocal_read_repair_chance"
+            | "populate_io_cache_on_flush"
+            | "index_interval"
+            | "replicate_on_write"
+            | "tombstone_gc"
+            | "per_partition_rate_limit"
+            | "paxos_grace_seconds"
+            | "synchronous_updates"
             | "extensions" => {
                 let v = match &p.value {
                     ast::PropertyValue::Map(_) => format!(
@@ -647,7 +721,10 @@ pub fn alter_table(
     };
     let mut t = (**table).clone();
     match &st.action {
-        ast::AlterTableAction::Add { if_not_exists, columns } => {
+        ast::AlterTableAction::Add {
+            if_not_exists,
+            columns,
+        } => {
             for c in columns {
                 if t.column(&c.name.name).is_some() {
                     if *if_not_exists {
@@ -665,12 +742,18 @@ pub fn alter_table(
                     ));
                 }
                 if ty.is_counter() != t.is_counter {
-                    return Err(invalid("Cannot mix counter and non counter columns in the same table"));
+                    return Err(invalid(
+                        "Cannot mix counter and non counter columns in the same table",
+                    ));
                 }
                 t.columns.push(ColumnDef {
                     name: c.name.name.clone(),
                     ty,
-                    kind: if c.is_static { ColumnKind::Static } else { ColumnKind::Regular },
+                    kind: if c.is_static {
+                        ColumnKind::Static
+                    } else {
+                        ColumnKind::Regular
+                    },
                     position: 0,
                     order: ClusteringOrder::Asc,
                 });
@@ -680,7 +763,10 @@ pub fn alter_table(
         ast::AlterTableAction::Rename { renames, .. } => {
             for (from, to) in renames {
                 let Some((_, def)) = t.column(&from.name) else {
-                    return Err(invalid(format!("Column with name '{}' was not found in table {ks_name}.{name}", from.name)));
+                    return Err(invalid(format!(
+                        "Column with name '{}' was not found in table {ks_name}.{name}",
+                        from.name
+                    )));
                 };
                 if !matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
                     return Err(invalid(format!(
@@ -708,10 +794,14 @@ pub fn alter_table(
             return Err(invalid("Altering column types is no longer supported"));
         }
         ast::AlterTableAction::DropCompactStorage => {
-            return Err(invalid("Cannot DROP COMPACT STORAGE on a table that is not COMPACT STORAGE"));
+            return Err(invalid(
+                "Cannot DROP COMPACT STORAGE on a table that is not COMPACT STORAGE",
+            ));
         }
         ast::AlterTableAction::AlterColumnMask { .. } => {
-            return Err(invalid("Dynamic data masking is not supported by Amphora yet"));
+            return Err(invalid(
+                "Dynamic data masking is not supported by Amphora yet",
+            ));
         }
     }
     let mut next = s.clone();
@@ -721,14 +811,23 @@ pub fn alter_table(
     Ok(changed(
         next,
         SchemaChangeKind::Updated,
-        SchemaChangeTarget::Table { keyspace: ks_name, table: name },
+        SchemaChangeTarget::Table {
+            keyspace: ks_name,
+            table: name,
+        },
     ))
 }
 
-pub fn drop_table(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+pub fn drop_table(
+    s: &Schema,
+    st: &ast::Drop,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
     let ks_name = resolve_keyspace(&st.name, current_ks)?;
     if is_system_keyspace(&ks_name) {
-        return Err(QueryError::Unauthorized(format!("{ks_name} keyspace is not user-modifiable")));
+        return Err(QueryError::Unauthorized(format!(
+            "{ks_name} keyspace is not user-modifiable"
+        )));
     }
     let name = st.name.name.name.clone();
     let exists = s.table(&ks_name, &name).is_some();
@@ -745,11 +844,18 @@ pub fn drop_table(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Resul
     Ok(changed(
         next,
         SchemaChangeKind::Dropped,
-        SchemaChangeTarget::Table { keyspace: ks_name, table: name },
+        SchemaChangeTarget::Table {
+            keyspace: ks_name,
+            table: name,
+        },
     ))
 }
 
-pub fn create_type(s: &Schema, st: &ast::CreateType, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+pub fn create_type(
+    s: &Schema,
+    st: &ast::CreateType,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
     let ks_name = resolve_keyspace(&st.name, current_ks)?;
     let ks = user_keyspace(s, &ks_name)?;
     let name = st.name.name.name.clone();
@@ -767,7 +873,10 @@ pub fn create_type(s: &Schema, st: &ast::CreateType, current_ks: Option<&str>) -
     let mut field_types = Vec::new();
     for (f, t) in &st.fields {
         if field_names.contains(&f.name) {
-            return Err(invalid(format!("Duplicate field name '{}' in type '{name}'", f.name)));
+            return Err(invalid(format!(
+                "Duplicate field name '{}' in type '{name}'",
+                f.name
+            )));
         }
         field_names.push(f.name.clone());
         field_types.push(resolve_type(t, ks, true)?);
@@ -786,11 +895,18 @@ pub fn create_type(s: &Schema, st: &ast::CreateType, current_ks: Option<&str>) -
     Ok(changed(
         next,
         SchemaChangeKind::Created,
-        SchemaChangeTarget::Type { keyspace: ks_name, name },
+        SchemaChangeTarget::Type {
+            keyspace: ks_name,
+            name,
+        },
     ))
 }
 
-pub fn drop_type(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result<DdlOutcome, QueryError> {
+pub fn drop_type(
+    s: &Schema,
+    st: &ast::Drop,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
     let ks_name = resolve_keyspace(&st.name, current_ks)?;
     let ks = user_keyspace(s, &ks_name)?;
     let name = st.name.name.name.clone();
@@ -798,12 +914,22 @@ pub fn drop_type(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result
         if st.if_exists {
             return Ok(unchanged(s));
         }
-        return Err(invalid(format!("No user type named {ks_name}.{name} exists.")));
+        return Err(invalid(format!(
+            "No user type named {ks_name}.{name} exists."
+        )));
     }
-    let used = ks.tables.values().any(|t| t.columns.iter().any(|c| type_uses(&c.ty, &name)))
-        || ks.types.values().any(|u| u.name != name && u.field_types.iter().any(|t| type_uses(t, &name)));
+    let used = ks
+        .tables
+        .values()
+        .any(|t| t.columns.iter().any(|c| type_uses(&c.ty, &name)))
+        || ks
+            .types
+            .values()
+            .any(|u| u.name != name && u.field_types.iter().any(|t| type_uses(t, &name)));
     if used {
-        return Err(invalid(format!("Cannot drop user type {ks_name}.{name} as it is still used")));
+        return Err(invalid(format!(
+            "Cannot drop user type {ks_name}.{name} as it is still used"
+        )));
     }
     let mut next = s.clone();
     if let Some(k) = next.keyspaces.get_mut(&ks_name) {
@@ -812,7 +938,10 @@ pub fn drop_type(s: &Schema, st: &ast::Drop, current_ks: Option<&str>) -> Result
     Ok(changed(
         next,
         SchemaChangeKind::Dropped,
-        SchemaChangeTarget::Type { keyspace: ks_name, name },
+        SchemaChangeTarget::Type {
+            keyspace: ks_name,
+            name,
+        },
     ))
 }
 

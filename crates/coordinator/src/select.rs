@@ -44,10 +44,22 @@ pub struct SelItem {
 pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
     let mut out: Vec<ColumnId> = t.partition_key.clone();
     out.extend(&t.clustering_key);
-    let mut statics: Vec<ColumnId> = (0..t.columns.len() as ColumnId).filter(|i| t.columns[*i as usize].kind == ColumnKind::Static).collect();
-    let mut regular: Vec<ColumnId> = (0..t.columns.len() as ColumnId).filter(|i| t.columns[*i as usize].kind == ColumnKind::Regular).collect();
-    statics.sort_by(|a, b| t.columns[*a as usize].name.cmp(&t.columns[*b as usize].name));
-    regular.sort_by(|a, b| t.columns[*a as usize].name.cmp(&t.columns[*b as usize].name));
+    let mut statics: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
+        .filter(|i| t.columns[*i as usize].kind == ColumnKind::Static)
+        .collect();
+    let mut regular: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
+        .filter(|i| t.columns[*i as usize].kind == ColumnKind::Regular)
+        .collect();
+    statics.sort_by(|a, b| {
+        t.columns[*a as usize]
+            .name
+            .cmp(&t.columns[*b as usize].name)
+    });
+    regular.sort_by(|a, b| {
+        t.columns[*a as usize]
+            .name
+            .cmp(&t.columns[*b as usize].name)
+    });
     out.extend(statics);
     out.extend(regular);
     out
@@ -55,7 +67,10 @@ pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
 
 fn column_arg(t: &TableSchema, e: &ast::Expr) -> Result<ColumnId, QueryError> {
     match e {
-        ast::Expr::Column(c) => t.column(&c.name).map(|(i, _)| i).ok_or_else(|| invalid(format!("Undefined column name {}", c.name))),
+        ast::Expr::Column(c) => t
+            .column(&c.name)
+            .map(|(i, _)| i)
+            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name))),
         _ => Err(invalid("Only column names are supported as arguments here")),
     }
 }
@@ -64,48 +79,139 @@ pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelIte
     let items = match &s.selection {
         ast::Selection::Wildcard => wildcard_columns(t)
             .into_iter()
-            .map(|i| SelItem { sel: Sel::Column(i), name: t.columns[i as usize].name.clone(), ty: t.columns[i as usize].ty.clone() })
+            .map(|i| SelItem {
+                sel: Sel::Column(i),
+                name: t.columns[i as usize].name.clone(),
+                ty: t.columns[i as usize].ty.clone(),
+            })
             .collect(),
         ast::Selection::List(sels) => {
             let mut out = Vec::with_capacity(sels.len());
             for sel in sels {
                 let (item, default_name) = match &sel.expr {
                     ast::Expr::Column(c) => {
-                        let (i, d) = t.column(&c.name).ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
-                        (SelItem { sel: Sel::Column(i), name: String::new(), ty: d.ty.clone() }, d.name.clone())
+                        let (i, d) = t
+                            .column(&c.name)
+                            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+                        (
+                            SelItem {
+                                sel: Sel::Column(i),
+                                name: String::new(),
+                                ty: d.ty.clone(),
+                            },
+                            d.name.clone(),
+                        )
                     }
                     ast::Expr::CellMetadata { kind, column } => {
                         let i = column_arg(t, column)?;
                         let d = &t.columns[i as usize];
                         if matches!(d.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
-                            return Err(invalid(format!("Cannot use selection function {} on PRIMARY KEY part {}", if *kind == ast::CellMetadata::Ttl { "ttl" } else { "writeTime" }, d.name)));
+                            return Err(invalid(format!(
+                                "Cannot use selection function {} on PRIMARY KEY part {}",
+                                if *kind == ast::CellMetadata::Ttl {
+                                    "ttl"
+                                } else {
+                                    "writeTime"
+                                },
+                                d.name
+                            )));
                         }
                         match kind {
-                            ast::CellMetadata::Ttl => (SelItem { sel: Sel::Ttl(i), name: String::new(), ty: CqlType::Int }, format!("ttl({})", d.name)),
-                            _ => (SelItem { sel: Sel::WriteTime(i), name: String::new(), ty: CqlType::Bigint }, format!("writetime({})", d.name)),
+                            ast::CellMetadata::Ttl => (
+                                SelItem {
+                                    sel: Sel::Ttl(i),
+                                    name: String::new(),
+                                    ty: CqlType::Int,
+                                },
+                                format!("ttl({})", d.name),
+                            ),
+                            _ => (
+                                SelItem {
+                                    sel: Sel::WriteTime(i),
+                                    name: String::new(),
+                                    ty: CqlType::Bigint,
+                                },
+                                format!("writetime({})", d.name),
+                            ),
                         }
                     }
-                    ast::Expr::CountRows => (SelItem { sel: Sel::CountRows, name: String::new(), ty: CqlType::Bigint }, "count".into()),
+                    ast::Expr::CountRows => (
+                        SelItem {
+                            sel: Sel::CountRows,
+                            name: String::new(),
+                            ty: CqlType::Bigint,
+                        },
+                        "count".into(),
+                    ),
                     ast::Expr::Function { name, args } => {
                         let fname = name.name.name.to_ascii_lowercase();
                         match (fname.as_str(), args.as_slice()) {
-                            ("token", _) => (SelItem { sel: Sel::Token, name: String::new(), ty: CqlType::Bigint }, format!("system.token({})", args.iter().map(|a| match a { ast::Expr::Column(c) => c.name.clone(), _ => "?".into() }).collect::<Vec<_>>().join(", "))),
-                            ("count", [ast::Expr::Literal(_)]) => (SelItem { sel: Sel::CountRows, name: String::new(), ty: CqlType::Bigint }, "count".into()),
+                            ("token", _) => (
+                                SelItem {
+                                    sel: Sel::Token,
+                                    name: String::new(),
+                                    ty: CqlType::Bigint,
+                                },
+                                format!(
+                                    "system.token({})",
+                                    args.iter()
+                                        .map(|a| match a {
+                                            ast::Expr::Column(c) => c.name.clone(),
+                                            _ => "?".into(),
+                                        })
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                ),
+                            ),
+                            ("count", [ast::Expr::Literal(_)]) => (
+                                SelItem {
+                                    sel: Sel::CountRows,
+                                    name: String::new(),
+                                    ty: CqlType::Bigint,
+                                },
+                                "count".into(),
+                            ),
                             ("count", [a]) => {
                                 let i = column_arg(t, a)?;
-                                (SelItem { sel: Sel::Count(i), name: String::new(), ty: CqlType::Bigint }, format!("system.count({})", t.columns[i as usize].name))
+                                (
+                                    SelItem {
+                                        sel: Sel::Count(i),
+                                        name: String::new(),
+                                        ty: CqlType::Bigint,
+                                    },
+                                    format!("system.count({})", t.columns[i as usize].name),
+                                )
                             }
                             ("min" | "max", [a]) => {
                                 let i = column_arg(t, a)?;
-                                let sel = if fname == "min" { Sel::Min(i) } else { Sel::Max(i) };
-                                (SelItem { sel, name: String::new(), ty: t.columns[i as usize].ty.clone() }, format!("system.{fname}({})", t.columns[i as usize].name))
+                                let sel = if fname == "min" {
+                                    Sel::Min(i)
+                                } else {
+                                    Sel::Max(i)
+                                };
+                                (
+                                    SelItem {
+                                        sel,
+                                        name: String::new(),
+                                        ty: t.columns[i as usize].ty.clone(),
+                                    },
+                                    format!("system.{fname}({})", t.columns[i as usize].name),
+                                )
                             }
-                            _ => return Err(invalid(format!("Unknown function {fname} or unsupported selector in Amphora"))),
+                            _ => {
+                                return Err(invalid(format!(
+                                    "Unknown function {fname} or unsupported selector in Amphora"
+                                )));
+                            }
                         }
                     }
                     _ => return Err(invalid("This selector is not supported by Amphora yet")),
                 };
-                let name = sel.alias.as_ref().map(|a| a.name.clone()).unwrap_or(default_name);
+                let name = sel
+                    .alias
+                    .as_ref()
+                    .map(|a| a.name.clone())
+                    .unwrap_or(default_name);
                 out.push(SelItem { name, ..item });
             }
             out
@@ -114,25 +220,47 @@ pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelIte
     Ok(items)
 }
 
-pub fn result_columns(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<ResultColumn>, QueryError> {
+pub fn result_columns(
+    t: &TableSchema,
+    s: &ast::SelectStatement,
+) -> Result<Vec<ResultColumn>, QueryError> {
     Ok(selection(t, s)?
         .into_iter()
-        .map(|i| ResultColumn { keyspace: t.keyspace.clone(), table: t.name.clone(), name: i.name, ty: i.ty })
+        .map(|i| ResultColumn {
+            keyspace: t.keyspace.clone(),
+            table: t.name.clone(),
+            name: i.name,
+            ty: i.ty,
+        })
         .collect())
 }
 
 fn is_aggregate(items: &[SelItem]) -> bool {
-    items.iter().any(|i| matches!(i.sel, Sel::CountRows | Sel::Count(_) | Sel::Min(_) | Sel::Max(_)))
+    items.iter().any(|i| {
+        matches!(
+            i.sel,
+            Sel::CountRows | Sel::Count(_) | Sel::Min(_) | Sel::Max(_)
+        )
+    })
 }
 
 fn int_of(e: &Option<ast::Expr>, ctx: &EvalCtx<'_>, name: &str) -> Result<Option<u32>, QueryError> {
     let Some(e) = e else { return Ok(None) };
     match eval(e, &CqlType::Int, ctx, name)? {
         Value::Set(b) => {
-            let arr: [u8; 4] = b[..].try_into().map_err(|_| invalid(format!("Invalid {name}")))?;
+            let arr: [u8; 4] = b[..]
+                .try_into()
+                .map_err(|_| invalid(format!("Invalid {name}")))?;
             let v = i32::from_be_bytes(arr);
             if v <= 0 {
-                return Err(invalid(format!("{} must be strictly positive", if name == "[limit]" { "LIMIT" } else { "PER PARTITION LIMIT" })));
+                return Err(invalid(format!(
+                    "{} must be strictly positive",
+                    if name == "[limit]" {
+                        "LIMIT"
+                    } else {
+                        "PER PARTITION LIMIT"
+                    }
+                )));
             }
             Ok(Some(v as u32))
         }
@@ -197,7 +325,11 @@ fn decode_paging(b: &[u8]) -> Result<PagingState, QueryError> {
         Some(Clustering(comps))
     };
     let remaining = u32::from_be_bytes(take(4)?.try_into().map_err(|_| bad())?);
-    Ok(PagingState { key: PartitionKey { token, key }, clustering, remaining })
+    Ok(PagingState {
+        key: PartitionKey { token, key },
+        clustering,
+        remaining,
+    })
 }
 
 pub async fn run_select(
@@ -208,13 +340,21 @@ pub async fn run_select(
     opts: &QueryOptions,
 ) -> Result<QueryResult, QueryError> {
     let schema = inner.schema();
-    let ctx = EvalCtx { binds, now_micros: crate::exec::now_micros() };
+    let ctx = EvalCtx {
+        binds,
+        now_micros: crate::exec::now_micros(),
+    };
     let table = crate::plan::resolve_table(&schema, keyspace, &s.table)?;
     let items = selection(&table, s)?;
     let columns = Arc::new(
         items
             .iter()
-            .map(|i| ResultColumn { keyspace: table.keyspace.clone(), table: table.name.clone(), name: i.name.clone(), ty: i.ty.clone() })
+            .map(|i| ResultColumn {
+                keyspace: table.keyspace.clone(),
+                table: table.name.clone(),
+                name: i.name.clone(),
+                ty: i.ty.clone(),
+            })
             .collect::<Vec<_>>(),
     );
     if let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name) {
@@ -223,23 +363,37 @@ pub async fn run_select(
     }
     let r = restrict::analyze(&table, &s.where_clause, &ctx)?;
     if r.needs_filtering && !s.allow_filtering {
-        return Err(invalid("Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING"));
+        return Err(invalid(
+            "Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING",
+        ));
     }
     let limit = int_of(&s.limit, &ctx, "[limit]")?;
     let ppl = int_of(&s.per_partition_limit, &ctx, "[per_partition_limit]")?;
     let reversed = match s.order_by.first() {
         None => false,
         Some(o) => {
-            let first_ck = table.clustering_key.first().map(|i| &table.columns[*i as usize]);
+            let first_ck = table
+                .clustering_key
+                .first()
+                .map(|i| &table.columns[*i as usize]);
             let Some(ck) = first_ck else {
-                return Err(invalid("ORDER BY is only supported when the partition key is restricted by an EQ or an IN."));
+                return Err(invalid(
+                    "ORDER BY is only supported when the partition key is restricted by an EQ or an IN.",
+                ));
             };
-            let (_, d) = table.column(&o.column.name).ok_or_else(|| invalid(format!("Undefined column name {}", o.column.name)))?;
+            let (_, d) = table
+                .column(&o.column.name)
+                .ok_or_else(|| invalid(format!("Undefined column name {}", o.column.name)))?;
             if d.kind != ColumnKind::Clustering {
-                return Err(invalid(format!("Order by is currently only supported on the clustered columns of the PRIMARY KEY, got {}", d.name)));
+                return Err(invalid(format!(
+                    "Order by is currently only supported on the clustered columns of the PRIMARY KEY, got {}",
+                    d.name
+                )));
             }
             if r.pk_values.is_none() {
-                return Err(invalid("ORDER BY is only supported when the partition key is restricted by an EQ or an IN."));
+                return Err(invalid(
+                    "ORDER BY is only supported when the partition key is restricted by an EQ or an IN.",
+                ));
             }
             let want_desc = o.order == ast::Order::Desc;
             let column_desc = d.order == amphora_types::schema::ClusteringOrder::Desc;
@@ -249,12 +403,20 @@ pub async fn run_select(
         }
     };
     let aggregate = is_aggregate(&items);
-    let page_size = opts.page_size.filter(|p| *p > 0).map(|p| p as u32).filter(|_| !aggregate);
+    let page_size = opts
+        .page_size
+        .filter(|p| *p > 0)
+        .map(|p| p as u32)
+        .filter(|_| !aggregate);
     let paging = match &opts.paging_state {
         Some(b) if !b.is_empty() => Some(decode_paging(b)?),
         _ => None,
     };
-    let mut remaining = paging.as_ref().map(|p| p.remaining).or(limit).unwrap_or(u32::MAX);
+    let mut remaining = paging
+        .as_ref()
+        .map(|p| p.remaining)
+        .or(limit)
+        .unwrap_or(u32::MAX);
     if aggregate {
         remaining = u32::MAX;
     }
@@ -270,7 +432,9 @@ pub async fn run_select(
         row_limit: if filtering { 0 } else { page },
         per_partition_limit: ppl.unwrap_or(0),
         partition_limit: 0,
-        start_after: paging.as_ref().map(|p| (p.key.clone(), p.clustering.clone())),
+        start_after: paging
+            .as_ref()
+            .map(|p| (p.key.clone(), p.clustering.clone())),
         now_seconds: (ctx.now_micros / 1_000_000) as i32,
     };
     let info = inner.shared.info.clone();
@@ -322,7 +486,12 @@ pub async fn run_select(
         for res in results {
             let res = res.map_err(|e| {
                 tracing::warn!(error = %e, "range read failed");
-                QueryError::ReadTimeout { consistency: 1, received: 0, block_for: 1, data_present: false }
+                QueryError::ReadTimeout {
+                    consistency: 1,
+                    received: 0,
+                    block_for: 1,
+                    data_present: false,
+                }
             })?;
             exhausted &= res.exhausted;
             partitions.extend(res.partitions);
@@ -331,13 +500,20 @@ pub async fn run_select(
     }
     // Build result rows.
     let now_s = (ctx.now_micros / 1_000_000) as i32;
-    let mut out = ResultBuilder { cells: Vec::new(), rows: 0 };
+    let mut out = ResultBuilder {
+        cells: Vec::new(),
+        rows: 0,
+    };
     let mut last: Option<(PartitionKey, Option<Clustering>)> = None;
     let mut agg = Aggregates::new(&items);
-    let has_ck_restriction = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+    let has_ck_restriction =
+        !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
     'outer: for p in &partitions {
         let mut in_partition = 0u32;
-        let static_only = p.rows.is_empty() && p.static_row.is_some() && !has_ck_restriction && !table.clustering_key.is_empty();
+        let static_only = p.rows.is_empty()
+            && p.static_row.is_some()
+            && !has_ck_restriction
+            && !table.clustering_key.is_empty();
         let empty_clustering_row;
         let rows: Box<dyn Iterator<Item = &Row>> = if static_only {
             empty_clustering_row = Row::new(Clustering::empty());
@@ -355,7 +531,11 @@ pub async fn run_select(
                     break;
                 }
             }
-            if !r.filters.iter().all(|f| filter_row(&table, f, p, row, now_s)) {
+            if !r
+                .filters
+                .iter()
+                .all(|f| filter_row(&table, f, p, row, now_s))
+            {
                 continue;
             }
             in_partition += 1;
@@ -363,11 +543,19 @@ pub async fn run_select(
                 agg.add(&items, &table, p, row);
             } else {
                 for it in &items {
-                    out.cells.push(value_of(&table, &it.sel, p, row, now_s, static_only));
+                    out.cells
+                        .push(value_of(&table, &it.sel, p, row, now_s, static_only));
                 }
                 out.rows += 1;
             }
-            last = Some((p.key.clone(), if static_only { None } else { Some(row.clustering.clone()) }));
+            last = Some((
+                p.key.clone(),
+                if static_only {
+                    None
+                } else {
+                    Some(row.clustering.clone())
+                },
+            ));
         }
     }
     if aggregate {
@@ -377,15 +565,31 @@ pub async fn run_select(
     }
     let produced = out.rows as u32;
     let paging_state = match (page_size, last) {
-        (Some(_), Some((key, clustering))) if !exhausted && produced >= page && remaining.saturating_sub(produced) > 0 => {
-            Some(encode_paging(&PagingState { key, clustering, remaining: remaining.saturating_sub(produced) }))
+        (Some(_), Some((key, clustering)))
+            if !exhausted && produced >= page && remaining.saturating_sub(produced) > 0 =>
+        {
+            Some(encode_paging(&PagingState {
+                key,
+                clustering,
+                remaining: remaining.saturating_sub(produced),
+            }))
         }
         _ => None,
     };
-    Ok(QueryResult::Rows(ResultRows { columns, cells: out.cells, row_count: out.rows, paging_state, no_metadata: opts.skip_metadata }))
+    Ok(QueryResult::Rows(ResultRows {
+        columns,
+        cells: out.cells,
+        row_count: out.rows,
+        paging_state,
+        no_metadata: opts.skip_metadata,
+    }))
 }
 
-async fn read_on(inner: &Rc<Inner>, shard: u32, cmd: ReadCommand) -> Result<amphora_storage::ReadResult, QueryError> {
+async fn read_on(
+    inner: &Rc<Inner>,
+    shard: u32,
+    cmd: ReadCommand,
+) -> Result<amphora_storage::ReadResult, QueryError> {
     inner
         .shared
         .shards
@@ -397,7 +601,12 @@ async fn read_on(inner: &Rc<Inner>, shard: u32, cmd: ReadCommand) -> Result<amph
         .map_err(|e| QueryError::Server(e.to_string()))?
         .map_err(|e| {
             tracing::warn!(error = %e, "read failed");
-            QueryError::ReadTimeout { consistency: 1, received: 0, block_for: 1, data_present: false }
+            QueryError::ReadTimeout {
+                consistency: 1,
+                received: 0,
+                block_for: 1,
+                data_present: false,
+            }
         })
 }
 
@@ -407,14 +616,22 @@ struct ResultBuilder {
 }
 
 /// The serialized CQL value of a column in a (live) row.
-pub fn column_value(t: &TableSchema, id: ColumnId, p: &PartitionData, row: &Row, static_only: bool) -> Option<Bytes> {
+pub fn column_value(
+    t: &TableSchema,
+    id: ColumnId,
+    p: &PartitionData,
+    row: &Row,
+    static_only: bool,
+) -> Option<Bytes> {
     let def = t.columns.get(id as usize)?;
     match def.kind {
         ColumnKind::PartitionKey => {
             if t.partition_key.len() == 1 {
                 Some(p.key.key.clone())
             } else {
-                split_composite(&p.key.key).get(def.position as usize).cloned()
+                split_composite(&p.key.key)
+                    .get(def.position as usize)
+                    .cloned()
             }
         }
         ColumnKind::Clustering => {
@@ -424,25 +641,49 @@ pub fn column_value(t: &TableSchema, id: ColumnId, p: &PartitionData, row: &Row,
                 row.clustering.0.get(def.position as usize).cloned()
             }
         }
-        ColumnKind::Static => p.static_row.as_ref().and_then(|r| r.cell(id)).and_then(|d| data_value(&def.ty, d)),
+        ColumnKind::Static => p
+            .static_row
+            .as_ref()
+            .and_then(|r| r.cell(id))
+            .and_then(|d| data_value(&def.ty, d)),
         ColumnKind::Regular => row.cell(id).and_then(|d| data_value(&def.ty, d)),
     }
 }
 
-fn cell_of<'a>(t: &TableSchema, id: ColumnId, p: &'a PartitionData, row: &'a Row) -> Option<&'a Cell> {
+fn cell_of<'a>(
+    t: &TableSchema,
+    id: ColumnId,
+    p: &'a PartitionData,
+    row: &'a Row,
+) -> Option<&'a Cell> {
     let def = t.columns.get(id as usize)?;
-    let d = if def.kind == ColumnKind::Static { p.static_row.as_ref()?.cell(id)? } else { row.cell(id)? };
+    let d = if def.kind == ColumnKind::Static {
+        p.static_row.as_ref()?.cell(id)?
+    } else {
+        row.cell(id)?
+    };
     match d {
         ColumnData::Simple(c) => Some(c),
         ColumnData::Complex { .. } => None,
     }
 }
 
-fn value_of(t: &TableSchema, sel: &Sel, p: &PartitionData, row: &Row, now_s: i32, static_only: bool) -> Option<Bytes> {
+fn value_of(
+    t: &TableSchema,
+    sel: &Sel,
+    p: &PartitionData,
+    row: &Row,
+    now_s: i32,
+    static_only: bool,
+) -> Option<Bytes> {
     match sel {
         Sel::Column(id) => column_value(t, *id, p, row, static_only),
-        Sel::WriteTime(id) => cell_of(t, *id, p, row).map(|c| Bytes::copy_from_slice(&c.timestamp.to_be_bytes())),
-        Sel::Ttl(id) => cell_of(t, *id, p, row).filter(|c| c.ttl > 0).map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
+        Sel::WriteTime(id) => {
+            cell_of(t, *id, p, row).map(|c| Bytes::copy_from_slice(&c.timestamp.to_be_bytes()))
+        }
+        Sel::Ttl(id) => cell_of(t, *id, p, row)
+            .filter(|c| c.ttl > 0)
+            .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
         Sel::Token => Some(Bytes::copy_from_slice(&p.key.token.to_be_bytes())),
         _ => None,
     }
@@ -468,7 +709,9 @@ pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
             if c.is_tombstone {
                 None
             } else if c.is_counter {
-                Some(Bytes::copy_from_slice(&counter_value(&c.value).to_be_bytes()))
+                Some(Bytes::copy_from_slice(
+                    &counter_value(&c.value).to_be_bytes(),
+                ))
             } else {
                 Some(c.value.clone())
             }
@@ -479,9 +722,13 @@ pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
                 return None;
             }
             Some(match ty {
-                CqlType::List { .. } => serialize_collection(live.iter().map(|(_, c)| Some(&c.value[..]))),
+                CqlType::List { .. } => {
+                    serialize_collection(live.iter().map(|(_, c)| Some(&c.value[..])))
+                }
                 CqlType::Set { .. } => serialize_collection(live.iter().map(|(k, _)| Some(&k[..]))),
-                CqlType::Map { .. } => serialize_map(live.iter().map(|(k, c)| (&k[..], &c.value[..]))),
+                CqlType::Map { .. } => {
+                    serialize_map(live.iter().map(|(k, c)| (&k[..], &c.value[..])))
+                }
                 CqlType::Udt(def) => {
                     let mut fields: Vec<Option<&[u8]>> = vec![None; def.field_names.len()];
                     for (k, c) in &live {
@@ -502,31 +749,51 @@ pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
 
 fn filter_row(t: &TableSchema, f: &Filter, p: &PartitionData, row: &Row, _now_s: i32) -> bool {
     use std::cmp::Ordering::*;
-    let Some(def) = t.columns.get(f.column as usize) else { return false };
+    let Some(def) = t.columns.get(f.column as usize) else {
+        return false;
+    };
     let v = column_value(t, f.column, p, row, false);
     match f.op {
         ast::Operator::Contains | ast::Operator::ContainsKey => {
             let Some(v) = v else { return false };
             let want = &f.values[0];
             match (&def.ty, f.op) {
-                (CqlType::List { elem, .. } | CqlType::Set { elem, .. }, ast::Operator::Contains) => amphora_types::cql_type::split_collection(&v, 1)
-                    .map(|items| items.into_iter().flatten().any(|x| elem.compare(x, want) == Equal))
-                    .unwrap_or(false),
-                (CqlType::Map { key, value, .. }, op) => amphora_types::cql_type::split_collection(&v, 2)
+                (
+                    CqlType::List { elem, .. } | CqlType::Set { elem, .. },
+                    ast::Operator::Contains,
+                ) => amphora_types::cql_type::split_collection(&v, 1)
                     .map(|items| {
-                        items.chunks(2).any(|kv| match (kv.first(), kv.get(1)) {
-                            (Some(Some(k)), Some(Some(x))) => {
-                                if op == ast::Operator::ContainsKey { key.compare(k, want) == Equal } else { value.compare(x, want) == Equal }
-                            }
-                            _ => false,
-                        })
+                        items
+                            .into_iter()
+                            .flatten()
+                            .any(|x| elem.compare(x, want) == Equal)
                     })
                     .unwrap_or(false),
+                (CqlType::Map { key, value, .. }, op) => {
+                    amphora_types::cql_type::split_collection(&v, 2)
+                        .map(|items| {
+                            items.chunks(2).any(|kv| match (kv.first(), kv.get(1)) {
+                                (Some(Some(k)), Some(Some(x))) => {
+                                    if op == ast::Operator::ContainsKey {
+                                        key.compare(k, want) == Equal
+                                    } else {
+                                        value.compare(x, want) == Equal
+                                    }
+                                }
+                                _ => false,
+                            })
+                        })
+                        .unwrap_or(false)
+                }
                 _ => false,
             }
         }
-        ast::Operator::In => v.is_some_and(|v| f.values.iter().any(|w| def.ty.compare(&v, w) == Equal)),
-        ast::Operator::NotIn => v.is_none_or(|v| !f.values.iter().any(|w| def.ty.compare(&v, w) == Equal)),
+        ast::Operator::In => {
+            v.is_some_and(|v| f.values.iter().any(|w| def.ty.compare(&v, w) == Equal))
+        }
+        ast::Operator::NotIn => {
+            v.is_none_or(|v| !f.values.iter().any(|w| def.ty.compare(&v, w) == Equal))
+        }
         op => {
             let Some(v) = v else { return false };
             let o = def.ty.compare(&v, &f.values[0]);
@@ -550,7 +817,10 @@ struct Aggregates {
 
 impl Aggregates {
     fn new(items: &[SelItem]) -> Self {
-        Aggregates { count_rows: 0, per_item: vec![(0, None); items.len()] }
+        Aggregates {
+            count_rows: 0,
+            per_item: vec![(0, None); items.len()],
+        }
     }
 
     fn add(&mut self, items: &[SelItem], t: &TableSchema, p: &PartitionData, row: &Row) {
@@ -568,7 +838,11 @@ impl Aggregates {
                             None => true,
                             Some(cur) => {
                                 let o = it.ty.compare(&v, cur);
-                                if matches!(it.sel, Sel::Min(_)) { o.is_lt() } else { o.is_gt() }
+                                if matches!(it.sel, Sel::Min(_)) {
+                                    o.is_lt()
+                                } else {
+                                    o.is_gt()
+                                }
                             }
                         };
                         if better {
@@ -577,7 +851,9 @@ impl Aggregates {
                     }
                 }
                 // A plain column next to an aggregate shows the first row's value.
-                Sel::Column(id) if self.count_rows == 1 => slot.1 = column_value(t, id, p, row, false),
+                Sel::Column(id) if self.count_rows == 1 => {
+                    slot.1 = column_value(t, id, p, row, false)
+                }
                 _ => {}
             }
         }

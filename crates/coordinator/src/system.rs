@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 
 use amphora_cql as ast;
 use amphora_types::CqlType;
-use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema};
+use amphora_types::schema::{
+    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
+};
 use bytes::Bytes;
 
 use crate::api::*;
@@ -46,11 +48,29 @@ fn def(ks: &str, name: &str, cols: &[(&str, &str, char)]) -> Arc<TableSchema> {
                 }
                 _ => (ColumnKind::Regular, 0),
             };
-            ColumnDef { name: n.to_string(), ty, kind, position, order: ClusteringOrder::Asc }
+            ColumnDef {
+                name: n.to_string(),
+                ty,
+                kind,
+                position,
+                order: ClusteringOrder::Asc,
+            }
         })
         .collect();
-    let id = TableId(u128::from_be_bytes(*uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("{ks}.{name}").as_bytes()).as_bytes()));
-    Arc::new(TableSchema::new(id, ks, name, columns, TableOptions::default()))
+    let id = TableId(u128::from_be_bytes(
+        *uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("{ks}.{name}").as_bytes(),
+        )
+        .as_bytes(),
+    ));
+    Arc::new(TableSchema::new(
+        id,
+        ks,
+        name,
+        columns,
+        TableOptions::default(),
+    ))
 }
 
 const TABLE_OPTION_COLS: &[(&str, &str, char)] = &[
@@ -83,75 +103,302 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
     static T: OnceLock<HashMap<(String, String), VirtualTable>> = OnceLock::new();
     T.get_or_init(|| {
         let mut m = HashMap::new();
-        let mut add = |ks: &str, name: &str, cols: &[(&str, &str, char)], rows: fn(&Schema, &NodeInfo) -> Rows| {
-            m.insert((ks.to_string(), name.to_string()), VirtualTable { schema: def(ks, name, cols), rows });
+        let mut add = |ks: &str,
+                       name: &str,
+                       cols: &[(&str, &str, char)],
+                       rows: fn(&Schema, &NodeInfo) -> Rows| {
+            m.insert(
+                (ks.to_string(), name.to_string()),
+                VirtualTable {
+                    schema: def(ks, name, cols),
+                    rows,
+                },
+            );
         };
-        add("system", "local", &[
-            ("key", "text", 'p'), ("bootstrapped", "text", 'r'), ("broadcast_address", "inet", 'r'), ("broadcast_port", "int", 'r'),
-            ("cluster_name", "text", 'r'), ("cql_version", "text", 'r'), ("data_center", "text", 'r'), ("gossip_generation", "int", 'r'),
-            ("host_id", "uuid", 'r'), ("listen_address", "inet", 'r'), ("listen_port", "int", 'r'), ("native_protocol_version", "text", 'r'),
-            ("partitioner", "text", 'r'), ("rack", "text", 'r'), ("release_version", "text", 'r'), ("rpc_address", "inet", 'r'),
-            ("rpc_port", "int", 'r'), ("schema_version", "uuid", 'r'), ("tokens", "set<text>", 'r'), ("truncated_at", "map<uuid, blob>", 'r'),
-        ], local_rows);
-        add("system", "peers", &[
-            ("peer", "inet", 'p'), ("data_center", "text", 'r'), ("host_id", "uuid", 'r'), ("preferred_ip", "inet", 'r'), ("rack", "text", 'r'),
-            ("release_version", "text", 'r'), ("rpc_address", "inet", 'r'), ("schema_version", "uuid", 'r'), ("tokens", "set<text>", 'r'),
-        ], no_rows);
-        add("system", "peers_v2", &[
-            ("peer", "inet", 'p'), ("peer_port", "int", 'c'), ("data_center", "text", 'r'), ("host_id", "uuid", 'r'), ("native_address", "inet", 'r'),
-            ("native_port", "int", 'r'), ("preferred_ip", "inet", 'r'), ("preferred_port", "int", 'r'), ("rack", "text", 'r'),
-            ("release_version", "text", 'r'), ("schema_version", "uuid", 'r'), ("tokens", "set<text>", 'r'),
-        ], no_rows);
-        add("system", "size_estimates", &[
-            ("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("range_start", "text", 'c'), ("range_end", "text", 'c'),
-            ("mean_partition_size", "bigint", 'r'), ("partitions_count", "bigint", 'r'),
-        ], no_rows);
-        add("system_schema", "keyspaces", &[("keyspace_name", "text", 'p'), ("durable_writes", "boolean", 'r'), ("replication", "frozen<map<text, text>>", 'r')], keyspace_rows);
+        add(
+            "system",
+            "local",
+            &[
+                ("key", "text", 'p'),
+                ("bootstrapped", "text", 'r'),
+                ("broadcast_address", "inet", 'r'),
+                ("broadcast_port", "int", 'r'),
+                ("cluster_name", "text", 'r'),
+                ("cql_version", "text", 'r'),
+                ("data_center", "text", 'r'),
+                ("gossip_generation", "int", 'r'),
+                ("host_id", "uuid", 'r'),
+                ("listen_address", "inet", 'r'),
+                ("listen_port", "int", 'r'),
+                ("native_protocol_version", "text", 'r'),
+                ("partitioner", "text", 'r'),
+                ("rack", "text", 'r'),
+                ("release_version", "text", 'r'),
+                ("rpc_address", "inet", 'r'),
+                ("rpc_port", "int", 'r'),
+                ("schema_version", "uuid", 'r'),
+                ("tokens", "set<text>", 'r'),
+                ("truncated_at", "map<uuid, blob>", 'r'),
+            ],
+            local_rows,
+        );
+        add(
+            "system",
+            "peers",
+            &[
+                ("peer", "inet", 'p'),
+                ("data_center", "text", 'r'),
+                ("host_id", "uuid", 'r'),
+                ("preferred_ip", "inet", 'r'),
+                ("rack", "text", 'r'),
+                ("release_version", "text", 'r'),
+                ("rpc_address", "inet", 'r'),
+                ("schema_version", "uuid", 'r'),
+                ("tokens", "set<text>", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system",
+            "peers_v2",
+            &[
+                ("peer", "inet", 'p'),
+                ("peer_port", "int", 'c'),
+                ("data_center", "text", 'r'),
+                ("host_id", "uuid", 'r'),
+                ("native_address", "inet", 'r'),
+                ("native_port", "int", 'r'),
+                ("preferred_ip", "inet", 'r'),
+                ("preferred_port", "int", 'r'),
+                ("rack", "text", 'r'),
+                ("release_version", "text", 'r'),
+                ("schema_version", "uuid", 'r'),
+                ("tokens", "set<text>", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system",
+            "size_estimates",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("range_start", "text", 'c'),
+                ("range_end", "text", 'c'),
+                ("mean_partition_size", "bigint", 'r'),
+                ("partitions_count", "bigint", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_schema",
+            "keyspaces",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("durable_writes", "boolean", 'r'),
+                ("replication", "frozen<map<text, text>>", 'r'),
+            ],
+            keyspace_rows,
+        );
         let mut tcols = vec![("keyspace_name", "text", 'p'), ("table_name", "text", 'c')];
         tcols.extend_from_slice(TABLE_OPTION_COLS);
         add("system_schema", "tables", &tcols, table_rows);
-        add("system_schema", "columns", &[
-            ("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("column_name", "text", 'c'), ("clustering_order", "text", 'r'),
-            ("column_name_bytes", "blob", 'r'), ("kind", "text", 'r'), ("position", "int", 'r'), ("type", "text", 'r'),
-        ], column_rows);
-        add("system_schema", "dropped_columns", &[
-            ("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("column_name", "text", 'c'), ("dropped_time", "timestamp", 'r'), ("kind", "text", 'r'), ("type", "text", 'r'),
-        ], no_rows);
-        add("system_schema", "triggers", &[("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("trigger_name", "text", 'c'), ("options", "frozen<map<text, text>>", 'r')], no_rows);
-        let mut vcols = vec![("keyspace_name", "text", 'p'), ("view_name", "text", 'c'), ("base_table_id", "uuid", 'r'), ("base_table_name", "text", 'r'), ("include_all_columns", "boolean", 'r'), ("where_clause", "text", 'r')];
+        add(
+            "system_schema",
+            "columns",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("column_name", "text", 'c'),
+                ("clustering_order", "text", 'r'),
+                ("column_name_bytes", "blob", 'r'),
+                ("kind", "text", 'r'),
+                ("position", "int", 'r'),
+                ("type", "text", 'r'),
+            ],
+            column_rows,
+        );
+        add(
+            "system_schema",
+            "dropped_columns",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("column_name", "text", 'c'),
+                ("dropped_time", "timestamp", 'r'),
+                ("kind", "text", 'r'),
+                ("type", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_schema",
+            "triggers",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("trigger_name", "text", 'c'),
+                ("options", "frozen<map<text, text>>", 'r'),
+            ],
+            no_rows,
+        );
+        let mut vcols = vec![
+            ("keyspace_name", "text", 'p'),
+            ("view_name", "text", 'c'),
+            ("base_table_id", "uuid", 'r'),
+            ("base_table_name", "text", 'r'),
+            ("include_all_columns", "boolean", 'r'),
+            ("where_clause", "text", 'r'),
+        ];
         vcols.extend_from_slice(TABLE_OPTION_COLS);
         add("system_schema", "views", &vcols, no_rows);
-        add("system_schema", "indexes", &[("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("index_name", "text", 'c'), ("kind", "text", 'r'), ("options", "frozen<map<text, text>>", 'r')], no_rows);
-        add("system_schema", "types", &[("keyspace_name", "text", 'p'), ("type_name", "text", 'c'), ("field_names", "frozen<list<text>>", 'r'), ("field_types", "frozen<list<text>>", 'r')], type_rows);
-        add("system_schema", "functions", &[
-            ("keyspace_name", "text", 'p'), ("function_name", "text", 'c'), ("argument_types", "frozen<list<text>>", 'c'), ("argument_names", "frozen<list<text>>", 'r'),
-            ("body", "text", 'r'), ("called_on_null_input", "boolean", 'r'), ("language", "text", 'r'), ("return_type", "text", 'r'),
-        ], no_rows);
-        add("system_schema", "aggregates", &[
-            ("keyspace_name", "text", 'p'), ("aggregate_name", "text", 'c'), ("argument_types", "frozen<list<text>>", 'c'), ("final_func", "text", 'r'),
-            ("initcond", "text", 'r'), ("return_type", "text", 'r'), ("state_func", "text", 'r'), ("state_type", "text", 'r'),
-        ], no_rows);
-        add("system_schema", "scylla_tables", &[
-            ("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("cdc", "frozen<map<text, text>>", 'r'), ("in_memory", "boolean", 'r'),
-            ("partitioner", "text", 'r'), ("version", "uuid", 'r'),
-        ], scylla_table_rows);
-        add("system_virtual_schema", "keyspaces", &[("keyspace_name", "text", 'p')], |_, _| vec![vec![Some(text("system_virtual_schema"))]]);
-        add("system_virtual_schema", "tables", &[("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("comment", "text", 'r')], no_rows);
-        add("system_virtual_schema", "columns", &[
-            ("keyspace_name", "text", 'p'), ("table_name", "text", 'c'), ("column_name", "text", 'c'), ("clustering_order", "text", 'r'),
-            ("column_name_bytes", "blob", 'r'), ("kind", "text", 'r'), ("position", "int", 'r'), ("type", "text", 'r'),
-        ], no_rows);
-        add("system_traces", "sessions", &[
-            ("session_id", "uuid", 'p'), ("client", "inet", 'r'), ("command", "text", 'r'), ("coordinator", "inet", 'r'), ("coordinator_port", "int", 'r'),
-            ("duration", "int", 'r'), ("parameters", "map<text, text>", 'r'), ("request", "text", 'r'), ("started_at", "timestamp", 'r'),
-        ], no_rows);
-        add("system_traces", "events", &[
-            ("session_id", "uuid", 'p'), ("event_id", "timeuuid", 'c'), ("activity", "text", 'r'), ("source", "inet", 'r'), ("source_elapsed", "int", 'r'),
-            ("source_port", "int", 'r'), ("thread", "text", 'r'),
-        ], no_rows);
-        add("system_auth", "roles", &[
-            ("role", "text", 'p'), ("can_login", "boolean", 'r'), ("is_superuser", "boolean", 'r'), ("member_of", "set<text>", 'r'), ("salted_hash", "text", 'r'),
-        ], |_, _| vec![vec![Some(text("cassandra")), Some(boolean(true)), Some(boolean(true)), None, None]]);
+        add(
+            "system_schema",
+            "indexes",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("index_name", "text", 'c'),
+                ("kind", "text", 'r'),
+                ("options", "frozen<map<text, text>>", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_schema",
+            "types",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("type_name", "text", 'c'),
+                ("field_names", "frozen<list<text>>", 'r'),
+                ("field_types", "frozen<list<text>>", 'r'),
+            ],
+            type_rows,
+        );
+        add(
+            "system_schema",
+            "functions",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("function_name", "text", 'c'),
+                ("argument_types", "frozen<list<text>>", 'c'),
+                ("argument_names", "frozen<list<text>>", 'r'),
+                ("body", "text", 'r'),
+                ("called_on_null_input", "boolean", 'r'),
+                ("language", "text", 'r'),
+                ("return_type", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_schema",
+            "aggregates",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("aggregate_name", "text", 'c'),
+                ("argument_types", "frozen<list<text>>", 'c'),
+                ("final_func", "text", 'r'),
+                ("initcond", "text", 'r'),
+                ("return_type", "text", 'r'),
+                ("state_func", "text", 'r'),
+                ("state_type", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_schema",
+            "scylla_tables",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("cdc", "frozen<map<text, text>>", 'r'),
+                ("in_memory", "boolean", 'r'),
+                ("partitioner", "text", 'r'),
+                ("version", "uuid", 'r'),
+            ],
+            scylla_table_rows,
+        );
+        add(
+            "system_virtual_schema",
+            "keyspaces",
+            &[("keyspace_name", "text", 'p')],
+            |_, _| vec![vec![Some(text("system_virtual_schema"))]],
+        );
+        add(
+            "system_virtual_schema",
+            "tables",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("comment", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_virtual_schema",
+            "columns",
+            &[
+                ("keyspace_name", "text", 'p'),
+                ("table_name", "text", 'c'),
+                ("column_name", "text", 'c'),
+                ("clustering_order", "text", 'r'),
+                ("column_name_bytes", "blob", 'r'),
+                ("kind", "text", 'r'),
+                ("position", "int", 'r'),
+                ("type", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_traces",
+            "sessions",
+            &[
+                ("session_id", "uuid", 'p'),
+                ("client", "inet", 'r'),
+                ("command", "text", 'r'),
+                ("coordinator", "inet", 'r'),
+                ("coordinator_port", "int", 'r'),
+                ("duration", "int", 'r'),
+                ("parameters", "map<text, text>", 'r'),
+                ("request", "text", 'r'),
+                ("started_at", "timestamp", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_traces",
+            "events",
+            &[
+                ("session_id", "uuid", 'p'),
+                ("event_id", "timeuuid", 'c'),
+                ("activity", "text", 'r'),
+                ("source", "inet", 'r'),
+                ("source_elapsed", "int", 'r'),
+                ("source_port", "int", 'r'),
+                ("thread", "text", 'r'),
+            ],
+            no_rows,
+        );
+        add(
+            "system_auth",
+            "roles",
+            &[
+                ("role", "text", 'p'),
+                ("can_login", "boolean", 'r'),
+                ("is_superuser", "boolean", 'r'),
+                ("member_of", "set<text>", 'r'),
+                ("salted_hash", "text", 'r'),
+            ],
+            |_, _| {
+                vec![vec![
+                    Some(text("cassandra")),
+                    Some(boolean(true)),
+                    Some(boolean(true)),
+                    None,
+                    None,
+                ]]
+            },
+        );
         m
     })
 }
@@ -201,9 +448,20 @@ fn text_map<'a>(items: impl Iterator<Item = (&'a str, &'a str)>) -> Bytes {
 
 /// The node's tokens (num_tokens = 16, evenly spread, offset by the host id).
 pub fn node_tokens(info: &NodeInfo) -> Vec<i64> {
-    let offset = i64::from_be_bytes([info.host_id[0], info.host_id[1], info.host_id[2], info.host_id[3], info.host_id[4], info.host_id[5], info.host_id[6], info.host_id[7]]);
+    let offset = i64::from_be_bytes([
+        info.host_id[0],
+        info.host_id[1],
+        info.host_id[2],
+        info.host_id[3],
+        info.host_id[4],
+        info.host_id[5],
+        info.host_id[6],
+        info.host_id[7],
+    ]);
     let step = (u64::MAX / 16) as i64;
-    (0..16i64).map(|i| offset.wrapping_add(step.wrapping_mul(i))).collect()
+    (0..16i64)
+        .map(|i| offset.wrapping_add(step.wrapping_mul(i)))
+        .collect()
 }
 
 fn no_rows(_: &Schema, _: &NodeInfo) -> Rows {
@@ -238,7 +496,17 @@ fn local_rows(s: &Schema, n: &NodeInfo) -> Rows {
 
 fn system_keyspace_replication(name: &str) -> Vec<(&'static str, &'static str)> {
     match name {
-        "system_auth" | "system_distributed" | "system_traces" => vec![("class", "org.apache.cassandra.locator.SimpleStrategy"), ("replication_factor", if name == "system_distributed" { "3" } else { "2" })],
+        "system_auth" | "system_distributed" | "system_traces" => vec![
+            ("class", "org.apache.cassandra.locator.SimpleStrategy"),
+            (
+                "replication_factor",
+                if name == "system_distributed" {
+                    "3"
+                } else {
+                    "2"
+                },
+            ),
+        ],
         _ => vec![("class", "org.apache.cassandra.locator.LocalStrategy")],
     }
 }
@@ -247,19 +515,36 @@ fn keyspace_rows(s: &Schema, _: &NodeInfo) -> Rows {
     let mut rows: Rows = SYSTEM_KEYSPACES
         .iter()
         .filter(|k| **k != "system_virtual_schema")
-        .map(|k| vec![Some(text(k)), Some(boolean(true)), Some(text_map(system_keyspace_replication(k).into_iter()))])
+        .map(|k| {
+            vec![
+                Some(text(k)),
+                Some(boolean(true)),
+                Some(text_map(system_keyspace_replication(k).into_iter())),
+            ]
+        })
         .collect();
     for ks in s.keyspaces.values() {
-        rows.push(vec![Some(text(&ks.name)), Some(boolean(ks.durable_writes)), Some(text_map(ks.replication.iter().map(|(k, v)| (k.as_str(), v.as_str()))))]);
+        rows.push(vec![
+            Some(text(&ks.name)),
+            Some(boolean(ks.durable_writes)),
+            Some(text_map(
+                ks.replication.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            )),
+        ]);
     }
     rows
 }
 
 /// Every table: user tables and our virtual system tables (system_virtual_schema excluded).
 fn all_tables(s: &Schema) -> Vec<Arc<TableSchema>> {
-    let mut out: Vec<Arc<TableSchema>> = virtual_tables().filter(|v| v.schema.keyspace != "system_virtual_schema").map(|v| v.schema.clone()).collect();
+    let mut out: Vec<Arc<TableSchema>> = virtual_tables()
+        .filter(|v| v.schema.keyspace != "system_virtual_schema")
+        .map(|v| v.schema.clone())
+        .collect();
     out.extend(s.tables().cloned());
-    out.sort_by(|a, b| (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str())));
+    out.sort_by(|a, b| {
+        (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str()))
+    });
     out
 }
 
@@ -268,22 +553,34 @@ fn table_rows(s: &Schema, _: &NodeInfo) -> Rows {
         .iter()
         .map(|t| {
             let o = &t.options;
-            let flags: Vec<&str> = if t.is_counter { vec!["compound", "counter"] } else { vec!["compound"] };
+            let flags: Vec<&str> = if t.is_counter {
+                vec!["compound", "counter"]
+            } else {
+                vec!["compound"]
+            };
             vec![
                 Some(text(&t.keyspace)),
                 Some(text(&t.name)),
                 Some(text(&o.additional_write_policy)),
                 Some(boolean(o.allow_auto_snapshot)),
                 Some(double(o.bloom_filter_fp_chance)),
-                Some(text_map(o.caching.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+                Some(text_map(
+                    o.caching.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )),
                 Some(boolean(o.cdc)),
                 Some(text(&o.comment)),
-                Some(text_map(o.compaction.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
-                Some(text_map(o.compression.iter().map(|(k, v)| (k.as_str(), v.as_str())))),
+                Some(text_map(
+                    o.compaction.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )),
+                Some(text_map(
+                    o.compression.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )),
                 Some(double(o.crc_check_chance)),
                 Some(double(0.0)),
                 Some(int(o.default_time_to_live)),
-                Some(serialize_map(o.extensions.iter().map(|(k, v)| (k.as_bytes(), &v[..])))),
+                Some(serialize_map(
+                    o.extensions.iter().map(|(k, v)| (k.as_bytes(), &v[..])),
+                )),
                 Some(text_set(flags.into_iter())),
                 Some(int(o.gc_grace_seconds)),
                 Some(uuid16(t.id.to_bytes())),
@@ -306,7 +603,15 @@ fn column_rows(s: &Schema, _: &NodeInfo) -> Rows {
         for c in &t.columns {
             let (kind, position, order) = match c.kind {
                 ColumnKind::PartitionKey => ("partition_key", c.position as i32, "none"),
-                ColumnKind::Clustering => ("clustering", c.position as i32, if c.order == ClusteringOrder::Desc { "desc" } else { "asc" }),
+                ColumnKind::Clustering => (
+                    "clustering",
+                    c.position as i32,
+                    if c.order == ClusteringOrder::Desc {
+                        "desc"
+                    } else {
+                        "asc"
+                    },
+                ),
                 ColumnKind::Static => ("static", -1, "none"),
                 ColumnKind::Regular => ("regular", -1, "none"),
             };
@@ -344,7 +649,16 @@ fn type_rows(s: &Schema, _: &NodeInfo) -> Rows {
 fn scylla_table_rows(s: &Schema, _: &NodeInfo) -> Rows {
     all_tables(s)
         .iter()
-        .map(|t| vec![Some(text(&t.keyspace)), Some(text(&t.name)), None, Some(boolean(false)), None, Some(uuid16(s.version))])
+        .map(|t| {
+            vec![
+                Some(text(&t.keyspace)),
+                Some(text(&t.name)),
+                None,
+                Some(boolean(false)),
+                None,
+                Some(uuid16(s.version)),
+            ]
+        })
         .collect()
 }
 
@@ -360,7 +674,12 @@ pub fn select_virtual(
 ) -> Result<QueryResult, QueryError> {
     use std::cmp::Ordering::Equal;
     // Sort by primary key so paging and output order are stable.
-    let key_cols: Vec<usize> = t.partition_key.iter().chain(&t.clustering_key).map(|i| *i as usize).collect();
+    let key_cols: Vec<usize> = t
+        .partition_key
+        .iter()
+        .chain(&t.clustering_key)
+        .map(|i| *i as usize)
+        .collect();
     rows.sort_by(|a, b| {
         for &i in &key_cols {
             let o = match (&a[i], &b[i]) {
@@ -375,9 +694,13 @@ pub fn select_virtual(
     });
     for rel in &s.where_clause {
         let ast::RelationTarget::Column(c) = &rel.target else {
-            return Err(QueryError::invalid("Only column restrictions are supported on system tables"));
+            return Err(QueryError::invalid(
+                "Only column restrictions are supported on system tables",
+            ));
         };
-        let (id, d) = t.column(&c.name).ok_or_else(|| QueryError::invalid(format!("Undefined column name {}", c.name)))?;
+        let (id, d) = t
+            .column(&c.name)
+            .ok_or_else(|| QueryError::invalid(format!("Undefined column name {}", c.name)))?;
         let id = id as usize;
         let wanted: Vec<Bytes> = match (&rel.value, rel.op) {
             (ast::RelationValue::List(items), _) => items
@@ -390,7 +713,10 @@ pub fn select_virtual(
                 })
                 .collect::<Result<_, _>>()?,
             (ast::RelationValue::Single(e), ast::Operator::In) => {
-                let lt = CqlType::List { elem: Box::new(d.ty.clone()), frozen: true };
+                let lt = CqlType::List {
+                    elem: Box::new(d.ty.clone()),
+                    frozen: true,
+                };
                 match eval(e, &lt, ctx, &d.name)? {
                     Value::Set(b) => amphora_types::cql_type::split_collection(&b, 1)
                         .map_err(QueryError::Invalid)?
@@ -412,7 +738,9 @@ pub fn select_virtual(
         rows.retain(|r| {
             let Some(v) = &r[id] else { return false };
             match op {
-                ast::Operator::Eq | ast::Operator::In => wanted.iter().any(|w| ty.compare(v, w) == Equal),
+                ast::Operator::Eq | ast::Operator::In => {
+                    wanted.iter().any(|w| ty.compare(v, w) == Equal)
+                }
                 ast::Operator::Gt => wanted.first().is_some_and(|w| ty.compare(v, w).is_gt()),
                 ast::Operator::Gte => wanted.first().is_some_and(|w| ty.compare(v, w).is_ge()),
                 ast::Operator::Lt => wanted.first().is_some_and(|w| ty.compare(v, w).is_lt()),
@@ -422,25 +750,43 @@ pub fn select_virtual(
             }
         });
     }
-    let count_only = items.iter().any(|i| matches!(i.sel, crate::select::Sel::CountRows));
+    let count_only = items
+        .iter()
+        .any(|i| matches!(i.sel, crate::select::Sel::CountRows));
     if count_only {
         let n = rows.len() as i64;
-        return Ok(QueryResult::Rows(ResultRows { columns, cells: vec![Some(Bytes::copy_from_slice(&n.to_be_bytes()))], row_count: 1, paging_state: None, no_metadata: opts.skip_metadata }));
+        return Ok(QueryResult::Rows(ResultRows {
+            columns,
+            cells: vec![Some(Bytes::copy_from_slice(&n.to_be_bytes()))],
+            row_count: 1,
+            paging_state: None,
+            no_metadata: opts.skip_metadata,
+        }));
     }
     let offset = match &opts.paging_state {
-        Some(b) if b.len() == 5 && b[0] == 2 => u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize,
-        Some(b) if !b.is_empty() => return Err(QueryError::invalid("Invalid value for the paging state")),
+        Some(b) if b.len() == 5 && b[0] == 2 => {
+            u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize
+        }
+        Some(b) if !b.is_empty() => {
+            return Err(QueryError::invalid("Invalid value for the paging state"));
+        }
         _ => 0,
     };
     let limit = match &s.limit {
         Some(e) => match eval(e, &CqlType::Int, ctx, "[limit]")? {
-            Value::Set(b) if b.len() == 4 => i32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(0) as usize,
+            Value::Set(b) if b.len() == 4 => {
+                i32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(0) as usize
+            }
             _ => usize::MAX,
         },
         None => usize::MAX,
     };
     let total = rows.len().min(limit);
-    let page = opts.page_size.filter(|p| *p > 0).map(|p| p as usize).unwrap_or(usize::MAX);
+    let page = opts
+        .page_size
+        .filter(|p| *p > 0)
+        .map(|p| p as usize)
+        .unwrap_or(usize::MAX);
     let end = total.min(offset.saturating_add(page));
     let mut cells = Vec::new();
     for r in rows.iter().take(end).skip(offset) {
@@ -458,21 +804,65 @@ pub fn select_virtual(
     } else {
         None
     };
-    Ok(QueryResult::Rows(ResultRows { columns, cells, row_count: end.saturating_sub(offset), paging_state, no_metadata: opts.skip_metadata }))
+    Ok(QueryResult::Rows(ResultRows {
+        columns,
+        cells,
+        row_count: end.saturating_sub(offset),
+        paging_state,
+        no_metadata: opts.skip_metadata,
+    }))
 }
 
 /// LIST ROLES / USERS with the built-in superuser.
 pub fn list_roles(st: &ast::Statement) -> Result<QueryResult, QueryError> {
-    let col = |name: &str, ty: CqlType| ResultColumn { keyspace: "system_auth".into(), table: "roles".into(), name: name.into(), ty };
+    let col = |name: &str, ty: CqlType| ResultColumn {
+        keyspace: "system_auth".into(),
+        table: "roles".into(),
+        name: name.into(),
+        ty,
+    };
     let (columns, cells) = match st {
         ast::Statement::ListUsers | ast::Statement::ListSuperUsers => (
-            vec![col("name", CqlType::Text), col("super", CqlType::Boolean), col("datacenters", CqlType::Text)],
-            vec![Some(text("cassandra")), Some(boolean(true)), Some(text("ALL"))],
+            vec![
+                col("name", CqlType::Text),
+                col("super", CqlType::Boolean),
+                col("datacenters", CqlType::Text),
+            ],
+            vec![
+                Some(text("cassandra")),
+                Some(boolean(true)),
+                Some(text("ALL")),
+            ],
         ),
         _ => (
-            vec![col("role", CqlType::Text), col("super", CqlType::Boolean), col("login", CqlType::Boolean), col("options", CqlType::Map { key: Box::new(CqlType::Text), value: Box::new(CqlType::Text), frozen: false }), col("datacenters", CqlType::Text)],
-            vec![Some(text("cassandra")), Some(boolean(true)), Some(boolean(true)), Some(text_map(std::iter::empty())), Some(text("ALL"))],
+            vec![
+                col("role", CqlType::Text),
+                col("super", CqlType::Boolean),
+                col("login", CqlType::Boolean),
+                col(
+                    "options",
+                    CqlType::Map {
+                        key: Box::new(CqlType::Text),
+                        value: Box::new(CqlType::Text),
+                        frozen: false,
+                    },
+                ),
+                col("datacenters", CqlType::Text),
+            ],
+            vec![
+                Some(text("cassandra")),
+                Some(boolean(true)),
+                Some(boolean(true)),
+                Some(text_map(std::iter::empty())),
+                Some(text("ALL")),
+            ],
         ),
     };
-    Ok(QueryResult::Rows(ResultRows { columns: Arc::new(columns), cells, row_count: 1, paging_state: None, no_metadata: false }))
+    Ok(QueryResult::Rows(ResultRows {
+        columns: Arc::new(columns),
+        cells,
+        row_count: 1,
+        paging_state: None,
+        no_metadata: false,
+    }))
 }

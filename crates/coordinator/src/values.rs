@@ -35,7 +35,12 @@ fn invalid(msg: impl Into<String>) -> QueryError {
     QueryError::Invalid(msg.into())
 }
 
-pub fn eval(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -> Result<Value, QueryError> {
+pub fn eval(
+    expr: &ast::Expr,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<Value, QueryError> {
     match expr {
         ast::Expr::Bind(m) => {
             let v = ctx.binds.get(m.index).ok_or_else(|| {
@@ -49,9 +54,8 @@ pub fn eval(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -
                 BoundValue::Null => Value::Null,
                 BoundValue::Unset => Value::Unset,
                 BoundValue::Set(b) => {
-                    ty.validate(b).map_err(|e| {
-                        invalid(format!("Invalid value for {receiver}: {e}"))
-                    })?;
+                    ty.validate(b)
+                        .map_err(|e| invalid(format!("Invalid value for {receiver}: {e}")))?;
                     Value::Set(b.clone())
                 }
             })
@@ -62,7 +66,12 @@ pub fn eval(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -
 }
 
 /// Evaluates a term that must be a non-null value.
-pub fn eval_set(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -> Result<Bytes, QueryError> {
+pub fn eval_set(
+    expr: &ast::Expr,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<Bytes, QueryError> {
     match eval(expr, ty, ctx, receiver)? {
         Value::Set(b) => Ok(b),
         Value::Null => Err(invalid(format!("Invalid null value for {receiver}"))),
@@ -75,7 +84,10 @@ fn type_mismatch(expr: &ast::Expr, ty: &CqlType, receiver: &str) -> QueryError {
         ast::Expr::Literal(l) => match l {
             ast::Literal::String(_) => "STRING constant",
             ast::Literal::Integer(_) => "INTEGER constant",
-            ast::Literal::Float(_) | ast::Literal::NaN | ast::Literal::Infinity | ast::Literal::NegInfinity => "FLOAT constant",
+            ast::Literal::Float(_)
+            | ast::Literal::NaN
+            | ast::Literal::Infinity
+            | ast::Literal::NegInfinity => "FLOAT constant",
             ast::Literal::Boolean(_) => "BOOLEAN constant",
             ast::Literal::Duration(_) => "DURATION constant",
             ast::Literal::Uuid(_) => "UUID constant",
@@ -87,11 +99,18 @@ fn type_mismatch(expr: &ast::Expr, ty: &CqlType, receiver: &str) -> QueryError {
         ast::Expr::Literal(l) => l.to_string(),
         _ => String::from("value"),
     };
-    invalid(format!("Invalid {what} ({shown}) for \"{receiver}\" of type {ty}"))
+    invalid(format!(
+        "Invalid {what} ({shown}) for \"{receiver}\" of type {ty}"
+    ))
 }
 
 /// Serializes a non-bind term for `ty`.
-pub fn encode(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -> Result<Bytes, QueryError> {
+pub fn encode(
+    expr: &ast::Expr,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<Bytes, QueryError> {
     use ast::Expr as E;
     use ast::Literal as L;
     let mismatch = || type_mismatch(expr, ty, receiver);
@@ -102,8 +121,12 @@ pub fn encode(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str)
         },
         E::TypeHint { expr, .. } => encode(expr, ty, ctx, receiver),
         E::Negate(inner) => match &**inner {
-            E::Literal(L::Integer(s)) => encode(&E::Literal(L::Integer(format!("-{s}"))), ty, ctx, receiver),
-            E::Literal(L::Float(s)) => encode(&E::Literal(L::Float(format!("-{s}"))), ty, ctx, receiver),
+            E::Literal(L::Integer(s)) => {
+                encode(&E::Literal(L::Integer(format!("-{s}"))), ty, ctx, receiver)
+            }
+            E::Literal(L::Float(s)) => {
+                encode(&E::Literal(L::Float(format!("-{s}"))), ty, ctx, receiver)
+            }
             E::Literal(L::Infinity) => encode(&E::Literal(L::NegInfinity), ty, ctx, receiver),
             _ => Err(mismatch()),
         },
@@ -111,7 +134,10 @@ pub fn encode(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str)
         E::Literal(lit) => encode_literal(lit, ty).ok_or_else(mismatch),
         E::List(items) => match ty {
             CqlType::List { elem, .. } => {
-                let vals = items.iter().map(|e| eval_set(e, elem, ctx, receiver)).collect::<Result<Vec<_>, _>>()?;
+                let vals = items
+                    .iter()
+                    .map(|e| eval_set(e, elem, ctx, receiver))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Ok(serialize_collection(vals.iter().map(|v| Some(&v[..]))))
             }
             CqlType::Vector { elem, dim } => {
@@ -132,49 +158,79 @@ pub fn encode(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str)
                 Ok(out.freeze())
             }
             CqlType::Set { elem, .. } => {
-                let mut vals = items.iter().map(|e| eval_set(e, elem, ctx, receiver)).collect::<Result<Vec<_>, _>>()?;
+                let mut vals = items
+                    .iter()
+                    .map(|e| eval_set(e, elem, ctx, receiver))
+                    .collect::<Result<Vec<_>, _>>()?;
                 vals.sort_by(|a, b| elem.compare(a, b));
                 vals.dedup();
                 Ok(serialize_collection(vals.iter().map(|v| Some(&v[..]))))
             }
-            _ => Err(invalid(format!("Invalid list literal for {receiver} of type {ty}"))),
+            _ => Err(invalid(format!(
+                "Invalid list literal for {receiver} of type {ty}"
+            ))),
         },
         E::Set(items) => match ty {
             CqlType::Set { elem, .. } => {
-                let mut vals = items.iter().map(|e| eval_set(e, elem, ctx, receiver)).collect::<Result<Vec<_>, _>>()?;
+                let mut vals = items
+                    .iter()
+                    .map(|e| eval_set(e, elem, ctx, receiver))
+                    .collect::<Result<Vec<_>, _>>()?;
                 vals.sort_by(|a, b| elem.compare(a, b));
                 vals.dedup();
                 Ok(serialize_collection(vals.iter().map(|v| Some(&v[..]))))
             }
             CqlType::Map { .. } if items.is_empty() => Ok(serialize_collection(std::iter::empty())),
-            _ => Err(invalid(format!("Invalid set literal for {receiver} of type {ty}"))),
+            _ => Err(invalid(format!(
+                "Invalid set literal for {receiver} of type {ty}"
+            ))),
         },
         E::Map(entries) => match ty {
             CqlType::Map { key, value, .. } => {
                 let mut kvs = Vec::with_capacity(entries.len());
                 for (k, v) in entries {
-                    kvs.push((eval_set(k, key, ctx, receiver)?, eval_set(v, value, ctx, receiver)?));
+                    kvs.push((
+                        eval_set(k, key, ctx, receiver)?,
+                        eval_set(v, value, ctx, receiver)?,
+                    ));
                 }
                 kvs.sort_by(|a, b| key.compare(&a.0, &b.0));
                 kvs.dedup_by(|a, b| key.compare(&a.0, &b.0).is_eq());
                 Ok(serialize_map(kvs.iter().map(|(k, v)| (&k[..], &v[..]))))
             }
-            CqlType::Set { .. } if entries.is_empty() => Ok(serialize_collection(std::iter::empty())),
-            CqlType::Udt(_) => Err(invalid(format!("Invalid map literal for {receiver} of type {ty}"))),
-            _ => Err(invalid(format!("Invalid map literal for {receiver} of type {ty}"))),
+            CqlType::Set { .. } if entries.is_empty() => {
+                Ok(serialize_collection(std::iter::empty()))
+            }
+            CqlType::Udt(_) => Err(invalid(format!(
+                "Invalid map literal for {receiver} of type {ty}"
+            ))),
+            _ => Err(invalid(format!(
+                "Invalid map literal for {receiver} of type {ty}"
+            ))),
         },
         E::Udt(fields) => match ty {
             CqlType::Udt(def) => {
                 let mut vals: Vec<Option<Bytes>> = vec![None; def.field_names.len()];
                 for (f, e) in fields {
-                    let i = def.field_names.iter().position(|n| *n == f.name).ok_or_else(|| {
-                        invalid(format!("Unknown field '{}' in value of user defined type {}", f.name, def.name))
-                    })?;
-                    vals[i] = eval(e, &def.field_types[i], ctx, receiver)?.bytes().cloned();
+                    let i = def
+                        .field_names
+                        .iter()
+                        .position(|n| *n == f.name)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "Unknown field '{}' in value of user defined type {}",
+                                f.name, def.name
+                            ))
+                        })?;
+                    vals[i] = eval(e, &def.field_types[i], ctx, receiver)?
+                        .bytes()
+                        .cloned();
                 }
                 Ok(serialize_tuple(vals.iter().map(|v| v.as_deref())))
             }
-            _ => Err(invalid(format!("Invalid user type literal for {receiver} of type {ty}"))),
+            _ => Err(invalid(format!(
+                "Invalid user type literal for {receiver} of type {ty}"
+            ))),
         },
         E::Tuple(items) => match ty {
             CqlType::Tuple(types) => {
@@ -192,20 +248,38 @@ pub fn encode(expr: &ast::Expr, ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str)
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(serialize_tuple(vals.iter().map(|v| v.as_deref())))
             }
-            _ => Err(invalid(format!("Invalid tuple literal for {receiver} of type {ty}"))),
+            _ => Err(invalid(format!(
+                "Invalid tuple literal for {receiver} of type {ty}"
+            ))),
         },
-        E::Cast { .. } | E::Binary { .. } | E::Column(_) | E::CountRows | E::CellMetadata { .. } | E::Field { .. } | E::Element { .. } | E::Slice { .. } => {
-            Err(invalid(format!("Invalid term for {receiver}: only literals, bind markers and functions are supported here")))
-        }
+        E::Cast { .. }
+        | E::Binary { .. }
+        | E::Column(_)
+        | E::CountRows
+        | E::CellMetadata { .. }
+        | E::Field { .. }
+        | E::Element { .. }
+        | E::Slice { .. } => Err(invalid(format!(
+            "Invalid term for {receiver}: only literals, bind markers and functions are supported here"
+        ))),
     }
 }
 
-fn eval_function(name: &str, args: &[ast::Expr], ty: &CqlType, ctx: &EvalCtx<'_>, receiver: &str) -> Result<Bytes, QueryError> {
+fn eval_function(
+    name: &str,
+    args: &[ast::Expr],
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<Bytes, QueryError> {
     let lname = name.to_ascii_lowercase();
     let now_ms = ctx.now_micros.div_euclid(1000);
     let want = |produced: CqlType, bytes: Bytes| -> Result<Bytes, QueryError> {
         let compatible = produced == *ty
-            || matches!((&produced, ty), (CqlType::Timeuuid, CqlType::Uuid) | (CqlType::Text, CqlType::Ascii));
+            || matches!(
+                (&produced, ty),
+                (CqlType::Timeuuid, CqlType::Uuid) | (CqlType::Text, CqlType::Ascii)
+            );
         if compatible {
             Ok(bytes)
         } else {
@@ -215,25 +289,52 @@ fn eval_function(name: &str, args: &[ast::Expr], ty: &CqlType, ctx: &EvalCtx<'_>
         }
     };
     match (lname.as_str(), args.len()) {
-        ("now", 0) | ("currenttimeuuid", 0) => want(CqlType::Timeuuid, Bytes::copy_from_slice(&timeuuid(ctx.now_micros))),
-        ("uuid", 0) => want(CqlType::Uuid, Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes())),
-        ("currenttimestamp", 0) => want(CqlType::Timestamp, Bytes::copy_from_slice(&now_ms.to_be_bytes())),
-        ("currentdate", 0) => want(CqlType::Date, Bytes::copy_from_slice(&days_to_date(now_ms.div_euclid(86_400_000)).to_be_bytes())),
-        ("currenttime", 0) => want(CqlType::Time, Bytes::copy_from_slice(&(now_ms.rem_euclid(86_400_000) * 1_000_000).to_be_bytes())),
+        ("now", 0) | ("currenttimeuuid", 0) => want(
+            CqlType::Timeuuid,
+            Bytes::copy_from_slice(&timeuuid(ctx.now_micros)),
+        ),
+        ("uuid", 0) => want(
+            CqlType::Uuid,
+            Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+        ),
+        ("currenttimestamp", 0) => want(
+            CqlType::Timestamp,
+            Bytes::copy_from_slice(&now_ms.to_be_bytes()),
+        ),
+        ("currentdate", 0) => want(
+            CqlType::Date,
+            Bytes::copy_from_slice(&days_to_date(now_ms.div_euclid(86_400_000)).to_be_bytes()),
+        ),
+        ("currenttime", 0) => want(
+            CqlType::Time,
+            Bytes::copy_from_slice(&(now_ms.rem_euclid(86_400_000) * 1_000_000).to_be_bytes()),
+        ),
         ("totimestamp", 1) | ("tounixtimestamp", 1) | ("todate", 1) => {
             // Argument: a timeuuid, date or timestamp term.
             let ms = arg_millis(&args[0], ctx, receiver)?;
             match lname.as_str() {
-                "totimestamp" => want(CqlType::Timestamp, Bytes::copy_from_slice(&ms.to_be_bytes())),
-                "tounixtimestamp" => want(CqlType::Bigint, Bytes::copy_from_slice(&ms.to_be_bytes())),
-                _ => want(CqlType::Date, Bytes::copy_from_slice(&days_to_date(ms.div_euclid(86_400_000)).to_be_bytes())),
+                "totimestamp" => want(
+                    CqlType::Timestamp,
+                    Bytes::copy_from_slice(&ms.to_be_bytes()),
+                ),
+                "tounixtimestamp" => {
+                    want(CqlType::Bigint, Bytes::copy_from_slice(&ms.to_be_bytes()))
+                }
+                _ => want(
+                    CqlType::Date,
+                    Bytes::copy_from_slice(&days_to_date(ms.div_euclid(86_400_000)).to_be_bytes()),
+                ),
             }
         }
         ("mintimeuuid", 1) | ("maxtimeuuid", 1) => {
             let ms = arg_millis(&args[0], ctx, receiver)?;
             let mut u = timeuuid(ms * 1000);
             // Lowest / highest clock sequence and node for that instant.
-            let fill = if lname == "mintimeuuid" { [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80] } else { [0xbf, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f] };
+            let fill = if lname == "mintimeuuid" {
+                [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80]
+            } else {
+                [0xbf, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f]
+            };
             u[8..16].copy_from_slice(&fill);
             want(CqlType::Timeuuid, Bytes::copy_from_slice(&u))
         }
@@ -244,13 +345,19 @@ fn eval_function(name: &str, args: &[ast::Expr], ty: &CqlType, ctx: &EvalCtx<'_>
         }
         (n, 1) if n.ends_with("asblob") => {
             if *ty != CqlType::Blob {
-                return Err(invalid(format!("Type error: cannot assign result of function system.{n} (type blob) to {receiver} (type {ty})")));
+                return Err(invalid(format!(
+                    "Type error: cannot assign result of function system.{n} (type blob) to {receiver} (type {ty})"
+                )));
             }
             let src = n.trim_end_matches("asblob");
-            let src_ty = amphora_types::CqlType::parse(src, &|_| None).map_err(|_| invalid(format!("Unknown function {n}")))?;
+            let src_ty = amphora_types::CqlType::parse(src, &|_| None)
+                .map_err(|_| invalid(format!("Unknown function {n}")))?;
             eval_set(&args[0], &src_ty, ctx, receiver)
         }
-        _ => Err(invalid(format!("Unknown function '{name}' or wrong number of arguments ({})", args.len()))),
+        _ => Err(invalid(format!(
+            "Unknown function '{name}' or wrong number of arguments ({})",
+            args.len()
+        ))),
     }
 }
 
@@ -391,14 +498,32 @@ pub fn encode_literal(lit: &ast::Literal, ty: &CqlType) -> Option<Bytes> {
     match (ty, lit) {
         (CqlType::Text, L::String(s)) => b(s.as_bytes()),
         (CqlType::Ascii, L::String(s)) if s.is_ascii() => b(s.as_bytes()),
-        (CqlType::Int, L::Integer(s)) => s.parse::<i32>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Bigint | CqlType::Counter, L::Integer(s)) => s.parse::<i64>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Smallint, L::Integer(s)) => s.parse::<i16>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Tinyint, L::Integer(s)) => s.parse::<i8>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Int, L::Integer(s)) => s
+            .parse::<i32>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Bigint | CqlType::Counter, L::Integer(s)) => s
+            .parse::<i64>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Smallint, L::Integer(s)) => s
+            .parse::<i16>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Tinyint, L::Integer(s)) => s
+            .parse::<i8>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
         (CqlType::Varint, L::Integer(s)) => varint_from_str(s),
         (CqlType::Decimal, L::Integer(s) | L::Float(s)) => decimal_from_str(s),
-        (CqlType::Double, L::Integer(s) | L::Float(s)) => s.parse::<f64>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Float, L::Integer(s) | L::Float(s)) => s.parse::<f32>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Double, L::Integer(s) | L::Float(s)) => s
+            .parse::<f64>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Float, L::Integer(s) | L::Float(s)) => s
+            .parse::<f32>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
         (CqlType::Double, L::NaN) => b(&f64::NAN.to_be_bytes()),
         (CqlType::Double, L::Infinity) => b(&f64::INFINITY.to_be_bytes()),
         (CqlType::Double, L::NegInfinity) => b(&f64::NEG_INFINITY.to_be_bytes()),
@@ -408,14 +533,32 @@ pub fn encode_literal(lit: &ast::Literal, ty: &CqlType) -> Option<Bytes> {
         (CqlType::Boolean, L::Boolean(v)) => b(&[u8::from(*v)]),
         (CqlType::Blob, L::Hex(h)) => hex_decode(h).map(Bytes::from),
         (CqlType::Uuid, L::Uuid(s)) => parse_uuid(s),
-        (CqlType::Timeuuid, L::Uuid(s)) => parse_uuid(s).filter(|u| u.len() == 16 && u[6] >> 4 == 1),
+        (CqlType::Timeuuid, L::Uuid(s)) => {
+            parse_uuid(s).filter(|u| u.len() == 16 && u[6] >> 4 == 1)
+        }
         (CqlType::Uuid | CqlType::Timeuuid, L::String(s)) => parse_uuid(s),
-        (CqlType::Timestamp, L::Integer(s)) => s.parse::<i64>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Timestamp, L::String(s)) => parse_timestamp(s).map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Date, L::Integer(s)) => s.parse::<u32>().ok().map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Date, L::String(s)) => parse_date(s).map(|d| Bytes::copy_from_slice(&days_to_date(d).to_be_bytes())),
-        (CqlType::Time, L::Integer(s)) => s.parse::<i64>().ok().filter(|v| (0..86_400_000_000_000).contains(v)).map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
-        (CqlType::Time, L::String(s)) => parse_time(s).map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Timestamp, L::Integer(s)) => s
+            .parse::<i64>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Timestamp, L::String(s)) => {
+            parse_timestamp(s).map(|v| Bytes::copy_from_slice(&v.to_be_bytes()))
+        }
+        (CqlType::Date, L::Integer(s)) => s
+            .parse::<u32>()
+            .ok()
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Date, L::String(s)) => {
+            parse_date(s).map(|d| Bytes::copy_from_slice(&days_to_date(d).to_be_bytes()))
+        }
+        (CqlType::Time, L::Integer(s)) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|v| (0..86_400_000_000_000).contains(v))
+            .map(|v| Bytes::copy_from_slice(&v.to_be_bytes())),
+        (CqlType::Time, L::String(s)) => {
+            parse_time(s).map(|v| Bytes::copy_from_slice(&v.to_be_bytes()))
+        }
         (CqlType::Inet, L::String(s)) => match s.parse::<std::net::IpAddr>().ok()? {
             std::net::IpAddr::V4(a) => b(&a.octets()),
             std::net::IpAddr::V6(a) => b(&a.octets()),
@@ -434,7 +577,10 @@ pub fn encode_literal(lit: &ast::Literal, ty: &CqlType) -> Option<Bytes> {
 }
 
 fn hex_decode(h: &str) -> Option<Vec<u8>> {
-    let h = h.strip_prefix("0x").or_else(|| h.strip_prefix("0X")).unwrap_or(h);
+    let h = h
+        .strip_prefix("0x")
+        .or_else(|| h.strip_prefix("0X"))
+        .unwrap_or(h);
     if h.len() % 2 != 0 {
         return None;
     }
@@ -445,7 +591,9 @@ fn hex_decode(h: &str) -> Option<Vec<u8>> {
 }
 
 fn parse_uuid(s: &str) -> Option<Bytes> {
-    uuid::Uuid::parse_str(s).ok().map(|u| Bytes::copy_from_slice(u.as_bytes()))
+    uuid::Uuid::parse_str(s)
+        .ok()
+        .map(|u| Bytes::copy_from_slice(u.as_bytes()))
 }
 
 fn varint_from_str(s: &str) -> Option<Bytes> {
@@ -539,7 +687,11 @@ fn parse_time(s: &str) -> Option<i64> {
     if it.next().is_some() || h > 23 || m > 59 || sec > 59 || frac.len() > 9 {
         return None;
     }
-    let nanos: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
+    let nanos: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}").parse().ok()?
+    };
     Some(((h * 60 + m) * 60 + sec) * 1_000_000_000 + nanos)
 }
 
@@ -563,7 +715,11 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
         }
         let time_part = time_part.trim();
         let colons = time_part.matches(':').count();
-        let full = if colons == 1 { format!("{time_part}:00") } else { time_part.to_string() };
+        let full = if colons == 1 {
+            format!("{time_part}:00")
+        } else {
+            time_part.to_string()
+        };
         ms_of_day = parse_time(&full)? / 1_000_000;
     }
     let offset_ms = match zone {
@@ -577,7 +733,10 @@ fn split_zone(s: &str, min: usize) -> (&str, Option<&str>) {
     if let Some(stripped) = s.strip_suffix('Z') {
         return (stripped, Some("Z"));
     }
-    if let Some(i) = s[min.min(s.len())..].rfind(['+', '-']).map(|i| i + min.min(s.len())) {
+    if let Some(i) = s[min.min(s.len())..]
+        .rfind(['+', '-'])
+        .map(|i| i + min.min(s.len()))
+    {
         if i > 0 && s.len() - i >= 3 && s[i + 1..].chars().all(|c| c.is_ascii_digit() || c == ':') {
             return (&s[..i], Some(&s[i..]));
         }
@@ -593,7 +752,10 @@ fn zone_offset_ms(z: &str) -> Option<i64> {
     let digits: String = z[1..].chars().filter(|c| c.is_ascii_digit()).collect();
     let (h, m) = match digits.len() {
         2 => (digits.parse::<i64>().ok()?, 0),
-        4 => (digits[..2].parse::<i64>().ok()?, digits[2..].parse::<i64>().ok()?),
+        4 => (
+            digits[..2].parse::<i64>().ok()?,
+            digits[2..].parse::<i64>().ok()?,
+        ),
         _ => return None,
     };
     Some(sign * (h * 3600 + m * 60) * 1000)
@@ -687,9 +849,18 @@ mod tests {
     #[test]
     fn timestamps_parse_like_cassandra() {
         assert_eq!(parse_timestamp("1970-01-01"), Some(0));
-        assert_eq!(parse_timestamp("2024-02-29 12:00:00+0000"), Some(1_709_208_000_000));
-        assert_eq!(parse_timestamp("2024-02-29T12:00:00.5Z"), Some(1_709_208_000_500));
-        assert_eq!(parse_timestamp("2024-02-29 13:00+0100"), Some(1_709_208_000_000));
+        assert_eq!(
+            parse_timestamp("2024-02-29 12:00:00+0000"),
+            Some(1_709_208_000_000)
+        );
+        assert_eq!(
+            parse_timestamp("2024-02-29T12:00:00.5Z"),
+            Some(1_709_208_000_500)
+        );
+        assert_eq!(
+            parse_timestamp("2024-02-29 13:00+0100"),
+            Some(1_709_208_000_000)
+        );
         assert_eq!(parse_timestamp("nonsense"), None);
     }
 

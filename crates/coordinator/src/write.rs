@@ -6,8 +6,8 @@ use amphora_cql as ast;
 use amphora_replica::CounterUpdate;
 use amphora_types::CqlType;
 use amphora_types::data::{
-    Cell, Clustering, ColumnData, DeletionTime, LivenessInfo, Mutation,
-    PartitionKey, PartitionUpdate, RangeTombstone, Row,
+    Cell, Clustering, ColumnData, DeletionTime, LivenessInfo, Mutation, PartitionKey,
+    PartitionUpdate, RangeTombstone, Row,
 };
 use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
 use amphora_types::token::shard_of;
@@ -46,7 +46,10 @@ pub async fn run_write(
     opts: &QueryOptions,
 ) -> Result<QueryResult, QueryError> {
     let now = crate::exec::now_micros();
-    let ctx = EvalCtx { binds, now_micros: now };
+    let ctx = EvalCtx {
+        binds,
+        now_micros: now,
+    };
     let timestamp = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
     let schema = inner.schema();
     let (table_name, conditional) = match st {
@@ -112,10 +115,14 @@ fn ttl_of(u: &ast::Using, table: &TableSchema, ctx: &EvalCtx<'_>) -> Result<i32,
                 let arr: [u8; 4] = b[..].try_into().map_err(|_| invalid("Invalid TTL value"))?;
                 let v = i32::from_be_bytes(arr);
                 if v < 0 {
-                    return Err(invalid(format!("A TTL must be greater or equal to 0, but was {v}")));
+                    return Err(invalid(format!(
+                        "A TTL must be greater or equal to 0, but was {v}"
+                    )));
                 }
                 if v > 630_720_000 {
-                    return Err(invalid(format!("ttl is too large. requested ({v}) maximum (630720000)")));
+                    return Err(invalid(format!(
+                        "ttl is too large. requested ({v}) maximum (630720000)"
+                    )));
                 }
                 Ok(v)
             }
@@ -130,7 +137,9 @@ fn timestamp_of(u: &ast::Using, default: i64, ctx: &EvalCtx<'_>) -> Result<i64, 
         None => Ok(default),
         Some(e) => match eval(e, &CqlType::Bigint, ctx, "[timestamp]")? {
             Value::Set(b) => {
-                let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("Invalid timestamp value"))?;
+                let arr: [u8; 8] = b[..]
+                    .try_into()
+                    .map_err(|_| invalid("Invalid timestamp value"))?;
                 Ok(i64::from_be_bytes(arr))
             }
             Value::Unset => Ok(default),
@@ -144,13 +153,28 @@ fn now_seconds(ctx: &EvalCtx<'_>) -> i32 {
 }
 
 /// Cells for setting column `def` to `value` (whole-value assignment).
-fn set_cells(def_ty: &CqlType, value: Value, ts: i64, ttl: i32, now_s: i32) -> Result<Option<ColumnData>, QueryError> {
-    let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+fn set_cells(
+    def_ty: &CqlType,
+    value: Value,
+    ts: i64,
+    ttl: i32,
+    now_s: i32,
+) -> Result<Option<ColumnData>, QueryError> {
+    let live = |v: Bytes| {
+        if ttl > 0 {
+            Cell::expiring(ts, ttl, now_s, v)
+        } else {
+            Cell::live(ts, v)
+        }
+    };
     match value {
         Value::Unset => Ok(None),
         Value::Null => {
             if def_ty.is_multi_cell() {
-                Ok(Some(ColumnData::Complex { deletion: Some(DeletionTime::new(ts - 1, now_s)), cells: Vec::new() }))
+                Ok(Some(ColumnData::Complex {
+                    deletion: Some(DeletionTime::new(ts - 1, now_s)),
+                    cells: Vec::new(),
+                }))
             } else {
                 Ok(Some(ColumnData::Simple(Cell::tombstone(ts, now_s))))
             }
@@ -160,14 +184,29 @@ fn set_cells(def_ty: &CqlType, value: Value, ts: i64, ttl: i32, now_s: i32) -> R
                 return Ok(Some(ColumnData::Simple(live(b))));
             }
             let cells = element_cells(def_ty, &b, ts, ttl, now_s)?;
-            Ok(Some(ColumnData::Complex { deletion: Some(DeletionTime::new(ts - 1, now_s)), cells }))
+            Ok(Some(ColumnData::Complex {
+                deletion: Some(DeletionTime::new(ts - 1, now_s)),
+                cells,
+            }))
         }
     }
 }
 
 /// Splits a serialized collection/UDT value into element cells (path, cell).
-fn element_cells(ty: &CqlType, v: &[u8], ts: i64, ttl: i32, now_s: i32) -> Result<Vec<(Bytes, Cell)>, QueryError> {
-    let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+fn element_cells(
+    ty: &CqlType,
+    v: &[u8],
+    ts: i64,
+    ttl: i32,
+    now_s: i32,
+) -> Result<Vec<(Bytes, Cell)>, QueryError> {
+    let live = |v: Bytes| {
+        if ttl > 0 {
+            Cell::expiring(ts, ttl, now_s, v)
+        } else {
+            Cell::live(ts, v)
+        }
+    };
     let bad = |e: String| invalid(format!("Invalid collection value: {e}"));
     let mut out = Vec::new();
     match ty {
@@ -175,7 +214,10 @@ fn element_cells(ty: &CqlType, v: &[u8], ts: i64, ttl: i32, now_s: i32) -> Resul
             let items = amphora_types::cql_type::split_collection(v, 1).map_err(bad)?;
             for (i, it) in items.into_iter().enumerate() {
                 let it = it.ok_or_else(|| invalid("null is not supported inside collections"))?;
-                out.push((Bytes::copy_from_slice(&timeuuid(ts + i as i64)), live(Bytes::copy_from_slice(it))));
+                out.push((
+                    Bytes::copy_from_slice(&timeuuid(ts + i as i64)),
+                    live(Bytes::copy_from_slice(it)),
+                ));
             }
         }
         CqlType::Set { .. } => {
@@ -194,7 +236,11 @@ fn element_cells(ty: &CqlType, v: &[u8], ts: i64, ttl: i32, now_s: i32) -> Resul
             }
         }
         CqlType::Udt(_) => {
-            for (i, f) in amphora_types::cql_type::split_tuple(v).map_err(bad)?.into_iter().enumerate() {
+            for (i, f) in amphora_types::cql_type::split_tuple(v)
+                .map_err(bad)?
+                .into_iter()
+                .enumerate()
+            {
                 let path = Bytes::copy_from_slice(&(i as u16).to_be_bytes());
                 match f {
                     Some(val) => out.push((path, live(Bytes::copy_from_slice(val)))),
@@ -223,14 +269,24 @@ fn key_of(t: &TableSchema, values: &[(ColumnId, Bytes)]) -> Result<PartitionKey,
             .map(|(_, v)| v)
             .ok_or_else(|| invalid(format!("Some partition key parts are missing: {}", c.name)))?;
         if v.len() > 65535 {
-            return Err(invalid(format!("Key length of {} is longer than maximum of 65535", v.len())));
+            return Err(invalid(format!(
+                "Key length of {} is longer than maximum of 65535",
+                v.len()
+            )));
         }
         parts.push(&v[..]);
     }
-    Ok(PartitionKey::new(Bytes::from(amphora_types::token::serialize_composite_key(&parts))))
+    Ok(PartitionKey::new(Bytes::from(
+        amphora_types::token::serialize_composite_key(&parts),
+    )))
 }
 
-pub fn plan_write(t: &TableSchema, st: &ast::Statement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+pub fn plan_write(
+    t: &TableSchema,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Result<Vec<Planned>, QueryError> {
     match st {
         ast::Statement::Insert(s) => plan_insert(t, s, ctx, default_ts),
         ast::Statement::Update(s) => plan_update(t, s, ctx, default_ts),
@@ -239,7 +295,12 @@ pub fn plan_write(t: &TableSchema, st: &ast::Statement, ctx: &EvalCtx<'_>, defau
     }
 }
 
-fn plan_insert(t: &TableSchema, s: &ast::InsertStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+fn plan_insert(
+    t: &TableSchema,
+    s: &ast::InsertStatement,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Result<Vec<Planned>, QueryError> {
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     let ttl = ttl_of(&s.using, t, ctx)?;
     let now_s = now_seconds(ctx);
@@ -250,27 +311,41 @@ fn plan_insert(t: &TableSchema, s: &ast::InsertStatement, ctx: &EvalCtx<'_>, def
         return Err(invalid("Unmatched column names/values"));
     }
     if t.is_counter {
-        return Err(invalid("INSERT statements are not allowed on counter tables, use UPDATE instead"));
+        return Err(invalid(
+            "INSERT statements are not allowed on counter tables, use UPDATE instead",
+        ));
     }
     let mut keys: Vec<(ColumnId, Bytes)> = Vec::new();
     let mut ck = vec![Bytes::new(); t.clustering_key.len()];
-    let mut b = RowBuild { statics: Vec::new(), regular: Vec::new(), counters: Vec::new() };
+    let mut b = RowBuild {
+        statics: Vec::new(),
+        regular: Vec::new(),
+        counters: Vec::new(),
+    };
     let mut seen = std::collections::HashSet::new();
     for (c, v) in columns.iter().zip(values) {
-        let (id, def) = t.column(&c.name).ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+        let (id, def) = t
+            .column(&c.name)
+            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
         if !seen.insert(id) {
             return Err(invalid(format!("The column names contains duplicates")));
         }
         match def.kind {
             ColumnKind::PartitionKey => keys.push((id, eval_set(v, &def.ty, ctx, &def.name)?)),
-            ColumnKind::Clustering => ck[def.position as usize] = eval_set(v, &def.ty, ctx, &def.name)?,
+            ColumnKind::Clustering => {
+                ck[def.position as usize] = eval_set(v, &def.ty, ctx, &def.name)?
+            }
             ColumnKind::Static => {
-                if let Some(d) = set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)? {
+                if let Some(d) =
+                    set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)?
+                {
                     b.statics.push((id, d));
                 }
             }
             ColumnKind::Regular => {
-                if let Some(d) = set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)? {
+                if let Some(d) =
+                    set_cells(&def.ty, eval(v, &def.ty, ctx, &def.name)?, ts, ttl, now_s)?
+                {
                     b.regular.push((id, d));
                 }
             }
@@ -278,7 +353,10 @@ fn plan_insert(t: &TableSchema, s: &ast::InsertStatement, ctx: &EvalCtx<'_>, def
     }
     for id in &t.clustering_key {
         if !seen.contains(id) {
-            return Err(invalid(format!("Some clustering keys are missing: {}", t.columns[*id as usize].name)));
+            return Err(invalid(format!(
+                "Some clustering keys are missing: {}",
+                t.columns[*id as usize].name
+            )));
         }
     }
     let key = key_of(t, &keys)?;
@@ -292,18 +370,32 @@ fn plan_insert(t: &TableSchema, s: &ast::InsertStatement, ctx: &EvalCtx<'_>, def
     }
     if !only_statics || t.clustering_key.is_empty() {
         let mut r = Row::new(Clustering(ck));
-        r.marker = Some(if ttl > 0 { LivenessInfo::expiring(ts, ttl, now_s) } else { LivenessInfo::new(ts) });
+        r.marker = Some(if ttl > 0 {
+            LivenessInfo::expiring(ts, ttl, now_s)
+        } else {
+            LivenessInfo::new(ts)
+        });
         b.regular.sort_by_key(|c| c.0);
         r.cells = b.regular;
         update.rows.push(r);
     }
-    Ok(vec![Planned::Mutation(Mutation { table: t.id, key, update })])
+    Ok(vec![Planned::Mutation(Mutation {
+        table: t.id,
+        key,
+        update,
+    })])
 }
 
-fn where_keys(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Result<(Vec<PartitionKey>, restrict::Restrictions), QueryError> {
+fn where_keys(
+    t: &TableSchema,
+    rels: &[ast::Relation],
+    ctx: &EvalCtx<'_>,
+) -> Result<(Vec<PartitionKey>, restrict::Restrictions), QueryError> {
     let r = restrict::analyze(t, rels, ctx)?;
     if r.needs_filtering || r.token_start.is_some() || r.token_end.is_some() {
-        return Err(invalid("Non PRIMARY KEY columns found in where clause or invalid restriction for a modification statement"));
+        return Err(invalid(
+            "Non PRIMARY KEY columns found in where clause or invalid restriction for a modification statement",
+        ));
     }
     let keys = r
         .partition_keys()
@@ -311,23 +403,45 @@ fn where_keys(t: &TableSchema, rels: &[ast::Relation], ctx: &EvalCtx<'_>) -> Res
     Ok((keys, r))
 }
 
-fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+fn plan_update(
+    t: &TableSchema,
+    s: &ast::UpdateStatement,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Result<Vec<Planned>, QueryError> {
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     let ttl = ttl_of(&s.using, t, ctx)?;
     let now_s = now_seconds(ctx);
     let (keys, r) = where_keys(t, &s.where_clause, ctx)?;
-    let mut b = RowBuild { statics: Vec::new(), regular: Vec::new(), counters: Vec::new() };
+    let mut b = RowBuild {
+        statics: Vec::new(),
+        regular: Vec::new(),
+        counters: Vec::new(),
+    };
     for a in &s.assignments {
-        let (id, def) = t.column(&a.column.name).ok_or_else(|| invalid(format!("Undefined column name {}", a.column.name)))?;
+        let (id, def) = t
+            .column(&a.column.name)
+            .ok_or_else(|| invalid(format!("Undefined column name {}", a.column.name)))?;
         if matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
-            return Err(invalid(format!("PRIMARY KEY part {} found in SET part", def.name)));
+            return Err(invalid(format!(
+                "PRIMARY KEY part {} found in SET part",
+                def.name
+            )));
         }
         let is_static = def.kind == ColumnKind::Static;
-        let live = |v: Bytes| if ttl > 0 { Cell::expiring(ts, ttl, now_s, v) } else { Cell::live(ts, v) };
+        let live = |v: Bytes| {
+            if ttl > 0 {
+                Cell::expiring(ts, ttl, now_s, v)
+            } else {
+                Cell::live(ts, v)
+            }
+        };
         let data: Option<ColumnData> = match (&a.op, &def.ty) {
             (ast::AssignmentOp::Add(e) | ast::AssignmentOp::Subtract(e), CqlType::Counter) => {
                 let v = eval_set(e, &CqlType::Bigint, ctx, &def.name)?;
-                let arr: [u8; 8] = v[..].try_into().map_err(|_| invalid("Invalid counter value"))?;
+                let arr: [u8; 8] = v[..]
+                    .try_into()
+                    .map_err(|_| invalid("Invalid counter value"))?;
                 let mut d = i64::from_be_bytes(arr);
                 if matches!(a.op, ast::AssignmentOp::Subtract(_)) {
                     d = d.wrapping_neg();
@@ -336,32 +450,73 @@ fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, def
                 None
             }
             (ast::AssignmentOp::Set(_), CqlType::Counter) => {
-                return Err(invalid(format!("Cannot set the value of counter column {} (counters can only be incremented/decremented, not set)", def.name)));
+                return Err(invalid(format!(
+                    "Cannot set the value of counter column {} (counters can only be incremented/decremented, not set)",
+                    def.name
+                )));
             }
-            (ast::AssignmentOp::Set(e), ty) => set_cells(ty, eval(e, ty, ctx, &def.name)?, ts, ttl, now_s)?,
-            (ast::AssignmentOp::Add(e), ty @ (CqlType::List { frozen: false, .. } | CqlType::Set { frozen: false, .. } | CqlType::Map { frozen: false, .. })) => {
+            (ast::AssignmentOp::Set(e), ty) => {
+                set_cells(ty, eval(e, ty, ctx, &def.name)?, ts, ttl, now_s)?
+            }
+            (
+                ast::AssignmentOp::Add(e),
+                ty @ (CqlType::List { frozen: false, .. }
+                | CqlType::Set { frozen: false, .. }
+                | CqlType::Map { frozen: false, .. }),
+            ) => match eval(e, ty, ctx, &def.name)? {
+                Value::Set(v) => Some(ColumnData::Complex {
+                    deletion: None,
+                    cells: element_cells(ty, &v, ts, ttl, now_s)?,
+                }),
+                _ => None,
+            },
+            (ast::AssignmentOp::Prepend(e), ty @ CqlType::List { frozen: false, .. }) => {
                 match eval(e, ty, ctx, &def.name)? {
-                    Value::Set(v) => Some(ColumnData::Complex { deletion: None, cells: element_cells(ty, &v, ts, ttl, now_s)? }),
+                    Value::Set(v) => {
+                        // Prepended elements sort before every existing element: paths from a
+                        // time far in the past, in order.
+                        let items = amphora_types::cql_type::split_collection(&v, 1)
+                            .map_err(|e| invalid(e))?;
+                        let base = -(ts.rem_euclid(1 << 40)) - (1 << 41);
+                        let cells = items
+                            .into_iter()
+                            .enumerate()
+                            .filter_map(|(i, it)| {
+                                it.map(|x| {
+                                    (
+                                        Bytes::copy_from_slice(&timeuuid(base + i as i64)),
+                                        live(Bytes::copy_from_slice(x)),
+                                    )
+                                })
+                            })
+                            .collect();
+                        Some(ColumnData::Complex {
+                            deletion: None,
+                            cells,
+                        })
+                    }
                     _ => None,
                 }
             }
-            (ast::AssignmentOp::Prepend(e), ty @ CqlType::List { frozen: false, .. }) => match eval(e, ty, ctx, &def.name)? {
-                Value::Set(v) => {
-                    // Prepended elements sort before every existing element: paths from a
-                    // time far in the past, in order.
-                    let items = amphora_types::cql_type::split_collection(&v, 1).map_err(|e| invalid(e))?;
-                    let base = -(ts.rem_euclid(1 << 40)) - (1 << 41);
-                    let cells = items
-                        .into_iter()
-                        .enumerate()
-                        .filter_map(|(i, it)| it.map(|x| (Bytes::copy_from_slice(&timeuuid(base + i as i64)), live(Bytes::copy_from_slice(x)))))
-                        .collect();
-                    Some(ColumnData::Complex { deletion: None, cells })
-                }
-                _ => None,
-            },
-            (ast::AssignmentOp::Subtract(e), CqlType::Set { frozen: false, elem }) | (ast::AssignmentOp::Subtract(e), CqlType::Map { frozen: false, key: elem, .. }) => {
-                let set_ty = CqlType::Set { elem: elem.clone(), frozen: false };
+            (
+                ast::AssignmentOp::Subtract(e),
+                CqlType::Set {
+                    frozen: false,
+                    elem,
+                },
+            )
+            | (
+                ast::AssignmentOp::Subtract(e),
+                CqlType::Map {
+                    frozen: false,
+                    key: elem,
+                    ..
+                },
+            ) => {
+                let set_ty = CqlType::Set {
+                    elem: elem.clone(),
+                    frozen: false,
+                };
                 match eval(e, &set_ty, ctx, &def.name)? {
                     Value::Set(v) => {
                         let cells = amphora_types::cql_type::split_collection(&v, 1)
@@ -370,31 +525,59 @@ fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, def
                             .flatten()
                             .map(|k| (Bytes::copy_from_slice(k), Cell::tombstone(ts, now_s)))
                             .collect();
-                        Some(ColumnData::Complex { deletion: None, cells })
+                        Some(ColumnData::Complex {
+                            deletion: None,
+                            cells,
+                        })
                     }
                     _ => None,
                 }
             }
-            (ast::AssignmentOp::SetElement { key, value }, CqlType::Map { frozen: false, key: kt, value: vt }) => {
+            (
+                ast::AssignmentOp::SetElement { key, value },
+                CqlType::Map {
+                    frozen: false,
+                    key: kt,
+                    value: vt,
+                },
+            ) => {
                 let k = eval_set(key, kt, ctx, &def.name)?;
                 let cell = match eval(value, vt, ctx, &def.name)? {
                     Value::Set(v) => live(v),
                     Value::Null => Cell::tombstone(ts, now_s),
                     Value::Unset => continue,
                 };
-                Some(ColumnData::Complex { deletion: None, cells: vec![(k, cell)] })
+                Some(ColumnData::Complex {
+                    deletion: None,
+                    cells: vec![(k, cell)],
+                })
             }
             (ast::AssignmentOp::SetField { field, value }, CqlType::Udt(d)) if !d.frozen => {
-                let i = d.field_names.iter().position(|f| *f == field.name).ok_or_else(|| invalid(format!("UDT column {} does not have a field named {}", def.name, field.name)))?;
+                let i = d
+                    .field_names
+                    .iter()
+                    .position(|f| *f == field.name)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "UDT column {} does not have a field named {}",
+                            def.name, field.name
+                        ))
+                    })?;
                 let cell = match eval(value, &d.field_types[i], ctx, &def.name)? {
                     Value::Set(v) => live(v),
                     Value::Null => Cell::tombstone(ts, now_s),
                     Value::Unset => continue,
                 };
-                Some(ColumnData::Complex { deletion: None, cells: vec![(Bytes::copy_from_slice(&(i as u16).to_be_bytes()), cell)] })
+                Some(ColumnData::Complex {
+                    deletion: None,
+                    cells: vec![(Bytes::copy_from_slice(&(i as u16).to_be_bytes()), cell)],
+                })
             }
             (op, ty) => {
-                return Err(invalid(format!("Invalid operation ({op:?}) for column {} of type {ty}", def.name)));
+                return Err(invalid(format!(
+                    "Invalid operation ({op:?}) for column {} of type {ty}",
+                    def.name
+                )));
             }
         };
         if let Some(d) = data {
@@ -409,23 +592,54 @@ fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, def
     if needs_rows && !r.full_clustering(t) {
         return Err(invalid(format!(
             "Some clustering keys are missing: {}",
-            t.clustering_key.get(r.ck_prefix.len()).map(|i| t.columns[*i as usize].name.clone()).unwrap_or_default()
+            t.clustering_key
+                .get(r.ck_prefix.len())
+                .map(|i| t.columns[*i as usize].name.clone())
+                .unwrap_or_default()
         )));
     }
-    let clusterings = if t.clustering_key.is_empty() { vec![Clustering::empty()] } else { r.clusterings() };
+    let clusterings = if t.clustering_key.is_empty() {
+        vec![Clustering::empty()]
+    } else {
+        r.clusterings()
+    };
     b.statics.sort_by_key(|c| c.0);
     b.regular.sort_by_key(|c| c.0);
     let mut out = Vec::new();
     for key in keys {
         if !b.counters.is_empty() {
-            let statics: Vec<(ColumnId, i64)> = b.counters.iter().filter(|c| c.2).map(|c| (c.0, c.1)).collect();
-            let regular: Vec<(ColumnId, i64)> = b.counters.iter().filter(|c| !c.2).map(|c| (c.0, c.1)).collect();
+            let statics: Vec<(ColumnId, i64)> = b
+                .counters
+                .iter()
+                .filter(|c| c.2)
+                .map(|c| (c.0, c.1))
+                .collect();
+            let regular: Vec<(ColumnId, i64)> = b
+                .counters
+                .iter()
+                .filter(|c| !c.2)
+                .map(|c| (c.0, c.1))
+                .collect();
             if !statics.is_empty() {
-                out.push(Planned::Counter(CounterUpdate { table: t.id, key: key.clone(), clustering: Clustering::empty(), is_static: true, deltas: statics, timestamp: ts }));
+                out.push(Planned::Counter(CounterUpdate {
+                    table: t.id,
+                    key: key.clone(),
+                    clustering: Clustering::empty(),
+                    is_static: true,
+                    deltas: statics,
+                    timestamp: ts,
+                }));
             }
             if !regular.is_empty() {
                 for c in &clusterings {
-                    out.push(Planned::Counter(CounterUpdate { table: t.id, key: key.clone(), clustering: c.clone(), is_static: false, deltas: regular.clone(), timestamp: ts }));
+                    out.push(Planned::Counter(CounterUpdate {
+                        table: t.id,
+                        key: key.clone(),
+                        clustering: c.clone(),
+                        is_static: false,
+                        deltas: regular.clone(),
+                        timestamp: ts,
+                    }));
                 }
             }
             continue;
@@ -444,13 +658,22 @@ fn plan_update(t: &TableSchema, s: &ast::UpdateStatement, ctx: &EvalCtx<'_>, def
             }
         }
         if !update.is_empty() {
-            out.push(Planned::Mutation(Mutation { table: t.id, key, update }));
+            out.push(Planned::Mutation(Mutation {
+                table: t.id,
+                key,
+                update,
+            }));
         }
     }
     Ok(out)
 }
 
-fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, default_ts: i64) -> Result<Vec<Planned>, QueryError> {
+fn plan_delete(
+    t: &TableSchema,
+    s: &ast::DeleteStatement,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Result<Vec<Planned>, QueryError> {
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     if s.using.ttl.is_some() {
         return Err(invalid("Cannot provide custom TTL for DELETE statements"));
@@ -472,7 +695,11 @@ fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, def
                 }
             } else {
                 for sl in r.slices(t) {
-                    update.range_tombstones.push(RangeTombstone { start: sl.start, end: sl.end, deletion: del });
+                    update.range_tombstones.push(RangeTombstone {
+                        start: sl.start,
+                        end: sl.end,
+                        deletion: del,
+                    });
                 }
             }
         } else {
@@ -481,36 +708,90 @@ fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, def
             for d in &s.columns {
                 let (name, data) = match d {
                     ast::Deletion::Column(c) => {
-                        let (_, def) = t.column(&c.name).ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+                        let (_, def) = t
+                            .column(&c.name)
+                            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
                         let data = if def.ty.is_multi_cell() {
-                            ColumnData::Complex { deletion: Some(del), cells: Vec::new() }
+                            ColumnData::Complex {
+                                deletion: Some(del),
+                                cells: Vec::new(),
+                            }
                         } else {
                             ColumnData::Simple(Cell::tombstone(ts, now_s))
                         };
                         (c.name.clone(), data)
                     }
                     ast::Deletion::Element { column, key } => {
-                        let (_, def) = t.column(&column.name).ok_or_else(|| invalid(format!("Undefined column name {}", column.name)))?;
+                        let (_, def) = t.column(&column.name).ok_or_else(|| {
+                            invalid(format!("Undefined column name {}", column.name))
+                        })?;
                         let kt = match &def.ty {
-                            CqlType::Map { key, frozen: false, .. } => (**key).clone(),
-                            CqlType::Set { elem, frozen: false } => (**elem).clone(),
-                            _ => return Err(invalid(format!("Invalid operation for column {}: element deletion on a list or frozen collection is not supported yet", def.name))),
+                            CqlType::Map {
+                                key, frozen: false, ..
+                            } => (**key).clone(),
+                            CqlType::Set {
+                                elem,
+                                frozen: false,
+                            } => (**elem).clone(),
+                            _ => {
+                                return Err(invalid(format!(
+                                    "Invalid operation for column {}: element deletion on a list or frozen collection is not supported yet",
+                                    def.name
+                                )));
+                            }
                         };
                         let k = eval_set(key, &kt, ctx, &def.name)?;
-                        (column.name.clone(), ColumnData::Complex { deletion: None, cells: vec![(k, Cell::tombstone(ts, now_s))] })
+                        (
+                            column.name.clone(),
+                            ColumnData::Complex {
+                                deletion: None,
+                                cells: vec![(k, Cell::tombstone(ts, now_s))],
+                            },
+                        )
                     }
                     ast::Deletion::Field { column, field } => {
-                        let (_, def) = t.column(&column.name).ok_or_else(|| invalid(format!("Undefined column name {}", column.name)))?;
-                        let CqlType::Udt(u) = &def.ty else { return Err(invalid(format!("Invalid field deletion on non-UDT column {}", def.name))) };
-                        let i = u.field_names.iter().position(|f| *f == field.name).ok_or_else(|| invalid(format!("UDT column {} does not have a field named {}", def.name, field.name)))?;
-                        (column.name.clone(), ColumnData::Complex { deletion: None, cells: vec![(Bytes::copy_from_slice(&(i as u16).to_be_bytes()), Cell::tombstone(ts, now_s))] })
+                        let (_, def) = t.column(&column.name).ok_or_else(|| {
+                            invalid(format!("Undefined column name {}", column.name))
+                        })?;
+                        let CqlType::Udt(u) = &def.ty else {
+                            return Err(invalid(format!(
+                                "Invalid field deletion on non-UDT column {}",
+                                def.name
+                            )));
+                        };
+                        let i = u
+                            .field_names
+                            .iter()
+                            .position(|f| *f == field.name)
+                            .ok_or_else(|| {
+                                invalid(format!(
+                                    "UDT column {} does not have a field named {}",
+                                    def.name, field.name
+                                ))
+                            })?;
+                        (
+                            column.name.clone(),
+                            ColumnData::Complex {
+                                deletion: None,
+                                cells: vec![(
+                                    Bytes::copy_from_slice(&(i as u16).to_be_bytes()),
+                                    Cell::tombstone(ts, now_s),
+                                )],
+                            },
+                        )
                     }
                 };
-                let (id, def) = t.column(&name).ok_or_else(|| invalid(format!("Undefined column name {name}")))?;
+                let (id, def) = t
+                    .column(&name)
+                    .ok_or_else(|| invalid(format!("Undefined column name {name}")))?;
                 match def.kind {
                     ColumnKind::Static => statics.push((id, data)),
                     ColumnKind::Regular => regular.push((id, data)),
-                    _ => return Err(invalid(format!("Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"))),
+                    _ => {
+                        return Err(invalid(format!(
+                            "Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"
+                        )));
+                    }
                 }
             }
             statics.sort_by_key(|c| c.0);
@@ -524,7 +805,11 @@ fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, def
                 if !r.full_clustering(t) {
                     return Err(invalid("Some clustering keys are missing"));
                 }
-                let clusterings = if t.clustering_key.is_empty() { vec![Clustering::empty()] } else { r.clusterings() };
+                let clusterings = if t.clustering_key.is_empty() {
+                    vec![Clustering::empty()]
+                } else {
+                    r.clusterings()
+                };
                 for c in clusterings {
                     let mut row = Row::new(c);
                     row.cells = regular.clone();
@@ -532,7 +817,11 @@ fn plan_delete(t: &TableSchema, s: &ast::DeleteStatement, ctx: &EvalCtx<'_>, def
                 }
             }
         }
-        out.push(Planned::Mutation(Mutation { table: t.id, key, update }));
+        out.push(Planned::Mutation(Mutation {
+            table: t.id,
+            key,
+            update,
+        }));
     }
     Ok(out)
 }
@@ -548,20 +837,45 @@ pub async fn run_batch(
     let now = crate::exec::now_micros();
     let mut planned = Vec::new();
     for (ks, child, values) in &children {
-        let ctx = EvalCtx { binds: values, now_micros: now };
+        let ctx = EvalCtx {
+            binds: values,
+            now_micros: now,
+        };
         let (st, table_name, conditional) = match child {
-            ast::BatchChild::Insert(s) => (ast::Statement::Insert(Box::new(s.clone())), &s.table, s.if_not_exists),
-            ast::BatchChild::Update(s) => (ast::Statement::Update(Box::new(s.clone())), &s.table, s.conditions.is_some()),
-            ast::BatchChild::Delete(s) => (ast::Statement::Delete(Box::new(s.clone())), &s.table, s.conditions.is_some()),
+            ast::BatchChild::Insert(s) => (
+                ast::Statement::Insert(Box::new(s.clone())),
+                &s.table,
+                s.if_not_exists,
+            ),
+            ast::BatchChild::Update(s) => (
+                ast::Statement::Update(Box::new(s.clone())),
+                &s.table,
+                s.conditions.is_some(),
+            ),
+            ast::BatchChild::Delete(s) => (
+                ast::Statement::Delete(Box::new(s.clone())),
+                &s.table,
+                s.conditions.is_some(),
+            ),
         };
         if conditional {
-            return Err(invalid("Conditional batches are not supported by Amphora yet"));
+            return Err(invalid(
+                "Conditional batches are not supported by Amphora yet",
+            ));
         }
         let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
         check_writable(&table)?;
         match (kind, table.is_counter) {
-            (BatchType::Counter, false) => return Err(invalid("Cannot include non-counter statement in a counter batch")),
-            (BatchType::Logged | BatchType::Unlogged, true) => return Err(invalid("Cannot include a counter statement in a logged batch")),
+            (BatchType::Counter, false) => {
+                return Err(invalid(
+                    "Cannot include non-counter statement in a counter batch",
+                ));
+            }
+            (BatchType::Logged | BatchType::Unlogged, true) => {
+                return Err(invalid(
+                    "Cannot include a counter statement in a logged batch",
+                ));
+            }
             _ => {}
         }
         planned.extend(plan_write(&table, &st, &ctx, default_ts)?);

@@ -139,7 +139,10 @@ impl ShardDb {
                     value: *delta,
                 }),
             }
-            cells.push((*col, ColumnData::Simple(Cell::counter(u.timestamp, &shards))));
+            cells.push((
+                *col,
+                ColumnData::Simple(Cell::counter(u.timestamp, &shards)),
+            ));
         }
         let mut r = amphora_types::data::Row::new(u.clustering.clone());
         r.cells = cells;

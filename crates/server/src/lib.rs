@@ -1,1 +1,16 @@
-//! amphora-server (skeleton)
+//! amphora-server: the node as a library.
+//!
+//! Owns: configuration (cassandra.yaml names + flags), composing the subsystems into a
+//! [`node::Node`] (`start` / `shutdown` in a short readable order), the CQL transport
+//! (listeners, connection state machine), the one mapping from coordinator errors to CQL
+//! error codes ([`error_map`]), and the metrics endpoint.
+//!
+//! Must never depend on: storage internals (it reaches data only through the coordinator).
+//!
+//! Key types: [`node::Node`], [`config::NodeConfig`], [`transport::TransportConfig`].
+
+pub mod config;
+pub mod error_map;
+pub mod metrics;
+pub mod node;
+pub mod transport;

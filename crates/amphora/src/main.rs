@@ -1,0 +1,141 @@
+//! The `amphora` binary: `amphora server` starts a node (more subcommands follow:
+//! nodetool, stress, sstable).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use amphora_server::config::{CommitlogSync, NodeConfig, parse_size};
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "amphora",
+    version,
+    about = "Apache Cassandra-compatible database, shard-per-core"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Starts a node (defaults: 127.0.0.1:9042, data in ./data, one shard per core).
+    Server(ServerArgs),
+}
+
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// YAML config with cassandra.yaml / scylla.yaml key names.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address for CQL (and, later, inter-node) traffic.
+    #[arg(long)]
+    listen_address: Option<IpAddr>,
+    #[arg(long)]
+    native_transport_port: Option<u16>,
+    #[arg(long)]
+    native_shard_aware_transport_port: Option<u16>,
+    #[arg(long)]
+    api_port: Option<u16>,
+    #[arg(long)]
+    prometheus_port: Option<u16>,
+    /// Number of shards (default: one per core).
+    #[arg(long)]
+    smp: Option<u32>,
+    /// Memory for the node, e.g. 2G (default: most of RAM).
+    #[arg(long)]
+    memory: Option<String>,
+    /// periodic (default), batch or group.
+    #[arg(long, value_parser = parse_sync)]
+    commitlog_sync: Option<CommitlogSync>,
+    #[arg(long)]
+    cluster_name: Option<String>,
+    /// Do not pin shard threads to cores.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+fn parse_sync(s: &str) -> Result<CommitlogSync, String> {
+    s.parse()
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(a) => server(a),
+    }
+}
+
+fn server(a: ServerArgs) -> anyhow::Result<()> {
+    let mut cfg = NodeConfig::default();
+    if let Some(p) = &a.config {
+        cfg = cfg.load_file(p)?;
+    }
+    if let Some(v) = a.data_dir {
+        cfg.data_dir = v;
+    }
+    if let Some(v) = a.listen_address {
+        cfg.listen_address = v;
+    }
+    if let Some(v) = a.native_transport_port {
+        cfg.native_port = v;
+    }
+    if let Some(v) = a.native_shard_aware_transport_port {
+        cfg.shard_aware_port = v;
+    }
+    if let Some(v) = a.api_port {
+        cfg.api_port = v;
+    }
+    if let Some(v) = a.prometheus_port {
+        cfg.prometheus_port = Some(v);
+    }
+    if let Some(v) = a.smp {
+        cfg.smp = v;
+    }
+    if let Some(v) = a.memory {
+        cfg.memory_bytes = parse_size(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--memory")?;
+    }
+    if let Some(v) = a.commitlog_sync {
+        cfg.commitlog_sync = v;
+    }
+    if let Some(v) = a.cluster_name {
+        cfg.cluster_name = v;
+    }
+    if a.no_pin {
+        cfg.pin_shards = false;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let node = amphora_server::node::Node::start(cfg.clone()).context("starting the node")?;
+        println!(
+            "Amphora is up: CQL on {} (shard-aware {}), {} shard(s), data in {}, started in {} ms",
+            node.native_addr,
+            node.shard_aware_addr,
+            node.nr_shards,
+            cfg.data_dir.display(),
+            node.startup_ms
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+        node.shutdown().await.context("shutting down")?;
+        tracing::info!("shutdown complete");
+        Ok(())
+    })
+}

@@ -1,0 +1,290 @@
+//! A node: starts the shards (storage replay, coordinator), the CQL listeners and the
+//! metrics endpoint, in that order, and stops them in reverse.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use amphora_coordinator::schema::Schema;
+use amphora_coordinator::{NodeInfo, NodeShared};
+use amphora_storage::{StorageConfig, SyncMode};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CommitlogSync, NodeConfig};
+use crate::transport::{self, Authenticator, TransportConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("shard {shard} failed to start: {message}")]
+    Shard { shard: u32, message: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Rt(#[from] amphora_rt::RtError),
+}
+
+/// Facts about the node that outlive restarts (`<data_dir>/node.json`).
+#[derive(Debug, Serialize, Deserialize)]
+struct NodeIdentity {
+    host_id: String,
+    /// Data is partitioned by shard; a different shard count needs resharding (not built).
+    smp: u32,
+}
+
+pub struct Node {
+    runtime: Option<amphora_rt::Runtime>,
+    listeners: Option<transport::ListenersHandle>,
+    metrics: Option<crate::metrics::MetricsHandle>,
+    pub native_addr: SocketAddr,
+    pub shard_aware_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub nr_shards: u32,
+    pub startup_ms: u128,
+}
+
+fn free_port(ip: std::net::IpAddr, port: u16) -> Result<u16, NodeError> {
+    if port != 0 {
+        return Ok(port);
+    }
+    let addr = SocketAddr::new(ip, 0);
+    let l = TcpListener::bind(addr).map_err(|source| NodeError::Listen { addr, source })?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|source| NodeError::Listen { addr, source })
+}
+
+fn load_identity(dir: &Path, smp: u32) -> Result<[u8; 16], NodeError> {
+    let path = dir.join("node.json");
+    let io = |source| NodeError::DataDir {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::read(&path) {
+        Ok(b) => {
+            let id: NodeIdentity = serde_json::from_slice(&b)
+                .map_err(|e| NodeError::Invalid(format!("{} is corrupt: {e}", path.display())))?;
+            if id.smp != smp {
+                return Err(NodeError::Invalid(format!(
+                    "this data directory was written with --smp {} but the node was started with --smp {smp}; resharding is not supported yet",
+                    id.smp
+                )));
+            }
+            let u = uuid::Uuid::parse_str(&id.host_id).map_err(|e| {
+                NodeError::Invalid(format!("bad host_id in {}: {e}", path.display()))
+            })?;
+            Ok(*u.as_bytes())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let u = uuid::Uuid::new_v4();
+            let id = NodeIdentity {
+                host_id: u.to_string(),
+                smp,
+            };
+            let json =
+                serde_json::to_vec_pretty(&id).map_err(|e| NodeError::Invalid(e.to_string()))?;
+            let tmp = dir.join("node.json.tmp");
+            std::fs::write(&tmp, json).map_err(io)?;
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            Ok(*u.as_bytes())
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+impl Node {
+    pub fn start(cfg: NodeConfig) -> Result<Node, NodeError> {
+        let started = Instant::now();
+        let nr_shards = cfg.shards();
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|source| NodeError::DataDir {
+            path: cfg.data_dir.display().to_string(),
+            source,
+        })?;
+        let host_id = load_identity(&cfg.data_dir, nr_shards)?;
+        let schema_path = cfg.data_dir.join("schema.json");
+        let schema =
+            Arc::new(Schema::load(&schema_path).map_err(|e| NodeError::Invalid(e.to_string()))?);
+        let native_port = free_port(cfg.listen_address, cfg.native_port)?;
+        let shard_aware_port = free_port(cfg.listen_address, cfg.shard_aware_port)?;
+        let info = NodeInfo {
+            host_id,
+            nr_shards,
+            ignore_msb: 12,
+            shard_aware_port,
+            native_port,
+            listen_address: cfg.listen_address,
+            cluster_name: cfg.cluster_name.clone(),
+        };
+        let memtable_budget = (cfg.memory() / u64::from(nr_shards) / 4).max(16 << 20);
+        let sync = match cfg.commitlog_sync {
+            CommitlogSync::Periodic => SyncMode::Periodic {
+                period_ms: cfg.commitlog_sync_period_ms,
+            },
+            CommitlogSync::Batch => SyncMode::Batch { window_ms: 0 },
+            CommitlogSync::Group => SyncMode::Group {
+                window_ms: cfg.commitlog_sync_group_window_ms,
+            },
+        };
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let (init_tx, init_rx) = std::sync::mpsc::channel::<(u32, Result<(), String>)>();
+        let shared_slot: Arc<Mutex<Option<Arc<NodeShared>>>> = Arc::new(Mutex::new(None));
+        let data_dir = cfg.data_dir.clone();
+        let segment = cfg.commitlog_segment_size_bytes;
+        let total = cfg.commitlog_total_space_bytes;
+        let tables: Vec<_> = schema.tables().cloned().collect();
+        let slot_for_init = shared_slot.clone();
+        let runtime = amphora_rt::start(
+            amphora_rt::RtConfig {
+                nr_shards,
+                pin: cfg.pin_shards,
+            },
+            move |shard| {
+                let init_tx = init_tx.clone();
+                let data_dir = data_dir.clone();
+                let tables = tables.clone();
+                let slot = slot_for_init.clone();
+                async move {
+                    let mut scfg =
+                        StorageConfig::new(data_dir.join(format!("shard-{shard}")), shard);
+                    scfg.commitlog_sync = sync;
+                    scfg.commitlog_segment_size_bytes = segment;
+                    scfg.commitlog_total_space_bytes = total;
+                    scfg.memtable_budget_bytes = memtable_budget;
+                    let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
+                        .map(|_| ());
+                    let r = r.map_err(|e| e.to_string()).and_then(|()| {
+                        // The node publishes the shared state before any shard finishes init.
+                        let shared = loop {
+                            if let Some(s) = slot.lock().ok().and_then(|g| g.clone()) {
+                                break s;
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        };
+                        amphora_coordinator::install(shared);
+                        Ok(())
+                    });
+                    let _ = init_tx.send((shard, r));
+                }
+            },
+        )?;
+        let shared = Arc::new(NodeShared {
+            info,
+            schema_path,
+            schema: Mutex::new(schema),
+            prepared: Mutex::new(Default::default()),
+            events,
+            shards: runtime.shards().clone(),
+        });
+        if let Ok(mut g) = shared_slot.lock() {
+            *g = Some(shared.clone());
+        }
+        for _ in 0..nr_shards {
+            match init_rx.recv() {
+                Ok((_, Ok(()))) => {}
+                Ok((shard, Err(message))) => {
+                    runtime.shards().close();
+                    return Err(NodeError::Shard { shard, message });
+                }
+                Err(_) => {
+                    return Err(NodeError::Invalid(
+                        "a shard thread exited during start".into(),
+                    ));
+                }
+            }
+        }
+        let tcfg = TransportConfig {
+            listen_address: cfg.listen_address,
+            native_port,
+            shard_aware_port,
+            max_frame_size: cfg.max_frame_size_bytes,
+            authenticator: if cfg.password_authenticator {
+                Authenticator::Password
+            } else {
+                Authenticator::AllowAll
+            },
+            ..TransportConfig::default()
+        };
+        let listeners =
+            transport::start_listeners(tcfg, runtime.shards().clone()).map_err(|source| {
+                NodeError::Listen {
+                    addr: SocketAddr::new(cfg.listen_address, native_port),
+                    source,
+                }
+            })?;
+        let metrics = match cfg.prometheus_port {
+            Some(p) => {
+                let addr = SocketAddr::new(cfg.prometheus_address, p);
+                Some(
+                    crate::metrics::start(addr, runtime.shards().clone())
+                        .map_err(|source| NodeError::Listen { addr, source })?,
+                )
+            }
+            None => None,
+        };
+        let startup_ms = started.elapsed().as_millis();
+        tracing::info!(shards = nr_shards, native = %listeners.native_addr(), startup_ms, "node started");
+        Ok(Node {
+            native_addr: listeners.native_addr(),
+            shard_aware_addr: listeners.shard_aware_addr(),
+            metrics_addr: metrics.as_ref().map(|m| m.local_addr()),
+            listeners: Some(listeners),
+            metrics,
+            runtime: Some(runtime),
+            nr_shards,
+            startup_ms,
+        })
+    }
+
+    /// Stops clients, flushes memtables, closes commitlogs, stops the shards.
+    pub async fn shutdown(mut self) -> Result<(), NodeError> {
+        if let Some(mut l) = self.listeners.take() {
+            l.stop(true).await;
+        }
+        if let Some(m) = self.metrics.take() {
+            m.stop();
+        }
+        let Some(rt) = self.runtime.take() else {
+            return Ok(());
+        };
+        let results = rt
+            .shards()
+            .submit_to_all(|_| async {
+                amphora_coordinator::uninstall();
+                match amphora_replica::uninstall() {
+                    Some(db) => db.shutdown().await.map_err(|e| e.to_string()),
+                    None => Ok(()),
+                }
+            })
+            .await;
+        rt.shards().close();
+        let joined = tokio::task::spawn_blocking(move || rt.join()).await;
+        let _ = joined;
+        let mut first_err = None;
+        for (shard, r) in results?.into_iter().enumerate() {
+            if let Err(message) = r {
+                tracing::error!(shard, %message, "shard shutdown failed");
+                first_err.get_or_insert(NodeError::Shard {
+                    shard: shard as u32,
+                    message,
+                });
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
