@@ -3,4 +3,5 @@
 mod basic;
 mod common;
 mod crash;
+mod fixtures;
 mod model;
