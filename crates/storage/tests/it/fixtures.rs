@@ -250,7 +250,7 @@ fn corrupt_commitlog_middle_follows_policy() {
     match ShardStorage::open(cfg(d.path()), vec![schema()]) {
         Err(StorageError::CommitlogCorrupt { path, offset, .. }) => {
             assert_eq!(path, segs[0]);
-            assert!(offset >= 24 && offset <= 100, "offset {offset}");
+            assert!((24..=100).contains(&offset), "offset {offset}");
         }
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("corruption in the middle of the commitlog must stop the start"),
