@@ -27,7 +27,8 @@ def cqlsh(home, statement, timeout_s=180):
                         "--connect-timeout=30", "-e", statement],
                        capture_output=True, text=True, timeout=timeout_s, env=env)
     assert p.returncode == 0, f"cqlsh failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-    assert "error" not in p.stderr.lower() or "warning" in p.stderr.lower(), p.stderr
+    errors = [l for l in p.stderr.splitlines() if "error" in l.lower()]
+    assert not errors, f"cqlsh reported errors:\n{p.stderr}"
     return p.stdout
 
 

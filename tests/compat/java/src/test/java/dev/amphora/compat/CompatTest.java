@@ -140,6 +140,26 @@ class CompatTest {
   }
 
   @Test
+  void schemaChangeEventReachesAnotherSession() throws InterruptedException {
+    // A second session did not run the DDL: it learns of it only from the SCHEMA_CHANGE
+    // event pushed to its control connection.
+    try (CqlSession observer =
+        CqlSession.builder()
+            .addContactPoint(new InetSocketAddress(HOST, PORT))
+            .withLocalDatacenter(DC)
+            .build()) {
+      assertTrue(observer.getMetadata().getKeyspace(KS).isPresent());
+      assertTrue(observer.getMetadata().getKeyspace(KS).flatMap(k -> k.getTable("evt")).isEmpty());
+      session.execute("CREATE TABLE " + KS + ".evt (k int PRIMARY KEY, v int)");
+      long deadline = System.nanoTime() + 20_000_000_000L;
+      while (observer.getMetadata().getKeyspace(KS).flatMap(k -> k.getTable("evt")).isEmpty()) {
+        assertTrue(System.nanoTime() < deadline, "observer never saw CREATE TABLE evt");
+        Thread.sleep(200);
+      }
+    }
+  }
+
+  @Test
   void preparedRoundTripOfTypes() {
     session.execute("CREATE TYPE " + KS + ".address (street text, zip int)");
     session.execute(
