@@ -39,22 +39,13 @@ impl Ident {
 }
 
 impl fmt::Display for Ident {
-    /// Writes the name as CQL, quoting it when it would not survive unquoted.
+    /// Writes the name as CQL: quoted if it was written quoted or would not survive
+    /// unquoted (so the output parses back to the same `Ident`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let plain = self
-            .name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase())
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && !crate::keyword::is_reserved_word(&self.name);
-        if plain {
-            f.write_str(&self.name)
-        } else {
+        if self.quoted || crate::display::needs_quoting(&self.name) {
             write!(f, "\"{}\"", self.name.replace('"', "\"\""))
+        } else {
+            f.write_str(&self.name)
         }
     }
 }

@@ -25,7 +25,7 @@ mod lexer;
 mod parser;
 
 pub use ast::*;
-pub use display::where_clause_to_string;
+pub use display::{maybe_quote, needs_quoting, where_clause_to_string};
 pub use error::{ParseError, ParseErrorKind};
 pub use keyword::is_reserved_word;
 

@@ -413,13 +413,14 @@ impl<'a> Parser<'a> {
             | Tok::Uuid
             | Tok::Hex
             | Tok::QMark
-            | Tok::Colon
             | Tok::LBracket
             | Tok::LBrace
             | Tok::LParen
             | Tok::Keyword(Keyword::Null | Keyword::Nan | Keyword::Infinity | Keyword::Cast) => {
                 true
             }
+            // `(int) :name`, but not the `:` of a map entry (`{('a'): now()}`).
+            Tok::Colon => Self::is_ident_tok(self.peek_n(2)) && self.peek_n(3) != Tok::LParen,
             // `(int) -1` hints a negative literal; `(a) - 1` is a subtraction.
             Tok::Minus => {
                 let after = self.tok_at(self.pos + 2);

@@ -3,169 +3,171 @@
 use crate::p;
 use amphora_cql::*;
 
+/// Statements clients send, with the expected `Statement::kind()`.
+pub const CLIENT_STATEMENTS: &[(&str, &str)] = &[
+    // python / java / gocql / rust driver control connection
+    ("SELECT * FROM system.peers_v2", "SELECT"),
+    ("SELECT * FROM system.peers", "SELECT"),
+    ("SELECT * FROM system.local WHERE key='local'", "SELECT"),
+    ("select * from system.local where key = 'local'", "SELECT"),
+    ("SELECT cluster_name FROM system.local", "SELECT"),
+    (
+        "SELECT peer, host_id, rpc_address, schema_version FROM system.peers",
+        "SELECT",
+    ),
+    (
+        "SELECT host_id, peer, peer_port, native_address, native_port, schema_version FROM system.peers_v2",
+        "SELECT",
+    ),
+    (
+        "SELECT schema_version FROM system.local WHERE key='local'",
+        "SELECT",
+    ),
+    (
+        "SELECT broadcast_address, cluster_name, data_center, host_id, listen_address, partitioner, rack, release_version, rpc_address, schema_version, tokens FROM system.local WHERE key='local'",
+        "SELECT",
+    ),
+    (
+        "SELECT peer, data_center, host_id, rack, release_version, rpc_address, schema_version, tokens FROM system.peers",
+        "SELECT",
+    ),
+    ("SELECT * FROM system_schema.keyspaces", "SELECT"),
+    (
+        "SELECT * FROM system_schema.tables WHERE keyspace_name = 'ks' AND table_name = 't'",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.columns WHERE keyspace_name = 'ks' AND table_name = 't'",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.views WHERE keyspace_name = 'ks' AND view_name = 'v'",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.types WHERE keyspace_name = 'ks' AND type_name = 'u'",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.functions WHERE keyspace_name = 'ks' AND function_name = 'f' AND argument_types = ['int']",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.keyspaces WHERE keyspace_name IN ('a','b')",
+        "SELECT",
+    ),
+    (
+        "SELECT keyspace_name, table_name FROM system_schema.tables where keyspace_name in ?",
+        "SELECT",
+    ),
+    (
+        "SELECT durable_writes, replication FROM system_schema.keyspaces WHERE keyspace_name = ?",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.views WHERE keyspace_name = ? AND base_table_name = ? ALLOW FILTERING",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system.local WHERE key='local' USING TIMEOUT 2000ms",
+        "SELECT",
+    ),
+    (
+        "SELECT keyspace_name, table_name, column_name, kind, position, type FROM system_schema.columns USING TIMEOUT 30000ms",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.scylla_tables WHERE keyspace_name = ? USING TIMEOUT 2000ms",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM system_schema.views WHERE keyspace_name = ? AND base_table_name = ? ALLOW FILTERING USING TIMEOUT 2000ms",
+        "SELECT",
+    ),
+    ("SELECT * from system_virtual_schema.keyspaces", "SELECT"),
+    (
+        "SELECT prepared_id FROM system.prepared_statements",
+        "SELECT",
+    ),
+    ("USE \"ks\"", "USE"),
+    ("USE ks", "USE"),
+    // cassandra-stress
+    (
+        "CREATE KEYSPACE IF NOT EXISTS \"keyspace1\" WITH replication = {'class': 'org.apache.cassandra.locator.SimpleStrategy', 'replication_factor': '1'} AND durable_writes = true",
+        "CREATE KEYSPACE",
+    ),
+    ("USE \"keyspace1\"", "USE"),
+    (
+        "CREATE TABLE IF NOT EXISTS standard1 (key blob PRIMARY KEY, \"C0\" blob, \"C1\" blob, \"C2\" blob, \"C3\" blob, \"C4\" blob) WITH compression = {}",
+        "CREATE TABLE",
+    ),
+    (
+        "CREATE TABLE IF NOT EXISTS counter1 (key blob PRIMARY KEY,\n, \"C0\" counter, \"C1\" counter, \"C2\" counter, \"C3\" counter, \"C4\" counter) WITH compression = {}",
+        "CREATE TABLE",
+    ),
+    (
+        "UPDATE \"standard1\" SET \"C0\" = ?,\"C1\" = ?,\"C2\" = ?,\"C3\" = ?,\"C4\" = ? WHERE KEY=?",
+        "UPDATE",
+    ),
+    ("SELECT * FROM \"standard1\" WHERE KEY=?", "SELECT"),
+    (
+        "SELECT \"C0\",\"C1\",\"C2\",\"C3\",\"C4\" FROM \"standard1\" WHERE KEY=?",
+        "SELECT",
+    ),
+    (
+        "UPDATE \"counter1\" SET \"C0\"=\"C0\"+?,\"C1\"=\"C1\"+? WHERE KEY=?",
+        "UPDATE",
+    ),
+    // NoSQLBench cql-iot
+    (
+        "create table if not exists baselines.iot (\n  machine_id UUID,     // source machine\n  sensor_name text,    // sensor name\n  time timestamp,      // timestamp of collection\n  sensor_value double, //\n  station_id UUID,     // source location\n  data text,\n  PRIMARY KEY ((machine_id, sensor_name), time)\n) WITH CLUSTERING ORDER BY (time DESC)\n  AND compression = { 'sstable_compression' : 'LZ4Compressor' }\n  AND compaction = {\n    'class': 'TimeWindowCompactionStrategy',\n    'compaction_window_size': 60,\n    'compaction_window_unit': 'MINUTES'\n  }",
+        "CREATE TABLE",
+    ),
+    (
+        "insert into baselines.iot (machine_id, sensor_name, time, sensor_value, station_id, data) values (?, ?, ?, ?, ?, ?) using timestamp 1234",
+        "INSERT",
+    ),
+    (
+        "select * from baselines.iot where machine_id=? and sensor_name=? limit 10",
+        "SELECT",
+    ),
+    // YCSB / COPY / Spark token scans
+    (
+        "SELECT * FROM usertable WHERE token(y_id) >= token(?) LIMIT ?",
+        "SELECT",
+    ),
+    (
+        "SELECT * FROM ks.t WHERE token(a, b) > -123 AND token(a, b) <= 456",
+        "SELECT",
+    ),
+    // cqlsh DESCRIBE forms
+    ("DESCRIBE CLUSTER", "DESCRIBE"),
+    ("DESCRIBE KEYSPACES", "DESCRIBE"),
+    ("DESC KEYSPACE ks", "DESCRIBE"),
+    ("DESCRIBE ONLY KEYSPACE ks", "DESCRIBE"),
+    ("DESCRIBE KEYSPACE", "DESCRIBE"),
+    ("DESCRIBE TABLES", "DESCRIBE"),
+    ("DESCRIBE TABLE ks.t", "DESCRIBE"),
+    ("DESCRIBE COLUMNFAMILY t", "DESCRIBE"),
+    ("DESCRIBE TYPES", "DESCRIBE"),
+    ("DESCRIBE TYPE ks.address", "DESCRIBE"),
+    ("DESCRIBE FUNCTIONS", "DESCRIBE"),
+    ("DESCRIBE FUNCTION ks.f", "DESCRIBE"),
+    ("DESCRIBE AGGREGATES", "DESCRIBE"),
+    ("DESCRIBE AGGREGATE ks.a", "DESCRIBE"),
+    ("DESCRIBE INDEX ks.i", "DESCRIBE"),
+    ("DESCRIBE MATERIALIZED VIEW ks.v", "DESCRIBE"),
+    ("DESCRIBE SCHEMA", "DESCRIBE"),
+    ("DESCRIBE FULL SCHEMA", "DESCRIBE"),
+    ("DESCRIBE ks", "DESCRIBE"),
+    ("describe ks.t WITH INTERNALS", "DESCRIBE"),
+    ("DESCRIBE KEYSPACE ks WITH INTERNALS;", "DESCRIBE"),
+];
+
 /// Every statement here must parse; kinds are checked against the expected one.
 #[test]
 fn golden_client_statements() {
-    let cases: &[(&str, &str)] = &[
-        // python / java / gocql / rust driver control connection
-        ("SELECT * FROM system.peers_v2", "SELECT"),
-        ("SELECT * FROM system.peers", "SELECT"),
-        ("SELECT * FROM system.local WHERE key='local'", "SELECT"),
-        ("select * from system.local where key = 'local'", "SELECT"),
-        ("SELECT cluster_name FROM system.local", "SELECT"),
-        (
-            "SELECT peer, host_id, rpc_address, schema_version FROM system.peers",
-            "SELECT",
-        ),
-        (
-            "SELECT host_id, peer, peer_port, native_address, native_port, schema_version FROM system.peers_v2",
-            "SELECT",
-        ),
-        (
-            "SELECT schema_version FROM system.local WHERE key='local'",
-            "SELECT",
-        ),
-        (
-            "SELECT broadcast_address, cluster_name, data_center, host_id, listen_address, partitioner, rack, release_version, rpc_address, schema_version, tokens FROM system.local WHERE key='local'",
-            "SELECT",
-        ),
-        (
-            "SELECT peer, data_center, host_id, rack, release_version, rpc_address, schema_version, tokens FROM system.peers",
-            "SELECT",
-        ),
-        ("SELECT * FROM system_schema.keyspaces", "SELECT"),
-        (
-            "SELECT * FROM system_schema.tables WHERE keyspace_name = 'ks' AND table_name = 't'",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.columns WHERE keyspace_name = 'ks' AND table_name = 't'",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.views WHERE keyspace_name = 'ks' AND view_name = 'v'",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.types WHERE keyspace_name = 'ks' AND type_name = 'u'",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.functions WHERE keyspace_name = 'ks' AND function_name = 'f' AND argument_types = ['int']",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.keyspaces WHERE keyspace_name IN ('a','b')",
-            "SELECT",
-        ),
-        (
-            "SELECT keyspace_name, table_name FROM system_schema.tables where keyspace_name in ?",
-            "SELECT",
-        ),
-        (
-            "SELECT durable_writes, replication FROM system_schema.keyspaces WHERE keyspace_name = ?",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.views WHERE keyspace_name = ? AND base_table_name = ? ALLOW FILTERING",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system.local WHERE key='local' USING TIMEOUT 2000ms",
-            "SELECT",
-        ),
-        (
-            "SELECT keyspace_name, table_name, column_name, kind, position, type FROM system_schema.columns USING TIMEOUT 30000ms",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.scylla_tables WHERE keyspace_name = ? USING TIMEOUT 2000ms",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM system_schema.views WHERE keyspace_name = ? AND base_table_name = ? ALLOW FILTERING USING TIMEOUT 2000ms",
-            "SELECT",
-        ),
-        ("SELECT * from system_virtual_schema.keyspaces", "SELECT"),
-        (
-            "SELECT prepared_id FROM system.prepared_statements",
-            "SELECT",
-        ),
-        ("USE \"ks\"", "USE"),
-        ("USE ks", "USE"),
-        // cassandra-stress
-        (
-            "CREATE KEYSPACE IF NOT EXISTS \"keyspace1\" WITH replication = {'class': 'org.apache.cassandra.locator.SimpleStrategy', 'replication_factor': '1'} AND durable_writes = true",
-            "CREATE KEYSPACE",
-        ),
-        ("USE \"keyspace1\"", "USE"),
-        (
-            "CREATE TABLE IF NOT EXISTS standard1 (key blob PRIMARY KEY, \"C0\" blob, \"C1\" blob, \"C2\" blob, \"C3\" blob, \"C4\" blob) WITH compression = {}",
-            "CREATE TABLE",
-        ),
-        (
-            "CREATE TABLE IF NOT EXISTS counter1 (key blob PRIMARY KEY,\n, \"C0\" counter, \"C1\" counter, \"C2\" counter, \"C3\" counter, \"C4\" counter) WITH compression = {}",
-            "CREATE TABLE",
-        ),
-        (
-            "UPDATE \"standard1\" SET \"C0\" = ?,\"C1\" = ?,\"C2\" = ?,\"C3\" = ?,\"C4\" = ? WHERE KEY=?",
-            "UPDATE",
-        ),
-        ("SELECT * FROM \"standard1\" WHERE KEY=?", "SELECT"),
-        (
-            "SELECT \"C0\",\"C1\",\"C2\",\"C3\",\"C4\" FROM \"standard1\" WHERE KEY=?",
-            "SELECT",
-        ),
-        (
-            "UPDATE \"counter1\" SET \"C0\"=\"C0\"+?,\"C1\"=\"C1\"+? WHERE KEY=?",
-            "UPDATE",
-        ),
-        // NoSQLBench cql-iot
-        (
-            "create table if not exists baselines.iot (\n  machine_id UUID,     // source machine\n  sensor_name text,    // sensor name\n  time timestamp,      // timestamp of collection\n  sensor_value double, //\n  station_id UUID,     // source location\n  data text,\n  PRIMARY KEY ((machine_id, sensor_name), time)\n) WITH CLUSTERING ORDER BY (time DESC)\n  AND compression = { 'sstable_compression' : 'LZ4Compressor' }\n  AND compaction = {\n    'class': 'TimeWindowCompactionStrategy',\n    'compaction_window_size': 60,\n    'compaction_window_unit': 'MINUTES'\n  }",
-            "CREATE TABLE",
-        ),
-        (
-            "insert into baselines.iot (machine_id, sensor_name, time, sensor_value, station_id, data) values (?, ?, ?, ?, ?, ?) using timestamp 1234",
-            "INSERT",
-        ),
-        (
-            "select * from baselines.iot where machine_id=? and sensor_name=? limit 10",
-            "SELECT",
-        ),
-        // YCSB / COPY / Spark token scans
-        (
-            "SELECT * FROM usertable WHERE token(y_id) >= token(?) LIMIT ?",
-            "SELECT",
-        ),
-        (
-            "SELECT * FROM ks.t WHERE token(a, b) > -123 AND token(a, b) <= 456",
-            "SELECT",
-        ),
-        // cqlsh DESCRIBE forms
-        ("DESCRIBE CLUSTER", "DESCRIBE"),
-        ("DESCRIBE KEYSPACES", "DESCRIBE"),
-        ("DESC KEYSPACE ks", "DESCRIBE"),
-        ("DESCRIBE ONLY KEYSPACE ks", "DESCRIBE"),
-        ("DESCRIBE KEYSPACE", "DESCRIBE"),
-        ("DESCRIBE TABLES", "DESCRIBE"),
-        ("DESCRIBE TABLE ks.t", "DESCRIBE"),
-        ("DESCRIBE COLUMNFAMILY t", "DESCRIBE"),
-        ("DESCRIBE TYPES", "DESCRIBE"),
-        ("DESCRIBE TYPE ks.address", "DESCRIBE"),
-        ("DESCRIBE FUNCTIONS", "DESCRIBE"),
-        ("DESCRIBE FUNCTION ks.f", "DESCRIBE"),
-        ("DESCRIBE AGGREGATES", "DESCRIBE"),
-        ("DESCRIBE AGGREGATE ks.a", "DESCRIBE"),
-        ("DESCRIBE INDEX ks.i", "DESCRIBE"),
-        ("DESCRIBE MATERIALIZED VIEW ks.v", "DESCRIBE"),
-        ("DESCRIBE SCHEMA", "DESCRIBE"),
-        ("DESCRIBE FULL SCHEMA", "DESCRIBE"),
-        ("DESCRIBE ks", "DESCRIBE"),
-        ("describe ks.t WITH INTERNALS", "DESCRIBE"),
-        ("DESCRIBE KEYSPACE ks WITH INTERNALS;", "DESCRIBE"),
-    ];
-    for (q, kind) in cases {
+    for (q, kind) in CLIENT_STATEMENTS {
         assert_eq!(p(q).kind(), *kind, "{q}");
     }
 }

@@ -705,3 +705,22 @@ fn statements_script() {
     assert!(parse_statements("").expect("empty").is_empty());
     assert!(parse_statements("USE a USE b").is_err());
 }
+
+/// Found by the round-trip proptest: a tuple key of a map is not a type hint.
+#[test]
+fn regression_tuple_key_is_not_a_type_hint() {
+    let Statement::Insert(i) = p("INSERT INTO t (a) VALUES ({('x'): 'y', (1, 2): now()})") else {
+        panic!()
+    };
+    let InsertValues::Values { values, .. } = i.values else {
+        panic!()
+    };
+    assert!(matches!(&values[0], Expr::Map(m) if m.len() == 2 && matches!(m[0].0, Expr::Tuple(_))));
+    let Statement::Insert(i) = p("INSERT INTO t (a) VALUES ((text) :v)") else {
+        panic!()
+    };
+    let InsertValues::Values { values, .. } = i.values else {
+        panic!()
+    };
+    assert!(matches!(&values[0], Expr::TypeHint { expr, .. } if matches!(**expr, Expr::Bind(_))));
+}

@@ -5,6 +5,7 @@ mod ddl;
 mod dml;
 mod errors;
 mod props;
+mod roundtrip;
 
 use amphora_cql::{ParsedStatement, Statement};
 
