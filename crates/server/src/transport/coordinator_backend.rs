@@ -1,17 +1,15 @@
-//! The production [`Backend`]: the shard's coordinator.
-//!
-//! Until `amphora_coordinator` exports `Coordinator` and `local()`, [`NotWired`] stands in:
-//! the handshake, OPTIONS and REGISTER work, every query answers ServerError.
+//! The production [`Backend`]: the shard's coordinator (`amphora_coordinator::local()`).
 
 use std::rc::Rc;
 
 use amphora_coordinator::{
-    ClientState, NodeEvent, PreparedInfo, QueryError, QueryOptions, QueryResult,
+    BatchItem, BatchQuery, BatchType, ClientState, Coordinator, NodeEvent, PreparedInfo,
+    QueryError, QueryOptions, QueryResult,
 };
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 
-use super::backend::{Backend, BatchEntry, BatchKind, NodeFacts};
+use super::backend::{Backend, BatchEntry, BatchKind, BatchQueryText, NodeFacts};
 use super::{TransportConfig, serve_connection_with};
 
 /// Serves one accepted connection on the calling shard with the shard's coordinator.
@@ -20,62 +18,97 @@ pub async fn serve_connection(stream: TcpStream, shard: u32, cfg: Rc<TransportCo
 }
 
 /// The calling shard's backend.
-pub(crate) fn local_backend() -> Rc<NotWired> {
-    Rc::new(NotWired)
+pub(crate) fn local_backend() -> Rc<LocalCoordinator> {
+    Rc::new(LocalCoordinator(amphora_coordinator::local()))
 }
 
-/// Stand-in until the coordinator is wired.
-pub struct NotWired;
+/// The shard's coordinator; `None` only while the node is starting or stopping, when every
+/// request answers ServerError.
+pub struct LocalCoordinator(Option<Rc<Coordinator>>);
 
-const NOT_WIRED: &str = "the coordinator is not wired to the transport yet";
+impl LocalCoordinator {
+    fn get(&self) -> Result<&Coordinator, QueryError> {
+        self.0.as_deref().ok_or_else(|| {
+            QueryError::Server("this shard has no coordinator (node starting or stopping)".into())
+        })
+    }
+}
 
-impl Backend for NotWired {
+impl Backend for LocalCoordinator {
     fn node_facts(&self) -> NodeFacts {
-        NodeFacts {
-            host_id: [0; 16],
-            nr_shards: amphora_rt::shards().map_or(1, |s| s.nr_shards()),
-            ignore_msb: 12,
+        match &self.0 {
+            Some(c) => {
+                let i = c.node_info();
+                NodeFacts {
+                    host_id: i.host_id,
+                    nr_shards: i.nr_shards,
+                    ignore_msb: i.ignore_msb,
+                }
+            }
+            None => NodeFacts {
+                host_id: [0; 16],
+                nr_shards: amphora_rt::shards().map_or(1, |s| s.nr_shards()),
+                ignore_msb: 12,
+            },
         }
     }
 
     fn events(&self) -> broadcast::Receiver<NodeEvent> {
-        broadcast::channel(1).1
+        match &self.0 {
+            Some(c) => c.events(),
+            None => broadcast::channel(1).1,
+        }
     }
 
     async fn query(
         &self,
-        _: &ClientState,
-        _: &str,
-        _: QueryOptions,
+        state: &ClientState,
+        query: &str,
+        opts: QueryOptions,
     ) -> Result<QueryResult, QueryError> {
-        Err(QueryError::Server(NOT_WIRED.into()))
+        self.get()?.query(state, query, opts).await
     }
 
     async fn prepare(
         &self,
-        _: &ClientState,
-        _: &str,
-        _: Option<&str>,
+        state: &ClientState,
+        query: &str,
+        keyspace: Option<&str>,
     ) -> Result<PreparedInfo, QueryError> {
-        Err(QueryError::Server(NOT_WIRED.into()))
+        self.get()?.prepare(state, query, keyspace).await
     }
 
     async fn execute(
         &self,
-        _: &ClientState,
-        _: &[u8],
-        _: QueryOptions,
+        state: &ClientState,
+        id: &[u8],
+        opts: QueryOptions,
     ) -> Result<QueryResult, QueryError> {
-        Err(QueryError::Server(NOT_WIRED.into()))
+        self.get()?.execute(state, id, opts).await
     }
 
     async fn batch(
         &self,
-        _: &ClientState,
-        _: BatchKind,
-        _: Vec<BatchEntry>,
-        _: QueryOptions,
+        state: &ClientState,
+        kind: BatchKind,
+        entries: Vec<BatchEntry>,
+        opts: QueryOptions,
     ) -> Result<QueryResult, QueryError> {
-        Err(QueryError::Server(NOT_WIRED.into()))
+        let kind = match kind {
+            BatchKind::Logged => BatchType::Logged,
+            BatchKind::Unlogged => BatchType::Unlogged,
+            BatchKind::Counter => BatchType::Counter,
+        };
+        let items = entries
+            .into_iter()
+            .map(|e| BatchItem {
+                query: match e.query {
+                    BatchQueryText::Text(t) => BatchQuery::Text(t),
+                    BatchQueryText::Prepared(id) => BatchQuery::Prepared(id),
+                },
+                values: e.values,
+            })
+            .collect();
+        self.get()?.batch(state, kind, items, opts).await
     }
 }
