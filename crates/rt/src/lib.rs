@@ -25,6 +25,13 @@ pub type ShardId = u32;
 
 type Task = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 
+/// A message in a shard's inbox.
+enum Msg {
+    Run(Task),
+    /// Ends the shard's loop once the messages queued before it were started.
+    Stop,
+}
+
 thread_local! {
     static CURRENT_SHARD: Cell<Option<ShardId>> = const { Cell::new(None) };
     static SHARDS: std::cell::RefCell<Option<Shards>> = const { std::cell::RefCell::new(None) };
@@ -56,7 +63,7 @@ pub enum RtError {
 /// Handle to every shard's inbox.
 #[derive(Clone)]
 pub struct Shards {
-    inboxes: Arc<Vec<mpsc::UnboundedSender<Task>>>,
+    inboxes: Arc<Vec<mpsc::UnboundedSender<Msg>>>,
 }
 
 impl Shards {
@@ -86,7 +93,7 @@ impl Shards {
         let nr_shards = self.nr_shards();
         let sent = match self.inboxes.get(shard as usize) {
             Some(inbox) => inbox
-                .send(task)
+                .send(Msg::Run(task))
                 .map_err(|_| RtError::ShardStopped { shard }),
             None => Err(RtError::NoSuchShard { shard, nr_shards }),
         };
@@ -117,19 +124,10 @@ impl Shards {
 
     /// Closes every inbox: each shard's loop ends once its queued tasks are done.
     pub fn close(&self) {
-        // Dropping senders is not possible through a shared Arc; send a stop marker instead.
         for inbox in self.inboxes.iter() {
-            let _ = inbox.send(Box::new(|| {
-                Box::pin(async {
-                    STOP.with(|s| s.set(true));
-                })
-            }));
+            let _ = inbox.send(Msg::Stop);
         }
     }
-}
-
-thread_local! {
-    static STOP: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Options for [`start`].
@@ -174,7 +172,7 @@ where
     let mut senders = Vec::with_capacity(nr as usize);
     let mut receivers = Vec::with_capacity(nr as usize);
     for _ in 0..nr {
-        let (tx, rx) = mpsc::unbounded_channel::<Task>();
+        let (tx, rx) = mpsc::unbounded_channel::<Msg>();
         senders.push(tx);
         receivers.push(rx);
     }
@@ -212,11 +210,8 @@ where
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
                     init(shard).await;
-                    while let Some(task) = rx.recv().await {
+                    while let Some(Msg::Run(task)) = rx.recv().await {
                         tokio::task::spawn_local(task());
-                        if STOP.with(|s| s.get()) {
-                            break;
-                        }
                     }
                 });
                 SHARDS.with(|s| *s.borrow_mut() = None);
