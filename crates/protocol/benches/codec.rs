@@ -4,8 +4,9 @@
 use std::hint::black_box;
 
 use amphora_protocol::{
-    ColumnSpec, ColumnType, DEFAULT_MAX_FRAME_SIZE, DecodeOptions, ProtocolVersion, RequestMessage,
-    ResponsePrefix, RowsMetadata, RowsWriter, decode_envelope, decode_request,
+    ColumnSpec, ColumnType, DEFAULT_MAX_FRAME_SIZE, DecodeOptions, EncodedColumns, ProtocolVersion,
+    RequestMessage, ResponsePrefix, RowsMetadata, RowsWriter, decode_envelope,
+    decode_request_owned,
 };
 use bytes::{BufMut, BytesMut};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -49,7 +50,7 @@ fn decode_execute(input: &mut BytesMut, opts: &DecodeOptions) -> usize {
         .ok()
         .flatten();
     let Some(env) = env else { return 0 };
-    match decode_request(&env, opts) {
+    match decode_request_owned(env, opts) {
         Ok(r) => match r.message {
             RequestMessage::Execute(e) => e.parameters.values.len(),
             _ => 0,
@@ -58,11 +59,26 @@ fn decode_execute(input: &mut BytesMut, opts: &DecodeOptions) -> usize {
     }
 }
 
-fn encode_rows(out: &mut BytesMut, cols: &[ColumnSpec], no_metadata: bool) {
+/// How the Rows metadata is produced.
+#[derive(Clone, Copy)]
+enum Meta<'a> {
+    /// Encoded from `ColumnSpec`s per response.
+    Full(&'a [ColumnSpec]),
+    /// Column specs encoded once per prepared statement.
+    Cached(&'a EncodedColumns),
+    /// The client sent Skip_metadata (drivers do for prepared statements).
+    Skipped(&'a [ColumnSpec]),
+}
+
+fn encode_rows(out: &mut BytesMut, meta: Meta<'_>) {
     out.clear();
-    let meta = RowsMetadata {
-        no_metadata,
-        ..RowsMetadata::new(cols)
+    let meta = match meta {
+        Meta::Full(cols) => RowsMetadata::new(cols),
+        Meta::Cached(enc) => RowsMetadata::with_encoded(enc),
+        Meta::Skipped(cols) => RowsMetadata {
+            no_metadata: true,
+            ..RowsMetadata::new(cols)
+        },
     };
     let Ok(mut w) = RowsWriter::begin(out, ProtocolVersion::V4, 1, &ResponsePrefix::NONE, &meta)
     else {
@@ -79,6 +95,7 @@ fn bench(c: &mut Criterion) {
     let frame = execute_frame();
     let opts = DecodeOptions::default();
     let cols = columns();
+    let encoded = EncodedColumns::new(ProtocolVersion::V4, &cols).expect("encode columns");
     assert_eq!(decode_execute(&mut frame.clone(), &opts), 6);
 
     c.bench_function("decode_execute_6_values", |b| {
@@ -89,29 +106,34 @@ fn bench(c: &mut Criterion) {
         )
     });
     let mut out = BytesMut::with_capacity(4096);
-    c.bench_function("encode_rows_1x6_full_metadata", |b| {
-        b.iter(|| {
-            encode_rows(&mut out, &cols, false);
-            black_box(out.len())
-        })
-    });
-    c.bench_function("encode_rows_1x6_no_metadata", |b| {
-        b.iter(|| {
-            encode_rows(&mut out, &cols, true);
-            black_box(out.len())
-        })
-    });
-    c.bench_function("execute_then_rows_full_metadata", |b| {
-        b.iter_batched_ref(
-            || frame.clone(),
-            |input| {
-                black_box(decode_execute(input, &opts));
-                encode_rows(&mut out, &cols, false);
+    for (name, meta) in [
+        ("encode_rows_1x6_full_metadata", Meta::Full(&cols)),
+        ("encode_rows_1x6_cached_metadata", Meta::Cached(&encoded)),
+        ("encode_rows_1x6_no_metadata", Meta::Skipped(&cols)),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                encode_rows(&mut out, meta);
                 black_box(out.len())
-            },
-            BatchSize::SmallInput,
-        )
-    });
+            })
+        });
+    }
+    for (name, meta) in [
+        ("execute_then_rows_cached_metadata", Meta::Cached(&encoded)),
+        ("execute_then_rows_no_metadata", Meta::Skipped(&cols)),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || frame.clone(),
+                |input| {
+                    black_box(decode_execute(input, &opts));
+                    encode_rows(&mut out, meta);
+                    black_box(out.len())
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
 }
 
 criterion_group!(benches, bench);

@@ -139,6 +139,8 @@ pub enum EncodeError {
     PartialRow { cells: u64, columns: usize },
     #[error("compression: {0}")]
     Compression(String),
+    #[error("column specs encoded for v{encoded} used in a v{requested} response")]
+    VersionMismatch { encoded: u8, requested: u8 },
     #[error("buffer does not hold a whole envelope at offset {offset}")]
     NotAnEnvelope { offset: usize },
 }

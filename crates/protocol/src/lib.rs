@@ -37,10 +37,11 @@ pub use error::{CompressionError, DecodeError, EncodeError, FrameError, SegmentE
 pub use request::{
     Batch, BatchStatement, BatchStatementKind, BatchType, DecodeOptions, Execute, Prepare, Query,
     QueryParameters, Register, Request, RequestMessage, Startup, decode_request,
+    decode_request_owned,
 };
 pub use response::{
-    ColumnSpec, ErrorCode, ErrorKind, ErrorResponse, Event, FailureReason, Prepared,
-    PreparedMetadata, RateLimitOp, Response, ResponsePrefix, ResultMessage, RowsMetadata,
+    ColumnSpec, EncodedColumns, ErrorCode, ErrorKind, ErrorResponse, Event, FailureReason,
+    Prepared, PreparedMetadata, RateLimitOp, Response, ResponsePrefix, ResultMessage, RowsMetadata,
     RowsWriter, SchemaChange, SchemaChangeTarget, SchemaChangeType, StatusChangeType,
     TopologyChangeType, WriteType, encode_frame_error, encode_response, encode_unsupported_version,
 };

@@ -765,6 +765,43 @@ pub struct RowsMetadata<'a> {
     pub paging_state: Option<&'a [u8]>,
     /// Metadata_changed + new id (v5, or v4 with `SCYLLA_USE_METADATA_ID`).
     pub new_metadata_id: Option<&'a [u8]>,
+    /// Column specs encoded once (per prepared statement and version); when set it replaces
+    /// `columns` and `global_table_spec`.
+    pub encoded_columns: Option<&'a EncodedColumns>,
+}
+
+/// Column specs (`[global_table_spec]` + `<col_spec>`s) encoded once for one protocol
+/// version, then copied into every Rows response: saves re-encoding names and types per
+/// response of a prepared statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedColumns {
+    version: ProtocolVersion,
+    count: usize,
+    global: bool,
+    bytes: Bytes,
+}
+
+impl EncodedColumns {
+    /// Encodes `columns` for `version`, with a global table spec when they share one.
+    pub fn new(version: ProtocolVersion, columns: &[ColumnSpec]) -> Result<Self, EncodeError> {
+        let global = common_table(columns);
+        let mut b = BytesMut::new();
+        write_col_specs(&mut b, version, global, columns)?;
+        Ok(Self {
+            version,
+            count: columns.len(),
+            global: global.is_some(),
+            bytes: b.freeze(),
+        })
+    }
+
+    pub fn version(&self) -> ProtocolVersion {
+        self.version
+    }
+
+    pub fn column_count(&self) -> usize {
+        self.count
+    }
 }
 
 impl<'a> RowsMetadata<'a> {
@@ -785,11 +822,37 @@ impl<'a> RowsMetadata<'a> {
         }
     }
 
+    /// Metadata over pre-encoded column specs.
+    pub fn with_encoded(encoded: &'a EncodedColumns) -> Self {
+        Self {
+            encoded_columns: Some(encoded),
+            ..Default::default()
+        }
+    }
+
+    fn column_count(&self) -> usize {
+        match self.encoded_columns {
+            Some(e) => e.count,
+            None => self.columns.len(),
+        }
+    }
+
     pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        let _ = version;
         let mut flags = 0;
         let global = self.global_table_spec.filter(|_| !self.no_metadata);
-        if global.is_some() {
+        let global_flag = match self.encoded_columns {
+            Some(e) => {
+                if e.version != version {
+                    return Err(EncodeError::VersionMismatch {
+                        encoded: e.version.as_u8(),
+                        requested: version.as_u8(),
+                    });
+                }
+                e.global && !self.no_metadata
+            }
+            None => global.is_some(),
+        };
+        if global_flag {
             flags |= rows_flags::GLOBAL_TABLES_SPEC;
         }
         if self.paging_state.is_some() {
@@ -802,7 +865,7 @@ impl<'a> RowsMetadata<'a> {
             flags |= rows_flags::METADATA_CHANGED;
         }
         buf.put_i32(flags);
-        buf.put_i32(column_count(self.columns.len())?);
+        buf.put_i32(column_count(self.column_count())?);
         if let Some(ps) = self.paging_state {
             write_bytes(buf, Some(ps))?;
         }
@@ -810,7 +873,10 @@ impl<'a> RowsMetadata<'a> {
             write_short_bytes(buf, id)?;
         }
         if !self.no_metadata {
-            write_col_specs(buf, version, global, self.columns)?;
+            match self.encoded_columns {
+                Some(e) => buf.put_slice(&e.bytes),
+                None => write_col_specs(buf, version, global, self.columns)?,
+            }
         }
         Ok(())
     }
@@ -960,7 +1026,7 @@ impl<'b> RowsWriter<'b> {
             buf,
             start,
             count_at,
-            columns: metadata.columns.len() as u64,
+            columns: metadata.column_count() as u64,
             cells: 0,
             finished: false,
         })
@@ -1666,6 +1732,63 @@ mod tests {
             }
             proptest::prop_assert_eq!(r.remaining(), 0);
         }
+    }
+
+    fn one_row(version: ProtocolVersion, meta: &RowsMetadata<'_>) -> BytesMut {
+        let mut b = BytesMut::new();
+        let mut w =
+            RowsWriter::begin(&mut b, version, 1, &ResponsePrefix::NONE, meta).expect("begin");
+        w.push_value(Some(b"x")).expect("cell");
+        w.push_value(None).expect("cell");
+        w.finish().expect("finish");
+        b
+    }
+
+    #[test]
+    fn encoded_columns_match_direct_encoding() {
+        let cols = vec![
+            column("a", ColumnType::Duration),
+            column("b", ColumnType::Int),
+        ];
+        for version in [ProtocolVersion::V3, V4, V5] {
+            let enc = EncodedColumns::new(version, &cols).expect("encode");
+            let direct = RowsMetadata {
+                paging_state: Some(b"p"),
+                ..RowsMetadata::new(&cols)
+            };
+            let cached = RowsMetadata {
+                paging_state: Some(b"p"),
+                ..RowsMetadata::with_encoded(&enc)
+            };
+            assert_eq!(one_row(version, &direct), one_row(version, &cached));
+            let direct = RowsMetadata {
+                no_metadata: true,
+                ..direct
+            };
+            let cached = RowsMetadata {
+                no_metadata: true,
+                ..cached
+            };
+            assert_eq!(one_row(version, &direct), one_row(version, &cached));
+        }
+        let enc = EncodedColumns::new(V4, &cols).expect("encode");
+        let mut b = BytesMut::new();
+        let r = RowsWriter::begin(
+            &mut b,
+            V5,
+            1,
+            &ResponsePrefix::NONE,
+            &RowsMetadata::with_encoded(&enc),
+        );
+        assert!(matches!(
+            r,
+            Err(EncodeError::VersionMismatch {
+                encoded: 4,
+                requested: 5
+            })
+        ));
+        drop(r);
+        assert!(b.is_empty());
     }
 
     #[test]
