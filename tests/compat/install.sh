@@ -75,11 +75,12 @@ install_java() {
     return
   fi
   echo "java: resolving the Java driver, JUnit and plugins into .m2"
-  # go-offline + test-compile (and a no-op surefire run) so `mvn -o test` works offline.
+  # go-offline + test-compile, then one server-less test so that surefire's JUnit provider
+  # is fetched too: `mvn -o test` (run.sh) then works offline.
   mvn -B -q -f java/pom.xml -Dmaven.repo.local="$here/.m2" \
     dependency:go-offline test-compile surefire:help >/dev/null
-  mvn -B -q -f java/pom.xml -Dmaven.repo.local="$here/.m2" test -Dtest=NoSuchTest \
-    -Dsurefire.failIfNoSpecifiedTests=false >/dev/null
+  mvn -B -q -f java/pom.xml -Dmaven.repo.local="$here/.m2" test -Dtest=DriverInstalledTest \
+    >/dev/null
   touch ".m2/.installed-$stamp"
 }
 
