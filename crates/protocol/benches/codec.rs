@@ -75,10 +75,7 @@ fn encode_rows(out: &mut BytesMut, meta: Meta<'_>) {
     let meta = match meta {
         Meta::Full(cols) => RowsMetadata::new(cols),
         Meta::Cached(enc) => RowsMetadata::with_encoded(enc),
-        Meta::Skipped(cols) => RowsMetadata {
-            no_metadata: true,
-            ..RowsMetadata::new(cols)
-        },
+        Meta::Skipped(cols) => RowsMetadata::skipped(cols),
     };
     let Ok(mut w) = RowsWriter::begin(out, ProtocolVersion::V4, 1, &ResponsePrefix::NONE, &meta)
     else {

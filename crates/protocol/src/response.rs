@@ -814,6 +814,16 @@ impl<'a> RowsMetadata<'a> {
         }
     }
 
+    /// Only flags, column count and paging state, for a client that sent Skip_metadata
+    /// (drivers do for prepared statements). Skips the global-table-spec detection of `new`.
+    pub fn skipped(columns: &'a [ColumnSpec]) -> Self {
+        Self {
+            columns,
+            no_metadata: true,
+            ..Default::default()
+        }
+    }
+
     /// The `<result_metadata>` of a non-SELECT prepared statement: No_metadata, 0 columns.
     pub fn empty() -> Self {
         Self {
@@ -1770,6 +1780,11 @@ mod tests {
                 ..cached
             };
             assert_eq!(one_row(version, &direct), one_row(version, &cached));
+            let skipped = RowsMetadata {
+                paging_state: Some(b"p"),
+                ..RowsMetadata::skipped(&cols)
+            };
+            assert_eq!(one_row(version, &direct), one_row(version, &skipped));
         }
         let enc = EncodedColumns::new(V4, &cols).expect("encode");
         let mut b = BytesMut::new();
