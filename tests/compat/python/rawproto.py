@@ -152,3 +152,129 @@ def query(sock, cql, stream=2, consistency=0x0001):
     _, _, s, opcode, body = read_frame(sock)
     assert s == stream
     return opcode, body
+
+
+# ---------------------------------------------------------------------------------------
+# Protocol v5 framing (native_protocol_v5.spec §2): after READY, envelopes travel inside
+# frames with a CRC24-protected header and a CRC32-protected payload, little-endian.
+
+CRC24_INIT = 0x875060
+CRC24_POLY = 0x1974F0B
+# CRC32 of the payload is seeded with these four bytes (Cassandra net/Crc.java).
+CRC32_SEED = b"\xfa\x2d\x55\xca"
+MAX_PAYLOAD = 128 * 1024 - 1
+
+
+def crc24(data):
+    crc = CRC24_INIT
+    for b in data:
+        crc ^= b << 16
+        for _ in range(8):
+            crc <<= 1
+            if crc & 0x1000000:
+                crc ^= CRC24_POLY
+    return crc & 0xFFFFFF
+
+
+def crc32(payload):
+    import zlib
+    return zlib.crc32(payload, zlib.crc32(CRC32_SEED)) & 0xFFFFFFFF
+
+
+def _le(n, width):
+    return n.to_bytes(width, "little")
+
+
+def v5_frame(payload, self_contained=True, lz4_block=None, corrupt_header=False):
+    """One v5 frame around `payload`. With lz4_block (the lz4.block module) the payload is
+    LZ4-compressed, or stored with uncompressed length 0 when that does not shrink it."""
+    assert len(payload) <= MAX_PAYLOAD
+    if lz4_block is None:
+        header = _le(len(payload) | (int(self_contained) << 17), 3)
+        body = payload
+    else:
+        packed = lz4_block.compress(payload, store_size=False)
+        if len(packed) < len(payload):
+            body, ulen = packed, len(payload)
+        else:
+            body, ulen = payload, 0
+        header = _le(len(body) | (ulen << 17) | (int(self_contained) << 34), 5)
+    crc = crc24(header)
+    if corrupt_header:
+        crc ^= 0x000001
+    return header + _le(crc, 3) + body + _le(crc32(body), 4)
+
+
+def read_v5_frame(sock, lz4_block=None):
+    """Reads one frame, checking both CRCs; returns (payload, self_contained)."""
+    hlen = 3 if lz4_block is None else 5
+    header = _recv_exact(sock, hlen)
+    got_crc = int.from_bytes(_recv_exact(sock, 3), "little")
+    assert got_crc == crc24(header), f"bad CRC24 on frame header {header.hex()}"
+    h = int.from_bytes(header, "little")
+    length = h & 0x1FFFF
+    if lz4_block is None:
+        self_contained = bool(h >> 17 & 1)
+        ulen = 0
+    else:
+        ulen = h >> 17 & 0x1FFFF
+        self_contained = bool(h >> 34 & 1)
+    body = _recv_exact(sock, length)
+    got_crc32 = int.from_bytes(_recv_exact(sock, 4), "little")
+    assert got_crc32 == crc32(body), "bad CRC32 on frame payload"
+    if lz4_block is not None and ulen:
+        body = lz4_block.decompress(body, uncompressed_size=ulen)
+    return body, self_contained
+
+
+def v5_startup(sock, compression=None):
+    """OPTIONS and STARTUP travel unframed even in v5; framing starts after READY."""
+    opts = {"CQL_VERSION": "3.0.0"}
+    if compression:
+        opts["COMPRESSION"] = compression
+    sock.sendall(frame(0x05, 0, OP_STARTUP, _string_map(opts)))
+    v, _, _, opcode, body = read_frame(sock)
+    assert v == 0x85, hex(v)
+    if opcode != OP_READY:
+        detail = parse_error(body)[:2] if opcode == OP_ERROR else ""
+        raise AssertionError(f"v5 STARTUP answered with opcode {opcode:#x} {detail}")
+
+
+def v5_query_envelope(cql, stream):
+    # v5 query parameters: consistency [short], flags [int]
+    body = struct.pack(">i", len(cql.encode())) + cql.encode() + struct.pack(">Hi", 0x0001, 0)
+    return frame(0x05, stream, OP_QUERY, body)
+
+
+def parse_envelopes(payload):
+    """Splits a self-contained frame payload into (version, stream, opcode, body) tuples."""
+    out = []
+    pos = 0
+    while pos < len(payload):
+        version, flags, stream, opcode, length = struct.unpack_from(">BBhBi", payload, pos)
+        out.append((version, stream, opcode, payload[pos + 9:pos + 9 + length]))
+        pos += 9 + length
+    assert pos == len(payload), "trailing bytes after the last envelope"
+    return out
+
+
+def single_text_cell(rows_body):
+    """The value of a RESULT Rows body with exactly one text column and at least one row
+    (the first row's cell)."""
+    r = Reader(rows_body)
+    assert r.int() == 0x0002, "not a Rows result"
+    flags = r.int()
+    assert r.int() == 1, "expected exactly one column"
+    if flags & 0x0002:  # Has_more_pages
+        r.take(r.int())
+    if flags & 0x0008:  # Metadata_changed (v5)
+        r.short_bytes()
+    if not flags & 0x0004:  # column spec unless No_metadata
+        if flags & 0x0001:  # Global_tables_spec
+            r.string(), r.string()
+        else:
+            r.string(), r.string()
+        r.string()
+        assert r.short() in (0x000A, 0x000D), "column is not text"
+    assert r.int() >= 1, "no rows"
+    return r.take(r.int()).decode()
