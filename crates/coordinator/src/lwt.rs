@@ -93,7 +93,23 @@ pub async fn run_conditional(
     let shard = shard_of(m.key.token, info.nr_shards, info.ignore_msb);
     let table_id = table.id;
     let has_clustering = !table.clustering_key.is_empty();
-    let applied = inner
+    // Columns shown with [applied] = false: the whole row for IF NOT EXISTS / IF EXISTS,
+    // the condition columns otherwise (Cassandra's layout).
+    let shown: Vec<ColumnId> = match &check {
+        Check::Columns(cs) => {
+            let mut v: Vec<ColumnId> = Vec::new();
+            for (id, ..) in cs {
+                if !v.contains(id) {
+                    v.push(*id);
+                }
+            }
+            v
+        }
+        _ => crate::select::wildcard_columns(table),
+    };
+    let shown_for_shard = shown.clone();
+    let table_for_shard = table.clone();
+    let (applied, current) = inner
         .shared
         .shards
         .submit_to(shard, move || async move {
@@ -131,24 +147,46 @@ pub async fn run_conditional(
                     compare(*op, have.as_ref(), want.as_ref(), ty)
                 }),
             };
+            let current: Option<Vec<Option<Bytes>>> = match (ok, part, row) {
+                (false, Some(p), Some(r)) => Some(
+                    shown_for_shard
+                        .iter()
+                        .map(|id| crate::select::column_value(&table_for_shard, *id, p, r, false))
+                        .collect(),
+                ),
+                _ => None,
+            };
             if ok {
                 let ack = db.storage().apply(&m).map_err(|e| e.to_string())?;
                 ack.await.map_err(|e| e.to_string())?;
             }
-            Ok::<bool, String>(ok)
+            Ok::<(bool, Option<Vec<Option<Bytes>>>), String>((ok, current))
         })
         .await
         .map_err(|e| QueryError::Server(e.to_string()))?
         .map_err(QueryError::Server)?;
-    let columns = Arc::new(vec![ResultColumn {
+    let mut columns = vec![ResultColumn {
         keyspace: table.keyspace.clone(),
         table: table.name.clone(),
         name: "[applied]".into(),
         ty: CqlType::Boolean,
-    }]);
+    }];
+    let mut cells = vec![Some(Bytes::from_static(if applied { &[1] } else { &[0] }))];
+    if let Some(values) = current {
+        for (id, v) in shown.iter().zip(values) {
+            let def = &table.columns[*id as usize];
+            columns.push(ResultColumn {
+                keyspace: table.keyspace.clone(),
+                table: table.name.clone(),
+                name: def.name.clone(),
+                ty: def.ty.clone(),
+            });
+            cells.push(v);
+        }
+    }
     Ok(QueryResult::Rows(ResultRows {
-        columns,
-        cells: vec![Some(Bytes::from_static(if applied { &[1] } else { &[0] }))],
+        columns: Arc::new(columns),
+        cells,
         row_count: 1,
         paging_state: None,
         no_metadata: false,

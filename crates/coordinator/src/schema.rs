@@ -464,7 +464,9 @@ pub fn create_table(
         .collect();
     let inline_pk: Vec<&ast::ColumnDef> = st.columns.iter().filter(|c| c.primary_key).collect();
     let (pk_names, ck_names) = if !inline_pk.is_empty() {
-        if inline_pk.len() > 1 || !pk_names.is_empty() {
+        let same =
+            pk_names.len() == 1 && pk_names[0] == inline_pk[0].name.name && ck_names.is_empty();
+        if inline_pk.len() > 1 || (!pk_names.is_empty() && !same) {
             return Err(invalid(
                 "Multiple PRIMARY KEYs specified (exactly one required)",
             ));
