@@ -6,6 +6,7 @@ import csv
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,63 @@ def test_copy_to_and_from(cqlsh_home, session, keyspace, tmp_path):
     assert session.execute(f"SELECT count(*) FROM {dst}").one()[0] == 250
     got = {(r.k, r.c): (r.v, r.f) for r in session.execute(f"SELECT k, c, v, f FROM {dst}")}
     assert got == rows
+
+
+def test_select_output(cqlsh_home, session, keyspace):
+    t = f"{keyspace}.shown"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, t text, m map<text, int>, "
+                    "s set<int>, u uuid)")
+    for k in range(3):
+        session.execute(f"INSERT INTO {t} (k, t, m, s, u) VALUES ({k}, 'row{k}', "
+                        f"{{'a': {k}}}, {{{k}, 10}}, 123e4567-e89b-42d3-a456-42661417400{k})")
+    out = cqlsh(cqlsh_home, f"SELECT k, t, m, s, u FROM {t}")
+    assert "(3 rows)" in out, out
+    header = next(l for l in out.splitlines() if "|" in l)
+    assert [c.strip() for c in header.split("|")] == ["k", "t", "m", "s", "u"], header
+    for k in range(3):
+        line = next((l for l in out.splitlines() if f"row{k}" in l), None)
+        assert line is not None, out
+        cells = [c.strip() for c in line.split("|")]
+        assert cells == [str(k), f"row{k}", f"{{'a': {k}}}", f"{{{k}, 10}}",
+                         f"123e4567-e89b-42d3-a456-42661417400{k}"], line
+
+
+def test_describe_keyspace_recreates_it(cqlsh_home, cluster, session):
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"compat_desc_{tag}_src", f"compat_desc_{tag}_dst"
+    for ks in (src, dst):
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+    session.execute(f"CREATE KEYSPACE {src} WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1} "
+                    "AND durable_writes = true")
+    try:
+        session.execute(f"CREATE TYPE {src}.addr (street text, zip int)")
+        session.execute(f"CREATE TYPE {src}.person (name text, home frozen<addr>)")
+        session.execute(f"CREATE TABLE {src}.people (id uuid PRIMARY KEY, p frozen<person>, "
+                        "tags set<text>, scores map<text, double>, pair tuple<int, text>, "
+                        "emb vector<float, 3>) WITH comment = 'people'")
+        session.execute(f"CREATE TABLE {src}.events (day date, ts timestamp, seq int, "
+                        "note text, owner text static, PRIMARY KEY ((day), ts, seq)) "
+                        "WITH CLUSTERING ORDER BY (ts DESC, seq ASC) "
+                        "AND default_time_to_live = 86400")
+        session.execute(f"CREATE TABLE {src}.hits (page text PRIMARY KEY, n counter)")
+        out = cqlsh(cqlsh_home, f"DESCRIBE KEYSPACE {src}")
+        ddl = out[out.index("CREATE KEYSPACE"):].replace(src, dst)
+        statements = [s.strip() for s in ddl.split(";") if s.strip()]
+        kinds = [" ".join(s.split()[:2]).upper() for s in statements]
+        assert kinds == ["CREATE KEYSPACE"] + ["CREATE TYPE"] * 2 + ["CREATE TABLE"] * 3, kinds
+        for s in statements:
+            session.execute(s)
+        cluster.refresh_schema_metadata()
+        a, b = cluster.metadata.keyspaces[src], cluster.metadata.keyspaces[dst]
+        assert a.replication_strategy.export_for_schema() == \
+            b.replication_strategy.export_for_schema()
+        assert set(a.user_types) == set(b.user_types) == {"addr", "person"}
+        assert set(a.tables) == set(b.tables) == {"people", "events", "hits"}
+        for name in a.tables:
+            # the driver's own rendering of both tables is identical but for the keyspace
+            assert b.tables[name].export_as_string().replace(dst, src) == \
+                a.tables[name].export_as_string(), name
+    finally:
+        for ks in (src, dst):
+            session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
