@@ -4,7 +4,8 @@
 #   tests/compat/run.sh [--peer NAME] [SUITE...]
 #
 # Suites: python-datastax python-scylla go java node (default: all; run install.sh first),
-# and shard-proxy (not default: checks the shard tests through a fake sharded proxy).
+# restart (default when run.sh starts the server: data survives SIGTERM + restart), and
+# shard-proxy (not default: checks the shard tests through a fake sharded proxy).
 #
 # Without COMPAT_TARGET it starts a fresh `amphora server` (binary from AMPHORA_BIN, else
 # target/release/amphora, else target/debug/amphora) with a temporary data dir and free
@@ -26,11 +27,14 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --peer) peer="$2"; shift 2 ;;
     --peer=*) peer="${1#--peer=}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) suites+=("$1"); shift ;;
   esac
 done
-[[ ${#suites[@]} -gt 0 ]] || suites=(python-datastax python-scylla go java node)
+if [[ ${#suites[@]} -eq 0 ]]; then
+  suites=(python-datastax python-scylla go java node)
+  [[ -n "${COMPAT_TARGET:-}" ]] || suites+=(restart)
+fi
 suite_timeout="${COMPAT_SUITE_TIMEOUT:-300}"
 
 server_pid=""
@@ -75,6 +79,36 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
 }
 
+start_server() { # starts amphora on $workdir/data with the chosen ports
+  "$bin" server --data-dir "$workdir/data" --listen-address 127.0.0.1 \
+    --native-transport-port "$cql_port" --native-shard-aware-transport-port "$aware_port" \
+    --api-port "$api_port" --prometheus-port "$prom_port" --smp "$smp" --memory 1G \
+    --commitlog-sync batch >>"$workdir/server.log" 2>&1 &
+  server_pid=$!
+  wait_for_port 127.0.0.1 "$cql_port" 60 "$server_pid"
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    [[ $rc -eq 2 ]] && echo "amphora exited during startup:" >&2 \
+                    || echo "amphora did not open port $cql_port within 60 s:" >&2
+    tail -40 "$workdir/server.log" >&2
+    COMPAT_KEEP=1
+    return 1
+  fi
+}
+
+stop_server() { # SIGTERM; returns the exit status, or 124 if it had to be killed
+  local rc
+  kill -TERM "$server_pid"
+  for _ in $(seq 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$server_pid" 2>/dev/null; then
+    kill -KILL "$server_pid"; wait "$server_pid" 2>/dev/null; server_pid=""
+    return 124
+  fi
+  wait "$server_pid"; rc=$?
+  server_pid=""
+  return $rc
+}
+
 if [[ -n "${COMPAT_TARGET:-}" ]]; then
   export COMPAT_HOST="${COMPAT_TARGET%:*}"
   export COMPAT_PORT="${COMPAT_TARGET##*:}"
@@ -99,19 +133,7 @@ else
   read -r cql_port aware_port api_port prom_port <<<"$(free_ports 4)"
   workdir="$(mktemp -d "${TMPDIR:-/tmp}/amphora-compat.XXXXXX")"
   smp="${COMPAT_SMP:-2}"
-  "$bin" server --data-dir "$workdir/data" --listen-address 127.0.0.1 \
-    --native-transport-port "$cql_port" --native-shard-aware-transport-port "$aware_port" \
-    --api-port "$api_port" --prometheus-port "$prom_port" --smp "$smp" --memory 1G \
-    --commitlog-sync batch >"$workdir/server.log" 2>&1 &
-  server_pid=$!
-  wait_for_port 127.0.0.1 "$cql_port" 60 "$server_pid"
-  rc=$?
-  if [[ $rc -ne 0 ]]; then
-    [[ $rc -eq 2 ]] && echo "amphora exited during startup:" >&2 \
-                    || echo "amphora did not open port $cql_port within 60 s:" >&2
-    tail -40 "$workdir/server.log" >&2
-    exit 1
-  fi
+  start_server || exit 1
   export COMPAT_HOST=127.0.0.1 COMPAT_PORT="$cql_port" COMPAT_PEER="${peer:-amphora}"
   export COMPAT_METRICS_URL="http://127.0.0.1:$prom_port/metrics"
   echo "compat: started $bin (pid $server_pid, smp $smp) on 127.0.0.1:$cql_port," \
@@ -168,7 +190,22 @@ run_suite() {
       rc=$?
       kill "$ppid"; wait "$ppid" 2>/dev/null
       return $rc ;;
-    *) echo "unknown suite $name (python-datastax python-scylla go java node shard-proxy)"; return 2 ;;
+    restart)
+      # Only when run.sh started the server: rows written before a SIGTERM are there after
+      # a restart on the same data dir; SIGTERM must end the server with status 0 in 20 s.
+      [[ -n "$server_pid" ]] || { echo "restart needs a server started by run.sh"; return 1; }
+      local py="$here/.venv-datastax/bin/python" rc
+      "$py" "$here/tools/restart_check.py" write || return 1
+      stop_server; rc=$?
+      if [[ $rc -ne 0 ]]; then
+        echo "amphora exit status after SIGTERM: $rc (want 0; 124 = did not stop in 20 s)"
+        start_server || return 1
+        return 1
+      fi
+      echo "amphora stopped cleanly on SIGTERM; restarting on the same data dir"
+      start_server || return 1
+      "$py" "$here/tools/restart_check.py" read ;;
+    *) echo "unknown suite $name (python-datastax python-scylla go java node shard-proxy restart)"; return 2 ;;
   esac
 }
 
