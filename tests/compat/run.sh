@@ -67,14 +67,17 @@ wait_for_port() { # host port seconds pid-or-empty
   done
 }
 
-free_ports() { # prints N distinct free TCP ports on 127.0.0.1
+free_ports() { # prints N distinct free TCP ports on 127.0.0.1, below the ephemeral range
   python3 - "$1" <<'EOF'
-import socket, sys
+import random, socket, sys
 socks = []
-for _ in range(int(sys.argv[1])):
+while len(socks) < int(sys.argv[1]):
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
+    try:
+        s.bind(("127.0.0.1", random.randrange(20000, 32000)))
+        socks.append(s)
+    except OSError:
+        s.close()
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
 }
