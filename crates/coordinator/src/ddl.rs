@@ -50,6 +50,13 @@ pub async fn run_ddl(
             .map_err(|_| QueryError::Server("schema lock poisoned".into()))?;
         *guard = new.clone();
     }
+    match &change.target {
+        SchemaChangeTarget::Keyspace(k) => crate::exec::invalidate_prepared(&inner.shared, k, None),
+        SchemaChangeTarget::Table { keyspace, table } => {
+            crate::exec::invalidate_prepared(&inner.shared, keyspace, Some(table))
+        }
+        _ => {}
+    }
     publish_schema(inner, old, new).await?;
     let _ = inner
         .shared

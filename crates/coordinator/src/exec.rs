@@ -24,6 +24,32 @@ pub struct PreparedStmt {
     pub info: PreparedInfo,
     /// Names of the bind markers (for values sent by name).
     pub marker_names: Vec<Option<String>>,
+    /// The table the statement reads or writes: schema changes to it invalidate the entry.
+    pub table: Option<(String, String)>,
+}
+
+/// The (keyspace, table) a DML statement addresses.
+fn statement_table(st: &ast::Statement, keyspace: Option<&str>) -> Option<(String, String)> {
+    let name = match st {
+        ast::Statement::Select(s) => &s.table,
+        ast::Statement::Insert(s) => &s.table,
+        ast::Statement::Update(s) => &s.table,
+        ast::Statement::Delete(s) => &s.table,
+        _ => return None,
+    };
+    let ks = crate::plan::keyspace_of(name, keyspace).ok()?;
+    Some((ks, name.name.name.clone()))
+}
+
+/// Forgets prepared statements on a changed table (or keyspace); clients re-prepare on
+/// UNPREPARED and get fresh metadata, as with Cassandra.
+pub fn invalidate_prepared(shared: &NodeShared, keyspace: &str, table: Option<&str>) {
+    if let Ok(mut g) = shared.prepared.lock() {
+        g.retain(|_, p| match &p.table {
+            Some((k, t)) => !(k == keyspace && table.is_none_or(|x| x == t)),
+            None => true,
+        });
+    }
 }
 
 /// State shared by all shards: only touched by DDL, PREPARE, and cache misses.
@@ -186,7 +212,9 @@ pub async fn prepare(
         result_columns: Arc::new(meta.result_columns),
         is_lwt: meta.is_lwt,
     };
+    let table = statement_table(&parsed.statement, keyspace.as_deref());
     let stmt = Arc::new(PreparedStmt {
+        table,
         query: query.to_string(),
         keyspace,
         marker_names: parsed

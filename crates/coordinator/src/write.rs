@@ -351,24 +351,24 @@ fn plan_insert(
             }
         }
     }
-    for id in &t.clustering_key {
-        if !seen.contains(id) {
-            return Err(invalid(format!(
-                "Some clustering keys are missing: {}",
-                t.columns[*id as usize].name
-            )));
-        }
+    // Without clustering values an INSERT may only set static columns.
+    let missing_ck = t.clustering_key.iter().find(|id| !seen.contains(id));
+    let only_statics = missing_ck.is_some() && b.regular.is_empty() && !b.statics.is_empty();
+    if let (Some(id), false) = (missing_ck, only_statics) {
+        return Err(invalid(format!(
+            "Some clustering keys are missing: {}",
+            t.columns[*id as usize].name
+        )));
     }
     let key = key_of(t, &keys)?;
     let mut update = PartitionUpdate::default();
-    let only_statics = b.regular.is_empty() && !b.statics.is_empty() && t.clustering_key.is_empty();
     if !b.statics.is_empty() {
         let mut r = Row::new(Clustering::empty());
         b.statics.sort_by_key(|c| c.0);
         r.cells = b.statics;
         update.static_row = Some(r);
     }
-    if !only_statics || t.clustering_key.is_empty() {
+    if !only_statics {
         let mut r = Row::new(Clustering(ck));
         r.marker = Some(if ttl > 0 {
             LivenessInfo::expiring(ts, ttl, now_s)

@@ -1,0 +1,105 @@
+"""CQL semantics the coordinator implements, checked through the real driver.
+
+These hold on Apache Cassandra 5.0 too (run with COMPAT_TARGET against it)."""
+import pytest
+from cassandra import InvalidRequest
+from cassandra.query import SimpleStatement
+
+
+def test_alter_table_add_invalidates_prepared_select_star(session, keyspace):
+    t = f"{keyspace}.alter_prep"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, a int)")
+    session.execute(f"INSERT INTO {t} (k, a) VALUES (1, 10)")
+    sel = session.prepare(f"SELECT * FROM {t} WHERE k = ?")
+    assert list(session.execute(sel, [1]).one()._fields) == ["k", "a"]
+    session.execute(f"ALTER TABLE {t} ADD b text")
+    session.execute(f"UPDATE {t} SET b = 'x' WHERE k = 1")
+    # Re-preparing yields the new result metadata with the added column.
+    sel2 = session.prepare(f"SELECT * FROM {t} WHERE k = ?")
+    row = session.execute(sel2, [1]).one()
+    assert row.b == "x" and row.a == 10
+
+
+def test_clustering_slices_order_and_limits(session, keyspace):
+    t = f"{keyspace}.slices"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v int, PRIMARY KEY (p, c)) WITH CLUSTERING ORDER BY (c DESC)")
+    ins = session.prepare(f"INSERT INTO {t} (p, c, v) VALUES (?, ?, ?)")
+    for c in range(10):
+        session.execute(ins, [1, c, c * 10])
+    rows = session.execute(f"SELECT c FROM {t} WHERE p = 1")
+    assert [r.c for r in rows] == list(range(9, -1, -1))
+    rows = session.execute(f"SELECT c FROM {t} WHERE p = 1 AND c >= 3 AND c < 7")
+    assert [r.c for r in rows] == [6, 5, 4, 3]
+    rows = session.execute(f"SELECT c FROM {t} WHERE p = 1 AND c > 5 ORDER BY c ASC")
+    assert [r.c for r in rows] == [6, 7, 8, 9]
+    rows = session.execute(f"SELECT c FROM {t} WHERE p = 1 LIMIT 3")
+    assert [r.c for r in rows] == [9, 8, 7]
+    rows = session.execute(f"SELECT c FROM {t} WHERE p = 1 AND c IN (2, 8, 5)")
+    assert [r.c for r in rows] == [8, 5, 2]
+
+
+def test_range_delete_and_partition_delete(session, keyspace):
+    t = f"{keyspace}.rdel"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v int, PRIMARY KEY (p, c))")
+    for p in (1, 2):
+        for c in range(6):
+            session.execute(f"INSERT INTO {t} (p, c, v) VALUES ({p}, {c}, {c})")
+    session.execute(f"DELETE FROM {t} WHERE p = 1 AND c > 1 AND c <= 4")
+    assert [r.c for r in session.execute(f"SELECT c FROM {t} WHERE p = 1")] == [0, 1, 5]
+    session.execute(f"DELETE FROM {t} WHERE p = 2")
+    assert list(session.execute(f"SELECT * FROM {t} WHERE p = 2")) == []
+    # A write after the partition tombstone (newer timestamp) is visible again.
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (2, 9, 9)")
+    assert [r.c for r in session.execute(f"SELECT c FROM {t} WHERE p = 2")] == [9]
+
+
+def test_static_columns_and_ttl(session, keyspace):
+    t = f"{keyspace}.statics"
+    session.execute(f"CREATE TABLE {t} (p int, c int, s text static, v int, PRIMARY KEY (p, c))")
+    session.execute(f"INSERT INTO {t} (p, s) VALUES (1, 'only-static')")
+    rows = list(session.execute(f"SELECT p, c, s, v FROM {t} WHERE p = 1"))
+    assert len(rows) == 1 and rows[0].c is None and rows[0].s == "only-static"
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (1, 1, 1) USING TTL 1000")
+    row = session.execute(f"SELECT s, v, ttl(v) FROM {t} WHERE p = 1 AND c = 1").one()
+    assert row.s == "only-static" and row.v == 1 and 990 <= row.ttl_v <= 1000
+
+
+def test_counters(session, keyspace):
+    t = f"{keyspace}.sem_counters"
+    session.execute(f"CREATE TABLE {t} (k text PRIMARY KEY, n counter)")
+    upd = session.prepare(f"UPDATE {t} SET n = n + ? WHERE k = ?")
+    for _ in range(5):
+        session.execute(upd, [3, "a"])
+    session.execute(f"UPDATE {t} SET n = n - 4 WHERE k = 'a'")
+    assert session.execute(f"SELECT n FROM {t} WHERE k = 'a'").one().n == 11
+    with pytest.raises(InvalidRequest):
+        session.execute(f"INSERT INTO {t} (k, n) VALUES ('b', 1)")
+
+
+def test_filtering_requires_allow_filtering(session, keyspace):
+    t = f"{keyspace}.filt"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, v int)")
+    for k in range(20):
+        session.execute(f"INSERT INTO {t} (k, v) VALUES ({k}, {k % 3})")
+    with pytest.raises(InvalidRequest, match="ALLOW FILTERING"):
+        session.execute(f"SELECT * FROM {t} WHERE v = 1")
+    rows = session.execute(SimpleStatement(f"SELECT k FROM {t} WHERE v = 1 ALLOW FILTERING", fetch_size=3))
+    assert sorted(r.k for r in rows) == [k for k in range(20) if k % 3 == 1]
+
+
+def test_token_range_scan_covers_every_partition_once(session, keyspace):
+    t = f"{keyspace}.tokscan"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, v int)")
+    ins = session.prepare(f"INSERT INTO {t} (k, v) VALUES (?, ?)")
+    for k in range(200):
+        session.execute(ins, [k, k])
+    seen = []
+    bounds = [-(2**63), -(2**62), 0, 2**62, 2**63 - 1]
+    for lo, hi in zip(bounds, bounds[1:]):
+        rows = session.execute(f"SELECT k, token(k) AS t FROM {t} WHERE token(k) > {lo} AND token(k) <= {hi}")
+        for r in rows:
+            assert lo < r.t <= hi
+            seen.append(r.k)
+    missing = set(range(200)) - set(seen)
+    # token(k) = -2**63 is impossible for a non-empty key, so the split covers the ring.
+    assert not missing and len(seen) == 200
