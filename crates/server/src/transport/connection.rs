@@ -391,7 +391,7 @@ impl<B: Backend> Conn<B> {
                     return "close requested";
                 }
             }
-            if !self.wait_for_capacity().await {
+            if !self.wait_for_capacity(true).await {
                 return "close requested";
             }
             if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
@@ -418,13 +418,29 @@ impl<B: Backend> Conn<B> {
             && self.outbox.borrow().queued_bytes() < MAX_QUEUED_RESPONSE_BYTES
     }
 
-    /// Waits until another request may start; false if the connection is asked to close.
-    async fn wait_for_capacity(&self) -> bool {
+    /// May the reader take more bytes from the socket? A `THROW_ON_OVERLOAD` client gets
+    /// Overloaded answers instead of backpressure, so only its unread answers hold it back.
+    fn may_read(&self) -> bool {
+        if self.throw_on_overload.get() {
+            self.outbox.borrow().queued_bytes() < MAX_QUEUED_RESPONSE_BYTES
+        } else {
+            self.has_capacity()
+        }
+    }
+
+    /// Waits until another request may start (`for_reading`: until the socket may be read);
+    /// false if the connection is asked to close.
+    async fn wait_for_capacity(&self, for_reading: bool) -> bool {
         loop {
             if self.close.requested.get() || self.dead.get() {
                 return false;
             }
-            if self.has_capacity() {
+            let ok = if for_reading {
+                self.may_read()
+            } else {
+                self.has_capacity()
+            };
+            if ok {
                 return true;
             }
             let shard_freed = SHARD_FREED.with(|n| n.clone());
@@ -824,7 +840,7 @@ impl<B: Backend> Conn<B> {
                 );
                 return;
             }
-            if !self.wait_for_capacity().await {
+            if !self.wait_for_capacity(false).await {
                 return;
             }
         }

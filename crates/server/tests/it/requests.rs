@@ -1,0 +1,272 @@
+//! Requests: out-of-order answers, many in flight, USE, paging, prepared statements, errors,
+//! tracing, events, batches, backpressure.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use amphora_protocol::{Flags, Opcode};
+use bytes::{BufMut, BytesMut};
+
+use crate::client::*;
+
+#[test]
+fn answers_leave_out_of_order() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    c.send_query(1, "sleep 300");
+    c.send_query(2, "rows 1");
+    assert_eq!(c.recv().stream, 2);
+    assert_eq!(c.recv().stream, 1);
+}
+
+#[test]
+fn many_requests_in_flight_on_one_connection() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let started = Instant::now();
+    for s in 0..500 {
+        c.send_query(s, "sleep 200");
+    }
+    let streams: HashSet<i16> = (0..500).map(|_| c.recv().stream).collect();
+    assert_eq!(streams.len(), 500);
+    // Concurrent, not one after the other.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn use_sets_the_keyspace_for_later_requests() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    assert_eq!(rows_of(&c.query(1, "keyspace")).rows[0][0], None);
+    let r = c.query(2, "USE \"Ks1\"");
+    let mut rd = reader(&r);
+    assert_eq!(rd.read_i32().expect("kind"), 3);
+    assert_eq!(rd.read_string().expect("ks"), "Ks1");
+    let rows = rows_of(&c.query(3, "keyspace"));
+    assert_eq!(rows.rows[0][0].as_deref(), Some(&b"Ks1"[..]));
+    // Another connection has its own keyspace.
+    let mut other = node.ready_client();
+    assert_eq!(rows_of(&other.query(1, "keyspace")).rows[0][0], None);
+}
+
+#[test]
+fn paging_state_round_trips() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let mut state: Option<bytes::Bytes> = None;
+    let mut all = Vec::new();
+    let mut pages = 0;
+    loop {
+        c.send_query_with(1, 0, "rows 10", Some(4), state.as_deref());
+        let rows = rows_of(&c.recv());
+        pages += 1;
+        all.extend(rows.rows.iter().map(|r| int_cell(&r[0])));
+        assert_eq!(rows.flags & 0x02 != 0, rows.paging_state.is_some());
+        match rows.paging_state {
+            Some(p) => state = Some(p),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(all, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn prepare_execute_and_unprepared() {
+    let node = TestNode::start(1);
+    for version in [4u8, 5] {
+        let mut c = Client::connect(node.native(), version);
+        c.startup(&[]);
+        let r = c.prepare(1, "rows 3");
+        let mut rd = reader(&r);
+        assert_eq!(rd.read_i32().expect("kind"), 4);
+        let id = rd.read_short_bytes().expect("id");
+        if version >= 5 {
+            assert_eq!(
+                &rd.read_short_bytes().expect("result metadata id")[..],
+                b"rmid"
+            );
+        }
+        let flags = rd.read_u32().expect("flags");
+        assert_eq!(flags & 1, 1, "global table spec");
+        assert_eq!(rd.read_i32().expect("bind count"), 2);
+        assert_eq!(rd.read_i32().expect("pk count"), 1);
+        assert_eq!(rd.read_u16().expect("pk index"), 0);
+        let full = rows_of(&c.execute(2, &id, false));
+        assert_eq!(full.columns, vec![("n".to_string(), 0x0009)]);
+        assert_eq!(full.rows.len(), 3);
+        let skipped = rows_of(&c.execute(3, &id, true));
+        assert_ne!(skipped.flags & 0x04, 0, "no_metadata");
+        assert_eq!(skipped.column_count, 1);
+        assert_eq!(skipped.rows.len(), 3);
+        let r = c.execute(4, b"unknown-id", false);
+        let (code, _) = error_of(&r);
+        assert_eq!(code, 0x2500);
+        let mut rd = reader(&r);
+        rd.read_i32().expect("code");
+        rd.read_string().expect("message");
+        assert_eq!(&rd.read_short_bytes().expect("id")[..], b"unknown-id");
+    }
+}
+
+#[test]
+fn coordinator_errors_map_to_codes() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    for (q, want) in [
+        ("error syntax", 0x2000),
+        ("error invalid", 0x2200),
+        ("error exists", 0x2400),
+        ("error timeout", 0x1100),
+        ("error other", 0x0000),
+    ] {
+        let r = c.query(1, q);
+        assert_eq!(error_of(&r).0, want, "{q}");
+        if want == 0x2400 {
+            let mut rd = reader(&r);
+            rd.read_i32().expect("code");
+            rd.read_string().expect("message");
+            assert_eq!(rd.read_string().expect("ks"), "ks");
+            assert_eq!(rd.read_string().expect("table"), "t");
+        }
+    }
+    // Errors while preparing, too.
+    assert_eq!(error_of(&c.prepare(2, "error x")).0, 0x2000);
+}
+
+#[test]
+fn a_panicking_request_answers_server_error_and_the_connection_lives() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let r = c.query(1, "panic");
+    assert_eq!(error_of(&r).0, 0x0000);
+    assert_eq!(rows_of(&c.query(2, "rows 1")).rows.len(), 1);
+}
+
+#[test]
+fn tracing_flag_returns_a_session_id() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    c.send_query_with(7, Flags::TRACING, "rows 1", None, None);
+    let r = c.recv();
+    assert!(r.flags.contains(Flags::TRACING));
+    let id = &r.body[..16];
+    assert_eq!(id[6] >> 4, 1, "a time-based uuid");
+    assert_eq!(rows_of(&r).rows.len(), 1);
+    // Untraced requests carry none.
+    let r = c.query(8, "rows 1");
+    assert!(!r.flags.contains(Flags::TRACING));
+}
+
+#[test]
+fn register_forwards_schema_events() {
+    let node = TestNode::start(2);
+    let mut listener = node.ready_client();
+    let mut body = BytesMut::new();
+    body.put_u16(2);
+    put_string(&mut body, "SCHEMA_CHANGE");
+    put_string(&mut body, "STATUS_CHANGE");
+    listener.send(0, 5, Opcode::Register as u8, &body);
+    let r = listener.recv();
+    assert_eq!((r.opcode, r.stream), (Opcode::Ready, 5));
+    let mut ddl = node.ready_client();
+    let r = ddl.query(1, "create ks events_ks");
+    let mut rd = reader(&r);
+    assert_eq!(rd.read_i32().expect("kind"), 5);
+    let ev = listener.recv();
+    assert_eq!((ev.opcode, ev.stream), (Opcode::Event, -1));
+    let mut rd = reader(&ev);
+    assert_eq!(rd.read_string().expect("type"), "SCHEMA_CHANGE");
+    assert_eq!(rd.read_string().expect("change"), "CREATED");
+    assert_eq!(rd.read_string().expect("target"), "KEYSPACE");
+    assert_eq!(rd.read_string().expect("ks"), "events_ks");
+    // An unknown event type is a protocol error.
+    let mut body = BytesMut::new();
+    body.put_u16(1);
+    put_string(&mut body, "NOT_AN_EVENT");
+    listener.send(0, 6, Opcode::Register as u8, &body);
+    assert_eq!(error_of(&listener.recv()).0, 0x000A);
+}
+
+#[test]
+fn batch_of_queries_and_prepared() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let mut body = BytesMut::new();
+    body.put_u8(1); // unlogged
+    body.put_u16(2);
+    body.put_u8(0);
+    put_long_string(&mut body, "insert 1");
+    body.put_u16(0);
+    body.put_u8(1);
+    put_short_bytes(&mut body, b"id:x");
+    body.put_u16(1);
+    body.put_i32(-2); // unset
+    body.put_u16(1); // consistency
+    body.put_u8(0); // flags
+    c.send(0, 3, Opcode::Batch as u8, &body);
+    let r = c.recv();
+    assert_eq!(reader(&r).read_i32().expect("kind"), 1, "Void");
+}
+
+#[test]
+fn connection_in_flight_limit_holds_requests_back() {
+    let node = TestNode::start_with(1, |c| c.max_inflight_per_connection = 4);
+    let mut c = node.ready_client();
+    let started = Instant::now();
+    for s in 0..12 {
+        c.send_query(s, "sleep 150");
+    }
+    for _ in 0..12 {
+        assert_eq!(c.recv().opcode, Opcode::Result);
+    }
+    // Three waves of four.
+    assert!(
+        started.elapsed() >= Duration::from_millis(440),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn throw_on_overload_answers_overloaded() {
+    let node = TestNode::start_with(1, |c| c.max_inflight_per_connection = 2);
+    let mut c = Client::connect(node.native(), 5);
+    c.startup(&[("THROW_ON_OVERLOAD", "1")]);
+    for s in 0..6 {
+        c.send_query(s, "sleep 300");
+    }
+    let codes: Vec<Opcode> = (0..6).map(|_| c.recv().opcode).collect();
+    assert_eq!(
+        codes.iter().filter(|o| **o == Opcode::Error).count(),
+        4,
+        "{codes:?}"
+    );
+}
+
+#[test]
+fn shard_in_flight_limit_spans_connections() {
+    let node = TestNode::start_with(1, |c| c.max_inflight_per_shard = 3);
+    let mut a = node.ready_client();
+    let mut b = node.ready_client();
+    let started = Instant::now();
+    for s in 0..3 {
+        a.send_query(s, "sleep 200");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    b.send_query(1, "rows 1");
+    // b waits for a slot on the shard.
+    assert_eq!(b.recv().opcode, Opcode::Result);
+    assert!(
+        started.elapsed() >= Duration::from_millis(190),
+        "{:?}",
+        started.elapsed()
+    );
+    for _ in 0..3 {
+        a.recv();
+    }
+}
