@@ -17,6 +17,9 @@ pub const HEADER_LEN: usize = 9;
 /// Cassandra's `native_transport_max_frame_size` default (16 MiB), header included.
 pub const DEFAULT_MAX_FRAME_SIZE: usize = 16 * 1024 * 1024;
 
+/// Most the decoder reserves ahead for a body that has not arrived yet.
+const RESERVE_AHEAD_MAX: usize = 256 * 1024;
+
 /// A protocol version we speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProtocolVersion {
@@ -229,7 +232,8 @@ pub fn peek_header(buf: &[u8], max_frame_size: usize) -> Result<Option<Header>, 
 }
 
 /// Splits one whole envelope off the front of `buf`; `Ok(None)` until it is all buffered
-/// (then `buf` has capacity reserved for the rest). `max_frame_size` bounds header + body.
+/// (then `buf` has capacity reserved for up to 256 KiB of the rest). `max_frame_size`
+/// bounds header + body.
 ///
 /// After an error the stream is not resynchronised: answer the error, then close.
 pub fn decode_envelope(
@@ -241,7 +245,8 @@ pub fn decode_envelope(
     };
     let total = HEADER_LEN + h.body_len;
     if buf.len() < total {
-        buf.reserve(total - buf.len());
+        // Capped: a header alone must not make an unauthenticated client cost 16 MiB.
+        buf.reserve((total - buf.len()).min(RESERVE_AHEAD_MAX));
         return Ok(None);
     }
     // Advancing past the header first leaves one split (one refcount) for the body.
