@@ -1,0 +1,158 @@
+//! amphora-testkit: starts real `amphora` nodes for integration tests (a fresh data dir,
+//! free ports, waits until CQL answers, stops on drop) — no mocks.
+//!
+//! Must never depend on: server internals (tests talk to the node over the network only).
+//!
+//! Key types: [`TestNode`].
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// A running `amphora server` child process.
+pub struct TestNode {
+    child: Option<Child>,
+    pub data_dir: PathBuf,
+    pub native: SocketAddr,
+    pub shard_aware: SocketAddr,
+    pub metrics: SocketAddr,
+    pub smp: u32,
+    owns_dir: bool,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The binary under test: `AMPHORA_BIN`, else target/{release,debug}/amphora.
+pub fn amphora_bin() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("AMPHORA_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for profile in ["debug", "release"] {
+        let p = root.join("target").join(profile).join("amphora");
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!("no amphora binary: run `cargo build -p amphora` or set AMPHORA_BIN")
+}
+
+impl TestNode {
+    /// Starts a node with `smp` shards and a fresh temporary data directory.
+    pub fn start(smp: u32) -> anyhow::Result<TestNode> {
+        let dir = std::env::temp_dir().join(format!(
+            "amphora-testkit-{}-{}",
+            std::process::id(),
+            free_port()?
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut n = Self::start_in(&dir, smp, &[])?;
+        n.owns_dir = true;
+        Ok(n)
+    }
+
+    /// Starts a node on an existing data directory (e.g. to test restarts).
+    pub fn start_in(dir: &Path, smp: u32, extra: &[&str]) -> anyhow::Result<TestNode> {
+        let native: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let shard_aware: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let log = std::fs::File::create(dir.join("server.log"))?;
+        let child = Command::new(amphora_bin()?)
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--native-transport-port", &native.port().to_string()])
+            .args([
+                "--native-shard-aware-transport-port",
+                &shard_aware.port().to_string(),
+            ])
+            .args(["--prometheus-port", &metrics.port().to_string()])
+            .args(["--smp", &smp.to_string(), "--memory", "1G", "--no-pin"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("spawning amphora")?;
+        let mut node = TestNode {
+            child: Some(child),
+            data_dir: dir.to_path_buf(),
+            native,
+            shard_aware,
+            metrics,
+            smp,
+            owns_dir: false,
+        };
+        node.wait_ready(Duration::from_secs(30))?;
+        Ok(node)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if TcpStream::connect(self.native).is_ok() {
+                return Ok(());
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Some(status) = c.try_wait()? {
+                    bail!(
+                        "amphora exited early ({status}); log: {}",
+                        self.data_dir.join("server.log").display()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("amphora did not open {} within {:?}", self.native, timeout)
+    }
+
+    /// SIGTERM and wait (clean shutdown: flush, close the commitlog).
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(20) {
+                if c.try_wait()?.is_some() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            c.kill()?;
+            bail!("amphora did not stop within 20 s of SIGTERM");
+        }
+        Ok(())
+    }
+
+    /// SIGKILL (a crash).
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// The Prometheus text of the node.
+    pub fn metrics_text(&self) -> anyhow::Result<String> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(self.metrics)?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let _ = self.kill();
+        if self.owns_dir {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+}

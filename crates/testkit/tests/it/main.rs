@@ -1,0 +1,175 @@
+//! The Rust `scylla` driver (shard-aware, protocol v4) against a real `amphora` node.
+
+use std::collections::HashSet;
+
+use amphora_testkit::TestNode;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::response::{PagingState, PagingStateResponse};
+use scylla::statement::batch::Batch;
+use scylla::value::{CqlDuration, CqlValue, Row};
+
+async fn session(node: &TestNode) -> Session {
+    SessionBuilder::new()
+        .known_node(node.native.to_string())
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn scylla_driver_end_to_end() {
+    let node = TestNode::start(2).expect("start node");
+    rt().block_on(async {
+        let s = session(&node).await;
+
+        // Discovery: one node with the sharding info and a token ring.
+        let state = s.get_cluster_state();
+        let nodes = state.get_nodes_info();
+        assert_eq!(nodes.len(), 1);
+        let sharder = nodes[0].sharder().expect("shard-aware node");
+        assert_eq!(sharder.nr_shards.get(), 2);
+
+        s.query_unpaged("CREATE KEYSPACE rs WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}", &[])
+            .await
+            .expect("create keyspace");
+        s.query_unpaged("CREATE TYPE rs.addr (street text, no int)", &[]).await.expect("create type");
+        s.query_unpaged(
+            "CREATE TABLE rs.all_types (k int PRIMARY KEY, a ascii, b bigint, bl blob, bo boolean, d date, de decimal, \
+             do double, du duration, f float, i inet, sm smallint, t text, ti time, ts timestamp, tu timeuuid, \
+             tiny tinyint, u uuid, vi varint, li list<int>, se set<text>, ma map<text, int>, fl frozen<list<int>>, \
+             tup tuple<int, text>, ad frozen<addr>)",
+            &[],
+        )
+        .await
+        .expect("create table");
+        s.await_schema_agreement().await.expect("schema agreement");
+        s.refresh_metadata().await.expect("metadata");
+        let state = s.get_cluster_state();
+        let ks = state.get_keyspace("rs").expect("keyspace metadata");
+        assert!(ks.tables.contains_key("all_types"), "table metadata after DDL");
+
+        // Every type round-trips through a prepared INSERT and SELECT.
+        let ins = s
+            .prepare("INSERT INTO rs.all_types (k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .await
+            .expect("prepare insert");
+        let values: Vec<CqlValue> = vec![
+            CqlValue::Int(1),
+            CqlValue::Ascii("ascii".into()),
+            CqlValue::BigInt(-5_000_000_000),
+            CqlValue::Blob(vec![0, 1, 2, 255]),
+            CqlValue::Boolean(true),
+            CqlValue::Date(scylla::value::CqlDate((1u32 << 31) + 19_000)),
+            CqlValue::Decimal(scylla::value::CqlDecimal::from_signed_be_bytes_and_exponent(vec![0x30, 0x39], 2)),
+            CqlValue::Double(3.25),
+            CqlValue::Duration(CqlDuration { months: 1, days: 2, nanoseconds: 3 }),
+            CqlValue::Float(1.5),
+            CqlValue::Inet("10.1.2.3".parse().expect("ip")),
+            CqlValue::SmallInt(-7),
+            CqlValue::Text("text ✓".into()),
+            CqlValue::Time(scylla::value::CqlTime(3_600_000_000_000)),
+            CqlValue::Timestamp(scylla::value::CqlTimestamp(1_700_000_000_123)),
+            CqlValue::Timeuuid(scylla::value::CqlTimeuuid::from_bytes([0x13, 0x81, 0x40, 0x00, 0x1d, 0xd2, 0x11, 0xb2, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80])),
+            CqlValue::TinyInt(-1),
+            CqlValue::Uuid(uuid_from(0x1234)),
+            CqlValue::Varint(scylla::value::CqlVarint::from_signed_bytes_be(vec![0x00, 0x80])),
+            CqlValue::List(vec![CqlValue::Int(3), CqlValue::Int(1), CqlValue::Int(3)]),
+            CqlValue::Set(vec![CqlValue::Text("a".into()), CqlValue::Text("b".into())]),
+            CqlValue::Map(vec![(CqlValue::Text("x".into()), CqlValue::Int(1))]),
+            CqlValue::List(vec![CqlValue::Int(9)]),
+            CqlValue::Tuple(vec![Some(CqlValue::Int(4)), Some(CqlValue::Text("four".into()))]),
+        ];
+        s.execute_unpaged(&ins, &values).await.expect("insert all types");
+        let sel = s
+            .prepare("SELECT k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup FROM rs.all_types WHERE k = ?")
+            .await
+            .expect("prepare select");
+        let rows = s.execute_unpaged(&sel, (1i32,)).await.expect("select").into_rows_result().expect("rows");
+        let row: Row = rows.single_row::<Row>().expect("one row");
+        for (i, (got, want)) in row.columns.iter().zip(values.iter()).enumerate() {
+            assert_eq!(got.as_ref(), Some(want), "column {i}");
+        }
+
+        // Paging over at least 3 pages.
+        s.query_unpaged("CREATE TABLE rs.pages (p int, c int, v text, PRIMARY KEY (p, c))", &[]).await.expect("create");
+        let ins = s.prepare("INSERT INTO rs.pages (p, c, v) VALUES (?, ?, ?)").await.expect("prepare");
+        for c in 0..25i32 {
+            s.execute_unpaged(&ins, (7i32, c, format!("v{c}"))).await.expect("insert");
+        }
+        let mut sel = s.prepare("SELECT c FROM rs.pages WHERE p = ?").await.expect("prepare");
+        sel.set_page_size(10);
+        let mut state = PagingState::start();
+        let mut pages = 0;
+        let mut seen = Vec::new();
+        loop {
+            let (res, next) = s.execute_single_page(&sel, (7i32,), state).await.expect("page");
+            pages += 1;
+            for r in res.into_rows_result().expect("rows").rows::<(i32,)>().expect("typed") {
+                seen.push(r.expect("row").0);
+            }
+            match next {
+                PagingStateResponse::HasMorePages { state: s2 } => state = s2,
+                PagingStateResponse::NoMorePages => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(seen, (0..25).collect::<Vec<_>>());
+
+        // A logged batch of prepared statements.
+        let mut batch = Batch::default();
+        batch.append_statement(ins.clone());
+        batch.append_statement(ins.clone());
+        s.batch(&batch, ((8i32, 1i32, "a"), (8i32, 2i32, "b"))).await.expect("batch");
+        let n: Vec<(i32,)> = s
+            .query_unpaged("SELECT c FROM rs.pages WHERE p = 8", &[])
+            .await
+            .expect("select")
+            .into_rows_result()
+            .expect("rows")
+            .rows::<(i32,)>()
+            .expect("typed")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(n, vec![(1,), (2,)]);
+
+        // Errors carry the right kind.
+        let err = s.query_unpaged("SELEC * FROM rs.pages", &[]).await.expect_err("syntax error");
+        assert!(format!("{err:?}").contains("SyntaxError"), "{err:?}");
+        let err = s.query_unpaged("SELECT * FROM rs.nope", &[]).await.expect_err("unknown table");
+        assert!(format!("{err:?}").contains("Invalid"), "{err:?}");
+
+        // Token-aware + shard-aware routing: the driver's token for a key matches the
+        // server's token() for it.
+        let tok: Vec<(i64,)> = s
+            .query_unpaged("SELECT token(p) FROM rs.pages WHERE p = 7 LIMIT 1", &[])
+            .await
+            .expect("token")
+            .into_rows_result()
+            .expect("rows")
+            .rows::<(i64,)>()
+            .expect("typed")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let prepared = s.prepare("SELECT c FROM rs.pages WHERE p = ?").await.expect("prepare");
+        let driver_token = prepared.calculate_token(&(7i32,)).expect("token").expect("some token");
+        assert_eq!(driver_token.value(), tok[0].0);
+        let shards: HashSet<u32> = (0..100i32)
+            .filter_map(|k| prepared.calculate_token(&(k,)).ok().flatten())
+            .map(|t| sharder.shard_of(t))
+            .collect();
+        assert_eq!(shards.len(), 2, "keys spread over both shards");
+    });
+}
+
+fn uuid_from(n: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(n)
+}
