@@ -21,11 +21,13 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test-rust:
+	$(CARGO) build -p amphora
 	$(CARGO) test --workspace
 
-test-compat: release
+# Real clients (Python drivers + cqlsh, gocql, Java 4.x, Node) against the debug binary.
+test-compat: build
 	tests/compat/install.sh
-	AMPHORA_BIN=$(CURDIR)/target/release/amphora tests/compat/run.sh
+	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/compat/run.sh
 
 # Everything CI checks: format, lints, unit + integration tests, real-client compatibility.
 test: lint test-rust test-compat
