@@ -25,7 +25,7 @@ use amphora_protocol::{
     self as proto, Compression, DecodeOptions, EncodeError, Envelope, ErrorKind, ErrorResponse,
     Flags, FrameError, Prepared, PreparedMetadata, ProtocolVersion, RequestMessage, Response,
     ResponsePrefix, ResultMessage, RowsMetadata, RowsWriter, SegmentCompression, SegmentDecoder,
-    SegmentEncoder, SegmentError, compress_envelope, decode_envelope, decode_request,
+    SegmentEncoder, SegmentError, compress_envelope, decode_envelope, decode_request_owned,
     encode_frame_error, encode_response,
 };
 use bytes::BytesMut;
@@ -37,7 +37,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::backend::Backend;
-use super::convert::{batch_parts, cached_column_specs, query_options, schema_change};
+use super::convert::{
+    batch_parts, cached_columns, placeholder_specs, query_options, schema_change,
+};
 use super::{
     Authenticator, DRAIN_TIMEOUT, MAX_QUEUED_RESPONSE_BYTES, PASSWORD_AUTHENTICATOR,
     READ_CHUNK_BYTES, TransportConfig,
@@ -558,14 +560,14 @@ impl<B: Backend> Conn<B> {
             use_metadata_id: false,
             max_frame_size: self.cfg.max_frame_size,
         };
-        let req = match decode_request(&env, &opts) {
+        let tracing_requested = env.flags.contains(Flags::TRACING);
+        let req = match decode_request_owned(env, &opts) {
             Ok(r) => r,
             Err(e) => {
                 self.send_error(self.version(), stream, None, &error_map::decode_error(&e));
                 return Step::Continue;
             }
         };
-        let tracing_requested = env.flags.contains(Flags::TRACING);
         match (req.message, *phase) {
             (RequestMessage::Options, _) => {
                 let supported = self.supported();
@@ -892,28 +894,37 @@ impl<B: Backend> Conn<B> {
                 result(buf, ResultMessage::SchemaChange(&schema_change(sc)))
             }
             Outcome::Result(QueryResult::Rows(rows), skip_metadata) => {
-                let specs = cached_column_specs(&rows.columns);
-                let mut meta = RowsMetadata::new(&specs);
-                meta.no_metadata = rows.no_metadata || *skip_metadata;
+                let ncols = rows.columns.len();
+                let placeholders;
+                let cached;
+                let mut meta = if rows.no_metadata || *skip_metadata {
+                    placeholders = placeholder_specs(ncols);
+                    RowsMetadata::skipped(&placeholders)
+                } else {
+                    cached = cached_columns(&rows.columns);
+                    match cached.encoded(version) {
+                        Some(enc) => RowsMetadata::with_encoded(enc),
+                        None => RowsMetadata::new(&cached.specs),
+                    }
+                };
                 meta.paging_state = rows.paging_state.as_deref();
                 let mut w = RowsWriter::begin(buf, version, stream, prefix, &meta)?;
-                let cells = rows.row_count.saturating_mul(specs.len());
-                for cell in rows.cells.iter().take(cells) {
+                for cell in rows.cells.iter().take(rows.row_count.saturating_mul(ncols)) {
                     w.push_value(cell.as_deref())?;
                 }
                 w.finish()
             }
             Outcome::Prepared(info) => {
-                let bind = cached_column_specs(&info.bind_columns);
-                let result_cols = cached_column_specs(&info.result_columns);
-                let mut bind_meta = PreparedMetadata::new(&bind, &info.pk_indexes);
+                let bind = cached_columns(&info.bind_columns);
+                let result_cols = cached_columns(&info.result_columns);
+                let mut bind_meta = PreparedMetadata::new(&bind.specs, &info.pk_indexes);
                 if info.is_lwt && self.lwt_mark.get() {
                     bind_meta.extra_flags |= LWT_METADATA_MARK;
                 }
-                let result_meta = if result_cols.is_empty() {
+                let result_meta = if result_cols.specs.is_empty() {
                     RowsMetadata::empty()
                 } else {
-                    RowsMetadata::new(&result_cols)
+                    RowsMetadata::new(&result_cols.specs)
                 };
                 let p = Prepared {
                     id: &info.id,

@@ -1,6 +1,6 @@
 //! Conversions between the protocol crate's wire types and the coordinator's types.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -8,7 +8,10 @@ use std::sync::Arc;
 use amphora_coordinator::{
     BoundValue, QueryOptions, ResultColumn, SchemaChange, SchemaChangeKind, SchemaChangeTarget,
 };
-use amphora_protocol::{self as proto, ColumnSpec, ColumnType, QueryParameters, Value};
+use amphora_protocol::response::EncodedColumns;
+use amphora_protocol::{
+    self as proto, ColumnSpec, ColumnType, ProtocolVersion, QueryParameters, Value,
+};
 use amphora_types::CqlType;
 
 use super::backend::{BatchEntry, BatchKind, BatchQueryText};
@@ -191,28 +194,83 @@ pub fn column_specs(columns: &[ResultColumn]) -> Vec<ColumnSpec> {
 /// Bound on the shard-local metadata cache; it is cleared when full.
 const SPEC_CACHE_ENTRIES: usize = 1024;
 
-type SpecCache = HashMap<usize, (Arc<Vec<ResultColumn>>, Rc<[ColumnSpec]>)>;
+/// A column list converted to wire specs, with its encoded form per protocol version.
+pub struct CachedColumns {
+    pub specs: Rc<[ColumnSpec]>,
+    /// v3, v4, v5.
+    encoded: [OnceCell<Option<EncodedColumns>>; 3],
+}
+
+impl CachedColumns {
+    fn new(specs: Rc<[ColumnSpec]>) -> Self {
+        Self {
+            specs,
+            encoded: Default::default(),
+        }
+    }
+
+    /// The specs encoded once for `version` (`None` if they cannot be encoded, e.g. a name
+    /// over 64 KiB: the caller falls back to encoding per response, which reports it).
+    pub fn encoded(&self, version: ProtocolVersion) -> Option<&EncodedColumns> {
+        let slot = self
+            .encoded
+            .get(usize::from(version.as_u8()).saturating_sub(3))?;
+        slot.get_or_init(|| EncodedColumns::new(version, &self.specs).ok())
+            .as_ref()
+    }
+}
+
+type SpecCache = HashMap<usize, (Arc<Vec<ResultColumn>>, Rc<CachedColumns>)>;
 
 thread_local! {
     /// Converted metadata by the address of the coordinator's `Arc` (kept alive here, so the
-    /// address cannot be reused while cached): a prepared SELECT converts its columns once.
+    /// address cannot be reused while cached): a prepared statement's columns are converted
+    /// and encoded once per shard.
     static SPEC_CACHE: RefCell<SpecCache> = RefCell::new(HashMap::new());
+    /// Column-less specs by count, for Rows answered with No_metadata.
+    static PLACEHOLDERS: RefCell<Vec<Rc<[ColumnSpec]>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Column specs of `columns`, converted once per shard per column list.
-pub fn cached_column_specs(columns: &Arc<Vec<ResultColumn>>) -> Rc<[ColumnSpec]> {
+pub fn cached_columns(columns: &Arc<Vec<ResultColumn>>) -> Rc<CachedColumns> {
     let key = Arc::as_ptr(columns) as usize;
     SPEC_CACHE.with(|c| {
         let mut cache = c.borrow_mut();
-        if let Some((_, specs)) = cache.get(&key) {
-            return specs.clone();
+        if let Some((_, cached)) = cache.get(&key) {
+            return cached.clone();
         }
         if cache.len() >= SPEC_CACHE_ENTRIES {
             cache.clear();
         }
-        let specs: Rc<[ColumnSpec]> = column_specs(columns).into();
-        cache.insert(key, (columns.clone(), specs.clone()));
-        specs
+        let cached = Rc::new(CachedColumns::new(column_specs(columns).into()));
+        cache.insert(key, (columns.clone(), cached.clone()));
+        cached
+    })
+}
+
+/// `n` placeholder specs: No_metadata Rows only need the column count.
+pub fn placeholder_specs(n: usize) -> Rc<[ColumnSpec]> {
+    const MAX_CACHED: usize = 256;
+    let make = |n| -> Rc<[ColumnSpec]> {
+        (0..n)
+            .map(|_| ColumnSpec {
+                keyspace: String::new(),
+                table: String::new(),
+                name: String::new(),
+                ty: ColumnType::Blob,
+            })
+            .collect()
+    };
+    if n > MAX_CACHED {
+        return make(n);
+    }
+    PLACEHOLDERS.with(|p| {
+        let mut p = p.borrow_mut();
+        while p.len() <= n {
+            let len = p.len();
+            p.push(make(len));
+        }
+        p.get(n).cloned().unwrap_or_else(|| make(n))
     })
 }
 
@@ -386,9 +444,16 @@ mod tests {
             name: "c".into(),
             ty: CqlType::Int,
         }]);
-        let a = cached_column_specs(&cols);
-        let b = cached_column_specs(&cols);
+        let a = cached_columns(&cols);
+        let b = cached_columns(&cols);
         assert!(Rc::ptr_eq(&a, &b));
-        assert_eq!(a[0].ty, ColumnType::Int);
+        assert_eq!(a.specs[0].ty, ColumnType::Int);
+        let v4 = a.encoded(ProtocolVersion::V4).expect("encodes");
+        assert!(std::ptr::eq(
+            v4,
+            b.encoded(ProtocolVersion::V4).expect("encodes")
+        ));
+        assert_eq!(placeholder_specs(3).len(), 3);
+        assert!(Rc::ptr_eq(&placeholder_specs(3), &placeholder_specs(3)));
     }
 }

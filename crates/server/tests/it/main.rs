@@ -4,6 +4,7 @@
 mod bad_input;
 mod client;
 mod handshake;
+mod listeners;
 mod metrics_endpoint;
 mod mock;
 mod node;
