@@ -38,7 +38,12 @@ impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             ParseErrorKind::Syntax => {
-                write!(f, "line {}:{} {}", self.line, self.column, self.message)?;
+                // ANTLR's EOF token has no position: Cassandra prints `line 0:-1`.
+                if self.token == "<EOF>" && self.message.contains(" input '<EOF>'") {
+                    write!(f, "line 0:-1 {}", self.message)?;
+                } else {
+                    write!(f, "line {}:{} {}", self.line, self.column, self.message)?;
+                }
                 if let Some(s) = &self.snippet {
                     write!(f, " ({s})")?;
                 }

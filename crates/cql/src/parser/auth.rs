@@ -333,6 +333,57 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Cassandra's `filterPermissions`: keeps the permissions that apply to the resource;
+    /// none applying is an error.
+    fn filter_permissions(
+        &self,
+        permissions: Option<Vec<Permission>>,
+        resource: &Resource,
+    ) -> PResult<Option<Vec<Permission>>> {
+        use Permission::*;
+        let (kind, applicable): (&str, &[Permission]) = match resource {
+            Resource::AllKeyspaces | Resource::Keyspace(_) | Resource::AllTablesInKeyspace(_) => (
+                "DataResource",
+                &[
+                    Create,
+                    Alter,
+                    Drop,
+                    Select,
+                    Modify,
+                    Authorize,
+                    Unmask,
+                    SelectMasked,
+                ],
+            ),
+            Resource::Table(_) => (
+                "DataResource",
+                &[Alter, Drop, Select, Modify, Authorize, Unmask, SelectMasked],
+            ),
+            Resource::AllRoles => ("RoleResource", &[Create, Alter, Drop, Authorize, Describe]),
+            Resource::Role(_) => ("RoleResource", &[Alter, Drop, Authorize]),
+            Resource::AllFunctions | Resource::AllFunctionsInKeyspace(_) => (
+                "FunctionResource",
+                &[Create, Alter, Drop, Authorize, Execute],
+            ),
+            Resource::Function { .. } => ("FunctionResource", &[Alter, Drop, Authorize, Execute]),
+            Resource::AllMbeans | Resource::Mbean(_) | Resource::Mbeans(_) => (
+                "JMXResource",
+                &[Authorize, Describe, Execute, Modify, Select],
+            ),
+        };
+        let Some(ps) = permissions else {
+            return Ok(None);
+        };
+        let kept: Vec<Permission> = ps.into_iter().filter(|p| applicable.contains(p)).collect();
+        if kept.is_empty() {
+            return Err(self.recognition(
+                ParseErrorKind::Recognition,
+                format!("Resource type {kind} does not support any of the requested permissions"),
+            ));
+        }
+        Ok(Some(kept))
+    }
+
     /// GRANT / REVOKE of permissions or roles.
     pub(crate) fn grant_revoke_statement(&mut self) -> PResult<Statement> {
         let grant = self.bump().tok == Tok::Keyword(Keyword::Grant);
@@ -341,6 +392,7 @@ impl<'a> Parser<'a> {
             let permissions = self.permissions()?;
             self.expect_kw(Keyword::On)?;
             let resource = self.resource()?;
+            let permissions = self.filter_permissions(permissions, &resource)?;
             self.expect_kw(link)?;
             let role = self.role_name()?;
             let s = PermissionsStatement {

@@ -11,7 +11,7 @@ impl<'a> Parser<'a> {
     pub(crate) fn create_statement(&mut self) -> PResult<Statement> {
         self.expect_kw(Keyword::Create)?;
         let Tok::Keyword(k) = self.peek() else {
-            return Err(self.no_viable());
+            return Err(self.no_viable_from(self.pos - 1));
         };
         match k {
             Keyword::Keyspace | Keyword::Schema => {
@@ -45,14 +45,14 @@ impl<'a> Parser<'a> {
             Keyword::Trigger => self.create_trigger().map(Statement::CreateTrigger),
             Keyword::Role => self.create_role().map(Statement::CreateRole),
             Keyword::User => self.create_user().map(Statement::CreateUser),
-            _ => Err(self.no_viable()),
+            _ => Err(self.no_viable_from(self.pos - 1)),
         }
     }
 
     pub(crate) fn alter_statement(&mut self) -> PResult<Statement> {
         self.expect_kw(Keyword::Alter)?;
         let Tok::Keyword(k) = self.peek() else {
-            return Err(self.no_viable());
+            return Err(self.no_viable_from(self.pos - 1));
         };
         match k {
             Keyword::Keyspace | Keyword::Schema => {
@@ -86,14 +86,14 @@ impl<'a> Parser<'a> {
             }
             Keyword::Role => self.alter_role().map(Statement::AlterRole),
             Keyword::User => self.alter_user().map(Statement::AlterUser),
-            _ => Err(self.no_viable()),
+            _ => Err(self.no_viable_from(self.pos - 1)),
         }
     }
 
     pub(crate) fn drop_statement(&mut self) -> PResult<Statement> {
         self.expect_kw(Keyword::Drop)?;
         let Tok::Keyword(k) = self.peek() else {
-            return Err(self.no_viable());
+            return Err(self.no_viable_from(self.pos - 1));
         };
         self.bump();
         match k {
@@ -184,7 +184,7 @@ impl<'a> Parser<'a> {
             }
             _ => {
                 self.pos -= 1;
-                Err(self.no_viable())
+                Err(self.no_viable_from(self.pos - 1))
             }
         }
     }
@@ -238,7 +238,7 @@ impl<'a> Parser<'a> {
         if out.iter().any(|p| p.name == name) {
             return Err(self.recognition(
                 ParseErrorKind::Recognition,
-                format!("Multiple definition for property {name}"),
+                format!("Multiple definitions for property '{name}'"),
             ));
         }
         out.push(Property { name, value });
@@ -276,15 +276,14 @@ impl<'a> Parser<'a> {
                     return Err(self.recognition(
                         ParseErrorKind::Recognition,
                         format!(
-                            "Invalid property value: ? for property: {} (bind variables are not supported in DDL queries)",
-                            key.raw_text()
+                            "Invalid property value: ? for property: {key} (bind variables are not supported in DDL queries)"
                         ),
                     ));
                 }
                 _ => {
                     return Err(self.recognition(
                         ParseErrorKind::Recognition,
-                        format!("Invalid property value for property: {}", key.raw_text()),
+                        format!("Invalid property value for property: {key}"),
                     ));
                 }
             };
@@ -382,11 +381,19 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn set_primary_key(&self, slot: &mut Option<PrimaryKey>, pk: PrimaryKey) -> PResult<()> {
+    fn set_primary_key(
+        &self,
+        table: &QualifiedName,
+        slot: &mut Option<PrimaryKey>,
+        pk: PrimaryKey,
+    ) -> PResult<()> {
         if slot.is_some() {
             return Err(self.recognition(
                 ParseErrorKind::Invalid,
-                "Multiple PRIMARY KEYs specified (exactly one required)",
+                format!(
+                    "Multiple PRIMARY KEY specified for table '{}' (exactly one required)",
+                    table.name.name
+                ),
             ));
         }
         *slot = Some(pk);
@@ -407,7 +414,7 @@ impl<'a> Parser<'a> {
                 self.bump();
                 self.expect_kw(Keyword::Key)?;
                 let pk = self.primary_key_clause()?;
-                self.set_primary_key(&mut primary_key, pk)?;
+                self.set_primary_key(&name, &mut primary_key, pk)?;
             } else {
                 let mut col = self.column_def()?;
                 if self.eat_kw(Keyword::Primary) {
@@ -417,7 +424,7 @@ impl<'a> Parser<'a> {
                         partition_key: vec![col.name.clone()],
                         clustering_columns: Vec::new(),
                     };
-                    self.set_primary_key(&mut primary_key, pk)?;
+                    self.set_primary_key(&name, &mut primary_key, pk)?;
                 }
                 columns.push(col);
             }
@@ -926,6 +933,9 @@ impl<'a> Parser<'a> {
             Tok::Keyword(Keyword::Keyspaces) => {
                 self.bump();
                 DescribeTarget::Keyspaces
+            }
+            Tok::Keyword(Keyword::Only) if self.peek_n(1) != Tok::Keyword(Keyword::Keyspace) => {
+                DescribeTarget::Generic(self.qualified_name("table")?)
             }
             Tok::Keyword(Keyword::Only) | Tok::Keyword(Keyword::Keyspace) => {
                 let only = self.eat_kw(Keyword::Only);

@@ -12,11 +12,11 @@ impl<'a> Parser<'a> {
         self.expect_kw(Keyword::Select)?;
         // JSON and DISTINCT are also valid column names: they are keywords only when a
         // selector follows (Cassandra's syntactic predicates).
-        let json = self.at_kw(Keyword::Json) && self.can_start_selection_at(1);
+        let json = self.at_kw(Keyword::Json) && self.keyword_then_selection();
         if json {
             self.bump();
         }
-        let distinct = self.at_kw(Keyword::Distinct) && self.can_start_selection_at(1);
+        let distinct = self.at_kw(Keyword::Distinct) && self.keyword_then_selection();
         if distinct {
             self.bump();
         }
@@ -87,6 +87,34 @@ impl<'a> Parser<'a> {
                 return Ok(s);
             }
         }
+    }
+
+    /// Cassandra's `(K_JSON selectClause)=>` predicate: the word is a keyword only if a
+    /// selector list follows it and is itself followed by FROM (`SELECT json AS j FROM t`
+    /// selects column `json`; `SELECT JSON AS FROM t` selects column `as` as JSON).
+    fn keyword_then_selection(&mut self) -> bool {
+        if !self.can_start_selection_at(1) {
+            return false;
+        }
+        let saved = (
+            self.pos,
+            self.binds.len(),
+            self.depth,
+            self.operand_end,
+            self.ll2_end,
+            self.where_end,
+        );
+        self.bump();
+        if self.at_kw(Keyword::Distinct) && self.keyword_then_selection() {
+            self.bump();
+        }
+        let ok = self.selection().is_ok() && self.at_kw(Keyword::From);
+        let (pos, binds, depth, operand_end, ll2_end, where_end) = saved;
+        self.pos = pos;
+        self.binds.truncate(binds);
+        self.depth = depth;
+        (self.operand_end, self.ll2_end, self.where_end) = (operand_end, ll2_end, where_end);
+        ok
     }
 
     /// Whether the token `n` ahead can start `selectClause`.
@@ -170,6 +198,7 @@ impl<'a> Parser<'a> {
         while self.eat_kw(Keyword::And) {
             out.push(self.relation()?);
         }
+        self.where_end = self.pos;
         Ok(out)
     }
 
@@ -416,6 +445,7 @@ impl<'a> Parser<'a> {
             )
         {
             self.bump();
+            self.ll2_end = self.pos;
             return Ok(Some(Conditions::Exists));
         }
         let mut out = vec![self.column_condition()?];

@@ -120,6 +120,7 @@ impl<'a> Parser<'a> {
             _ => return None,
         };
         self.pos += 2;
+        self.operand_end = self.pos;
         Some(lit)
     }
 
@@ -140,6 +141,7 @@ impl<'a> Parser<'a> {
             _ => return None,
         };
         self.bump();
+        self.operand_end = self.pos;
         Some(lit)
     }
 
@@ -160,6 +162,7 @@ impl<'a> Parser<'a> {
     /// `marker`: `?` or `:name`, if at one.
     pub(crate) fn marker(&mut self) -> PResult<Option<BindMarker>> {
         if self.eat(Tok::QMark) {
+            self.operand_end = self.pos;
             return Ok(Some(self.new_bind(None)));
         }
         if self.eat(Tok::Colon) {
@@ -291,6 +294,7 @@ impl<'a> Parser<'a> {
     pub(crate) fn allowed_function_name(&mut self) -> PResult<Ident> {
         if Self::is_function_name_tok(self.peek()) {
             let t = self.bump();
+            self.operand_end = self.pos;
             Ok(self.ident_from(t))
         } else {
             Err(self.no_viable())
@@ -517,6 +521,7 @@ impl<'a> Parser<'a> {
         if let Tok::Keyword(k) = t {
             if let Some(n) = k.native_type() {
                 self.bump();
+                self.operand_end = self.pos;
                 return Ok(TypeExpr::Native(n));
             }
             let parameterised = self.peek_n(1) == Tok::Lt;
@@ -558,9 +563,14 @@ impl<'a> Parser<'a> {
                     self.expect(Tok::Comma)?;
                     let n = self.expect(Tok::Integer)?;
                     let dim = self.text(n).parse::<u32>().map_err(|_| {
+                        // Cassandra's Integer.parseInt failure, verbatim.
                         self.recognition(
-                            ParseErrorKind::Invalid,
-                            format!("Invalid vector dimension {}", self.text(n)),
+                            ParseErrorKind::Recognition,
+                            format!(
+                                "Failed parsing statement: [{}] reason: NumberFormatException For input string: \"{}\"",
+                                self.src,
+                                self.text(n)
+                            ),
                         )
                     })?;
                     self.expect(Tok::Gt)?;
@@ -605,9 +615,18 @@ impl<'a> Parser<'a> {
             _ => false,
         };
         if !ok {
+            // `date`, `ttl` … can only be the keyspace part: Cassandra then wants the '.'.
+            if keyspace.is_none() && Self::is_ident_tok(self.peek()) {
+                self.bump();
+                return Err(self.mismatch_exact("'.'"));
+            }
             return Err(self.no_viable());
         }
         let t = self.bump();
+        self.operand_end = self.pos;
+        if keyspace.is_none() {
+            self.ll2_end = self.pos;
+        }
         let name = self.ident_from(t);
         if t.tok == Tok::Ident && RESERVED_TYPE_NAMES.contains(&name.as_str()) {
             return Err(self.recognition(

@@ -25,6 +25,13 @@ pub(crate) struct Parser<'a> {
     pos: usize,
     binds: Vec<BindMarker>,
     depth: u32,
+    /// Token index just after the last WHERE clause parsed (for error wording).
+    where_end: usize,
+    /// Token index just after the last name, literal or marker (for error wording).
+    operand_end: usize,
+    /// Token index just after a name whose role ANTLR decides by looking one token
+    /// further (a table name that might have been a keyspace, `IF EXISTS`).
+    ll2_end: usize,
 }
 
 /// Parses exactly one statement, with optional trailing semicolons.
@@ -32,7 +39,9 @@ pub(crate) fn parse_one(src: &str) -> PResult<ParsedStatement> {
     let mut p = Parser::new(src)?;
     let statement = p.statement()?;
     while p.eat(Tok::Semi) {}
-    p.expect(Tok::Eof)?;
+    if !p.at(Tok::Eof) {
+        return Err(p.trailing_input());
+    }
     Ok(ParsedStatement {
         statement,
         bind_markers: p.binds,
@@ -53,9 +62,38 @@ pub(crate) fn parse_script(src: &str) -> PResult<Vec<ParsedStatement>> {
             statement,
             bind_markers: std::mem::take(&mut p.binds),
         });
-        if !p.at(Tok::Eof) {
-            p.expect(Tok::Semi)?;
+        if !p.at(Tok::Eof) && !p.at(Tok::Semi) {
+            return Err(p.trailing_input());
         }
+    }
+}
+
+/// Appends the hidden tokens ANTLR would emit for `src[from..to]`: each whitespace run
+/// and each comment is one token.
+fn hidden_tokens(src: &str, from: usize, to: usize, out: &mut Vec<(usize, usize)>) {
+    let b = src.as_bytes();
+    let mut i = from;
+    while i < to {
+        let start = i;
+        if b.get(i).is_some_and(|c| c.is_ascii_whitespace()) {
+            while i < to && b.get(i).is_some_and(|c| c.is_ascii_whitespace()) {
+                i += 1;
+            }
+        } else if src.get(i..).is_some_and(|r| r.starts_with("/*")) {
+            i = src
+                .get(i + 2..to)
+                .and_then(|r| r.find("*/"))
+                .map_or(to, |k| i + 2 + k + 2);
+        } else {
+            // `--` / `//` comment: ANTLR's rule includes the newline that ends it.
+            while i < to && b.get(i).is_some_and(|&c| c != b'\n' && c != b'\r') {
+                i += 1;
+            }
+            if i < to {
+                i += 1;
+            }
+        }
+        out.push((start, i.min(to)));
     }
 }
 
@@ -67,6 +105,9 @@ impl<'a> Parser<'a> {
             pos: 0,
             binds: Vec::new(),
             depth: 0,
+            where_end: usize::MAX,
+            operand_end: usize::MAX,
+            ll2_end: usize::MAX,
         })
     }
 
@@ -147,15 +188,21 @@ impl<'a> Parser<'a> {
 
     // ---- errors -------------------------------------------------------------------
 
+    /// The token's text as ANTLR has it: strings and quoted names unescaped, without
+    /// their quotes.
     fn display_token(&self, t: Token) -> String {
-        if t.tok == Tok::Eof {
-            "<EOF>".to_string()
-        } else {
-            self.text(t).to_string()
+        match t.tok {
+            Tok::Eof => "<EOF>".to_string(),
+            Tok::Str => self.string_value(t),
+            Tok::QuotedName | Tok::EmptyQuotedName => self.ident_from(t).name,
+            _ => self.text(t).to_string(),
         }
     }
 
-    fn error_at(&self, t: Token, message: String) -> ParseError {
+    /// A syntax error at the current token; `highlight` is the token index ANTLR's stream
+    /// was at (the start of the failed decision), which Cassandra brackets in the snippet.
+    fn error_at(&self, highlight: usize, message: String) -> ParseError {
+        let t = self.cur();
         let (line, column) = line_col(self.src, t.start as usize);
         ParseError {
             kind: ParseErrorKind::Syntax,
@@ -163,15 +210,28 @@ impl<'a> Parser<'a> {
             column,
             token: self.display_token(t),
             message,
-            snippet: self.snippet(),
+            snippet: self.snippet(highlight),
         }
     }
 
-    /// ANTLR's MismatchedTokenException text.
+    /// ANTLR's MismatchedTokenException text — except right after a name, literal or
+    /// marker, where ANTLR's lookahead decision fails first and reports no viable
+    /// alternative (from the name or marker itself).
     fn mismatch(&self, expected: &str) -> ParseError {
         let t = self.cur();
+        if t.tok != Tok::Eof && self.pos == self.operand_end && self.pos > 0 {
+            let prev = self.toks.get(self.pos - 1).map(|t| t.tok);
+            let named = prev.is_some_and(|p| Self::is_ident_tok(p) || p == Tok::QMark);
+            return self.no_viable_from(if named { self.pos - 1 } else { self.pos });
+        }
+        self.mismatch_exact(expected)
+    }
+
+    /// ANTLR's MismatchedTokenException text, always.
+    fn mismatch_exact(&self, expected: &str) -> ParseError {
+        let t = self.cur();
         self.error_at(
-            t,
+            self.pos,
             format!(
                 "mismatched input '{}' expecting {expected}",
                 self.display_token(t)
@@ -181,11 +241,39 @@ impl<'a> Parser<'a> {
 
     /// ANTLR's NoViableAltException text.
     fn no_viable(&self) -> ParseError {
+        self.no_viable_from(self.pos)
+    }
+
+    /// NoViableAlt for a decision that started at token `start` (ANTLR looked ahead from
+    /// there and failed at the current token).
+    fn no_viable_from(&self, start: usize) -> ParseError {
         let t = self.cur();
         self.error_at(
-            t,
+            start.min(self.pos),
             format!("no viable alternative at input '{}'", self.display_token(t)),
         )
+    }
+
+    /// Input left after a complete statement. ANTLR reports it where its last lookahead
+    /// decision failed: after a name or a marker that decision started on that token,
+    /// after a WHERE clause on the extra token; otherwise EOF was simply expected.
+    fn trailing_input(&self) -> ParseError {
+        let prev = self
+            .pos
+            .checked_sub(1)
+            .and_then(|i| self.toks.get(i))
+            .map(|t| t.tok);
+        if self.ll2_end == self.pos {
+            return self.no_viable_from(self.pos - 1);
+        }
+        if self.where_end == self.pos {
+            return if prev == Some(Tok::QMark) {
+                self.no_viable_from(self.pos - 1)
+            } else {
+                self.no_viable()
+            };
+        }
+        self.mismatch_exact("EOF")
     }
 
     /// An error with a bare message (Cassandra's `addRecognitionError`), positioned at
@@ -200,34 +288,54 @@ impl<'a> Parser<'a> {
         e
     }
 
-    /// Cassandra's query snippet: from about five tokens before the offending one to the
-    /// token after it, newlines dropped, offending token in brackets. None at EOF.
-    fn snippet(&self) -> Option<String> {
-        let off = self.cur();
-        if off.tok == Tok::Eof {
+    /// Cassandra's query snippet (`ErrorCollector.appendSnippet`). ANTLR's token stream
+    /// holds the hidden whitespace and comment tokens too: the snippet runs from 10 stream
+    /// tokens before the highlighted one to 2 after it, but not past the furthest token
+    /// read (the current one); lines are joined without newlines and the highlighted token
+    /// is bracketed. None when that range ends at EOF (ANTLR's EOF has no position).
+    fn snippet(&self, highlight: usize) -> Option<String> {
+        let cur = self.cur();
+        // Stream elements as byte spans: hidden tokens of each gap, then the token.
+        let mut stream: Vec<(usize, usize)> = Vec::with_capacity(self.pos * 2 + 2);
+        let mut h_index = 0;
+        let mut prev_end = 0usize;
+        for (i, t) in self.toks.iter().enumerate().take(self.pos + 1) {
+            let start = t.start as usize;
+            hidden_tokens(self.src, prev_end, start, &mut stream);
+            if i == highlight {
+                h_index = stream.len();
+            }
+            stream.push((start, t.end as usize));
+            prev_end = t.end as usize;
+        }
+        let last = stream.len().checked_sub(1)?;
+        if cur.tok == Tok::Eof && h_index + 2 >= last {
             return None;
         }
-        // ANTLR counts hidden whitespace tokens: 10 back ≈ 5 real tokens, 2 ahead ≈ 1.
-        let from = self.tok_at(self.pos.saturating_sub(5));
-        let mut to = self.tok_at(self.pos + 1);
-        if to.tok == Tok::Eof {
-            to = off;
+        let (from, _) = *stream.get(h_index.saturating_sub(10))?;
+        let (_, to) = *stream.get((h_index + 2).min(last))?;
+        let (hs, mut he) = *stream.get(h_index)?;
+        if let Some(ht) = self.toks.get(highlight) {
+            let n = self.display_token(*ht).chars().count();
+            he = self.src.get(hs..).map_or(he, |r| {
+                hs + r.char_indices().nth(n).map_or(r.len(), |(i, _)| i)
+            });
         }
-        let (from_s, to_e) = (from.start as usize, to.end as usize);
-        let (os, oe) = (off.start as usize, off.end as usize);
-        let piece = |a: usize, b: usize| self.src.get(a..b).unwrap_or("").replace(['\n', '\r'], "");
+        let piece = |a: usize, b: usize| self.src.get(a..b.max(a)).unwrap_or("").replace('\n', "");
         let mut s = String::new();
-        if from_s != 0 {
+        if from != 0 {
             s.push_str("...");
         }
-        s.push_str(&piece(from_s, os));
-        s.push('[');
-        s.push_str(&piece(os, oe));
-        s.push(']');
-        s.push_str(&piece(oe, to_e));
-        let rest = self.src.get(to_e..).unwrap_or("");
-        let at_end = !rest.contains('\n') && rest.trim_end_matches('\r').is_empty();
-        if !at_end {
+        if hs >= to {
+            s.push_str(&piece(from, to));
+        } else {
+            s.push_str(&piece(from, hs));
+            s.push('[');
+            s.push_str(&piece(hs, he));
+            s.push(']');
+            s.push_str(&piece(he, to));
+        }
+        if to < self.src.trim_end_matches('\n').len() {
             s.push_str("...");
         }
         Some(s)
@@ -276,6 +384,7 @@ impl<'a> Parser<'a> {
     fn ident(&mut self) -> PResult<Ident> {
         if Self::is_ident_tok(self.peek()) {
             let t = self.bump();
+            self.operand_end = self.pos;
             Ok(self.ident_from(t))
         } else {
             Err(self.no_viable())
@@ -318,6 +427,7 @@ impl<'a> Parser<'a> {
             let name = self.schema_ident(what)?;
             Ok(QualifiedName::new(Some(first), name))
         } else {
+            self.ll2_end = self.pos;
             Ok(QualifiedName::new(None, first))
         }
     }

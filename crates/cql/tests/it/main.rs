@@ -4,6 +4,7 @@ mod clients;
 mod ddl;
 mod dml;
 mod errors;
+mod oracle;
 mod props;
 mod roundtrip;
 

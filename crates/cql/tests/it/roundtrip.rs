@@ -152,3 +152,23 @@ fn display_examples() {
         "SELECT count(*) FROM t LIMIT 1"
     );
 }
+
+/// Writes the base corpus for the Cassandra oracle (`tests/oracle/README.md`).
+#[test]
+#[ignore]
+fn dump_base_corpus() {
+    let mut out = String::new();
+    for q in FORMS
+        .iter()
+        .copied()
+        .chain(crate::clients::CLIENT_STATEMENTS.iter().map(|(q, _)| *q))
+    {
+        out.push_str(&q.replace('\n', "\\n"));
+        out.push('\n');
+    }
+    std::fs::write(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oracle/base.cql"),
+        out,
+    )
+    .expect("write");
+}
