@@ -26,6 +26,8 @@ pub struct PreparedStmt {
     pub marker_names: Vec<Option<String>>,
     /// The table the statement reads or writes: schema changes to it invalidate the entry.
     pub table: Option<(String, String)>,
+    /// The resolved SELECT, built on first execution.
+    pub select_plan: std::sync::OnceLock<Arc<crate::select::SelectPlan>>,
 }
 
 /// The (keyspace, table) a DML statement addresses.
@@ -125,6 +127,25 @@ impl Inner {
     }
 }
 
+/// Runs `f` on `shard`: directly when that is the calling shard (no message, no task),
+/// else by a cross-shard message.
+pub async fn on_shard<F, Fut, T>(inner: &Inner, shard: u32, f: F) -> Result<T, QueryError>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    if amphora_rt::current_shard() == Some(shard) {
+        return Ok(f().await);
+    }
+    inner
+        .shared
+        .shards
+        .submit_to(shard, f)
+        .await
+        .map_err(|e| QueryError::Server(e.to_string()))
+}
+
 pub fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -162,7 +183,15 @@ pub async fn query(
             .collect::<Vec<_>>(),
         &opts,
     )?;
-    run(inner, keyspace.as_deref(), &parsed.statement, &binds, &opts).await
+    run(
+        inner,
+        keyspace.as_deref(),
+        &parsed.statement,
+        &binds,
+        &opts,
+        None,
+    )
+    .await
 }
 
 fn bind_by_name(
@@ -215,6 +244,7 @@ pub async fn prepare(
     let table = statement_table(&parsed.statement, keyspace.as_deref());
     let stmt = Arc::new(PreparedStmt {
         table,
+        select_plan: std::sync::OnceLock::new(),
         query: query.to_string(),
         keyspace,
         marker_names: parsed
@@ -272,7 +302,15 @@ pub async fn execute(
             binds.len()
         )));
     }
-    run(inner, p.keyspace.as_deref(), &p.statement, &binds, &opts).await
+    run(
+        inner,
+        p.keyspace.as_deref(),
+        &p.statement,
+        &binds,
+        &opts,
+        Some(&p.select_plan),
+    )
+    .await
 }
 
 pub async fn batch(
@@ -315,10 +353,11 @@ pub async fn run(
     st: &ast::Statement,
     binds: &[BoundValue],
     opts: &QueryOptions,
+    cache: Option<&std::sync::OnceLock<Arc<crate::select::SelectPlan>>>,
 ) -> Result<QueryResult, QueryError> {
     use ast::Statement as S;
     match st {
-        S::Select(s) => crate::select::run_select(inner, keyspace, s, binds, opts).await,
+        S::Select(s) => crate::select::run_select(inner, keyspace, s, binds, opts, cache).await,
         S::Insert(_) | S::Update(_) | S::Delete(_) => {
             crate::write::run_write(inner, keyspace, st, binds, opts).await
         }

@@ -332,19 +332,22 @@ fn decode_paging(b: &[u8]) -> Result<PagingState, QueryError> {
     })
 }
 
-pub async fn run_select(
-    inner: &Rc<Inner>,
+/// What a SELECT resolves to against one schema version (cached per prepared statement;
+/// prepared statements on a changed table are invalidated, so the cache never goes stale).
+#[derive(Debug)]
+pub struct SelectPlan {
+    pub table: Arc<TableSchema>,
+    pub items: Vec<SelItem>,
+    pub columns: Arc<Vec<ResultColumn>>,
+    pub is_virtual: bool,
+}
+
+pub fn plan_select(
+    schema: &crate::schema::Schema,
     keyspace: Option<&str>,
     s: &ast::SelectStatement,
-    binds: &[BoundValue],
-    opts: &QueryOptions,
-) -> Result<QueryResult, QueryError> {
-    let schema = inner.schema();
-    let ctx = EvalCtx {
-        binds,
-        now_micros: crate::exec::now_micros(),
-    };
-    let table = crate::plan::resolve_table(&schema, keyspace, &s.table)?;
+) -> Result<SelectPlan, QueryError> {
+    let table = crate::plan::resolve_table(schema, keyspace, &s.table)?;
     let items = selection(&table, s)?;
     let columns = Arc::new(
         items
@@ -357,11 +360,48 @@ pub async fn run_select(
             })
             .collect::<Vec<_>>(),
     );
-    if let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name) {
-        let rows = (v.rows)(&schema, &inner.shared.info);
-        return crate::system::select_virtual(&table, rows, s, &items, columns, &ctx, opts);
+    let is_virtual = crate::system::virtual_table(&table.keyspace, &table.name).is_some();
+    Ok(SelectPlan {
+        table,
+        items,
+        columns,
+        is_virtual,
+    })
+}
+
+pub async fn run_select(
+    inner: &Rc<Inner>,
+    keyspace: Option<&str>,
+    s: &ast::SelectStatement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+    cache: Option<&std::sync::OnceLock<Arc<SelectPlan>>>,
+) -> Result<QueryResult, QueryError> {
+    let schema = inner.schema();
+    let ctx = EvalCtx {
+        binds,
+        now_micros: crate::exec::now_micros(),
+    };
+    let plan = match cache.and_then(|c| c.get()) {
+        Some(p) => p.clone(),
+        None => {
+            let p = Arc::new(plan_select(&schema, keyspace, s)?);
+            if let Some(c) = cache {
+                let _ = c.set(p.clone());
+            }
+            p
+        }
+    };
+    let table = &plan.table;
+    let items = &plan.items;
+    let columns = plan.columns.clone();
+    if plan.is_virtual {
+        if let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name) {
+            let rows = (v.rows)(&schema, &inner.shared.info);
+            return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
+        }
     }
-    let r = restrict::analyze(&table, &s.where_clause, &ctx)?;
+    let r = restrict::analyze(table, &s.where_clause, &ctx)?;
     if r.needs_filtering && !s.allow_filtering {
         return Err(invalid(
             "Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING",
@@ -542,7 +582,7 @@ pub async fn run_select(
             if aggregate {
                 agg.add(&items, &table, p, row);
             } else {
-                for it in &items {
+                for it in items.iter() {
                     out.cells
                         .push(value_of(&table, &it.sel, p, row, now_s, static_only));
                 }
@@ -590,24 +630,20 @@ async fn read_on(
     shard: u32,
     cmd: ReadCommand,
 ) -> Result<amphora_storage::ReadResult, QueryError> {
-    inner
-        .shared
-        .shards
-        .submit_to(shard, move || async move {
-            let db = amphora_replica::local().map_err(|e| e.to_string())?;
-            db.read(&cmd).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| QueryError::Server(e.to_string()))?
-        .map_err(|e| {
-            tracing::warn!(error = %e, "read failed");
-            QueryError::ReadTimeout {
-                consistency: 1,
-                received: 0,
-                block_for: 1,
-                data_present: false,
-            }
-        })
+    crate::exec::on_shard(inner, shard, move || async move {
+        let db = amphora_replica::local().map_err(|e| e.to_string())?;
+        db.read(&cmd).map_err(|e| e.to_string())
+    })
+    .await?
+    .map_err(|e| {
+        tracing::warn!(error = %e, "read failed");
+        QueryError::ReadTimeout {
+            consistency: 1,
+            received: 0,
+            block_for: 1,
+            data_present: false,
+        }
+    })
 }
 
 struct ResultBuilder {

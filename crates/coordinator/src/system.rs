@@ -404,6 +404,9 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
 }
 
 pub fn virtual_table(ks: &str, name: &str) -> Option<&'static VirtualTable> {
+    if !ks.starts_with("system") {
+        return None;
+    }
     tables().get(&(ks.to_string(), name.to_string()))
 }
 

@@ -79,30 +79,47 @@ pub fn check_writable(t: &TableSchema) -> Result<(), QueryError> {
 }
 
 /// Applies writes, each on the shard owning its token, concurrently.
+fn write_failure(e: String) -> QueryError {
+    QueryError::WriteFailure {
+        consistency: 1,
+        received: 0,
+        block_for: 1,
+        write_kind: WriteKind::Simple,
+        message: format!("Operation failed - received 0 responses and 1 failures: {e}"),
+    }
+}
+
+async fn apply_one(p: Planned) -> Result<(), String> {
+    let db = amphora_replica::local().map_err(|e| e.to_string())?;
+    match p {
+        Planned::Mutation(m) => db.apply(m).await.map_err(|e| e.to_string()),
+        Planned::Counter(c) => db.apply_counter(c).await.map_err(|e| e.to_string()),
+    }
+}
+
+/// Applies writes, each on the shard owning its token, concurrently.
 pub async fn apply_all(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
     let info = &inner.shared.info;
+    if planned.len() == 1 {
+        // The common case: one partition, usually on this very shard (shard-aware drivers).
+        if let Some(p) = planned.into_iter().next() {
+            let shard = shard_of(p.token(), info.nr_shards, info.ignore_msb);
+            crate::exec::on_shard(inner, shard, move || apply_one(p))
+                .await?
+                .map_err(write_failure)?;
+        }
+        return Ok(());
+    }
     let shards = &inner.shared.shards;
     let mut pending = Vec::with_capacity(planned.len());
     for p in planned {
         let shard = shard_of(p.token(), info.nr_shards, info.ignore_msb);
-        pending.push(shards.submit_to(shard, move || async move {
-            let db = amphora_replica::local().map_err(|e| e.to_string())?;
-            match p {
-                Planned::Mutation(m) => db.apply(m).await.map_err(|e| e.to_string()),
-                Planned::Counter(c) => db.apply_counter(c).await.map_err(|e| e.to_string()),
-            }
-        }));
+        pending.push(shards.submit_to(shard, move || apply_one(p)));
     }
     for p in pending {
         p.await
             .map_err(|e| QueryError::Server(e.to_string()))?
-            .map_err(|e| QueryError::WriteFailure {
-                consistency: 1,
-                received: 0,
-                block_for: 1,
-                write_kind: WriteKind::Simple,
-                message: format!("Operation failed - received 0 responses and 1 failures: {e}"),
-            })?;
+            .map_err(write_failure)?;
     }
     Ok(())
 }
