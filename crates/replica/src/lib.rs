@@ -8,9 +8,14 @@
 //!
 //! Must never depend on: `coordinator`, `server`, the CQL or protocol crates.
 //!
-//! Key types: [`ShardDb`], [`local`], [`ReplicaError`].
+//! Key types: [`ShardDb`], [`local`], [`ReplicaError`], [`stats::TableCounters`] (per-table
+//! read/write counts and latencies), [`snapshot`] (hard-link snapshots of a table).
+
+pub mod snapshot;
+pub mod stats;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -28,6 +33,11 @@ pub enum ReplicaError {
     UnknownTable(TableId),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 thread_local! {
@@ -56,6 +66,8 @@ pub struct ShardDb {
     /// Identifies this replica's counter shard (host id mixed with the shard number).
     counter_id: u128,
     storage: ShardStorage,
+    /// Local reads/writes per table (shard-owned integers; nodetool and /metrics).
+    table_counters: RefCell<HashMap<TableId, stats::TableCounters>>,
 }
 
 /// Opens (and replays) this shard's storage and installs it as the shard's database.
@@ -71,6 +83,7 @@ pub fn init_shard(
         shard,
         counter_id: host_id ^ u128::from(shard),
         storage,
+        table_counters: RefCell::new(HashMap::new()),
     });
     DB.with(|d| *d.borrow_mut() = Some(db.clone()));
     Ok(db)
@@ -92,14 +105,47 @@ impl ShardDb {
 
     /// Applies a mutation; resolves once it is durable per the commitlog sync mode.
     pub async fn apply(&self, m: Mutation) -> Result<(), ReplicaError> {
+        let started = std::time::Instant::now();
+        let table = m.table;
+        let r = self.apply_inner(m).await;
+        self.record_write(table, started, r.is_ok());
+        r
+    }
+
+    async fn apply_inner(&self, m: Mutation) -> Result<(), ReplicaError> {
         let ack = self.storage.apply(&m)?;
         ack.await?;
         Ok(())
     }
 
+    fn record_write(&self, table: TableId, started: std::time::Instant, ok: bool) {
+        let us = started.elapsed().as_micros() as u64;
+        let mut c = self.table_counters.borrow_mut();
+        let t = c.entry(table).or_default();
+        if ok {
+            t.writes += 1;
+            t.write_latency.record(us);
+        } else {
+            t.write_errors += 1;
+        }
+    }
+
+    /// This shard's per-table counters (tables never read or written are absent).
+    pub fn table_counters(&self) -> HashMap<TableId, stats::TableCounters> {
+        self.table_counters.borrow().clone()
+    }
+
     /// Adds `deltas` to the counters of one row: reads this replica's counter shard and
     /// writes it back with the clock advanced, with no await in between.
     pub async fn apply_counter(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
+        let started = std::time::Instant::now();
+        let table = u.table;
+        let r = self.apply_counter_inner(u).await;
+        self.record_write(table, started, r.is_ok());
+        r
+    }
+
+    async fn apply_counter_inner(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
         let mut cmd = ReadCommand::new(
             u.table,
             amphora_storage::PartitionRange::Single(u.key.clone()),
@@ -162,7 +208,18 @@ impl ShardDb {
     }
 
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
-        Ok(self.storage.read(cmd)?)
+        let started = std::time::Instant::now();
+        let r = self.storage.read(cmd);
+        let us = started.elapsed().as_micros() as u64;
+        let mut c = self.table_counters.borrow_mut();
+        let t = c.entry(cmd.table).or_default();
+        if r.is_ok() {
+            t.reads += 1;
+            t.read_latency.record(us);
+        } else {
+            t.read_errors += 1;
+        }
+        Ok(r?)
     }
 
     pub fn add_table(&self, t: Arc<TableSchema>) -> Result<(), ReplicaError> {
@@ -174,6 +231,7 @@ impl ShardDb {
     }
 
     pub fn drop_table(&self, id: TableId) -> Result<(), ReplicaError> {
+        self.table_counters.borrow_mut().remove(&id);
         Ok(self.storage.drop_table(id)?)
     }
 
