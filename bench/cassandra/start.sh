@@ -16,6 +16,8 @@
 #   CASSANDRA_FOREGROUND=1  run in the foreground (default: background, wait for the CQL
 #                           port, print the pid; the pid is also in DATA_DIR/cassandra.pid)
 #   CASSANDRA_START_TIMEOUT seconds to wait for the CQL port (default 120)
+#   CASSANDRA_YAML_EXTRA    extra cassandra.yaml lines appended as given (e.g. the benchmark's
+#                           "compaction_throughput: 0MiB/s"); unset = none
 # Stop with bench/cassandra/stop.sh DATA_DIR.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -69,6 +71,9 @@ network_authorizer: AllowAllNetworkAuthorizer
 storage_compatibility_mode: NONE
 auto_snapshot: false
 YAML
+if [[ -n "${CASSANDRA_YAML_EXTRA:-}" ]]; then
+  printf '%s\n' "$CASSANDRA_YAML_EXTRA" >> "$data/conf/cassandra.yaml"
+fi
 
 cat > "$data/conf/logback.xml" <<XML
 <configuration scan="false">

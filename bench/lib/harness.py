@@ -1,0 +1,756 @@
+#!/usr/bin/env python3
+"""Amphora vs Apache Cassandra, side by side, with the seeds' methodology (DESIGN.md §7).
+
+Called by bench/run.sh (which builds `amphora` and installs Cassandra first):
+
+    python3 bench/lib/harness.py quick|full [--out DIR]
+
+For each system in turn (Cassandra, then Amphora) it starts the server pinned to the server
+CPU(s), runs `amphora stress` pinned to the client CPU(s) through every scenario, stops the
+server, and writes DIR/results.json; then bench/lib/report.py turns that into DIR/report.md,
+the SVG plots and the entry on top of docs/benchmarks.md.
+
+Standard library only. Every figure comes from a real run; a scenario that cannot run is
+recorded with the reason (status "failed" / "not available"), never with a made-up number.
+"""
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+CASSANDRA_DIR = BENCH / "cassandra"
+IOT_PROFILE = BENCH / "profiles" / "iot.yaml"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# Scale of each mode. `quick` must finish (both systems) in under 15 minutes on the 2-core
+# machine; `full` is the real run (about an hour and a half).
+MODES = {
+    "quick": dict(
+        partitions=200_000,  # standard1 rows populated (~60 MB of cells)
+        warmup_s=20,  # read warm-up before measuring (issue 7 asks 90 s in the full run)
+        sat_s=15,  # each saturation run
+        steps_pct=[10, 50, 90],  # fixed-rate steps, % of Cassandra's measured maximum
+        step_s=10,
+        own_max_pct=90,  # Amphora also at 90% of its own maximum (issue 7 target 2)
+        rdw_s=15,  # reads during writes
+        rdw_write_pct=25,  # writer rate, % of Cassandra's write maximum
+        iot_partitions=2_000,  # machines; 100 rows each are inserted before the mixes
+        iot_s=15,
+        threads=128,
+    ),
+    "full": dict(
+        partitions=3_000_000,  # ~660 MB on disk in Cassandra (issue 7's compaction figure)
+        warmup_s=90,
+        sat_s=120,
+        steps_pct=[10, 25, 50, 75, 90],
+        step_s=60,
+        own_max_pct=90,
+        rdw_s=120,
+        rdw_write_pct=25,
+        iot_partitions=20_000,
+        iot_s=120,
+        threads=128,
+    ),
+}
+
+IOT_MIXES = [("90/10", 9, 1), ("50/50", 5, 5), ("10/90", 1, 9)]
+
+
+def env(name, default):
+    return os.environ.get(name, default)
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def proc_cpu_s(pid):
+    """utime+stime of a process (all its threads), seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_status_kb(pid, key):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def loadavg():
+    try:
+        return Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        return None
+
+
+def port_open(port, host="127.0.0.1"):
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def dir_bytes(path, pattern="*"):
+    total, files = 0, 0
+    for p in Path(path).rglob(pattern):
+        if p.is_file():
+            total += p.stat().st_size
+            files += 1
+    return total, files
+
+
+# ---------------------------------------------------------------- servers
+
+
+class Server:
+    name = "?"
+    label = "?"
+
+    def __init__(self, cfg, workdir, raw):
+        self.cfg = cfg
+        self.data = workdir / self.name
+        self.raw = raw
+        self.pid = None
+        self.startup_s = None
+
+    def metrics_snapshot(self):
+        return {}
+
+
+class Cassandra(Server):
+    name = "cassandra"
+
+    def __init__(self, cfg, workdir, raw):
+        super().__init__(cfg, workdir, raw)
+        self.port = int(env("BENCH_CASSANDRA_PORT", "9042"))
+        self.jmx = env("BENCH_CASSANDRA_JMX_PORT", "7199")
+        self.storage = env("BENCH_CASSANDRA_STORAGE_PORT", "7000")
+        self.label = "Cassandra " + cassandra_version()
+
+    def _env(self):
+        e = dict(os.environ)
+        e.update(
+            CASSANDRA_CPUS=self.cfg["server_cpus"],
+            CASSANDRA_NATIVE_PORT=str(self.port),
+            CASSANDRA_JMX_PORT=self.jmx,
+            CASSANDRA_STORAGE_PORT=self.storage,
+            CASSANDRA_START_TIMEOUT="300",
+            # Unthrottled compaction, as the seeds' major compaction runs
+            # (compaction_throughput_mb_per_sec: 0).
+            CASSANDRA_YAML_EXTRA="compaction_throughput: 0MiB/s",
+        )
+        return e
+
+    def start(self):
+        if self.data.exists():
+            shutil.rmtree(self.data)
+        if port_open(self.port):
+            raise RuntimeError(f"port {self.port} is already in use (another Cassandra?)")
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [str(CASSANDRA_DIR / "start.sh"), str(self.data), self.cfg["heap"]],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"cassandra start failed: {r.stdout[-800:]} {r.stderr[-800:]}")
+        self.startup_s = time.monotonic() - t0
+        self.pid = int((self.data / "cassandra.pid").read_text().strip())
+
+    def stop(self):
+        subprocess.run([str(CASSANDRA_DIR / "stop.sh"), str(self.data)], capture_output=True)
+        logs = self.data / "logs"
+        if logs.exists():
+            for f in ("system.log", "stdout.log"):
+                if (logs / f).exists():
+                    shutil.copy(logs / f, self.raw / f"cassandra-{f}")
+
+    def nodetool(self, *args, timeout=3600):
+        e = dict(os.environ, CASSANDRA_JMX_PORT=self.jmx)
+        # nodetool's JVM runs on the client CPUs, not on the server's core.
+        cmd = ["taskset", "-c", self.cfg["client_cpus"], str(CASSANDRA_DIR / "nodetool.sh"), *args]
+        r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"nodetool {' '.join(args)}: {r.stdout[-400:]} {r.stderr[-400:]}")
+        return r.stdout
+
+    def table_stats(self, ks, table):
+        out = self.nodetool("tablestats", f"{ks}.{table}")
+        st = {}
+        m = re.search(r"SSTable count: (\d+)", out)
+        if m:
+            st["sstables"] = int(m.group(1))
+        m = re.search(r"Space used \(live\): (\d+)", out)
+        if m:
+            st["bytes"] = int(m.group(1))
+        return st
+
+    def flush(self, ks):
+        self.nodetool("flush", ks)
+
+    def major_compaction(self, ks, table):
+        before = self.table_stats(ks, table)
+        t0 = time.monotonic()
+        self.nodetool("compact", ks, table)
+        secs = time.monotonic() - t0
+        after = self.table_stats(ks, table)
+        return dict(
+            status="ok",
+            method="nodetool compact (NodeTool class of cassandra-all over JMX)",
+            seconds=secs,
+            sstables_before=before.get("sstables"),
+            sstables_after=after.get("sstables"),
+            bytes_before=before.get("bytes"),
+            bytes_after=after.get("bytes"),
+            mb_per_s=(before.get("bytes", 0) / 1e6 / secs) if secs > 0 else None,
+        )
+
+    def sstables_per_read(self, ks, table):
+        """SSTables touched per read from `nodetool tablehistograms` (recent-decaying histogram)."""
+        try:
+            out = self.nodetool("tablehistograms", ks, table, timeout=60)
+        except Exception as e:  # noqa: BLE001 - recorded, not fatal
+            return {"status": f"failed: {e}"}
+        res = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[0] in ("50%", "99%", "Max"):
+                try:
+                    res[{"50%": "p50", "99%": "p99", "Max": "max"}[parts[0]]] = float(parts[3])
+                except ValueError:
+                    pass
+        return res or {"status": "no reads recorded"}
+
+
+class Amphora(Server):
+    name = "amphora"
+
+    def __init__(self, cfg, workdir, raw):
+        super().__init__(cfg, workdir, raw)
+        self.port = int(env("BENCH_AMPHORA_PORT", "29042"))
+        self.shard_port = int(env("BENCH_AMPHORA_SHARD_PORT", "29043"))
+        self.prom_port = int(env("BENCH_AMPHORA_PROMETHEUS_PORT", "29180"))
+        self.api_port = int(env("BENCH_AMPHORA_API_PORT", "29100"))
+        self.proc = None
+        self.label = "Amphora " + amphora_version(cfg["amphora"])
+
+    def start(self):
+        if self.data.exists():
+            shutil.rmtree(self.data)
+        self.data.mkdir(parents=True)
+        for p in (self.port, self.shard_port, self.prom_port):
+            if port_open(p):
+                raise RuntimeError(f"port {p} is already in use")
+        cmd = [
+            "taskset", "-c", self.cfg["server_cpus"], self.cfg["amphora"], "server",
+            "--data-dir", str(self.data),
+            "--native-transport-port", str(self.port),
+            "--native-shard-aware-transport-port", str(self.shard_port),
+            "--prometheus-port", str(self.prom_port),
+            "--api-port", str(self.api_port),
+            "--smp", str(self.cfg["smp"]),
+            "--memory", self.cfg["heap"],
+        ]
+        self.logf = open(self.raw / "amphora-server.log", "w")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid  # taskset execs the server: same pid
+        while not port_open(self.port):
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"amphora exited with {self.proc.returncode} during startup; "
+                    f"see {self.raw / 'amphora-server.log'}")
+            if time.monotonic() - t0 > 120:
+                raise RuntimeError("amphora did not open its CQL port within 120 s")
+            time.sleep(0.05)
+        self.startup_s = time.monotonic() - t0
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                log("amphora still running 60 s after SIGTERM, killing it")
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.logf.close()
+
+    def table_stats(self, ks, table):
+        # Amphora has no tablestats yet: count what is on disk for the table.
+        dirs = [p for p in (self.data).rglob(f"{table}-*") if p.is_dir()]
+        dirs += [p for p in (self.data).rglob(table) if p.is_dir()]
+        total, data_files = 0, 0
+        for d in dirs:
+            b, _ = dir_bytes(d)
+            total += b
+            data_files += len(list(d.rglob("*Data.db")))
+        return {"bytes": total or None, "sstables": data_files or None}
+
+    def flush(self, ks):
+        pass  # no flush trigger exposed yet; the compaction section says so
+
+    def _subcommands(self):
+        r = subprocess.run([self.cfg["amphora"], "--help"], capture_output=True, text=True)
+        return r.stdout
+
+    def major_compaction(self, ks, table):
+        if "nodetool" not in self._subcommands():
+            return dict(
+                status="not available",
+                reason="amphora has no compaction trigger yet (no `amphora nodetool compact`, "
+                "no REST API); the storage engine's compact_major is not reachable from outside",
+            )
+        before = self.table_stats(ks, table)
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [self.cfg["amphora"], "nodetool", "-p", str(self.api_port), "compact", ks, table],
+            capture_output=True, text=True)
+        secs = time.monotonic() - t0
+        if r.returncode != 0:
+            return dict(status="failed", reason=(r.stdout + r.stderr)[-400:])
+        after = self.table_stats(ks, table)
+        return dict(
+            status="ok", method="amphora nodetool compact", seconds=secs,
+            sstables_before=before.get("sstables"), sstables_after=after.get("sstables"),
+            bytes_before=before.get("bytes"), bytes_after=after.get("bytes"),
+            mb_per_s=((before.get("bytes") or 0) / 1e6 / secs) if secs > 0 else None)
+
+    def _prom(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.prom_port}/metrics", timeout=5) as f:
+                return f.read().decode()
+        except OSError:
+            return ""
+
+    def metrics_snapshot(self):
+        """Sum of every `*sstables_per_read*_sum` / `_count` series, if the server exports one."""
+        text = self._prom()
+        s = c = 0.0
+        found = False
+        for line in text.splitlines():
+            if line.startswith("#") or "sstables_per_read" not in line:
+                continue
+            name, _, val = line.rpartition(" ")
+            try:
+                v = float(val)
+            except ValueError:
+                continue
+            if name.split("{")[0].endswith("_sum"):
+                s += v
+                found = True
+            elif name.split("{")[0].endswith("_count"):
+                c += v
+        return {"sst_sum": s, "sst_count": c} if found else {}
+
+    def sstables_per_read(self, ks, table):
+        return None  # computed from metrics_snapshot deltas when exported
+
+
+def cassandra_version():
+    jars = sorted(CASSANDRA_DIR.glob("lib/cassandra-all-*.jar"))
+    return jars[0].stem.replace("cassandra-all-", "") if jars else "?"
+
+
+def amphora_version(binary):
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+        ver = out.split()[-1] if out else "?"
+    except OSError:
+        ver = "?"
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    return f"{ver} ({rev})" if rev else ver
+
+
+# ---------------------------------------------------------------- stress
+
+
+class Stress:
+    def __init__(self, cfg, raw):
+        self.cfg = cfg
+        self.raw = raw
+
+    def cmd(self, server, tag, args):
+        return [
+            "taskset", "-c", self.cfg["client_cpus"], self.cfg["amphora"], "stress", *args,
+            "-node", "127.0.0.1", "-port", f"native={server.port}",
+            "-log", f"file={self.raw / (tag + '.log')}", f"hdrfile={self.raw / (tag + '.hdr')}",
+            f"json={self.raw / (tag + '.json')}",
+            "-graph", f"file={self.raw / (tag + '.html')}", f"title={tag}",
+        ]
+
+    def spawn(self, server, tag, args):
+        jf = self.raw / (tag + ".json")
+        if jf.exists():
+            jf.unlink()
+        out = open(self.raw / (tag + ".out"), "w")
+        p = subprocess.Popen(self.cmd(server, tag, args), stdout=out, stderr=subprocess.STDOUT)
+        p._bench_out = out  # noqa: SLF001
+        p._bench_tag = tag  # noqa: SLF001
+        return p
+
+    def collect(self, p, timeout):
+        try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = "timeout"
+        p._bench_out.close()
+        tag = p._bench_tag
+        res = {"exit": rc, "args": p.args[4:]}
+        jf = self.raw / (tag + ".json")
+        if jf.exists():
+            try:
+                res["json"] = json.loads(jf.read_text())
+            except ValueError as e:
+                res["error"] = f"unreadable JSON result: {e}"
+        else:
+            tail = (self.raw / (tag + ".out")).read_text(errors="replace")[-1500:]
+            res["error"] = f"no JSON result (exit {rc}); output tail:\n{tail}"
+        return res
+
+
+def figures(js):
+    """The figures the report uses from one `amphora stress -log json=` result."""
+    def lat(f):
+        lm = f.get("latency_ms", {})
+        return {k: lm.get(k) for k in ("mean", "p50", "p90", "p95", "p99", "p999", "max")}
+
+    total = js.get("total", {})
+    out = {
+        "elapsed_s": js.get("elapsed_s"),
+        "ops": total.get("ops"),
+        "op_rate": total.get("op_rate"),
+        "row_rate": total.get("row_rate"),
+        "errors": total.get("errors"),
+        "latency_ms": lat(total),
+        "per_op": {o.get("name"): {"ops": o.get("ops"), "op_rate": o.get("op_rate"),
+                                   "errors": o.get("errors"), "latency_ms": lat(o)}
+                   for o in js.get("ops", [])},
+        "intervals": [[iv.get("time_s"), iv.get("total", {}).get("op_rate"),
+                       iv.get("total", {}).get("latency_ms", {}).get("p99")]
+                      for iv in js.get("intervals", [])],
+        "aborted": js.get("aborted"),
+    }
+    return out
+
+
+# ---------------------------------------------------------------- one system
+
+
+class Runner:
+    def __init__(self, cfg, server, stress, peer_max):
+        self.cfg = cfg
+        self.s = server
+        self.stress = stress
+        self.peer_max = peer_max  # {"write": op/s, "read": op/s} measured on Cassandra
+        self.runs = []
+        self.t0 = time.monotonic()
+
+    def run(self, scenario, name, args, timeout, extra=None, concurrent=None):
+        """One stress run (plus, optionally, `concurrent` = (name, args) started alongside)."""
+        tag = f"{self.s.name}-{scenario}-{name}".replace("/", "_").replace(" ", "_")
+        log(f"{self.s.name}: {scenario} {name}: amphora stress {' '.join(args)}")
+        pid = self.s.pid
+        cpu0 = proc_cpu_s(pid)
+        snap0 = self.s.metrics_snapshot()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        la0 = loadavg()
+        w0 = time.monotonic()
+        procs = [self.stress.spawn(self.s, tag, args)]
+        if concurrent:
+            procs.append(self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1]))
+        results = [self.stress.collect(p, timeout) for p in procs]
+        wall = time.monotonic() - w0
+        cpu1 = proc_cpu_s(pid)
+        snap1 = self.s.metrics_snapshot()
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rec = {
+            "system": self.s.name, "scenario": scenario, "name": name,
+            "command": "amphora stress " + " ".join(args),
+            "wall_s": wall, "load_before": la0, "load_after": loadavg(),
+            "server_cpu_s": (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
+            "client_cpu_s": (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
+            "rss_mb": (proc_status_kb(pid, "VmRSS") or 0) / 1024,
+            "peak_rss_mb": (proc_status_kb(pid, "VmHWM") or 0) / 1024,
+            "server_alive": proc_cpu_s(pid) is not None,
+        }
+        if extra:
+            rec.update(extra)
+        main = results[0]
+        if "json" in main:
+            rec["status"] = "ok"
+            rec.update(figures(main["json"]))
+            if main["exit"] != 0:
+                rec["status"] = f"exit {main['exit']}"
+            if rec.get("aborted"):
+                rec["status"] = "aborted: " + str(rec["aborted"])[:200]
+        else:
+            rec["status"] = "failed"
+            rec["error"] = main.get("error")
+        if concurrent:
+            other = results[1]
+            rec["concurrent"] = {"name": concurrent[0],
+                                 "command": "amphora stress " + " ".join(concurrent[1])}
+            if "json" in other:
+                rec["concurrent"].update(figures(other["json"]))
+                rec["concurrent"]["status"] = "ok"
+            else:
+                rec["concurrent"]["status"] = "failed"
+                rec["concurrent"]["error"] = other.get("error")
+        ops = (rec.get("ops") or 0) + (rec.get("concurrent", {}).get("ops") or 0)
+        if rec["server_cpu_s"] is not None and ops:
+            rec["server_cpu_us_per_op"] = rec["server_cpu_s"] * 1e6 / ops
+        if snap0 and snap1 and snap1["sst_count"] > snap0["sst_count"]:
+            rec["sstables_per_read"] = {
+                "mean": (snap1["sst_sum"] - snap0["sst_sum"]) / (snap1["sst_count"] - snap0["sst_count"])}
+        if rec["status"] != "ok":
+            log(f"  -> {rec['status']}: {(rec.get('error') or '')[-300:]}")
+        else:
+            lm = rec.get("latency_ms", {})
+            log(f"  -> {rec.get('op_rate') or 0:,.0f} op/s, p99 {lm.get('p99')} ms, "
+                f"server {rec.get('server_cpu_us_per_op') or 0:.1f} us/op, RSS {rec['rss_mb']:.0f} MB")
+        self.runs.append(rec)
+        return rec
+
+    def common(self):
+        return ["no-warmup", "cl=ONE"]
+
+    def rate(self, fixed=None, threads=None):
+        r = f"threads={threads or self.cfg['threads']}"
+        if fixed:
+            r += f" fixed={int(fixed)}/s"
+        return ["-rate", *r.split()]
+
+    def sat_timeout(self, secs):
+        return secs * 3 + 120
+
+    def all(self):
+        c = self.cfg
+        n = c["partitions"]
+        uni = f"dist=UNIFORM(1..{n})"
+        gauss = f"dist=GAUSSIAN(1..{n},{n // 2},{max(1, n // 10)})"
+        schema = ["-schema", "replication(strategy=SimpleStrategy,replication_factor=1)"]
+        out = {"startup_s": self.s.startup_s}
+
+        # 1. Populate N standard1 partitions in key order (the seeds' load phase).
+        self.run("populate", "write", ["write", f"n={n}", *self.common(), *schema,
+                                       "-pop", f"seq=1..{n}", *self.rate()],
+                 timeout=max(600, n // 500))
+
+        # 2. Major compaction after the populate: flush, then compact, timed.
+        log(f"{self.s.name}: flush + major compaction")
+        try:
+            self.s.flush("keyspace1")
+            out["compaction"] = self.s.major_compaction("keyspace1", "standard1")
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            out["compaction"] = {"status": "failed", "reason": str(e)[:400]}
+        out["table_after_populate"] = self.s.table_stats("keyspace1", "standard1") \
+            if out["compaction"].get("status") != "failed" else {}
+        log(f"  -> {out['compaction']}")
+
+        # 3. The same warm-up for both: reads at saturation over the whole range.
+        self.run("warmup", "read", ["read", f"duration={c['warmup_s']}s", *self.common(),
+                                    "-pop", uni, *self.rate()],
+                 timeout=self.sat_timeout(c["warmup_s"]))
+
+        # 4. Saturation, 128 in flight.
+        d = f"duration={c['sat_s']}s"
+        sat = [
+            ("read-uniform", ["read", d, *self.common(), "-pop", uni, *self.rate()]),
+            ("read-gaussian", ["read", d, *self.common(), "-pop", gauss, *self.rate()]),
+            ("write-uniform", ["write", d, *self.common(), "-pop", uni, *self.rate()]),
+            ("mixed-uniform", ["mixed", "ratio(write=1,read=1)", d, *self.common(), "-pop", uni,
+                               *self.rate()]),
+        ]
+        own = {}
+        for name, args in sat:
+            r = self.run("saturation", name, args, timeout=self.sat_timeout(c["sat_s"]))
+            if name in ("read-uniform", "read-gaussian"):
+                sp = self.s.sstables_per_read("keyspace1", "standard1")
+                if sp:
+                    r["sstables_per_read"] = sp
+            if r["status"] == "ok":
+                own.setdefault(name.split("-")[0], r["op_rate"])
+        out["own_max"] = own
+        peer = self.peer_max or own  # fixed-rate steps are % of Cassandra's maximum
+
+        # 5. Fixed-rate steps, latency from each request's intended start.
+        for op in ("read", "write"):
+            base = peer.get(op)
+            if not base:
+                log(f"{self.s.name}: no {op} maximum measured: fixed-rate {op} steps skipped")
+                continue
+            steps = [(f"{pct}%", pct, base * pct / 100) for pct in c["steps_pct"]]
+            if self.peer_max and own.get(op):
+                steps.append((f"{c['own_max_pct']}% own", None, own[op] * c["own_max_pct"] / 100))
+            for label, pct, target in steps:
+                self.run("fixed-" + op, label,
+                         [op, f"duration={c['step_s']}s", *self.common(), "-pop", uni,
+                          *self.rate(fixed=max(1, target))],
+                         timeout=self.sat_timeout(c["step_s"]),
+                         extra={"target_rate": target, "pct_of_peer": pct})
+
+        # 6. Reads during writes: a fixed-rate writer plus a saturating reader, whole range.
+        wbase = peer.get("write")
+        if wbase:
+            wr = wbase * c["rdw_write_pct"] / 100
+            dd = f"duration={c['rdw_s']}s"
+            r = self.run("reads-during-writes", "read",
+                         ["read", dd, *self.common(), "-pop", uni, *self.rate()],
+                         timeout=self.sat_timeout(c["rdw_s"]),
+                         extra={"writer_target_rate": wr},
+                         concurrent=("writer", ["write", dd, *self.common(), "-pop", uni,
+                                                *self.rate(fixed=wr, threads=32)]))
+            sp = self.s.sstables_per_read("keyspace1", "standard1")
+            if sp:
+                r["sstables_per_read"] = sp
+
+        # 7. IoT profile (TWCS, clustering time DESC, LIMIT 10 reads): load, then the mixes.
+        p = c["iot_partitions"]
+        iot = ["-pop", f"seq=1..{p}", "contents=SORTED", "-insert", "visits=fixed(100)",
+               "-errors", "ignore"]
+        self.run("iot", "load", ["user", f"profile={IOT_PROFILE}", "ops(insert=1)", f"n={p * 100}",
+                                 *self.common(), *self.rate(), *iot],
+                 timeout=max(600, p // 5))
+        for label, w, rd in IOT_MIXES:
+            self.run("iot", label, ["user", f"profile={IOT_PROFILE}",
+                                    f"ops(insert={w},query_by_machine_id={rd})",
+                                    f"duration={c['iot_s']}s", *self.common(), *self.rate(), *iot],
+                     timeout=self.sat_timeout(c["iot_s"]))
+
+        out["final_rss_mb"] = (proc_status_kb(self.s.pid, "VmRSS") or 0) / 1024
+        out["final_peak_rss_mb"] = (proc_status_kb(self.s.pid, "VmHWM") or 0) / 1024
+        out["seconds"] = time.monotonic() - self.t0
+        return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def machine():
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {"nproc": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem_kb / 1024 / 1024, 1),
+            "kernel": os.uname().release, "uptime_start": up}
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "quick"
+    if mode not in MODES:
+        sys.exit(f"usage: {sys.argv[0]} quick|full [--out DIR]")
+    stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
+    out_dir = BENCH / "results" / stamp
+    if "--out" in sys.argv:
+        out_dir = Path(sys.argv[sys.argv.index("--out") + 1]).resolve()
+    raw = out_dir / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    work = Path(env("BENCH_WORK", str(BENCH / "work")))
+    work.mkdir(parents=True, exist_ok=True)
+
+    cfg = dict(MODES[mode])
+    for k in ("partitions", "warmup_s", "sat_s", "step_s", "iot_partitions", "iot_s", "rdw_s",
+              "threads"):
+        if f"BENCH_{k.upper()}" in os.environ:
+            cfg[k] = int(os.environ[f"BENCH_{k.upper()}"])
+    cfg.update(
+        mode=mode,
+        heap=env("BENCH_HEAP", "2G"),
+        smp=int(env("BENCH_SMP", "1")),
+        server_cpus=env("BENCH_SERVER_CPUS", "0"),
+        client_cpus=env("BENCH_CLIENT_CPUS", "1"),
+        amphora=env("AMPHORA_BIN", str(ROOT / "target" / "release" / "amphora")),
+    )
+    systems = env("BENCH_SYSTEMS", "cassandra,amphora").split(",")
+    results = {
+        "mode": mode, "stamp": stamp, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": f"make bench{'-quick' if mode == 'quick' else ''}",
+        "config": cfg, "machine": machine(), "systems": {}, "runs": [],
+    }
+    log(f"mode {mode}: {cfg}; results in {out_dir}")
+    stress = Stress(cfg, raw)
+    peer_max = None
+    save = lambda: (out_dir / "results.json").write_text(json.dumps(results, indent=1))  # noqa: E731
+    for sysname in systems:
+        server = {"cassandra": Cassandra, "amphora": Amphora}[sysname](cfg, work, raw)
+        info = {"label": server.label}
+        results["systems"][sysname] = info
+        log(f"starting {server.label} on CPU {cfg['server_cpus']} (heap/memory {cfg['heap']})")
+        try:
+            server.start()
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            info["status"] = f"failed to start: {e}"
+            log(info["status"])
+            server.stop()
+            save()
+            continue
+        log(f"{sysname} up in {server.startup_s:.1f} s (pid {server.pid})")
+        runner = Runner(cfg, server, stress, peer_max if sysname != "cassandra" else None)
+        try:
+            info.update(runner.all())
+            info["status"] = "ok"
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            info["status"] = f"aborted: {e}"
+            log(info["status"])
+        finally:
+            results["runs"] += runner.runs
+            server.stop()
+            log(f"{sysname} stopped")
+        if sysname == "cassandra" and info.get("own_max"):
+            peer_max = info["own_max"]
+        save()
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    results["machine"]["uptime_end"] = subprocess.run(
+        ["uptime"], capture_output=True, text=True).stdout.strip()
+    save()
+    if env("BENCH_KEEP_DATA", "0") != "1":
+        for sysname in systems:
+            shutil.rmtree(work / sysname, ignore_errors=True)
+    log(f"results: {out_dir / 'results.json'}")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import report  # noqa: PLC0415 - same directory
+
+    docs = env("BENCH_NO_DOCS", "0") != "1"
+    log(f"report: {report.generate(out_dir, docs=docs)}" + (" (+ docs/benchmarks.md)" if docs else ""))
+
+
+if __name__ == "__main__":
+    main()
