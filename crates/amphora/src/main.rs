@@ -23,6 +23,11 @@ struct Cli {
 enum Command {
     /// Starts a node (defaults: 127.0.0.1:9042, data in ./data, one shard per core).
     Server(ServerArgs),
+    /// cassandra-stress-compatible load generator (see docs/dev/stress.md).
+    Stress {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -73,6 +78,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(a) => server(a),
+        Command::Stress { args } => amphora_stress::run(args),
     }
 }
 

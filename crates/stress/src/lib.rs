@@ -1,0 +1,432 @@
+//! `amphora stress`: a cassandra-stress-compatible load generator.
+//!
+//! Owns: cassandra-stress's command line ([`settings`]), its distributions ([`distribution`]),
+//! key and value generation ([`generate`]), user profiles ([`profile`]), the load engine with
+//! fixed-rate scheduling that corrects coordinated omission ([`runner`]), HdrHistogram
+//! latencies and cassandra-stress's progress and summary output ([`metrics`]), and the result
+//! files: JSON, HDR interval log and the offline HTML report ([`report`]).
+//!
+//! It is a client: it talks to any CQL server (Amphora, Apache Cassandra, ScyllaDB) through the
+//! shard-aware `scylla` driver ([`workload`]) and must never depend on Amphora's server crates,
+//! so that its numbers mean the same thing against every server.
+//!
+//! Key types: [`settings::Settings`], [`runner::Workload`], [`runner::RunConfig`],
+//! [`metrics::OpStats`]. Entry point: [`run`]. Usage: `docs/dev/stress.md`.
+
+pub mod distribution;
+pub mod error;
+pub mod generate;
+pub mod metrics;
+pub mod profile;
+pub mod report;
+pub mod runner;
+pub mod settings;
+pub mod workload;
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+
+pub use error::StressError;
+use metrics::{Figures, HEADER, format_row, format_summary, rate_stderr};
+use report::{GraphRun, HdrLog, OpSummary, RunSummary};
+use runner::{RunConfig, RunResult, Workload};
+use settings::{Command, OpKind, RateMode, Settings};
+
+/// Default interval between progress lines.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// cassandra-stress's warm-up: at most 50,000 operations on at most 100 threads.
+pub const WARMUP_OPS_MAX: u64 = 50_000;
+pub const WARMUP_THREADS_MAX: usize = 100;
+/// Driver request timeout (cassandra-stress uses the Java driver's 12 s default).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(12);
+
+/// Runs `amphora stress ARGS...` (cassandra-stress's command line) to completion.
+pub fn run(args: Vec<String>) -> anyhow::Result<()> {
+    if args.is_empty() || matches!(args[0].as_str(), "help" | "-h" | "--help" | "-?") {
+        print!("{}", settings::USAGE);
+        return Ok(());
+    }
+    let settings = match settings::parse(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprint!("{}", settings::USAGE);
+            eprintln!();
+            return Err(e.into());
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(run_async(settings, args))
+}
+
+/// Prints to stdout and, with `-log file=`, to the log file.
+struct Output {
+    file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Output {
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{s}");
+        }
+    }
+
+    fn flush(&mut self) {
+        let _ = std::io::stdout().flush();
+        if let Some(f) = &mut self.file {
+            let _ = f.flush();
+        }
+    }
+}
+
+async fn connect(settings: &Settings) -> Result<Session, StressError> {
+    let profile = ExecutionProfile::builder()
+        .consistency(workload::driver_consistency(settings.consistency))
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        .build();
+    let nodes: Vec<String> = settings
+        .nodes
+        .iter()
+        .map(|h| {
+            if h.contains(':') && !h.starts_with('[') && h.matches(':').count() == 1 {
+                h.clone()
+            } else if h.contains(':') && !h.starts_with('[') {
+                format!("[{h}]:{}", settings.port)
+            } else {
+                format!("{h}:{}", settings.port)
+            }
+        })
+        .collect();
+    SessionBuilder::new()
+        .known_nodes(&nodes)
+        .default_execution_profile_handle(profile.into_handle())
+        .build()
+        .await
+        .map_err(|e| StressError::Connect {
+            nodes: nodes.join(","),
+            reason: e.to_string(),
+        })
+}
+
+fn print_settings(out: &mut Output, s: &Settings, args: &[String]) {
+    out.line("******************** Stress Settings ********************");
+    out.line(&format!("Command: {}", s.describe_command()));
+    out.line(&format!("  Arguments: {}", args.join(" ")));
+    match (s.count, s.duration) {
+        (Some(n), _) => out.line(&format!("  Count: {n}")),
+        (_, Some(d)) => out.line(&format!("  Duration: {} SECONDS", d.as_secs())),
+        _ => out.line("  Duration: until converged (not supported: runs 1,000,000 ops)"),
+    }
+    out.line(&format!("  Consistency Level: {:?}", s.consistency));
+    out.line(&format!("  No Warmup: {}", s.no_warmup));
+    out.line(&format!("Population: {:?}", s.population));
+    out.line(&format!(
+        "Rate: threads={} {}",
+        s.rate.threads,
+        describe_rate(s.rate.mode)
+    ));
+    out.line(&format!(
+        "Columns: {:?} size={:?}",
+        s.columns.names, s.columns.size
+    ));
+    out.line(&format!(
+        "Schema: keyspace={} replication={} {:?} compaction={:?}",
+        s.schema.keyspace,
+        s.schema.replication_strategy,
+        s.schema.replication_options,
+        s.schema.compaction
+    ));
+    out.line(&format!("Node: {:?} native port {}", s.nodes, s.port));
+    out.line(&format!(
+        "Errors: ignore={} tries={}",
+        s.ignore_errors, s.tries
+    ));
+    if !s.accepted.is_empty() {
+        out.line(&format!("Accepted, no effect: {}", s.accepted.join(" ")));
+    }
+    out.line("");
+}
+
+fn describe_rate(r: RateMode) -> String {
+    match r {
+        RateMode::Unlimited => "unlimited".into(),
+        RateMode::Throttle(r) => format!("throttle={r:.0}/s"),
+        RateMode::Fixed(r) => format!("fixed={r:.0}/s"),
+    }
+}
+
+async fn run_async(settings: Settings, args: Vec<String>) -> anyhow::Result<()> {
+    let mut out = Output {
+        file: match &settings.log.file {
+            Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+                |source| StressError::Io {
+                    what: "creating log file",
+                    path: p.clone(),
+                    source,
+                },
+            )?)),
+            None => None,
+        },
+    };
+    if !settings.log.no_settings {
+        print_settings(&mut out, &settings, &args);
+    }
+    let session = Arc::new(connect(&settings).await?);
+    out.line(&format!(
+        "Connected to cluster: {}",
+        settings
+            .nodes
+            .iter()
+            .map(|h| format!("{h}:{}", settings.port))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let mut log_line = |s: &str| println!("{s}");
+    match &settings.command {
+        Command::Single(k) => {
+            let ops = vec![*k];
+            let w =
+                workload::Predefined::setup(session, &settings, ops.clone(), &mut log_line).await?;
+            let names: Vec<String> = ops.iter().map(|k| k.name().to_string()).collect();
+            drive(Arc::new(w), &names, vec![1.0], &settings, &args, &mut out).await
+        }
+        Command::Mixed(ratio) => {
+            let ops: Vec<OpKind> = ratio.iter().map(|(k, _)| *k).collect();
+            let weights: Vec<f64> = ratio.iter().map(|(_, w)| *w).collect();
+            let w =
+                workload::Predefined::setup(session, &settings, ops.clone(), &mut log_line).await?;
+            let names: Vec<String> = ops.iter().map(|k| k.name().to_string()).collect();
+            drive(Arc::new(w), &names, weights, &settings, &args, &mut out).await
+        }
+        Command::User { profile, ops } => {
+            let p = profile::load(profile)?;
+            let names: Vec<String> = ops.iter().map(|(n, _)| n.clone()).collect();
+            let weights: Vec<f64> = ops.iter().map(|(_, w)| *w).collect();
+            let w = workload::User::setup(session, &settings, &p, &names, &mut log_line).await?;
+            drive(Arc::new(w), &names, weights, &settings, &args, &mut out).await
+        }
+    }
+}
+
+async fn drive<W: Workload>(
+    w: Arc<W>,
+    names: &[String],
+    weights: Vec<f64>,
+    settings: &Settings,
+    args: &[String],
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let op_desc = names.join(", ");
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    if !settings.no_warmup {
+        let n = match settings.count {
+            Some(n) => (n / 4).min(WARMUP_OPS_MAX),
+            None => WARMUP_OPS_MAX,
+        };
+        if n > 0 {
+            out.line(&format!("Warming up {op_desc} with {n} iterations..."));
+            out.flush();
+            let cfg = RunConfig {
+                threads: settings.rate.threads.min(WARMUP_THREADS_MAX),
+                rate: RateMode::Unlimited,
+                count: Some(n),
+                duration: None,
+                tries: settings.tries,
+                ignore_errors: true,
+                interval: Duration::from_secs(3600),
+                weights: weights.clone(),
+                seed: seed ^ 0x5eed,
+            };
+            let r = runner::run(w.clone(), names, &cfg, |_| {}).await;
+            let t = r.total();
+            if t.errors > 0 {
+                out.line(&format!(
+                    "Warm-up: {} errors in {} operations",
+                    t.errors,
+                    t.ops + t.errors
+                ));
+            }
+        }
+    }
+    let count = match (settings.count, settings.duration) {
+        (None, None) => Some(1_000_000),
+        (c, _) => c,
+    };
+    let mut desc = format!("Running {op_desc} with {} threads ", settings.rate.threads);
+    match (count, settings.duration) {
+        (_, Some(d)) => desc += &format!("{} seconds", d.as_secs()),
+        (Some(n), _) => desc += &format!("for {n} iteration"),
+        _ => {}
+    }
+    if settings.rate.mode != RateMode::Unlimited {
+        desc += &format!(" ({})", describe_rate(settings.rate.mode));
+    }
+    out.line(&desc);
+    let cfg = RunConfig {
+        threads: settings.rate.threads,
+        rate: settings.rate.mode,
+        count,
+        duration: settings.duration,
+        tries: settings.tries,
+        ignore_errors: settings.ignore_errors,
+        interval: settings.log.interval.unwrap_or(REPORT_INTERVAL),
+        weights,
+        seed,
+    };
+    let start_wall = SystemTime::now();
+    let hdr = match &settings.log.hdrfile {
+        Some(p) => Some(HdrLog::create(p, start_wall)?),
+        None => None,
+    };
+    out.line(HEADER);
+    out.flush();
+    let progress = count.filter(|_| settings.duration.is_none());
+    let tty = std::io::stderr().is_terminal();
+    let multi = names.len() > 1;
+    let result: RunResult = runner::run(w, names, &cfg, |ev| {
+        let stderr = rate_stderr(ev.rates);
+        if multi {
+            for ((name, f), s) in ev.report.per_op.iter().zip(ev.stats) {
+                if s.ops + s.errors > 0 {
+                    out.line(&format_row(
+                        name,
+                        f.ops,
+                        f,
+                        ev.report.time_s,
+                        stderr,
+                        f.errors,
+                    ));
+                }
+            }
+        }
+        out.line(&format_row(
+            "total",
+            ev.total_ops,
+            &ev.report.total,
+            ev.report.time_s,
+            stderr,
+            ev.report.total.errors,
+        ));
+        out.flush();
+        if let Some(h) = &hdr {
+            for (name, s) in names.iter().zip(ev.stats) {
+                if s.ops > 0 {
+                    h.record(name, ev.start_offset, ev.length, &s.hist);
+                }
+            }
+        }
+        if let Some(n) = progress {
+            let done = ev.total_ops.min(n);
+            let pct = done as f64 * 100.0 / n.max(1) as f64;
+            let rate = ev.report.total.op_rate.max(1.0);
+            let eta = (n - done) as f64 / rate;
+            let width = 30usize;
+            let filled = ((pct / 100.0) * width as f64) as usize;
+            let bar = format!(
+                "[{}{}] {pct:5.1}% {done}/{n} ops, eta {:.0}s",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                eta
+            );
+            if tty {
+                eprint!("\r{bar}");
+            } else {
+                eprintln!("progress: {bar}");
+            }
+        }
+    })
+    .await;
+    if tty && progress.is_some() {
+        eprintln!();
+    }
+    if let Some(h) = hdr {
+        h.finish()?;
+    }
+    let total = result.total();
+    let total_fig = Figures::of(&total, result.elapsed);
+    let per_op: Vec<(String, Figures)> = names
+        .iter()
+        .zip(&result.totals)
+        .map(|(n, s)| (n.clone(), Figures::of(s, result.elapsed)))
+        .collect();
+    if !settings.log.no_summary {
+        for l in format_summary(&total_fig, &per_op, result.elapsed).lines() {
+            out.line(l);
+        }
+    }
+    if let Some(e) = &result.aborted {
+        out.line(&format!(
+            "FAILURE: an operation failed after {} tries: {e}",
+            settings.tries
+        ));
+    }
+    out.line("");
+    out.line("END");
+    out.flush();
+    if let Some(p) = &settings.log.json {
+        let summary = RunSummary {
+            tool: "amphora-stress",
+            version: env!("CARGO_PKG_VERSION"),
+            command: settings.describe_command(),
+            args: args.to_vec(),
+            start_unix_ms: start_wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
+            elapsed_s: result.elapsed.as_secs_f64(),
+            threads: settings.rate.threads,
+            rate: describe_rate(settings.rate.mode),
+            consistency: format!("{:?}", settings.consistency),
+            total: total_fig.clone(),
+            ops: per_op
+                .iter()
+                .map(|(n, f)| OpSummary {
+                    name: n.clone(),
+                    figures: f.clone(),
+                })
+                .collect(),
+            intervals: result.intervals.clone(),
+            aborted: result.aborted.clone(),
+        };
+        report::write_json(p, &summary)?;
+    }
+    if let Some(g) = &settings.graph {
+        let title = g
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("amphora stress - {}", settings.describe_command()));
+        let revision = g
+            .revision
+            .clone()
+            .unwrap_or_else(|| settings.describe_command());
+        let run: GraphRun = report::graph_run(
+            revision,
+            title.clone(),
+            args.join(" "),
+            &result.intervals,
+            &total_fig,
+        );
+        report::write_graph(&g.file, &title, run)?;
+    }
+    if let Some(e) = result.aborted {
+        return Err(StressError::OperationFailed {
+            op: op_desc,
+            tries: settings.tries,
+            reason: e,
+        }
+        .into());
+    }
+    Ok(())
+}

@@ -1,0 +1,465 @@
+//! The load engine: `threads` concurrent async workers, pacing (unlimited, throttled or fixed
+//! rate), stop conditions (`n=` or `duration=`), retries, and per-interval snapshots.
+//!
+//! In fixed-rate mode operation `k` is *intended* to start at `start + k / rate`; its latency
+//! is measured from that instant, not from when a worker got round to it. When the server
+//! stalls, every operation the stall delays is charged the wait, as a real client's users
+//! would be: this is the coordinated-omission correction.
+//!
+//! Time is tokio's clock, so tests run the engine with paused time and simulated operations.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::distribution::Rng;
+use crate::metrics::{Figures, IntervalReport, OpStats};
+use crate::settings::RateMode;
+
+/// What a successful operation touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpDone {
+    pub partitions: u64,
+    pub rows: u64,
+}
+
+/// A set of operation types the engine can run; `op` indexes the run's weights.
+pub trait Workload: Send + Sync + 'static {
+    fn execute(
+        &self,
+        op: usize,
+        rng: &mut Rng,
+    ) -> impl Future<Output = Result<OpDone, String>> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub threads: usize,
+    pub rate: RateMode,
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Attempts per operation.
+    pub tries: u32,
+    pub ignore_errors: bool,
+    pub interval: Duration,
+    /// One weight per operation type.
+    pub weights: Vec<f64>,
+    pub seed: u64,
+}
+
+/// Handed to the caller after each interval.
+pub struct IntervalEvent<'a> {
+    pub report: &'a IntervalReport,
+    /// The interval's raw statistics, one per operation type.
+    pub stats: &'a [OpStats],
+    /// Operations completed so far.
+    pub total_ops: u64,
+    pub start_offset: Duration,
+    pub length: Duration,
+    /// Op rates of all intervals so far (for `stderr`).
+    pub rates: &'a [f64],
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub totals: Vec<OpStats>,
+    pub elapsed: Duration,
+    pub intervals: Vec<IntervalReport>,
+    /// Set when an operation failed all its tries and errors are not ignored.
+    pub aborted: Option<String>,
+}
+
+impl RunResult {
+    pub fn total(&self) -> OpStats {
+        let mut t = OpStats::default();
+        for s in &self.totals {
+            t.add(s);
+        }
+        t
+    }
+}
+
+enum Pace {
+    Unlimited,
+    Throttle {
+        interval: Duration,
+        next: Mutex<Instant>,
+    },
+    Fixed {
+        rate: f64,
+    },
+}
+
+struct Shared {
+    current: Mutex<Vec<OpStats>>,
+    issued: AtomicU64,
+    completed: AtomicU64,
+    stop: AtomicBool,
+    abort: Mutex<Option<String>>,
+    start: Instant,
+    deadline: Option<Instant>,
+    count: Option<u64>,
+    pace: Pace,
+}
+
+impl Shared {
+    fn next_ticket(&self) -> Option<u64> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
+        let k = self.issued.fetch_add(1, Ordering::Relaxed);
+        match self.count {
+            Some(n) if k >= n => None,
+            _ => Some(k),
+        }
+    }
+
+    fn take_interval(&self, n_ops: usize) -> Vec<OpStats> {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *cur, (0..n_ops).map(|_| OpStats::default()).collect())
+    }
+}
+
+fn choose(weights: &[f64], total: f64, rng: &mut Rng) -> usize {
+    if weights.len() <= 1 {
+        return 0;
+    }
+    let mut x = rng.next_f64() * total;
+    for (i, w) in weights.iter().enumerate() {
+        if x < *w {
+            return i;
+        }
+        x -= w;
+    }
+    weights.iter().rposition(|w| *w > 0.0).unwrap_or(0)
+}
+
+/// Runs the workload to completion, calling `on_interval` after every interval.
+pub async fn run<W: Workload>(
+    workload: Arc<W>,
+    names: &[String],
+    cfg: &RunConfig,
+    mut on_interval: impl FnMut(IntervalEvent<'_>),
+) -> RunResult {
+    let n_ops = cfg.weights.len().max(1);
+    let start = Instant::now();
+    let pace = match cfg.rate {
+        RateMode::Unlimited => Pace::Unlimited,
+        RateMode::Throttle(r) => Pace::Throttle {
+            interval: Duration::from_secs_f64(1.0 / r),
+            next: Mutex::new(start),
+        },
+        RateMode::Fixed(r) => Pace::Fixed { rate: r },
+    };
+    let shared = Arc::new(Shared {
+        current: Mutex::new((0..n_ops).map(|_| OpStats::default()).collect()),
+        issued: AtomicU64::new(0),
+        completed: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        abort: Mutex::new(None),
+        start,
+        deadline: cfg.duration.map(|d| start + d),
+        count: cfg.count,
+        pace,
+    });
+    let weights = Arc::new(cfg.weights.clone());
+    let mut set = JoinSet::new();
+    for t in 0..cfg.threads.max(1) {
+        let shared = shared.clone();
+        let workload = workload.clone();
+        let weights = weights.clone();
+        let tries = cfg.tries.max(1);
+        let ignore_errors = cfg.ignore_errors;
+        let mut rng = Rng::new(crate::distribution::mix64(cfg.seed ^ (t as u64 + 1)));
+        set.spawn(async move {
+            let total_weight: f64 = weights.iter().sum();
+            while let Some(k) = shared.next_ticket() {
+                let began = match &shared.pace {
+                    Pace::Unlimited => Instant::now(),
+                    Pace::Throttle { interval, next } => {
+                        let slot = {
+                            let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
+                            let slot = (*next).max(Instant::now());
+                            *next = slot + *interval;
+                            slot
+                        };
+                        tokio::time::sleep_until(slot).await;
+                        Instant::now()
+                    }
+                    Pace::Fixed { rate } => {
+                        let intended = shared.start + Duration::from_secs_f64(k as f64 / rate);
+                        if shared.deadline.is_some_and(|d| intended >= d) {
+                            break;
+                        }
+                        tokio::time::sleep_until(intended).await;
+                        intended
+                    }
+                };
+                let op = choose(&weights, total_weight, &mut rng);
+                let mut attempt = 0;
+                let outcome = loop {
+                    attempt += 1;
+                    match workload.execute(op, &mut rng).await {
+                        Ok(done) => break Ok(done),
+                        Err(e) if attempt >= tries => break Err(e),
+                        Err(_) => {}
+                    }
+                };
+                let latency = Instant::now().saturating_duration_since(began);
+                {
+                    let mut cur = shared.current.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(s) = cur.get_mut(op) {
+                        match &outcome {
+                            Ok(d) => s.record(latency, d.partitions, d.rows),
+                            Err(_) => s.errors += 1,
+                        }
+                    }
+                }
+                shared.completed.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = outcome {
+                    if !ignore_errors {
+                        let mut a = shared.abort.lock().unwrap_or_else(|e| e.into_inner());
+                        if a.is_none() {
+                            *a = Some(e);
+                        }
+                        shared.stop.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+        });
+    }
+
+    let mut totals: Vec<OpStats> = (0..n_ops).map(|_| OpStats::default()).collect();
+    let mut intervals = Vec::new();
+    let mut rates = Vec::new();
+    let mut last = start;
+    let mut next_tick = start + cfg.interval;
+    let mut emit = |now: Instant,
+                    last: &mut Instant,
+                    totals: &mut Vec<OpStats>,
+                    intervals: &mut Vec<IntervalReport>,
+                    rates: &mut Vec<f64>| {
+        let stats = shared.take_interval(n_ops);
+        let length = now.saturating_duration_since(*last);
+        let mut total = OpStats::default();
+        for s in &stats {
+            total.add(s);
+        }
+        if total.ops == 0 && total.errors == 0 {
+            *last = now;
+            return;
+        }
+        for (t, s) in totals.iter_mut().zip(&stats) {
+            t.add(s);
+        }
+        let per_op = names
+            .iter()
+            .zip(&stats)
+            .map(|(n, s)| (n.clone(), Figures::of(s, length)))
+            .collect();
+        let report = IntervalReport {
+            time_s: now.saturating_duration_since(start).as_secs_f64(),
+            total: Figures::of(&total, length),
+            per_op,
+        };
+        rates.push(report.total.op_rate);
+        let total_ops = totals.iter().map(|t| t.ops).sum();
+        on_interval(IntervalEvent {
+            report: &report,
+            stats: &stats,
+            total_ops,
+            start_offset: last.saturating_duration_since(start),
+            length,
+            rates,
+        });
+        intervals.push(report);
+        *last = now;
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_tick) => {
+                let now = Instant::now();
+                emit(now, &mut last, &mut totals, &mut intervals, &mut rates);
+                next_tick += cfg.interval;
+                if next_tick < now {
+                    next_tick = now + cfg.interval;
+                }
+            }
+            joined = set.join_next() => {
+                if joined.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+    let end = Instant::now();
+    emit(end, &mut last, &mut totals, &mut intervals, &mut rates);
+    let aborted = shared
+        .abort
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    RunResult {
+        totals,
+        elapsed: end.saturating_duration_since(start),
+        intervals,
+        aborted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sleeps `slow` for operation number `slow_at` and `fast` for all others.
+    struct Simulated {
+        calls: AtomicU64,
+        slow_at: u64,
+        slow: Duration,
+        fast: Duration,
+    }
+
+    impl Workload for Simulated {
+        async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+            let k = self.calls.fetch_add(1, Ordering::Relaxed);
+            let d = if k == self.slow_at {
+                self.slow
+            } else {
+                self.fast
+            };
+            tokio::time::sleep(d).await;
+            Ok(OpDone {
+                partitions: 1,
+                rows: 1,
+            })
+        }
+    }
+
+    fn cfg(rate: RateMode, count: u64) -> RunConfig {
+        RunConfig {
+            threads: 1,
+            rate,
+            count: Some(count),
+            duration: None,
+            tries: 1,
+            ignore_errors: false,
+            interval: Duration::from_secs(1),
+            weights: vec![1.0],
+            seed: 1,
+        }
+    }
+
+    async fn simulate(rate: RateMode) -> RunResult {
+        // 100 ops/s for 2 s on one connection; operation 0 stalls for 1 s.
+        let w = Arc::new(Simulated {
+            calls: AtomicU64::new(0),
+            slow_at: 0,
+            slow: Duration::from_secs(1),
+            fast: Duration::from_millis(1),
+        });
+        run(w, &["WRITE".to_string()], &cfg(rate, 200), |_| {}).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fixed_rate_counts_latency_from_intended_start() {
+        let r = simulate(RateMode::Fixed(100.0)).await;
+        let t = r.total();
+        assert_eq!(t.ops, 200);
+        // The stall delayed the ~100 operations scheduled during it; each is charged the
+        // time it waited for its slot: from ~1000 ms down to ~10 ms.
+        // Op k >= 1 ends at 1 s + k ms and was intended at 10k ms: 1 s - 9k ms late.
+        let over_500ms = t.hist.count_between(500_000, u64::MAX);
+        assert!(
+            (54..=58).contains(&over_500ms),
+            "{over_500ms} ops over 500 ms"
+        );
+        let l = t.latency();
+        assert!(l.p50 > 5.0, "median {} ms should include queueing", l.p50);
+        assert!(l.p99 > 900.0, "p99 {} ms", l.p99);
+        assert!(l.max >= 1000.0, "max {} ms", l.max);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_times_from_actual_start_and_hides_the_stall() {
+        let r = simulate(RateMode::Throttle(100.0)).await;
+        let t = r.total();
+        assert_eq!(t.ops, 200);
+        // Only the stalled operation itself is slow: the omission fixed mode corrects.
+        assert_eq!(t.hist.count_between(500_000, u64::MAX), 1);
+        let l = t.latency();
+        assert!(l.p99 < 2.0, "p99 {} ms", l.p99);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fixed_rate_holds_the_schedule() {
+        let w = Arc::new(Simulated {
+            calls: AtomicU64::new(0),
+            slow_at: u64::MAX,
+            slow: Duration::ZERO,
+            fast: Duration::from_millis(1),
+        });
+        let mut c = cfg(RateMode::Fixed(1000.0), u64::MAX);
+        c.count = None;
+        c.duration = Some(Duration::from_secs(3));
+        c.threads = 4;
+        let r = run(w, &["READ".to_string()], &c, |_| {}).await;
+        let ops = r.total().ops;
+        assert!((2990..=3001).contains(&ops), "{ops}");
+        assert!(r.intervals.len() >= 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_operations_and_ratios() {
+        struct Two;
+        impl Workload for Two {
+            async fn execute(&self, op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: op as u64 + 1,
+                })
+            }
+        }
+        let mut c = cfg(RateMode::Unlimited, 10_000);
+        c.threads = 8;
+        c.weights = vec![9.0, 1.0];
+        let r = run(
+            Arc::new(Two),
+            &["insert".into(), "query".into()],
+            &c,
+            |_| {},
+        )
+        .await;
+        let (a, b) = (r.totals[0].ops, r.totals[1].ops);
+        assert_eq!(a + b, 10_000);
+        assert!((8_700..9_300).contains(&a), "{a} / {b}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_abort_unless_ignored() {
+        struct Failing;
+        impl Workload for Failing {
+            async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Err("boom".into())
+            }
+        }
+        let mut c = cfg(RateMode::Unlimited, 100);
+        c.tries = 3;
+        let r = run(Arc::new(Failing), &["WRITE".into()], &c, |_| {}).await;
+        assert_eq!(r.aborted.as_deref(), Some("boom"));
+        assert_eq!(r.total().errors, 1);
+        c.ignore_errors = true;
+        let r = run(Arc::new(Failing), &["WRITE".into()], &c, |_| {}).await;
+        assert_eq!(r.aborted, None);
+        assert_eq!(r.total().errors, 100);
+    }
+}

@@ -1,0 +1,882 @@
+//! The operations, on a real shard-aware driver session: cassandra-stress's predefined
+//! `standard1`/`counter1` workloads and user profiles. Schema creation is here too.
+//!
+//! Statements, exactly as cassandra-stress sends them (`tools/stress/.../SettingsSchema.java`,
+//! `predefined/CqlInserter.java`, `CqlReader.java`, `CqlCounterAdder.java`):
+//! - `CREATE KEYSPACE IF NOT EXISTS "keyspace1" WITH replication = {...} AND durable_writes = true;`
+//! - `CREATE TABLE IF NOT EXISTS keyspace1.standard1 (key blob PRIMARY KEY \n, "C0" blob ...) WITH compression = {};`
+//! - `CREATE TABLE IF NOT EXISTS keyspace1.counter1 (key blob PRIMARY KEY,\n, "C0" counter ...) WITH compression = {};`
+//! - `UPDATE "standard1" SET "C0" = ?,"C1" = ?,... WHERE KEY=?`
+//! - `SELECT * FROM "standard1" WHERE KEY=?`
+//! - `UPDATE "counter1" SET "C0"="C0"+?,... WHERE KEY=?`, `SELECT * FROM "counter1" WHERE KEY=?`
+//!
+//! All operations use prepared statements.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use scylla::client::session::Session;
+use scylla::cluster::metadata::ColumnKind;
+use scylla::frame::response::result::{ColumnType, NativeType};
+use scylla::statement::Consistency as DriverConsistency;
+use scylla::statement::batch::{Batch, BatchType as DriverBatchType};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::{Counter, CqlValue, Row};
+
+use crate::distribution::{Distribution, Ratio, Rng, mix64, salt};
+use crate::error::StressError;
+use crate::generate::{cell_bytes, hex_key, typed_value};
+use crate::profile::{BatchType, Fields, Profile};
+use crate::runner::{OpDone, Workload};
+use crate::settings::{Columns, Consistency, OpKind, Population, Schema, Settings};
+
+pub fn driver_consistency(c: Consistency) -> DriverConsistency {
+    match c {
+        Consistency::Any => DriverConsistency::Any,
+        Consistency::One => DriverConsistency::One,
+        Consistency::Two => DriverConsistency::Two,
+        Consistency::Three => DriverConsistency::Three,
+        Consistency::Quorum => DriverConsistency::Quorum,
+        Consistency::All => DriverConsistency::All,
+        Consistency::LocalQuorum => DriverConsistency::LocalQuorum,
+        Consistency::EachQuorum => DriverConsistency::EachQuorum,
+        Consistency::LocalOne => DriverConsistency::LocalOne,
+    }
+}
+
+/// Picks partition seeds: `seq=` walks the range (wrapping), `dist=` draws.
+pub struct Seeds {
+    population: Population,
+    next: AtomicU64,
+}
+
+impl Seeds {
+    pub fn new(population: Population) -> Self {
+        Self {
+            population,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    pub fn next(&self, rng: &mut Rng) -> i64 {
+        match &self.population {
+            Population::Seq { min, .. } => {
+                let k = self.next.fetch_add(1, Ordering::Relaxed);
+                *min + (k % self.population.size()) as i64
+            }
+            Population::Dist(d) => d.sample(rng),
+        }
+    }
+
+    /// The `k`-th seed of a sequential walk, or a draw.
+    pub fn at(&self, k: u64, rng: &mut Rng) -> i64 {
+        match &self.population {
+            Population::Seq { min, .. } => *min + (k % self.population.size()) as i64,
+            Population::Dist(d) => d.sample(rng),
+        }
+    }
+
+    pub fn is_seq(&self) -> bool {
+        matches!(self.population, Population::Seq { .. })
+    }
+}
+
+fn exec_err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Runs one schema statement; "already exists" is fine, as for cassandra-stress.
+async fn schema_statement(session: &Session, cql: &str) -> Result<(), StressError> {
+    match session.query_unpaged(cql, ()).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let msg = e.to_string();
+            if msg.to_ascii_lowercase().contains("already exist") {
+                Ok(())
+            } else {
+                Err(StressError::Schema {
+                    statement: cql.trim().to_string(),
+                    reason: msg,
+                })
+            }
+        }
+    }
+}
+
+async fn prepare(
+    session: &Session,
+    cql: &str,
+    cl: Consistency,
+) -> Result<PreparedStatement, StressError> {
+    let mut p = session
+        .prepare(cql)
+        .await
+        .map_err(|e| StressError::Schema {
+            statement: cql.to_string(),
+            reason: e.to_string(),
+        })?;
+    p.set_consistency(driver_consistency(cl));
+    Ok(p)
+}
+
+pub fn create_keyspace_cql(schema: &Schema) -> String {
+    let mut s = format!(
+        "CREATE KEYSPACE IF NOT EXISTS \"{}\" WITH replication = {{'class': '{}'",
+        schema.keyspace, schema.replication_strategy
+    );
+    for (k, v) in &schema.replication_options {
+        s += &format!(", '{k}' : '{v}'");
+    }
+    s += "} AND durable_writes = true;\n";
+    s
+}
+
+fn table_options(schema: &Schema) -> String {
+    let mut s = String::from(") WITH compression = {");
+    if let Some(c) = &schema.compression {
+        s += &format!("'class' : '{c}'");
+    }
+    s += "}";
+    if let Some((strategy, opts)) = &schema.compaction {
+        s += &format!(" AND compaction = {{ 'class' : '{strategy}'");
+        for (k, v) in opts {
+            s += &format!(", '{k}' : '{v}'");
+        }
+        s += "}";
+    }
+    s += ";\n";
+    s
+}
+
+pub fn create_standard1_cql(schema: &Schema, columns: &Columns) -> String {
+    let mut s = format!(
+        "CREATE TABLE IF NOT EXISTS {}.standard1 (key blob PRIMARY KEY ",
+        schema.keyspace
+    );
+    for n in &columns.names {
+        s += &format!("\n, \"{n}\" blob");
+    }
+    s + &table_options(schema)
+}
+
+pub fn create_counter1_cql(schema: &Schema, columns: &Columns) -> String {
+    let mut s = format!(
+        "CREATE TABLE IF NOT EXISTS {}.counter1 (key blob PRIMARY KEY,",
+        schema.keyspace
+    );
+    for n in &columns.names {
+        s += &format!("\n, \"{n}\" counter");
+    }
+    s + &table_options(schema)
+}
+
+pub fn write_cql(columns: &[String]) -> String {
+    let sets: Vec<String> = columns.iter().map(|c| format!("\"{c}\" = ?")).collect();
+    format!("UPDATE \"standard1\" SET {} WHERE KEY=?", sets.join(","))
+}
+
+pub fn counter_write_cql(columns: &[String]) -> String {
+    let sets: Vec<String> = columns
+        .iter()
+        .map(|c| format!("\"{c}\"=\"{c}\"+?"))
+        .collect();
+    format!("UPDATE \"counter1\" SET {} WHERE KEY=?", sets.join(","))
+}
+
+/// standard1 / counter1 operations.
+pub struct Predefined {
+    session: Arc<Session>,
+    ops: Vec<OpKind>,
+    /// Write statements by column count (`-col n=` may vary per partition).
+    writes: HashMap<usize, PreparedStatement>,
+    read: Option<PreparedStatement>,
+    counter_writes: HashMap<usize, PreparedStatement>,
+    counter_read: Option<PreparedStatement>,
+    seeds: Seeds,
+    columns: Columns,
+    add: Distribution,
+}
+
+impl Predefined {
+    /// Creates keyspace1, standard1 and counter1 (like cassandra-stress) and prepares `ops`.
+    pub async fn setup(
+        session: Arc<Session>,
+        settings: &Settings,
+        ops: Vec<OpKind>,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<Self, StressError> {
+        let schema = &settings.schema;
+        schema_statement(&session, &create_keyspace_cql(schema)).await?;
+        schema_statement(&session, &create_standard1_cql(schema, &settings.columns)).await?;
+        let uses_counters = ops
+            .iter()
+            .any(|k| matches!(k, OpKind::CounterWrite | OpKind::CounterRead));
+        match schema_statement(&session, &create_counter1_cql(schema, &settings.columns)).await {
+            Ok(()) => {}
+            Err(e) if !uses_counters => log(&format!("WARN: counter1 not created: {e}")),
+            Err(e) => return Err(e),
+        }
+        log(&format!(
+            "Created keyspaces. Sleeping {}s for propagation.",
+            settings.nodes.len()
+        ));
+        session
+            .use_keyspace(&schema.keyspace, true)
+            .await
+            .map_err(|e| StressError::Schema {
+                statement: format!("USE \"{}\"", schema.keyspace),
+                reason: e.to_string(),
+            })?;
+        let cl = settings.consistency;
+        let columns = settings.columns.clone();
+        let counts: Vec<usize> =
+            (columns.count.min.max(1) as usize..=columns.count.max.max(1) as usize).collect();
+        let mut writes = HashMap::new();
+        let mut counter_writes = HashMap::new();
+        let mut read = None;
+        let mut counter_read = None;
+        for k in &ops {
+            match k {
+                OpKind::Write => {
+                    for n in &counts {
+                        if !writes.contains_key(n) {
+                            let cql = write_cql(&columns.names[..*n]);
+                            writes.insert(*n, prepare(&session, &cql, cl).await?);
+                        }
+                    }
+                }
+                OpKind::Read if read.is_none() => {
+                    read = Some(
+                        prepare(&session, "SELECT * FROM \"standard1\" WHERE KEY=?", cl).await?,
+                    );
+                }
+                OpKind::CounterWrite => {
+                    for n in &counts {
+                        if !counter_writes.contains_key(n) {
+                            let cql = counter_write_cql(&columns.names[..*n]);
+                            counter_writes.insert(*n, prepare(&session, &cql, cl).await?);
+                        }
+                    }
+                }
+                OpKind::CounterRead if counter_read.is_none() => {
+                    counter_read = Some(
+                        prepare(&session, "SELECT * FROM \"counter1\" WHERE KEY=?", cl).await?,
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(Self {
+            session,
+            ops,
+            writes,
+            read,
+            counter_writes,
+            counter_read,
+            seeds: Seeds::new(settings.population.clone()),
+            columns,
+            add: settings.counter_add.clone(),
+        })
+    }
+
+    fn column_count(&self, seed: i64) -> usize {
+        let d = &self.columns.count;
+        (d.value_at(0, mix64(seed as u64 ^ salt("count"))).max(1) as usize)
+            .min(self.columns.names.len())
+    }
+
+    fn expected_cells(&self, seed: i64) -> Vec<(String, Vec<u8>)> {
+        let n = self.column_count(seed);
+        self.columns.names[..n]
+            .iter()
+            .map(|c| (c.clone(), cell_bytes(seed, c, &self.columns.size)))
+            .collect()
+    }
+
+    async fn op(&self, kind: OpKind, rng: &mut Rng) -> Result<OpDone, String> {
+        let seed = self.seeds.next(rng);
+        let key = CqlValue::Blob(hex_key(seed, crate::settings::KEY_SIZE_BYTES));
+        match kind {
+            OpKind::Write => {
+                let cells = self.expected_cells(seed);
+                let stmt = self
+                    .writes
+                    .get(&cells.len())
+                    .ok_or("no write statement prepared")?;
+                let mut values: Vec<CqlValue> =
+                    cells.into_iter().map(|(_, b)| CqlValue::Blob(b)).collect();
+                values.push(key);
+                self.session
+                    .execute_unpaged(stmt, values)
+                    .await
+                    .map_err(exec_err)?;
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: 1,
+                })
+            }
+            OpKind::CounterWrite => {
+                let n = self.column_count(seed);
+                let stmt = self
+                    .counter_writes
+                    .get(&n)
+                    .ok_or("no counter statement prepared")?;
+                let mut values: Vec<CqlValue> = (0..n)
+                    .map(|_| CqlValue::Counter(Counter(self.add.sample(rng))))
+                    .collect();
+                values.push(key);
+                self.session
+                    .execute_unpaged(stmt, values)
+                    .await
+                    .map_err(exec_err)?;
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: 1,
+                })
+            }
+            OpKind::Read | OpKind::CounterRead => {
+                let stmt = if kind == OpKind::Read {
+                    self.read.as_ref()
+                } else {
+                    self.counter_read.as_ref()
+                }
+                .ok_or("no read statement prepared")?;
+                let res = self
+                    .session
+                    .execute_unpaged(stmt, (key,))
+                    .await
+                    .map_err(exec_err)?;
+                let rows = res.into_rows_result().map_err(exec_err)?;
+                let n = rows.rows_num();
+                if n == 0 {
+                    return Err(format!(
+                        "Data returned was not validated: no row for seed {seed} (key {})",
+                        String::from_utf8_lossy(&hex_key(seed, crate::settings::KEY_SIZE_BYTES))
+                    ));
+                }
+                if kind == OpKind::Read {
+                    let names: Vec<String> = rows
+                        .column_specs()
+                        .iter()
+                        .map(|c| c.name().to_string())
+                        .collect();
+                    let row: Row = rows.first_row().map_err(exec_err)?;
+                    for (name, expected) in self.expected_cells(seed) {
+                        let got = names
+                            .iter()
+                            .position(|n| *n == name)
+                            .and_then(|i| row.columns.get(i).cloned().flatten());
+                        if got != Some(CqlValue::Blob(expected)) {
+                            return Err(format!(
+                                "Data returned was not validated: column {name} of seed {seed} differs"
+                            ));
+                        }
+                    }
+                }
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: n as u64,
+                })
+            }
+        }
+    }
+}
+
+impl Workload for Predefined {
+    async fn execute(&self, op: usize, rng: &mut Rng) -> Result<OpDone, String> {
+        let kind = *self.ops.get(op).ok_or("no such operation")?;
+        self.op(kind, rng).await
+    }
+}
+
+/// A column of a user profile's table, with its generators.
+#[derive(Debug, Clone)]
+struct GenColumn {
+    name: String,
+    typ: ColumnType<'static>,
+    size: Distribution,
+    population: Distribution,
+    cluster: Distribution,
+    salt: u64,
+}
+
+impl GenColumn {
+    fn value(&self, id: i64) -> Result<CqlValue, String> {
+        let v = typed_value(&self.typ, id, &self.size)?;
+        // Mix the column's salt into hashed types so two blob columns differ.
+        Ok(match v {
+            CqlValue::Blob(_) | CqlValue::Text(_) | CqlValue::Ascii(_) => {
+                typed_value(&self.typ, (id as u64 ^ self.salt) as i64, &self.size)?
+            }
+            other => other,
+        })
+    }
+}
+
+enum UserOp {
+    Insert,
+    Query {
+        stmt: PreparedStatement,
+        /// Column index for each bind marker.
+        binds: Vec<usize>,
+        fields: Fields,
+    },
+}
+
+/// A cassandra-stress user profile's `insert` and queries.
+pub struct User {
+    session: Arc<Session>,
+    ops: Vec<UserOp>,
+    insert: PreparedStatement,
+    /// pk, then ck, then regular columns.
+    columns: Vec<GenColumn>,
+    n_pk: usize,
+    n_ck: usize,
+    counter_table: bool,
+    insert_bind_order: Vec<usize>,
+    partitions: Distribution,
+    select: Ratio,
+    visits: Option<Distribution>,
+    batchtype: BatchType,
+    seeds: Seeds,
+    insert_seq: AtomicU64,
+    query_seq: AtomicU64,
+}
+
+fn ident(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+    {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+impl User {
+    pub async fn setup(
+        session: Arc<Session>,
+        settings: &Settings,
+        profile: &Profile,
+        op_names: &[String],
+        log: &mut dyn FnMut(&str),
+    ) -> Result<Self, StressError> {
+        let cl = settings.consistency;
+        let schema_err = |reason: String| StressError::Schema {
+            statement: format!("{}.{}", profile.keyspace, profile.table),
+            reason,
+        };
+        session
+            .refresh_metadata()
+            .await
+            .map_err(|e| schema_err(e.to_string()))?;
+        let state = session.get_cluster_state();
+        if state.get_keyspace(&profile.keyspace).is_none() {
+            let ddl = profile.keyspace_definition.as_deref().ok_or_else(|| {
+                schema_err(
+                    "keyspace does not exist and the profile has no keyspace_definition".into(),
+                )
+            })?;
+            schema_statement(&session, ddl).await?;
+            log(&format!("Created schema: keyspace {}", profile.keyspace));
+        }
+        session
+            .use_keyspace(&profile.keyspace, false)
+            .await
+            .map_err(|e| schema_err(e.to_string()))?;
+        let table_exists = session
+            .get_cluster_state()
+            .get_keyspace(&profile.keyspace)
+            .is_some_and(|k| k.tables.contains_key(&profile.table));
+        if !table_exists {
+            let ddl = profile.table_definition.as_deref().ok_or_else(|| {
+                schema_err("table does not exist and the profile has no table_definition".into())
+            })?;
+            schema_statement(&session, ddl).await?;
+            log(&format!("Created schema: table {}", profile.table));
+        }
+        session
+            .refresh_metadata()
+            .await
+            .map_err(|e| schema_err(e.to_string()))?;
+        let state = session.get_cluster_state();
+        let table = state
+            .get_keyspace(&profile.keyspace)
+            .and_then(|k| k.tables.get(&profile.table))
+            .ok_or_else(|| schema_err("table not found in the driver's schema metadata".into()))?;
+
+        let mut order: Vec<String> = table.partition_key.clone();
+        order.extend(table.clustering_key.iter().cloned());
+        let mut regular: Vec<String> = table
+            .columns
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, ColumnKind::Regular | ColumnKind::Static))
+            .map(|(n, _)| n.clone())
+            .collect();
+        regular.sort();
+        order.extend(regular);
+        let mut columns = Vec::new();
+        let mut counter_table = false;
+        for name in &order {
+            let meta = table
+                .columns
+                .get(name)
+                .ok_or_else(|| schema_err(format!("column {name} missing from metadata")))?;
+            if meta.typ == ColumnType::Native(NativeType::Counter) {
+                counter_table = true;
+            }
+            let spec = profile.column(name);
+            columns.push(GenColumn {
+                name: name.clone(),
+                typ: meta.typ.clone(),
+                size: spec
+                    .and_then(|s| s.size.clone())
+                    .unwrap_or_else(|| Distribution::uniform(4, 8)),
+                population: spec
+                    .and_then(|s| s.population.clone())
+                    .unwrap_or_else(|| Distribution::uniform(1, 100_000_000_000)),
+                cluster: spec
+                    .and_then(|s| s.cluster.clone())
+                    .unwrap_or_else(|| Distribution::fixed(1)),
+                salt: salt(name),
+            });
+            // Check the generator can make this type before the run starts.
+            columns
+                .last()
+                .map(|c| c.value(1))
+                .transpose()
+                .map_err(|e| schema_err(format!("column {name}: {e}")))?;
+        }
+        let n_pk = table.partition_key.len();
+        let n_ck = table.clustering_key.len();
+        let keyspace = ident(&profile.keyspace);
+        let tname = ident(&profile.table);
+        let (insert_cql, insert_bind_order) = if counter_table {
+            let sets: Vec<String> = columns[n_pk + n_ck..]
+                .iter()
+                .map(|c| format!("{0} = {0} + ?", ident(&c.name)))
+                .collect();
+            let wheres: Vec<String> = columns[..n_pk + n_ck]
+                .iter()
+                .map(|c| format!("{} = ?", ident(&c.name)))
+                .collect();
+            let mut bind: Vec<usize> = (n_pk + n_ck..columns.len()).collect();
+            bind.extend(0..n_pk + n_ck);
+            (
+                format!(
+                    "UPDATE {keyspace}.{tname} SET {} WHERE {}",
+                    sets.join(", "),
+                    wheres.join(" AND ")
+                ),
+                bind,
+            )
+        } else {
+            let names: Vec<String> = columns.iter().map(|c| ident(&c.name)).collect();
+            let marks = vec!["?"; names.len()].join(", ");
+            (
+                format!(
+                    "INSERT INTO {keyspace}.{tname} ({}) VALUES ({marks})",
+                    names.join(", ")
+                ),
+                (0..columns.len()).collect(),
+            )
+        };
+        let insert = prepare(&session, &insert_cql, cl).await?;
+
+        let mut ops = Vec::new();
+        for name in op_names {
+            if name == "insert" {
+                ops.push(UserOp::Insert);
+                continue;
+            }
+            let q = profile.queries.get(name).ok_or_else(|| {
+                StressError::usage(format!(
+                    "ops({name}=..): no such query in profile {} (queries: {})",
+                    profile.path.display(),
+                    profile
+                        .queries
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            let stmt = prepare(&session, &q.cql, cl).await?;
+            let mut binds = Vec::new();
+            for spec in stmt.get_variable_col_specs().iter() {
+                let idx = columns
+                    .iter()
+                    .position(|c| c.name == spec.name())
+                    .ok_or_else(|| StressError::Schema {
+                        statement: q.cql.clone(),
+                        reason: format!(
+                            "bind marker '{}' is not a column of {}",
+                            spec.name(),
+                            profile.table
+                        ),
+                    })?;
+                binds.push(idx);
+            }
+            ops.push(UserOp::Query {
+                stmt,
+                binds,
+                fields: q.fields,
+            });
+        }
+        let batchtype = match &settings.insert.batchtype {
+            Some(b) => crate::profile::parse_batchtype_override(b)
+                .ok_or_else(|| StressError::usage(format!("-insert batchtype={b}: unknown")))?,
+            None => profile.insert.batchtype,
+        };
+        let select = match &settings.insert.select_ratio {
+            Some(s) => Ratio::parse(s)?,
+            None => profile.insert.select.clone(),
+        };
+        Ok(Self {
+            session,
+            ops,
+            insert,
+            columns,
+            n_pk,
+            n_ck,
+            counter_table,
+            insert_bind_order,
+            partitions: settings
+                .insert
+                .partitions
+                .clone()
+                .unwrap_or_else(|| profile.insert.partitions.clone()),
+            select,
+            visits: settings
+                .insert
+                .visits
+                .clone()
+                .or_else(|| profile.insert.visits.clone()),
+            batchtype,
+            seeds: Seeds::new(settings.population.clone()),
+            insert_seq: AtomicU64::new(0),
+            query_seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Rows in the partition of `seed`: the product of the clustering columns' `cluster`.
+    fn rows_in_partition(&self, seed: i64) -> u64 {
+        self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .map(|c| c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64)
+            .product::<u64>()
+            .max(1)
+    }
+
+    /// Values of row `i` of the partition of `seed`, in column order.
+    fn row(&self, seed: i64, i: u64) -> Result<Vec<CqlValue>, String> {
+        let mut out = Vec::with_capacity(self.columns.len());
+        for c in &self.columns[..self.n_pk] {
+            out.push(c.value(seed)?);
+        }
+        // Row index in mixed radix over the clustering columns, last column fastest.
+        let mut digits = vec![0u64; self.n_ck];
+        let mut rest = i;
+        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .enumerate()
+            .rev()
+        {
+            let radix = c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64;
+            digits[j] = rest % radix;
+            rest /= radix;
+        }
+        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .enumerate()
+        {
+            out.push(c.value(c.population.value_at(digits[j], seed as u64 ^ c.salt))?);
+        }
+        for c in &self.columns[self.n_pk + self.n_ck..] {
+            if c.typ == ColumnType::Native(NativeType::Counter) {
+                out.push(CqlValue::Counter(Counter(1)));
+            } else {
+                let key = mix64(seed as u64 ^ c.salt ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                out.push(c.value(c.population.value_at(i, key))?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn insert_op(&self, rng: &mut Rng) -> Result<OpDone, String> {
+        let partitions = self.partitions.sample(rng).max(1) as u64;
+        let mut rows: Vec<Vec<CqlValue>> = Vec::new();
+        for _ in 0..partitions {
+            let (seed, visit, visits) = match &self.visits {
+                Some(v) if v.max > 1 => {
+                    let visits = v.max.max(1) as u64;
+                    if self.seeds.is_seq() {
+                        let t = self.insert_seq.fetch_add(1, Ordering::Relaxed);
+                        (self.seeds.at(t / visits, rng), t % visits, visits)
+                    } else {
+                        (self.seeds.next(rng), rng.next_u64() % visits, visits)
+                    }
+                }
+                _ => (self.seeds.next(rng), 0, 1),
+            };
+            let total = self.rows_in_partition(seed);
+            let range = if visits > 1 {
+                let chunk = total.div_ceil(visits).max(1);
+                let lo = (visit * chunk).min(total.saturating_sub(1));
+                lo..(lo + chunk).min(total)
+            } else {
+                let n = ((total as f64 * self.select.sample(rng)).round() as u64).clamp(1, total);
+                let lo = if n < total {
+                    rng.range_inclusive(0, (total - n) as i64) as u64
+                } else {
+                    0
+                };
+                lo..lo + n
+            };
+            for i in range {
+                let row = self.row(seed, i)?;
+                rows.push(
+                    self.insert_bind_order
+                        .iter()
+                        .map(|&c| row[c].clone())
+                        .collect(),
+                );
+            }
+        }
+        let n_rows = rows.len() as u64;
+        if rows.len() == 1 {
+            let row = rows.pop().unwrap_or_default();
+            self.session
+                .execute_unpaged(&self.insert, row)
+                .await
+                .map_err(exec_err)?;
+        } else {
+            let kind = match (self.counter_table, self.batchtype) {
+                (true, _) | (_, BatchType::Counter) => DriverBatchType::Counter,
+                (_, BatchType::Logged) => DriverBatchType::Logged,
+                (_, BatchType::Unlogged) => DriverBatchType::Unlogged,
+            };
+            let mut batch = Batch::new(kind);
+            for _ in 0..rows.len() {
+                batch.append_statement(self.insert.clone());
+            }
+            if let Some(c) = self.insert.get_consistency() {
+                batch.set_consistency(c);
+            }
+            self.session.batch(&batch, rows).await.map_err(exec_err)?;
+        }
+        Ok(OpDone {
+            partitions,
+            rows: n_rows,
+        })
+    }
+
+    async fn query_op(
+        &self,
+        stmt: &PreparedStatement,
+        binds: &[usize],
+        fields: Fields,
+        rng: &mut Rng,
+    ) -> Result<OpDone, String> {
+        let seed = if self.seeds.is_seq() {
+            let t = self.query_seq.fetch_add(1, Ordering::Relaxed);
+            self.seeds.at(t, rng)
+        } else {
+            self.seeds.next(rng)
+        };
+        let total = self.rows_in_partition(seed);
+        let pick = |rng: &mut Rng| rng.range_inclusive(0, total as i64 - 1) as u64;
+        let same = self.row(seed, pick(rng))?;
+        let mut values = Vec::with_capacity(binds.len());
+        for &c in binds {
+            let v = match fields {
+                Fields::SameRow => same[c].clone(),
+                Fields::MultiRow => self.row(seed, pick(rng))?[c].clone(),
+            };
+            values.push(v);
+        }
+        let res = self
+            .session
+            .execute_unpaged(stmt, values)
+            .await
+            .map_err(exec_err)?;
+        let rows = match res.into_rows_result() {
+            Ok(r) => r.rows_num() as u64,
+            Err(_) => 0,
+        };
+        Ok(OpDone {
+            partitions: 1,
+            rows,
+        })
+    }
+}
+
+impl Workload for User {
+    async fn execute(&self, op: usize, rng: &mut Rng) -> Result<OpDone, String> {
+        match self.ops.get(op).ok_or("no such operation")? {
+            UserOp::Insert => self.insert_op(rng).await,
+            UserOp::Query {
+                stmt,
+                binds,
+                fields,
+            } => self.query_op(stmt, binds, *fields, rng).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{parse, shell_words};
+
+    #[test]
+    fn cassandra_stress_statements() {
+        let s = parse(&shell_words("write n=1")).unwrap();
+        assert_eq!(
+            create_keyspace_cql(&s.schema),
+            "CREATE KEYSPACE IF NOT EXISTS \"keyspace1\" WITH replication = {'class': 'org.apache.cassandra.locator.SimpleStrategy', 'replication_factor' : '1'} AND durable_writes = true;\n"
+        );
+        assert_eq!(
+            create_standard1_cql(&s.schema, &s.columns),
+            "CREATE TABLE IF NOT EXISTS keyspace1.standard1 (key blob PRIMARY KEY \n, \"C0\" blob\n, \"C1\" blob\n, \"C2\" blob\n, \"C3\" blob\n, \"C4\" blob) WITH compression = {};\n"
+        );
+        assert_eq!(
+            create_counter1_cql(&s.schema, &s.columns),
+            "CREATE TABLE IF NOT EXISTS keyspace1.counter1 (key blob PRIMARY KEY,\n, \"C0\" counter\n, \"C1\" counter\n, \"C2\" counter\n, \"C3\" counter\n, \"C4\" counter) WITH compression = {};\n"
+        );
+        assert_eq!(
+            write_cql(&s.columns.names),
+            "UPDATE \"standard1\" SET \"C0\" = ?,\"C1\" = ?,\"C2\" = ?,\"C3\" = ?,\"C4\" = ? WHERE KEY=?"
+        );
+        assert_eq!(
+            counter_write_cql(&s.columns.names[..2]),
+            "UPDATE \"counter1\" SET \"C0\"=\"C0\"+?,\"C1\"=\"C1\"+? WHERE KEY=?"
+        );
+        let s = parse(&shell_words(
+            "write n=1 -schema replication(factor=3) compaction(strategy=LeveledCompactionStrategy,sstable_size_in_mb=160)",
+        ))
+        .unwrap();
+        assert!(create_keyspace_cql(&s.schema).contains("'replication_factor' : '3'"));
+        assert!(create_standard1_cql(&s.schema, &s.columns).ends_with(
+            "WITH compression = {} AND compaction = { 'class' : 'LeveledCompactionStrategy', 'sstable_size_in_mb' : '160'};\n"
+        ));
+    }
+
+    #[test]
+    fn seq_seeds_walk_and_wrap() {
+        let s = Seeds::new(Population::Seq { min: 5, max: 7 });
+        let mut rng = Rng::new(1);
+        let got: Vec<i64> = (0..5).map(|_| s.next(&mut rng)).collect();
+        assert_eq!(got, vec![5, 6, 7, 5, 6]);
+    }
+
+    #[test]
+    fn identifiers_are_quoted_when_needed() {
+        assert_eq!(ident("iot_table"), "iot_table");
+        assert_eq!(ident("C0"), "\"C0\"");
+        assert_eq!(ident("1x"), "\"1x\"");
+    }
+}
