@@ -281,7 +281,11 @@ impl<'a> Parser<'a> {
             let value = RelationValue::Single(self.term()?);
             return Ok(Relation { target, op, value });
         }
-        if self.at_word("expr") && self.peek_n(1) == Tok::LParen {
+        // Cassandra's lexer has an `expr(` token: no blank before the parenthesis.
+        if self.at_word("expr")
+            && self.peek_n(1) == Tok::LParen
+            && self.tok_at(self.pos + 1).start == self.cur().end
+        {
             // `customIndexExpression`: expr(index_name, term)
             self.bump();
             self.bump();
@@ -320,6 +324,10 @@ impl<'a> Parser<'a> {
                 });
             }
             let op = self.relation_op().ok_or_else(|| self.no_viable())?;
+            // `multiColumnValue`: a tuple literal or a marker, nothing else.
+            if !matches!(self.peek(), Tok::LParen | Tok::QMark | Tok::Colon) {
+                return Err(self.no_viable_from(self.pos - 1));
+            }
             let value = RelationValue::Single(self.term()?);
             return Ok(Relation { target, op, value });
         }
@@ -578,12 +586,8 @@ impl<'a> Parser<'a> {
             self.expect(Tok::RParen)?;
             InsertValues::Values { columns, values }
         };
-        let mut if_not_exists = self.if_not_exists()?;
+        let if_not_exists = self.if_not_exists()?;
         let using = self.using_clause(true)?;
-        if !if_not_exists && !using.is_empty() {
-            // Accept `USING … IF NOT EXISTS` as well as Cassandra's order.
-            if_not_exists = self.if_not_exists()?;
-        }
         Ok(InsertStatement {
             table,
             values,
@@ -656,6 +660,21 @@ impl<'a> Parser<'a> {
 
     /// `normalColumnOperation`: `t`, `t + c`, `c + t`, `c - t`.
     fn normal_column_operation(&mut self, column: &Ident) -> PResult<AssignmentOp> {
+        if self.is_column_ref_at(0)
+            && self.peek_n(1) == Tok::Minus
+            && self.adjacent_negative_number(1)
+        {
+            // `c = c -1` lexes in Cassandra as `c INTEGER(-1)`: an addition of -1.
+            let other = self.cident()?;
+            if other.name != column.name {
+                return Err(self.recognition(
+                    ParseErrorKind::Recognition,
+                    "Only expressions of the form X = X -<value> are supported.",
+                ));
+            }
+            let t = self.term()?;
+            return Ok(AssignmentOp::Add(t));
+        }
         if self.is_column_ref_at(0) && matches!(self.peek_n(1), Tok::Plus | Tok::Minus) {
             let other = self.cident()?;
             let plus = self.bump().tok == Tok::Plus;

@@ -63,6 +63,10 @@ impl<'a> Parser<'a> {
             if bp < min_bp {
                 break;
             }
+            // `1 -1`: Cassandra lexes `-1` as one number token, which cannot follow a term.
+            if op == BinaryOp::Sub && self.adjacent_negative_number(0) {
+                break;
+            }
             // `term + column` ends the term: UPDATE's prepend form `c = [x] + c`.
             if mode == Mode::Term && op == BinaryOp::Add && self.is_column_ref_at(1) {
                 break;
@@ -103,6 +107,22 @@ impl<'a> Parser<'a> {
         } else {
             Ok(e)
         }
+    }
+
+    /// Whether the token `n` ahead is a `-` glued to a number, duration, NaN or
+    /// Infinity (one token in Cassandra's lexer).
+    pub(crate) fn adjacent_negative_number(&self, n: usize) -> bool {
+        let minus = self.tok_at(self.pos + n);
+        let next = self.tok_at(self.pos + n + 1);
+        minus.tok == Tok::Minus
+            && next.start == minus.end
+            && matches!(
+                next.tok,
+                Tok::Integer
+                    | Tok::Float
+                    | Tok::Duration
+                    | Tok::Keyword(Keyword::Nan | Keyword::Infinity)
+            )
     }
 
     /// `-` followed by a number, duration, NaN or Infinity: one negative literal.

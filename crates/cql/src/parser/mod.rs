@@ -191,6 +191,26 @@ impl<'a> Parser<'a> {
     /// The token's text as ANTLR has it: strings and quoted names unescaped, without
     /// their quotes.
     fn display_token(&self, t: Token) -> String {
+        // A `-` glued to a number is one token (`-1`) for Cassandra's lexer.
+        if t.tok == Tok::Minus
+            && let Some(next) = self
+                .toks
+                .iter()
+                .find(|n| n.start == t.end && n.start > t.start)
+            && matches!(
+                next.tok,
+                Tok::Integer
+                    | Tok::Float
+                    | Tok::Duration
+                    | Tok::Keyword(Keyword::Nan | Keyword::Infinity)
+            )
+        {
+            return self
+                .src
+                .get(t.start as usize..next.end as usize)
+                .unwrap_or("-")
+                .to_string();
+        }
         match t.tok {
             Tok::Eof => "<EOF>".to_string(),
             Tok::Str => self.string_value(t),
