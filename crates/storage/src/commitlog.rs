@@ -517,7 +517,26 @@ pub fn replay(
     dir: &Path,
     policy: CommitFailurePolicy,
     report: &mut ReplayReport,
+    apply: impl FnMut(LogPosition, Mutation),
+) -> Result<Vec<(u64, PathBuf, u64)>> {
+    replay_impl(dir, policy, report, apply, true)
+}
+
+/// Checks every segment like replay does, without applying or truncating anything.
+pub fn verify_segments(
+    dir: &Path,
+    policy: CommitFailurePolicy,
+    report: &mut ReplayReport,
+) -> Result<()> {
+    replay_impl(dir, policy, report, |_, _| {}, false).map(|_| ())
+}
+
+fn replay_impl(
+    dir: &Path,
+    policy: CommitFailurePolicy,
+    report: &mut ReplayReport,
     mut apply: impl FnMut(LogPosition, Mutation),
+    truncate_torn: bool,
 ) -> Result<Vec<(u64, PathBuf, u64)>> {
     let segs = list_segments(dir)?;
     let n = segs.len();
@@ -530,6 +549,14 @@ pub fn replay(
         let bad = |offset: u64, reason: String, report: &mut ReplayReport| -> Result<()> {
             let truncated = data.len() as u64 - offset;
             if last {
+                if !truncate_torn {
+                    report.torn_tail = Some(TornTail {
+                        path: path.clone(),
+                        offset,
+                        bytes_truncated: 0,
+                    });
+                    return Ok(());
+                }
                 tracing::warn!(
                     "commitlog {}: torn tail at offset {offset} ({reason}); truncating {truncated} bytes",
                     path.display()
@@ -567,6 +594,19 @@ pub fn replay(
                 }
             }
         };
+        if data.len() < SEGMENT_HEADER_BYTES as usize
+            && data[..] == segment_header(id)[..data.len()]
+        {
+            // Creation was interrupted before the header was complete: no entries.
+            if truncate_torn {
+                tracing::warn!(
+                    "commitlog {}: removing a segment whose creation was interrupted",
+                    path.display()
+                );
+                let _ = fs::remove_file(&path);
+            }
+            continue;
+        }
         if data.len() < SEGMENT_HEADER_BYTES as usize
             || data[..][..SEGMENT_HEADER_BYTES as usize] != segment_header(id)
         {

@@ -2,7 +2,7 @@
 //! executor that merges SSTables into new ones, purging what gc_grace_seconds allows.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
@@ -11,7 +11,7 @@ use amphora_types::data::{
 };
 use amphora_types::schema::TableSchema;
 
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::sstable::{SSTableReader, SSTableWriter, Scanner};
 
 /// What a chooser sees of one SSTable.
@@ -353,6 +353,97 @@ pub fn purge(u: &mut PartitionUpdate, key: &PartitionKey, ctx: &PurgeContext) {
     u.rows.retain(|r| !r.is_empty());
 }
 
+/// A compaction transaction log, `compaction-<first input generation>.txn` in the table
+/// directory, makes "outputs replace inputs" atomic across crashes (purged tombstones
+/// must never meet a surviving subset of the inputs):
+/// `inputs g1 g2 ...` / `output g` per output (before it is published) / `commit`
+/// (after every output is published). Each line is fsynced. On open, a committed log
+/// deletes its inputs; an uncommitted one deletes its outputs. The shard deletes the
+/// inputs and then the log after installing the outputs.
+pub struct CompactionTxn {
+    pub path: PathBuf,
+    file: std::fs::File,
+}
+
+impl CompactionTxn {
+    pub fn begin(dir: &Path, inputs: &[u64]) -> Result<Self> {
+        let first = inputs.iter().min().copied().unwrap_or(0);
+        let path = dir.join(format!("compaction-{first}.txn"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(&path, e))?;
+        let mut t = CompactionTxn { path, file };
+        let line: Vec<String> = inputs.iter().map(|g| g.to_string()).collect();
+        t.append(&format!("inputs {}\n", line.join(" ")))?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(t)
+    }
+
+    fn append(&mut self, line: &str) -> Result<()> {
+        use std::io::Write;
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
+    pub fn add_output(&mut self, generation: u64) -> Result<()> {
+        self.append(&format!("output {generation}\n"))
+    }
+
+    pub fn commit(&mut self) -> Result<()> {
+        self.append("commit\n")
+    }
+}
+
+/// Finishes or rolls back interrupted compactions in a table directory (see
+/// [`CompactionTxn`]). Runs before the SSTables are opened.
+pub fn recover_compactions(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !(name.starts_with("compaction-") && name.ends_with(".txn")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        let mut committed = false;
+        for l in text.lines() {
+            let mut parts = l.split_whitespace();
+            match parts.next() {
+                Some("inputs") => inputs.extend(parts.filter_map(|g| g.parse::<u64>().ok())),
+                Some("output") => outputs.extend(parts.filter_map(|g| g.parse::<u64>().ok())),
+                Some("commit") => committed = true,
+                _ => {}
+            }
+        }
+        let victims = if committed { &inputs } else { &outputs };
+        tracing::warn!(
+            "{}: {} interrupted compaction; deleting SSTables {victims:?}",
+            e.path().display(),
+            if committed {
+                "finishing"
+            } else {
+                "rolling back"
+            }
+        );
+        for g in victims {
+            crate::sstable::delete_generation(dir, *g);
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
+}
+
 /// Merges `inputs` into new SSTables in `dir`. Outputs are durable and published
 /// (renamed) when this returns; the caller installs them and deletes the inputs.
 pub fn run_compaction(
@@ -362,6 +453,42 @@ pub fn run_compaction(
     next_generation: &AtomicU64,
     job: &CompactionJob,
     purge_ctx: &PurgeContext,
+) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
+    let input_gens: Vec<u64> = inputs.iter().map(|s| s.generation).collect();
+    let mut txn = CompactionTxn::begin(dir, &input_gens)?;
+    let mut created = Vec::new();
+    match compact_into(
+        schema,
+        dir,
+        inputs,
+        next_generation,
+        job,
+        purge_ctx,
+        &mut txn,
+        &mut created,
+    ) {
+        Ok(outputs) => Ok((outputs, txn)),
+        Err(e) => {
+            // Roll back: no output of a failed compaction stays.
+            for g in created {
+                crate::sstable::delete_generation(dir, g);
+            }
+            let _ = std::fs::remove_file(&txn.path);
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compact_into(
+    schema: &TableSchema,
+    dir: &Path,
+    inputs: &[Arc<SSTableReader>],
+    next_generation: &AtomicU64,
+    job: &CompactionJob,
+    purge_ctx: &PurgeContext,
+    txn: &mut CompactionTxn,
+    created: &mut Vec<u64>,
 ) -> Result<Vec<SSTableReader>> {
     let mut scanners: Vec<Scanner<'_>> = Vec::with_capacity(inputs.len());
     for s in inputs {
@@ -402,6 +529,8 @@ pub fn run_compaction(
         }
         if writer.is_none() {
             let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
+            txn.add_output(g)?;
+            created.push(g);
             writer = Some(SSTableWriter::new(dir, g, schema)?);
         }
         if let Some(w) = writer.as_mut() {
@@ -421,6 +550,7 @@ pub fn run_compaction(
     {
         outputs.push(r);
     }
+    txn.commit()?;
     Ok(outputs)
 }
 

@@ -22,6 +22,7 @@ pub mod memtable;
 pub mod read;
 pub mod shard;
 pub mod sstable;
+pub mod tools;
 
 pub use commitlog::{ReplayReport, WriteAck};
 pub use config::{Clock, CommitFailurePolicy, StorageConfig, SyncMode};

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use amphora_types::data::{
     Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
-    RangeTombstone, Row, max_deletion, merge_rows,
+    RangeTombstone, Row, max_deletion, merge_column_data, merge_rows, reconcile_cells,
 };
-use amphora_types::schema::{ClusteringComparator, TableSchema};
+use amphora_types::schema::{ClusteringComparator, ColumnId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
 use crate::commitlog::LogPosition;
@@ -47,11 +47,115 @@ impl Ord for ClusteringKey {
     }
 }
 
+/// A partition's rows: a sorted vector while small (most partitions have one row), a
+/// B-tree once it grows.
+#[derive(Debug, Clone)]
+pub enum MemRows {
+    Small(Vec<Row>),
+    Large(BTreeMap<ClusteringKey, Row>),
+}
+
+const SMALL_ROWS_MAX: usize = 16;
+
+impl Default for MemRows {
+    fn default() -> Self {
+        MemRows::Small(Vec::new())
+    }
+}
+
+impl MemRows {
+    pub fn len(&self) -> usize {
+        match self {
+            MemRows::Small(v) => v.len(),
+            MemRows::Large(m) => m.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Inserts or merges a row; returns the growth in bytes.
+    fn upsert(&mut self, schema: &TableSchema, cmp: &Arc<ClusteringComparator>, r: Row) -> usize {
+        match self {
+            MemRows::Small(v) => {
+                let found = v.binary_search_by(|x| cmp.compare(&x.clustering.0, &r.clustering.0));
+                match found {
+                    Ok(i) => {
+                        let merged = merge_rows(schema, &v[i], &r);
+                        let grow = merged.size_bytes().saturating_sub(v[i].size_bytes());
+                        v[i] = merged;
+                        grow
+                    }
+                    Err(i) => {
+                        let grow = r.size_bytes();
+                        v.insert(i, r);
+                        if v.len() > SMALL_ROWS_MAX {
+                            let m = std::mem::take(v)
+                                .into_iter()
+                                .map(|row| {
+                                    (ClusteringKey::new(row.clustering.clone(), cmp.clone()), row)
+                                })
+                                .collect();
+                            *self = MemRows::Large(m);
+                        }
+                        grow
+                    }
+                }
+            }
+            MemRows::Large(m) => {
+                let k = ClusteringKey::new(r.clustering.clone(), cmp.clone());
+                match m.get_mut(&k) {
+                    Some(old) => {
+                        let merged = merge_rows(schema, old, &r);
+                        let grow = merged.size_bytes().saturating_sub(old.size_bytes());
+                        *old = merged;
+                        grow
+                    }
+                    None => {
+                        let grow = r.size_bytes() + 48;
+                        m.insert(k, r);
+                        grow
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn iter(&self) -> Box<dyn Iterator<Item = &Row> + '_> {
+        match self {
+            MemRows::Small(v) => Box::new(v.iter()),
+            MemRows::Large(m) => Box::new(m.values()),
+        }
+    }
+
+    /// Rows at or after the clustering prefix `start`.
+    pub fn iter_from<'a>(
+        &'a self,
+        cmp: &Arc<ClusteringComparator>,
+        start: &Clustering,
+    ) -> Box<dyn Iterator<Item = &'a Row> + 'a> {
+        match self {
+            MemRows::Small(v) => {
+                let i = v.partition_point(|x| cmp.compare(&x.clustering.0, &start.0).is_lt());
+                Box::new(v[i..].iter())
+            }
+            MemRows::Large(m) => {
+                let k = ClusteringKey::new(start.clone(), cmp.clone());
+                Box::new(
+                    m.range((Bound::Included(k), Bound::Unbounded))
+                        .map(|(_, r)| r),
+                )
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct MemPartition {
     pub deletion: Option<DeletionTime>,
     pub static_row: Option<Row>,
-    pub rows: BTreeMap<ClusteringKey, Row>,
+    pub rows: MemRows,
     pub range_tombstones: Vec<RangeTombstone>,
 }
 
@@ -81,7 +185,7 @@ impl Arena {
 pub struct Memtable {
     pub schema: Arc<TableSchema>,
     pub cmp: Arc<ClusteringComparator>,
-    pub partitions: BTreeMap<PartitionKey, MemPartition>,
+    pub partitions: BTreeMap<PartitionKey, Box<MemPartition>>,
     pub size_bytes: u64,
     pub min_timestamp: i64,
     pub max_timestamp: i64,
@@ -113,29 +217,65 @@ impl Memtable {
         self.partitions.is_empty()
     }
 
+    /// Copies a row into the arena, putting cells in canonical order (sorted by column id,
+    /// complex cells by cell path) if the writer did not.
     fn own_row(&mut self, r: &Row) -> Row {
         let a = &mut self.arena;
+        let mut cells: Vec<(ColumnId, ColumnData)> = r
+            .cells
+            .iter()
+            .map(|(id, d)| {
+                let d = match d {
+                    ColumnData::Simple(c) => ColumnData::Simple(own_cell(a, c)),
+                    ColumnData::Complex { deletion, cells } => {
+                        let mut cs: Vec<(Bytes, Cell)> = cells
+                            .iter()
+                            .map(|(p, c)| (a.copy(p), own_cell(a, c)))
+                            .collect();
+                        let ty = self.schema.column_by_id(*id).map(|c| &c.ty);
+                        let ordered = |x: &Bytes, y: &Bytes| {
+                            ty.map_or_else(|| x.cmp(y), |t| t.compare_cell_path(x, y))
+                        };
+                        if !cs.windows(2).all(|w| ordered(&w[0].0, &w[1].0).is_lt()) {
+                            cs.sort_by(|x, y| ordered(&x.0, &y.0));
+                            let mut out: Vec<(Bytes, Cell)> = Vec::with_capacity(cs.len());
+                            for (p, c) in cs {
+                                match out.last_mut() {
+                                    Some(last) if ordered(&last.0, &p).is_eq() => {
+                                        last.1 = reconcile_cells(&last.1, &c)
+                                    }
+                                    _ => out.push((p, c)),
+                                }
+                            }
+                            cs = out;
+                        }
+                        ColumnData::Complex {
+                            deletion: *deletion,
+                            cells: cs,
+                        }
+                    }
+                };
+                (*id, d)
+            })
+            .collect();
+        if !cells.windows(2).all(|w| w[0].0 < w[1].0) {
+            cells.sort_by_key(|(id, _)| *id);
+            let mut out: Vec<(ColumnId, ColumnData)> = Vec::with_capacity(cells.len());
+            for (id, d) in cells {
+                match out.last_mut() {
+                    Some(last) if last.0 == id => {
+                        last.1 = merge_column_data(&self.schema, id, &last.1, &d)
+                    }
+                    _ => out.push((id, d)),
+                }
+            }
+            cells = out;
+        }
         Row {
             clustering: Clustering(r.clustering.0.iter().map(|b| a.copy(b)).collect()),
             marker: r.marker,
             deletion: r.deletion,
-            cells: r
-                .cells
-                .iter()
-                .map(|(id, d)| {
-                    let d = match d {
-                        ColumnData::Simple(c) => ColumnData::Simple(own_cell(a, c)),
-                        ColumnData::Complex { deletion, cells } => ColumnData::Complex {
-                            deletion: *deletion,
-                            cells: cells
-                                .iter()
-                                .map(|(p, c)| (a.copy(p), own_cell(a, c)))
-                                .collect(),
-                        },
-                    };
-                    (*id, d)
-                })
-                .collect(),
+            cells,
         }
     }
 
@@ -180,18 +320,7 @@ impl Memtable {
             });
         }
         for r in rows {
-            let k = ClusteringKey::new(r.clustering.clone(), self.cmp.clone());
-            match part.rows.get_mut(&k) {
-                Some(old) => {
-                    let merged = merge_rows(&self.schema, old, &r);
-                    added += merged.size_bytes().saturating_sub(old.size_bytes());
-                    *old = merged;
-                }
-                None => {
-                    added += r.size_bytes() + 48;
-                    part.rows.insert(k, r);
-                }
-            }
+            added += part.rows.upsert(&self.schema, &self.cmp, r);
         }
         for rt in rts {
             if !part.range_tombstones.contains(&rt) {
@@ -209,12 +338,11 @@ impl Memtable {
 
     pub fn to_update(&self, p: &MemPartition, slices: &[ClusteringSlice]) -> PartitionUpdate {
         let rows = if slices.is_empty() {
-            p.rows.values().cloned().collect()
+            p.rows.iter().cloned().collect()
         } else {
             let mut out = Vec::new();
             for s in slices {
-                let start = ClusteringKey::new(s.start.prefix.clone(), self.cmp.clone());
-                for (_, r) in p.rows.range((Bound::Included(start), Bound::Unbounded)) {
+                for r in p.rows.iter_from(&self.cmp, &s.start.prefix) {
                     if !self.cmp.before_end(&r.clustering, &s.end) {
                         break;
                     }
@@ -238,7 +366,7 @@ impl Memtable {
         &'a self,
         start: Bound<&PartitionKey>,
         end: Bound<&PartitionKey>,
-    ) -> impl Iterator<Item = (&'a PartitionKey, &'a MemPartition)> + 'a {
+    ) -> impl Iterator<Item = (&'a PartitionKey, &'a Box<MemPartition>)> + 'a {
         let s = match start {
             Bound::Included(k) => Bound::Included(k.clone()),
             Bound::Excluded(k) => Bound::Excluded(k.clone()),

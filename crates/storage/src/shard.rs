@@ -120,7 +120,7 @@ enum BgResult {
         table: TableId,
         job: u64,
         inputs: Vec<u64>,
-        result: Result<Vec<SSTableReader>>,
+        result: Result<(Vec<SSTableReader>, crate::compaction::CompactionTxn)>,
     },
 }
 
@@ -233,6 +233,7 @@ fn write_replay_position(dir: &Path, pos: LogPosition) -> Result<()> {
 /// Opens a table directory: removes leftovers of unfinished writes, opens SSTables.
 fn open_table_dir(dir: &Path, corrupt: &mut u64) -> Result<(Vec<Arc<SSTableReader>>, u64)> {
     fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+    crate::compaction::recover_compactions(dir);
     let mut gens = Vec::new();
     let mut max_gen = 0;
     let rd = fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))?;
@@ -456,7 +457,7 @@ impl ShardStorage {
         t.memtable = Memtable::new(t.schema.clone());
         t.flushing.clear();
         for s in t.sstables.drain(..) {
-            s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
+            s.delete_files();
         }
         inner.memtable_total = inner.memtable_total.saturating_sub(freed);
         inner.flushing_total = inner.flushing_total.saturating_sub(flushing);
@@ -727,13 +728,24 @@ impl ShardStorage {
                     inner.metrics.pending_flushes = inner.metrics.pending_flushes.saturating_sub(1);
                     let res = match (inner.tables.get_mut(&table), result) {
                         (Some(t), Ok(sst)) => {
-                            if let Some(i) = t.flushing.iter().position(|f| f.job == job) {
-                                let f = t.flushing.remove(i);
-                                inner.memtable_total =
-                                    inner.memtable_total.saturating_sub(f.mem.size_bytes);
-                                inner.metrics.flushed_bytes += f.mem.size_bytes;
+                            let found = t.flushing.iter().position(|f| f.job == job);
+                            if found.is_none() {
+                                // The table was truncated while this flush ran.
+                                if let Some(s) = &sst {
+                                    s.delete_files();
+                                }
                             }
-                            if let Some(s) = sst {
+                            if let Some(i) = found {
+                                let f = t.flushing.remove(i);
+                                let size = f.mem.size_bytes;
+                                inner.memtable_total = inner.memtable_total.saturating_sub(size);
+                                inner.flushing_total = inner.flushing_total.saturating_sub(size);
+                                inner.metrics.flushed_bytes += size;
+                                // Freeing millions of small allocations is slow: do it off the shard.
+                                let mem = f.mem;
+                                inner.flusher.submit(Box::new(move || drop(mem)));
+                            }
+                            if let Some(s) = sst.filter(|_| found.is_some()) {
                                 t.sstables.push(Arc::new(*s));
                             }
                             let flushed_to = t
@@ -782,17 +794,35 @@ impl ShardStorage {
                         t.running_compactions.retain(|j| *j != job);
                     }
                     let res = match (inner.tables.get_mut(&table), result) {
-                        (Some(t), Ok(outs)) => {
+                        (Some(t), Ok((outs, txn)))
+                            if !inputs
+                                .iter()
+                                .all(|g| t.sstables.iter().any(|s| s.generation == *g)) =>
+                        {
+                            // The inputs are gone (TRUNCATE): so are the outputs.
+                            for o in outs {
+                                o.delete_files();
+                            }
+                            let _ = fs::remove_file(&txn.path);
+                            for g in &inputs {
+                                t.compacting.remove(g);
+                            }
+                            Ok(())
+                        }
+                        (Some(t), Ok((outs, txn))) => {
                             let mut bytes_in = 0;
+                            // Outputs replace inputs: delete the inputs now (open readers
+                            // elsewhere keep working on the unlinked files), then the log.
                             t.sstables.retain(|s| {
                                 if inputs.contains(&s.generation) {
                                     bytes_in += s.data_size();
-                                    s.delete_on_drop.store(true, AtomicOrdering::Relaxed);
+                                    s.delete_files();
                                     false
                                 } else {
                                     true
                                 }
                             });
+                            let _ = fs::remove_file(&txn.path);
                             for g in &inputs {
                                 t.compacting.remove(g);
                             }
@@ -813,10 +843,11 @@ impl ShardStorage {
                             }
                             Err(e)
                         }
-                        (None, Ok(outs)) => {
+                        (None, Ok((outs, txn))) => {
                             for o in outs {
                                 o.delete_files();
                             }
+                            let _ = fs::remove_file(&txn.path);
                             Ok(())
                         }
                         (None, Err(_)) => Ok(()),

@@ -44,6 +44,14 @@ fn tmp_path(dir: &Path, generation: u64, component: &str) -> PathBuf {
     dir.join(format!("tmp-{FORMAT_PREFIX}-{generation}-{component}"))
 }
 
+/// Deletes an SSTable's files by generation (TOC first).
+pub fn delete_generation(dir: &Path, generation: u64) {
+    let _ = fs::remove_file(component_path(dir, generation, "TOC.txt"));
+    for c in COMPONENTS {
+        let _ = fs::remove_file(component_path(dir, generation, c));
+    }
+}
+
 /// Parses `am1-<gen>-TOC.txt`.
 pub fn parse_toc_name(name: &str) -> Option<u64> {
     name.strip_prefix(FORMAT_PREFIX)?
@@ -625,6 +633,7 @@ pub struct SSTableReader {
     data_path: PathBuf,
     index: File,
     index_path: PathBuf,
+    index_len: u64,
     compressor: Compressor,
     chunk_bytes: u64,
     uncompressed_len: u64,
@@ -670,7 +679,7 @@ impl SSTableReader {
         let uncompressed_len =
             u64::from_le_bytes(body[17..25].try_into().map_err(|_| bad(17, "short"))?);
         let n = u32::from_le_bytes([body[25], body[26], body[27], body[28]]) as usize;
-        if body.len() != 29 + (n + 1) * 8 || chunk_bytes == 0 {
+        if body.len() != 29 + (n + 1) * 8 || chunk_bytes == 0 || chunk_bytes > 64 << 20 {
             return Err(bad(25, "chunk count does not match the file size"));
         }
         let chunk_offsets: Vec<u64> = body[29..]
@@ -726,6 +735,10 @@ impl SSTableReader {
         }
         let index_path = component_path(dir, generation, "Index.db");
         let index = File::open(&index_path).map_err(|e| StorageError::io(&index_path, e))?;
+        let index_len = index
+            .metadata()
+            .map_err(|e| StorageError::io(&index_path, e))?
+            .len();
         Ok(SSTableReader {
             dir: dir.to_path_buf(),
             generation,
@@ -734,6 +747,7 @@ impl SSTableReader {
             data_path,
             index,
             index_path,
+            index_len,
             compressor,
             chunk_bytes,
             uncompressed_len,
@@ -841,7 +855,10 @@ impl SSTableReader {
 
     /// Reads `len` bytes of the uncompressed stream at `pos`.
     fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
-        if pos + len > self.uncompressed_len {
+        if pos
+            .checked_add(len)
+            .is_none_or(|end| end > self.uncompressed_len)
+        {
             return Err(StorageError::corrupt(
                 &self.data_path,
                 pos,
@@ -877,6 +894,17 @@ impl SSTableReader {
         let Some(s) = self.summary.get(b) else {
             return Ok(Vec::new());
         };
+        if s.offset
+            .checked_add(s.len as u64)
+            .is_none_or(|end| end > self.index_len)
+        {
+            self.quarantined.store(true, AtomicOrdering::Relaxed);
+            return Err(StorageError::corrupt(
+                &self.index_path,
+                s.offset,
+                "index block past the end of the file",
+            ));
+        }
         let mut buf = vec![0u8; s.len as usize];
         self.index
             .read_exact_at(&mut buf, s.offset)
@@ -1002,10 +1030,7 @@ impl SSTableReader {
 
     /// Removes all component files (TOC first so a crash never leaves half an SSTable live).
     pub fn delete_files(&self) {
-        let _ = fs::remove_file(component_path(&self.dir, self.generation, "TOC.txt"));
-        for c in COMPONENTS {
-            let _ = fs::remove_file(component_path(&self.dir, self.generation, c));
-        }
+        delete_generation(&self.dir, self.generation);
     }
 }
 

@@ -204,6 +204,37 @@ fn crash_kill9_batch_mode() {
             let a = last_acked.get(&k).copied().unwrap_or(0);
             match stored.get(&k) {
                 Some(v) => {
+                    if *v < a {
+                        let ops: Vec<_> =
+                            submitted.iter().filter(|(_, (kk, _))| *kk == k).collect();
+                        eprintln!("ops on key {k}: {ops:?}");
+                        eprintln!("replay: {report:?}");
+                        let hexkey: String =
+                            key_of(k).bytes().map(|b| format!("{b:02x}")).collect();
+                        for p in s.sstable_paths(TableId(5)) {
+                            let dump = amphora_storage::tools::dump_sstable(&p).unwrap_or_default();
+                            let hits: Vec<&str> = dump
+                                .lines()
+                                .filter(|l| l.contains(&format!("\"0x{hexkey}\"")))
+                                .collect();
+                            eprintln!(
+                                "{}: {} lines for the key: {:?}",
+                                p.display(),
+                                hits.len(),
+                                hits.iter()
+                                    .map(|h| &h[..h.len().min(300)])
+                                    .collect::<Vec<_>>()
+                            );
+                        }
+                        let _ = std::process::Command::new("ls")
+                            .arg("-la")
+                            .arg(dir.path().join("commitlog"))
+                            .status();
+                        let _ = std::process::Command::new("sh")
+                            .arg("-c")
+                            .arg(format!("ls -la {}/keyspace1/*", dir.path().display()))
+                            .status();
+                    }
                     assert!(
                         *v >= a,
                         "round {round}: key {k} reads seq {v}, but seq {a} was acknowledged"
