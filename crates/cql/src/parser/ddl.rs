@@ -221,7 +221,11 @@ impl<'a> Parser<'a> {
     /// `property`: `name = constant | unreserved_keyword | {map}`.
     fn property(&mut self, out: &mut Vec<Property>) -> PResult<()> {
         let name = self.ident()?.name;
-        self.expect(Tok::Eq)?;
+        if !self.at(Tok::Eq) {
+            // Both `property` alternatives start `name =`: ANTLR's decision fails on the name.
+            return Err(self.no_viable_from(self.pos - 1));
+        }
+        self.bump();
         let value = if self.at(Tok::LBrace) {
             PropertyValue::Map(self.property_map()?)
         } else if let Some(l) = self.signed_constant() {
@@ -532,11 +536,8 @@ impl<'a> Parser<'a> {
                         column,
                         mask,
                     }
-                } else if self.at_kw(Keyword::Drop)
-                    && self.peek_n(1) == Tok::Keyword(Keyword::Masked)
-                {
-                    self.bump();
-                    self.bump();
+                } else if self.eat_kw(Keyword::Drop) {
+                    self.expect_kw(Keyword::Masked)?;
                     AlterTableAction::AlterColumnMask {
                         if_exists: col_if_exists,
                         column,

@@ -274,6 +274,8 @@ impl<'a> Parser<'a> {
             _ if self.is_function_start() => self.function_call(mode),
             t if mode == Mode::Selector && Self::is_ident_tok(t) => {
                 let id = self.ident()?;
+                // A column or a function name: ANTLR decides from the next token.
+                self.operand_end = self.pos;
                 Ok(Expr::Column(id))
             }
             _ => Err(self.no_viable()),
@@ -314,7 +316,6 @@ impl<'a> Parser<'a> {
     pub(crate) fn allowed_function_name(&mut self) -> PResult<Ident> {
         if Self::is_function_name_tok(self.peek()) {
             let t = self.bump();
-            self.operand_end = self.pos;
             Ok(self.ident_from(t))
         } else {
             Err(self.no_viable())
@@ -329,11 +330,42 @@ impl<'a> Parser<'a> {
         Ok(Expr::Function { name, args })
     }
 
+    /// Whether the current token can start a term (or a selector in selector mode).
+    pub(crate) fn can_start_expr(&self, mode: Mode) -> bool {
+        match self.peek() {
+            Tok::Str
+            | Tok::Integer
+            | Tok::Float
+            | Tok::Boolean
+            | Tok::Duration
+            | Tok::Uuid
+            | Tok::Hex
+            | Tok::QMark
+            | Tok::Colon
+            | Tok::LBracket
+            | Tok::LBrace
+            | Tok::LParen
+            | Tok::Minus
+            | Tok::Keyword(Keyword::Null | Keyword::Nan | Keyword::Infinity | Keyword::Cast) => {
+                true
+            }
+            t => {
+                (Self::is_function_name_tok(t) && self.peek_n(1) == Tok::LParen)
+                    || self.is_function_start()
+                    || (mode == Mode::Selector && Self::is_ident_tok(t))
+            }
+        }
+    }
+
     /// `(e (, e)*)? close` — the opening token is already consumed.
     fn expr_list(&mut self, close: Tok, mode: Mode) -> PResult<Vec<Expr>> {
         let mut items = Vec::new();
         if self.eat(close) {
             return Ok(items);
+        }
+        // The optional list is skipped by ANTLR when no term can start here.
+        if !self.can_start_expr(mode) {
+            return Err(self.mismatch(close.name()));
         }
         loop {
             items.push(self.expr(mode)?);
@@ -643,7 +675,6 @@ impl<'a> Parser<'a> {
             return Err(self.no_viable());
         }
         let t = self.bump();
-        self.operand_end = self.pos;
         if keyspace.is_none() {
             self.ll2_end = self.pos;
         }

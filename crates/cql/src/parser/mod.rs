@@ -404,7 +404,6 @@ impl<'a> Parser<'a> {
     fn ident(&mut self) -> PResult<Ident> {
         if Self::is_ident_tok(self.peek()) {
             let t = self.bump();
-            self.operand_end = self.pos;
             Ok(self.ident_from(t))
         } else {
             Err(self.no_viable())
@@ -447,7 +446,9 @@ impl<'a> Parser<'a> {
             let name = self.schema_ident(what)?;
             Ok(QualifiedName::new(Some(first), name))
         } else {
+            // ANTLR decides whether this was a keyspace by looking at the next token.
             self.ll2_end = self.pos;
+            self.operand_end = self.pos;
             Ok(QualifiedName::new(None, first))
         }
     }
