@@ -7,7 +7,7 @@ use std::sync::Arc;
 use amphora_cql as ast;
 use amphora_storage::{PartitionData, PartitionRange, ReadCommand};
 use amphora_types::CqlType;
-use amphora_types::data::{Cell, Clustering, ColumnData, PartitionKey, Row, counter_value};
+use amphora_types::data::{Clustering, PartitionKey, Row};
 use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
 use amphora_types::token::shard_of;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -15,209 +15,15 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::api::*;
 use crate::exec::Inner;
 use crate::restrict::{self, Filter};
-use crate::values::{EvalCtx, Value, eval, serialize_collection, serialize_map, serialize_tuple};
+use crate::selector;
+use crate::values::{EvalCtx, Value, eval};
+
+pub use crate::selector::{
+    SelItem, column_value, data_value, is_aggregate, selection, split_composite, wildcard_columns,
+};
 
 fn invalid(m: impl Into<String>) -> QueryError {
     QueryError::Invalid(m.into())
-}
-
-#[derive(Clone, Debug)]
-pub enum Sel {
-    Column(ColumnId),
-    WriteTime(ColumnId),
-    Ttl(ColumnId),
-    Token,
-    CountRows,
-    Count(ColumnId),
-    Min(ColumnId),
-    Max(ColumnId),
-}
-
-#[derive(Clone, Debug)]
-pub struct SelItem {
-    pub sel: Sel,
-    pub name: String,
-    pub ty: CqlType,
-}
-
-/// `SELECT *` column order: partition key, clustering, then statics and regular columns by name.
-pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
-    let mut out: Vec<ColumnId> = t.partition_key.clone();
-    out.extend(&t.clustering_key);
-    let mut statics: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
-        .filter(|i| t.columns[*i as usize].kind == ColumnKind::Static)
-        .collect();
-    let mut regular: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
-        .filter(|i| t.columns[*i as usize].kind == ColumnKind::Regular)
-        .collect();
-    statics.sort_by(|a, b| {
-        t.columns[*a as usize]
-            .name
-            .cmp(&t.columns[*b as usize].name)
-    });
-    regular.sort_by(|a, b| {
-        t.columns[*a as usize]
-            .name
-            .cmp(&t.columns[*b as usize].name)
-    });
-    out.extend(statics);
-    out.extend(regular);
-    out
-}
-
-fn column_arg(t: &TableSchema, e: &ast::Expr) -> Result<ColumnId, QueryError> {
-    match e {
-        ast::Expr::Column(c) => t
-            .column(&c.name)
-            .map(|(i, _)| i)
-            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name))),
-        _ => Err(invalid("Only column names are supported as arguments here")),
-    }
-}
-
-pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelItem>, QueryError> {
-    let items = match &s.selection {
-        ast::Selection::Wildcard => wildcard_columns(t)
-            .into_iter()
-            .map(|i| SelItem {
-                sel: Sel::Column(i),
-                name: t.columns[i as usize].name.clone(),
-                ty: t.columns[i as usize].ty.clone(),
-            })
-            .collect(),
-        ast::Selection::List(sels) => {
-            let mut out = Vec::with_capacity(sels.len());
-            for sel in sels {
-                let (item, default_name) = match &sel.expr {
-                    ast::Expr::Column(c) => {
-                        let (i, d) = t
-                            .column(&c.name)
-                            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
-                        (
-                            SelItem {
-                                sel: Sel::Column(i),
-                                name: String::new(),
-                                ty: d.ty.clone(),
-                            },
-                            d.name.clone(),
-                        )
-                    }
-                    ast::Expr::CellMetadata { kind, column } => {
-                        let i = column_arg(t, column)?;
-                        let d = &t.columns[i as usize];
-                        if matches!(d.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
-                            return Err(invalid(format!(
-                                "Cannot use selection function {} on PRIMARY KEY part {}",
-                                if *kind == ast::CellMetadata::Ttl {
-                                    "ttl"
-                                } else {
-                                    "writeTime"
-                                },
-                                d.name
-                            )));
-                        }
-                        match kind {
-                            ast::CellMetadata::Ttl => (
-                                SelItem {
-                                    sel: Sel::Ttl(i),
-                                    name: String::new(),
-                                    ty: CqlType::Int,
-                                },
-                                format!("ttl({})", d.name),
-                            ),
-                            _ => (
-                                SelItem {
-                                    sel: Sel::WriteTime(i),
-                                    name: String::new(),
-                                    ty: CqlType::Bigint,
-                                },
-                                format!("writetime({})", d.name),
-                            ),
-                        }
-                    }
-                    ast::Expr::CountRows => (
-                        SelItem {
-                            sel: Sel::CountRows,
-                            name: String::new(),
-                            ty: CqlType::Bigint,
-                        },
-                        "count".into(),
-                    ),
-                    ast::Expr::Function { name, args } => {
-                        let fname = name.name.name.to_ascii_lowercase();
-                        match (fname.as_str(), args.as_slice()) {
-                            ("token", _) => (
-                                SelItem {
-                                    sel: Sel::Token,
-                                    name: String::new(),
-                                    ty: CqlType::Bigint,
-                                },
-                                format!(
-                                    "system.token({})",
-                                    args.iter()
-                                        .map(|a| match a {
-                                            ast::Expr::Column(c) => c.name.clone(),
-                                            _ => "?".into(),
-                                        })
-                                        .collect::<Vec<_>>()
-                                        .join(", ")
-                                ),
-                            ),
-                            ("count", [ast::Expr::Literal(_)]) => (
-                                SelItem {
-                                    sel: Sel::CountRows,
-                                    name: String::new(),
-                                    ty: CqlType::Bigint,
-                                },
-                                "count".into(),
-                            ),
-                            ("count", [a]) => {
-                                let i = column_arg(t, a)?;
-                                (
-                                    SelItem {
-                                        sel: Sel::Count(i),
-                                        name: String::new(),
-                                        ty: CqlType::Bigint,
-                                    },
-                                    format!("system.count({})", t.columns[i as usize].name),
-                                )
-                            }
-                            ("min" | "max", [a]) => {
-                                let i = column_arg(t, a)?;
-                                let sel = if fname == "min" {
-                                    Sel::Min(i)
-                                } else {
-                                    Sel::Max(i)
-                                };
-                                (
-                                    SelItem {
-                                        sel,
-                                        name: String::new(),
-                                        ty: t.columns[i as usize].ty.clone(),
-                                    },
-                                    format!("system.{fname}({})", t.columns[i as usize].name),
-                                )
-                            }
-                            _ => {
-                                return Err(invalid(format!(
-                                    "Unknown function {fname} or unsupported selector in Amphora"
-                                )));
-                            }
-                        }
-                    }
-                    _ => return Err(invalid("This selector is not supported by Amphora yet")),
-                };
-                let name = sel
-                    .alias
-                    .as_ref()
-                    .map(|a| a.name.clone())
-                    .unwrap_or(default_name);
-                out.push(SelItem { name, ..item });
-            }
-            out
-        }
-    };
-    Ok(items)
 }
 
 pub fn result_columns(
@@ -233,15 +39,6 @@ pub fn result_columns(
             ty: i.ty,
         })
         .collect())
-}
-
-fn is_aggregate(items: &[SelItem]) -> bool {
-    items.iter().any(|i| {
-        matches!(
-            i.sel,
-            Sel::CountRows | Sel::Count(_) | Sel::Min(_) | Sel::Max(_)
-        )
-    })
 }
 
 fn int_of(e: &Option<ast::Expr>, ctx: &EvalCtx<'_>, name: &str) -> Result<Option<u32>, QueryError> {
@@ -442,12 +239,15 @@ pub async fn run_select(
             want_desc != column_desc
         }
     };
-    let aggregate = is_aggregate(&items);
+    let aggregate = is_aggregate(items);
+    let grouping = group_by_len(table, s)?;
+    // Aggregates and GROUP BY read the whole selection and answer in one page.
+    let whole = aggregate || grouping > 0;
     let page_size = opts
         .page_size
         .filter(|p| *p > 0)
         .map(|p| p as u32)
-        .filter(|_| !aggregate);
+        .filter(|_| !whole);
     let paging = match &opts.paging_state {
         Some(b) if !b.is_empty() => Some(decode_paging(b)?),
         _ => None,
@@ -457,7 +257,7 @@ pub async fn run_select(
         .map(|p| p.remaining)
         .or(limit)
         .unwrap_or(u32::MAX);
-    if aggregate {
+    if whole {
         remaining = u32::MAX;
     }
     let page = page_size.map(|p| p.min(remaining)).unwrap_or(remaining);
@@ -465,12 +265,12 @@ pub async fn run_select(
     let base = ReadCommand {
         table: table.id,
         partitions: PartitionRange::all(),
-        slices: r.slices(&table),
+        slices: r.slices(table),
         columns: None,
         reversed,
         // With row filters the limit is applied after filtering.
         row_limit: if filtering { 0 } else { page },
-        per_partition_limit: ppl.unwrap_or(0),
+        per_partition_limit: if s.distinct { 1 } else { ppl.unwrap_or(0) },
         partition_limit: 0,
         start_after: paging
             .as_ref()
@@ -545,7 +345,8 @@ pub async fn run_select(
         rows: 0,
     };
     let mut last: Option<(PartitionKey, Option<Clustering>)> = None;
-    let mut agg = Aggregates::new(&items);
+    let mut states = whole.then(|| selector::new_states(items));
+    let mut group: Option<Vec<Option<Bytes>>> = None;
     let has_ck_restriction =
         !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
     'outer: for p in &partitions {
@@ -562,7 +363,7 @@ pub async fn run_select(
             Box::new(p.rows.iter())
         };
         for row in rows {
-            if out.rows as u32 >= page && !aggregate {
+            if out.rows as u32 >= page && !whole {
                 exhausted = false;
                 break 'outer;
             }
@@ -574,19 +375,36 @@ pub async fn run_select(
             if !r
                 .filters
                 .iter()
-                .all(|f| filter_row(&table, f, p, row, now_s))
+                .all(|f| filter_row(table, f, p, row, now_s))
             {
                 continue;
             }
             in_partition += 1;
-            if aggregate {
-                agg.add(&items, &table, p, row);
-            } else {
-                for it in items.iter() {
-                    out.cells
-                        .push(value_of(&table, &it.sel, p, row, now_s, static_only));
+            match states.as_mut() {
+                Some(st) => {
+                    if grouping > 0 {
+                        let key = group_key(table, grouping, p, row, static_only);
+                        if group.as_ref() != Some(&key) {
+                            if group.is_some() {
+                                let done = std::mem::replace(st, selector::new_states(items));
+                                out.cells.extend(selector::finish(done, items));
+                                out.rows += 1;
+                            }
+                            group = Some(key);
+                        }
+                    }
+                    selector::accumulate(st, items, table, p, row, now_s, static_only);
                 }
-                out.rows += 1;
+                None => {
+                    for it in items.iter() {
+                        out.cells
+                            .push(selector::eval_row(table, it, p, row, now_s, static_only));
+                    }
+                    out.rows += 1;
+                }
+            }
+            if s.distinct {
+                break;
             }
             last = Some((
                 p.key.clone(),
@@ -598,9 +416,15 @@ pub async fn run_select(
             ));
         }
     }
-    if aggregate {
-        out.cells = agg.finish(&items);
-        out.rows = 1;
+    if let Some(st) = states {
+        if grouping == 0 || group.is_some() {
+            out.cells.extend(selector::finish(st, items));
+            out.rows += 1;
+        }
+        if let Some(l) = limit {
+            out.rows = out.rows.min(l as usize);
+            out.cells.truncate(out.rows * items.len());
+        }
         exhausted = true;
     }
     let produced = out.rows as u32;
@@ -616,13 +440,95 @@ pub async fn run_select(
         }
         _ => None,
     };
+    let (columns, cells) = if s.json {
+        json_rows(table, items, out.cells, out.rows)
+    } else {
+        (columns, out.cells)
+    };
     Ok(QueryResult::Rows(ResultRows {
         columns,
-        cells: out.cells,
+        cells,
         row_count: out.rows,
         paging_state,
         no_metadata: opts.skip_metadata,
     }))
+}
+
+/// How many primary-key columns GROUP BY names (they must be a prefix of the key).
+fn group_by_len(t: &TableSchema, s: &ast::SelectStatement) -> Result<usize, QueryError> {
+    let key: Vec<ColumnId> = t
+        .partition_key
+        .iter()
+        .chain(&t.clustering_key)
+        .copied()
+        .collect();
+    for (i, e) in s.group_by.iter().enumerate() {
+        let ast::Expr::Column(c) = e else {
+            return Err(invalid("Only column names are supported in GROUP BY"));
+        };
+        let id = t
+            .column(&c.name)
+            .map(|(id, _)| id)
+            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+        if key.get(i) != Some(&id) {
+            return Err(invalid(
+                "Group by currently only support groups of columns following their declared order in the PRIMARY KEY",
+            ));
+        }
+    }
+    if !s.group_by.is_empty() && s.group_by.len() < t.partition_key.len() {
+        return Err(invalid(
+            "Group by is not supported on only a part of the partition key",
+        ));
+    }
+    Ok(s.group_by.len())
+}
+
+fn group_key(
+    t: &TableSchema,
+    n: usize,
+    p: &PartitionData,
+    row: &Row,
+    static_only: bool,
+) -> Vec<Option<Bytes>> {
+    t.partition_key
+        .iter()
+        .chain(&t.clustering_key)
+        .take(n)
+        .map(|id| column_value(t, *id, p, row, static_only))
+        .collect()
+}
+
+/// SELECT JSON: one text column `[json]` holding each row as a JSON object.
+fn json_rows(
+    t: &TableSchema,
+    items: &[SelItem],
+    cells: Vec<Option<Bytes>>,
+    rows: usize,
+) -> (Arc<Vec<ResultColumn>>, Vec<Option<Bytes>>) {
+    let width = items.len().max(1);
+    let mut out = Vec::with_capacity(rows);
+    for row in cells.chunks(width).take(rows) {
+        let fields: Vec<String> = items
+            .iter()
+            .zip(row)
+            .map(|(it, v)| {
+                format!(
+                    "{}: {}",
+                    serde_json::Value::String(crate::json::json_name(&it.name)),
+                    crate::json::to_json(&it.ty, v.as_deref())
+                )
+            })
+            .collect();
+        out.push(Some(Bytes::from(format!("{{{}}}", fields.join(", ")))));
+    }
+    let columns = Arc::new(vec![ResultColumn {
+        keyspace: t.keyspace.clone(),
+        table: t.name.clone(),
+        name: "[json]".into(),
+        ty: CqlType::Text,
+    }]);
+    (columns, out)
 }
 
 async fn read_on(
@@ -649,138 +555,6 @@ async fn read_on(
 struct ResultBuilder {
     cells: Vec<Option<Bytes>>,
     rows: usize,
-}
-
-/// The serialized CQL value of a column in a (live) row.
-pub fn column_value(
-    t: &TableSchema,
-    id: ColumnId,
-    p: &PartitionData,
-    row: &Row,
-    static_only: bool,
-) -> Option<Bytes> {
-    let def = t.columns.get(id as usize)?;
-    match def.kind {
-        ColumnKind::PartitionKey => {
-            if t.partition_key.len() == 1 {
-                Some(p.key.key.clone())
-            } else {
-                split_composite(&p.key.key)
-                    .get(def.position as usize)
-                    .cloned()
-            }
-        }
-        ColumnKind::Clustering => {
-            if static_only {
-                None
-            } else {
-                row.clustering.0.get(def.position as usize).cloned()
-            }
-        }
-        ColumnKind::Static => p
-            .static_row
-            .as_ref()
-            .and_then(|r| r.cell(id))
-            .and_then(|d| data_value(&def.ty, d)),
-        ColumnKind::Regular => row.cell(id).and_then(|d| data_value(&def.ty, d)),
-    }
-}
-
-fn cell_of<'a>(
-    t: &TableSchema,
-    id: ColumnId,
-    p: &'a PartitionData,
-    row: &'a Row,
-) -> Option<&'a Cell> {
-    let def = t.columns.get(id as usize)?;
-    let d = if def.kind == ColumnKind::Static {
-        p.static_row.as_ref()?.cell(id)?
-    } else {
-        row.cell(id)?
-    };
-    match d {
-        ColumnData::Simple(c) => Some(c),
-        ColumnData::Complex { .. } => None,
-    }
-}
-
-fn value_of(
-    t: &TableSchema,
-    sel: &Sel,
-    p: &PartitionData,
-    row: &Row,
-    now_s: i32,
-    static_only: bool,
-) -> Option<Bytes> {
-    match sel {
-        Sel::Column(id) => column_value(t, *id, p, row, static_only),
-        Sel::WriteTime(id) => {
-            cell_of(t, *id, p, row).map(|c| Bytes::copy_from_slice(&c.timestamp.to_be_bytes()))
-        }
-        Sel::Ttl(id) => cell_of(t, *id, p, row)
-            .filter(|c| c.ttl > 0)
-            .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
-        Sel::Token => Some(Bytes::copy_from_slice(&p.key.token.to_be_bytes())),
-        _ => None,
-    }
-}
-
-pub fn split_composite(key: &[u8]) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i + 2 <= key.len() {
-        let len = u16::from_be_bytes([key[i], key[i + 1]]) as usize;
-        i += 2;
-        let Some(v) = key.get(i..i + len) else { break };
-        out.push(Bytes::copy_from_slice(v));
-        i += len + 1;
-    }
-    out
-}
-
-/// Serializes stored column data as the CQL value of `ty`.
-pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
-    match d {
-        ColumnData::Simple(c) => {
-            if c.is_tombstone {
-                None
-            } else if c.is_counter {
-                Some(Bytes::copy_from_slice(
-                    &counter_value(&c.value).to_be_bytes(),
-                ))
-            } else {
-                Some(c.value.clone())
-            }
-        }
-        ColumnData::Complex { cells, .. } => {
-            let live: Vec<&(Bytes, Cell)> = cells.iter().filter(|(_, c)| !c.is_tombstone).collect();
-            if live.is_empty() {
-                return None;
-            }
-            Some(match ty {
-                CqlType::List { .. } => {
-                    serialize_collection(live.iter().map(|(_, c)| Some(&c.value[..])))
-                }
-                CqlType::Set { .. } => serialize_collection(live.iter().map(|(k, _)| Some(&k[..]))),
-                CqlType::Map { .. } => {
-                    serialize_map(live.iter().map(|(k, c)| (&k[..], &c.value[..])))
-                }
-                CqlType::Udt(def) => {
-                    let mut fields: Vec<Option<&[u8]>> = vec![None; def.field_names.len()];
-                    for (k, c) in &live {
-                        if k.len() == 2 {
-                            let i = u16::from_be_bytes([k[0], k[1]]) as usize;
-                            if let Some(f) = fields.get_mut(i) {
-                                *f = Some(&c.value[..]);
-                            }
-                        }
-                    }
-                    serialize_tuple(fields.into_iter())
-                }
-                _ => return None,
-            })
-        }
-    }
 }
 
 fn filter_row(t: &TableSchema, f: &Filter, p: &PartitionData, row: &Row, _now_s: i32) -> bool {
@@ -843,67 +617,5 @@ fn filter_row(t: &TableSchema, f: &Filter, p: &PartitionData, row: &Row, _now_s:
                 _ => false,
             }
         }
-    }
-}
-
-struct Aggregates {
-    count_rows: i64,
-    per_item: Vec<(i64, Option<Bytes>)>,
-}
-
-impl Aggregates {
-    fn new(items: &[SelItem]) -> Self {
-        Aggregates {
-            count_rows: 0,
-            per_item: vec![(0, None); items.len()],
-        }
-    }
-
-    fn add(&mut self, items: &[SelItem], t: &TableSchema, p: &PartitionData, row: &Row) {
-        self.count_rows += 1;
-        for (slot, it) in self.per_item.iter_mut().zip(items) {
-            match it.sel {
-                Sel::Count(id) => {
-                    if column_value(t, id, p, row, false).is_some() {
-                        slot.0 += 1;
-                    }
-                }
-                Sel::Min(id) | Sel::Max(id) => {
-                    if let Some(v) = column_value(t, id, p, row, false) {
-                        let better = match &slot.1 {
-                            None => true,
-                            Some(cur) => {
-                                let o = it.ty.compare(&v, cur);
-                                if matches!(it.sel, Sel::Min(_)) {
-                                    o.is_lt()
-                                } else {
-                                    o.is_gt()
-                                }
-                            }
-                        };
-                        if better {
-                            slot.1 = Some(v);
-                        }
-                    }
-                }
-                // A plain column next to an aggregate shows the first row's value.
-                Sel::Column(id) if self.count_rows == 1 => {
-                    slot.1 = column_value(t, id, p, row, false)
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn finish(self, items: &[SelItem]) -> Vec<Option<Bytes>> {
-        items
-            .iter()
-            .zip(self.per_item)
-            .map(|(it, (n, v))| match it.sel {
-                Sel::CountRows => Some(Bytes::copy_from_slice(&self.count_rows.to_be_bytes())),
-                Sel::Count(_) => Some(Bytes::copy_from_slice(&n.to_be_bytes())),
-                _ => v,
-            })
-            .collect()
     }
 }

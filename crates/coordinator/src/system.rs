@@ -753,9 +753,15 @@ pub fn select_virtual(
             }
         });
     }
-    let count_only = items
-        .iter()
-        .any(|i| matches!(i.sel, crate::select::Sel::CountRows));
+    let count_only = items.iter().any(|i| {
+        matches!(
+            i.sel,
+            crate::selector::Sel::Agg {
+                f: crate::selector::AggFn::CountRows,
+                ..
+            }
+        )
+    });
     if count_only {
         let n = rows.len() as i64;
         return Ok(QueryResult::Rows(ResultRows {
@@ -795,7 +801,9 @@ pub fn select_virtual(
     for r in rows.iter().take(end).skip(offset) {
         for it in items {
             match it.sel {
-                crate::select::Sel::Column(id) => cells.push(r.get(id as usize).cloned().flatten()),
+                crate::selector::Sel::Column(id) => {
+                    cells.push(r.get(id as usize).cloned().flatten())
+                }
                 _ => cells.push(None),
             }
         }

@@ -321,8 +321,12 @@ fn plan_insert(
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     let ttl = ttl_of(&s.using, t, ctx)?;
     let now_s = now_seconds(ctx);
-    let ast::InsertValues::Values { columns, values } = &s.values else {
-        return Err(invalid("INSERT JSON is not supported by Amphora yet"));
+    let (columns, values) = match &s.values {
+        ast::InsertValues::Values { columns, values } => (columns, values),
+        ast::InsertValues::Json {
+            value,
+            default_unset,
+        } => return plan_insert_json(t, s, value, *default_unset, ctx, default_ts),
     };
     if columns.len() != values.len() {
         return Err(invalid("Unmatched column names/values"));
@@ -401,6 +405,92 @@ fn plan_insert(
         key,
         update,
     })])
+}
+
+/// `INSERT INTO t JSON '{...}'`: each JSON field becomes a bound value of its column;
+/// columns not named are set to null unless `DEFAULT UNSET`.
+fn plan_insert_json(
+    t: &TableSchema,
+    s: &ast::InsertStatement,
+    value: &ast::Expr,
+    default_unset: bool,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Result<Vec<Planned>, QueryError> {
+    let text = eval_set(value, &CqlType::Text, ctx, "[json]")?;
+    let parsed: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+        invalid(format!(
+            "Could not decode JSON string '{}': {e}",
+            String::from_utf8_lossy(&text)
+        ))
+    })?;
+    let serde_json::Value::Object(fields) = parsed else {
+        return Err(invalid("JSON values map must be an object"));
+    };
+    let mut binds: Vec<BoundValue> = Vec::new();
+    let mut columns = Vec::new();
+    let mut values = Vec::new();
+    let mut named = std::collections::HashSet::new();
+    for (k, v) in &fields {
+        // Unquoted JSON keys are case-insensitive, "\"Quoted\"" keys keep their case.
+        let name = match k.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+            Some(q) => q.to_string(),
+            None => k.to_ascii_lowercase(),
+        };
+        let (id, def) = t.column(&name).ok_or_else(|| {
+            invalid(format!(
+                "JSON values map contains unrecognized column: {name}"
+            ))
+        })?;
+        named.insert(id);
+        let b = crate::json::from_json(&def.ty, v)?;
+        columns.push(ast::Ident::quoted(name));
+        values.push(ast::Expr::Bind(ast::BindMarker {
+            index: binds.len(),
+            name: None,
+        }));
+        binds.push(match b {
+            Some(b) => BoundValue::Set(b),
+            None => BoundValue::Null,
+        });
+    }
+    for (i, def) in t.columns.iter().enumerate() {
+        if !named.contains(&(i as ColumnId))
+            && matches!(def.kind, ColumnKind::Regular | ColumnKind::Static)
+        {
+            columns.push(ast::Ident::quoted(def.name.clone()));
+            values.push(ast::Expr::Bind(ast::BindMarker {
+                index: binds.len(),
+                name: None,
+            }));
+            binds.push(if default_unset {
+                BoundValue::Unset
+            } else {
+                BoundValue::Null
+            });
+        }
+    }
+    let mut st = s.clone();
+    st.values = ast::InsertValues::Values { columns, values };
+    let json_ctx = EvalCtx {
+        binds: &binds,
+        now_micros: ctx.now_micros,
+    };
+    // USING TTL/TIMESTAMP markers refer to the original binds: resolve them first.
+    st.using.ttl = match &s.using.ttl {
+        Some(e) => Some(ast::Expr::Literal(ast::Literal::Integer(
+            ttl_of(&s.using, t, ctx)?.to_string(),
+        )))
+        .filter(|_| !matches!(e, ast::Expr::Null)),
+        None => None,
+    };
+    st.using.timestamp = match &s.using.timestamp {
+        Some(_) => Some(ast::Expr::Literal(ast::Literal::Integer(
+            timestamp_of(&s.using, default_ts, ctx)?.to_string(),
+        ))),
+        None => None,
+    };
+    plan_insert(t, &st, &json_ctx, default_ts)
 }
 
 fn where_keys(

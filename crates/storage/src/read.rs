@@ -173,7 +173,11 @@ pub(crate) fn live_partition(
             }
         }
         if let Some(l) = live_row(r, cols, now, false) {
-            if *remaining_rows == 0 || rows.len() as u64 >= per_part {
+            // The per-partition limit ends this partition only; the row limit ends the read.
+            if rows.len() as u64 >= per_part {
+                break;
+            }
+            if *remaining_rows == 0 {
                 cut = true;
                 break;
             }

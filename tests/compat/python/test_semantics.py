@@ -103,3 +103,46 @@ def test_token_range_scan_covers_every_partition_once(session, keyspace):
     missing = set(range(200)) - set(seen)
     # token(k) = -2**63 is impossible for a non-empty key, so the split covers the ring.
     assert not missing and len(seen) == 200
+
+
+def test_aggregates_group_by_and_distinct(session, keyspace):
+    t = f"{keyspace}.agg"
+    session.execute(f"CREATE TABLE {t} (p int, c int, i int, d double, s text static, PRIMARY KEY (p, c))")
+    for p in range(3):
+        session.execute(f"INSERT INTO {t} (p, s) VALUES ({p}, 'p{p}')")
+        for c in range(4):
+            session.execute(f"INSERT INTO {t} (p, c, i, d) VALUES ({p}, {c}, {p * 10 + c}, {c}.5)")
+    row = session.execute(f"SELECT count(*), sum(i), avg(i), min(i), max(i), avg(d) FROM {t}").one()
+    assert row[0] == 12 and row[1] == sum(p * 10 + c for p in range(3) for c in range(4))
+    assert row[2] == row[1] // 12 and row[3] == 0 and row[4] == 23 and abs(row[5] - 2.0) < 1e-9
+    groups = sorted((r.p, r[1], r[2]) for r in session.execute(f"SELECT p, count(*), max(c) FROM {t} GROUP BY p"))
+    assert groups == [(0, 4, 3), (1, 4, 3), (2, 4, 3)]
+    distinct = sorted((r.p, r.s) for r in session.execute(f"SELECT DISTINCT p, s FROM {t}"))
+    assert distinct == [(0, "p0"), (1, "p1"), (2, "p2")]
+    assert session.execute(f"SELECT count(*) FROM {t} WHERE p = 1").one()[0] == 4
+    # Regression: a per-partition limit on a range scan ended the whole scan.
+    firsts = sorted((r.p, r.c) for r in session.execute(f"SELECT p, c FROM {t} PER PARTITION LIMIT 1"))
+    assert firsts == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_json_insert_select_and_functions(session, keyspace):
+    session.execute(f"CREATE TYPE IF NOT EXISTS {keyspace}.pt (x int, y int)")
+    t = f"{keyspace}.js"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, name text, tags set<text>, attrs map<text, int>, pos frozen<pt>, ts timestamp)")
+    session.execute(
+        f"""INSERT INTO {t} JSON '{{"k": 1, "name": "a''b", "tags": ["y", "x"], "attrs": {{"n": 2}}, "pos": {{"x": 1, "y": 2}}, "ts": "2024-01-02 03:04:05.006Z"}}'"""
+    )
+    row = session.execute(f"SELECT JSON k, name, tags, attrs, pos, ts FROM {t} WHERE k = 1").one()
+    import json
+    doc = json.loads(row[0])
+    assert doc == {"k": 1, "name": "a'b", "tags": ["x", "y"], "attrs": {"n": 2}, "pos": {"x": 1, "y": 2}, "ts": "2024-01-02 03:04:05.006Z"}
+    r = session.execute(f"SELECT pos.x, attrs['n'], toJson(tags), CAST(k AS text), blobAsInt(intAsBlob(k)) FROM {t} WHERE k = 1").one()
+    assert list(r) == [1, 2, '["x", "y"]', "1", 1]
+    # DEFAULT UNSET keeps existing values; the default (NULL) clears them.
+    session.execute(f"""INSERT INTO {t} JSON '{{"k": 1, "name": "z"}}' DEFAULT UNSET""")
+    assert session.execute(f"SELECT name, tags FROM {t} WHERE k = 1").one() == ("z", {"x", "y"})
+    session.execute(f"""INSERT INTO {t} JSON '{{"k": 1, "name": "w"}}'""")
+    r = session.execute(f"SELECT name, tags FROM {t} WHERE k = 1").one()
+    assert r.name == "w" and not r.tags
+    r = session.execute(f"SELECT toTimestamp(now()) AS t, toUnixTimestamp(ts) AS u FROM {t} WHERE k = 1").one()
+    assert r.t is not None

@@ -1,0 +1,885 @@
+//! Selectors: what a SELECT computes per row — columns, `writetime`/`ttl`, `token()`, scalar
+//! functions (`toTimestamp`, `blobAs*`, `CAST`, `toJson` …), UDT fields, map elements — and
+//! aggregates (`count`, `min`, `max`, `sum`, `avg`) over whole results or `GROUP BY` groups.
+
+use amphora_cql as ast;
+use amphora_storage::PartitionData;
+use amphora_types::CqlType;
+use amphora_types::data::{Cell, ColumnData, Row};
+use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
+use bytes::Bytes;
+
+use crate::api::QueryError;
+use crate::json;
+use crate::values::{EvalCtx, timeuuid_millis};
+
+fn invalid(m: impl Into<String>) -> QueryError {
+    QueryError::Invalid(m.into())
+}
+
+#[derive(Clone, Debug)]
+pub enum Scalar {
+    ToTimestamp,
+    ToDate,
+    ToUnixTimestamp,
+    /// blobAsX / XAsBlob: the bytes are unchanged, only the type.
+    Reinterpret,
+    Cast,
+    ToJson,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFn {
+    CountRows,
+    Count,
+    Min,
+    Max,
+    Sum,
+    Avg,
+}
+
+#[derive(Clone, Debug)]
+pub enum Sel {
+    Column(ColumnId),
+    WriteTime(ColumnId),
+    Ttl(ColumnId),
+    Token,
+    Const(Option<Bytes>),
+    Scalar { f: Scalar, arg: Box<SelItem> },
+    Field { base: Box<SelItem>, index: usize },
+    Element { base: Box<SelItem>, key: Bytes },
+    Agg { f: AggFn, arg: Option<Box<SelItem>> },
+}
+
+#[derive(Clone, Debug)]
+pub struct SelItem {
+    pub sel: Sel,
+    pub name: String,
+    pub ty: CqlType,
+}
+
+/// `SELECT *` column order: partition key, clustering, then statics and regular columns by name.
+pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
+    let mut out: Vec<ColumnId> = t.partition_key.clone();
+    out.extend(&t.clustering_key);
+    let by_kind = |k: ColumnKind| {
+        let mut v: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
+            .filter(|i| t.columns[*i as usize].kind == k)
+            .collect();
+        v.sort_by(|a, b| {
+            t.columns[*a as usize]
+                .name
+                .cmp(&t.columns[*b as usize].name)
+        });
+        v
+    };
+    out.extend(by_kind(ColumnKind::Static));
+    out.extend(by_kind(ColumnKind::Regular));
+    out
+}
+
+fn column_item(t: &TableSchema, id: ColumnId) -> SelItem {
+    let d = &t.columns[id as usize];
+    SelItem {
+        sel: Sel::Column(id),
+        name: d.name.clone(),
+        ty: d.ty.clone(),
+    }
+}
+
+fn expr_name(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Column(c) => c.name.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn numeric(ty: &CqlType) -> bool {
+    matches!(
+        ty,
+        CqlType::Int
+            | CqlType::Bigint
+            | CqlType::Smallint
+            | CqlType::Tinyint
+            | CqlType::Float
+            | CqlType::Double
+            | CqlType::Counter
+            | CqlType::Varint
+            | CqlType::Decimal
+    )
+}
+
+/// Resolves one selector expression.
+pub fn resolve(
+    t: &TableSchema,
+    e: &ast::Expr,
+    ctx_for_consts: &EvalCtx<'_>,
+) -> Result<SelItem, QueryError> {
+    match e {
+        ast::Expr::Column(c) => {
+            let (id, _) = t
+                .column(&c.name)
+                .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+            Ok(column_item(t, id))
+        }
+        ast::Expr::CellMetadata { kind, column } => {
+            let ast::Expr::Column(c) = &**column else {
+                return Err(invalid("writetime() and ttl() take a column"));
+            };
+            let (id, d) = t
+                .column(&c.name)
+                .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
+            if matches!(d.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                let f = if *kind == ast::CellMetadata::Ttl {
+                    "ttl"
+                } else {
+                    "writetime"
+                };
+                return Err(invalid(format!(
+                    "Cannot use selection function {f} on PRIMARY KEY part {}",
+                    d.name
+                )));
+            }
+            if d.ty.is_multi_cell() {
+                return Err(invalid(format!(
+                    "Cannot use selection function {} on non-frozen collection {}",
+                    if *kind == ast::CellMetadata::Ttl {
+                        "ttl"
+                    } else {
+                        "writeTime"
+                    },
+                    d.name
+                )));
+            }
+            Ok(match kind {
+                ast::CellMetadata::Ttl => SelItem {
+                    sel: Sel::Ttl(id),
+                    name: format!("ttl({})", d.name),
+                    ty: CqlType::Int,
+                },
+                _ => SelItem {
+                    sel: Sel::WriteTime(id),
+                    name: format!("writetime({})", d.name),
+                    ty: CqlType::Bigint,
+                },
+            })
+        }
+        ast::Expr::CountRows => Ok(SelItem {
+            sel: Sel::Agg {
+                f: AggFn::CountRows,
+                arg: None,
+            },
+            name: "count".into(),
+            ty: CqlType::Bigint,
+        }),
+        ast::Expr::Field { expr, field } => {
+            let base = resolve(t, expr, ctx_for_consts)?;
+            let CqlType::Udt(d) = &base.ty else {
+                return Err(invalid(format!(
+                    "Invalid field selection: {} of type {} is not a user type",
+                    base.name, base.ty
+                )));
+            };
+            let index = d
+                .field_names
+                .iter()
+                .position(|f| *f == field.name)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{} of type {} has no field {}",
+                        base.name, base.ty, field.name
+                    ))
+                })?;
+            let ty = d.field_types[index].clone();
+            let name = format!("{}.{}", base.name, field.name);
+            Ok(SelItem {
+                sel: Sel::Field {
+                    base: Box::new(base),
+                    index,
+                },
+                name,
+                ty,
+            })
+        }
+        ast::Expr::Element { expr, key } => {
+            let base = resolve(t, expr, ctx_for_consts)?;
+            let (kty, vty) = match &base.ty {
+                CqlType::Map { key, value, .. } => ((**key).clone(), (**value).clone()),
+                CqlType::Set { elem, .. } => ((**elem).clone(), (**elem).clone()),
+                other => {
+                    return Err(invalid(format!(
+                        "Element selection is only allowed on sets and maps, but {} is a {other}",
+                        base.name
+                    )));
+                }
+            };
+            let k = crate::values::eval_set(key, &kty, ctx_for_consts, &base.name)?;
+            let name = format!(
+                "{}[{}]",
+                base.name,
+                crate::json::value_text(&kty, &k).unwrap_or_default()
+            );
+            Ok(SelItem {
+                sel: Sel::Element {
+                    base: Box::new(base),
+                    key: k,
+                },
+                name,
+                ty: vty,
+            })
+        }
+        ast::Expr::Cast { expr, ty } => {
+            let base = resolve(t, expr, ctx_for_consts)?;
+            let ks = crate::schema::KeyspaceDef {
+                name: t.keyspace.clone(),
+                replication: Default::default(),
+                durable_writes: true,
+                tables: Default::default(),
+                types: Default::default(),
+            };
+            let to = crate::schema::resolve_type(ty, &ks, true)?;
+            let ok = (numeric(&base.ty)
+                && (numeric(&to) || matches!(to, CqlType::Text | CqlType::Ascii)))
+                || matches!(to, CqlType::Text | CqlType::Ascii)
+                || (matches!(
+                    base.ty,
+                    CqlType::Timeuuid | CqlType::Timestamp | CqlType::Date
+                ) && matches!(to, CqlType::Timestamp | CqlType::Date))
+                || base.ty == to;
+            if !ok {
+                return Err(invalid(format!("{} cannot be cast to {to}", base.ty)));
+            }
+            let name = format!("cast({} as {to})", base.name);
+            Ok(SelItem {
+                sel: Sel::Scalar {
+                    f: Scalar::Cast,
+                    arg: Box::new(base),
+                },
+                name,
+                ty: to,
+            })
+        }
+        ast::Expr::Function { name, args } => {
+            let fname = name.name.name.to_ascii_lowercase();
+            let display = format!(
+                "system.{fname}({})",
+                args.iter().map(expr_name).collect::<Vec<_>>().join(", ")
+            );
+            match (fname.as_str(), args.as_slice()) {
+                ("token", _) => Ok(SelItem {
+                    sel: Sel::Token,
+                    name: display,
+                    ty: CqlType::Bigint,
+                }),
+                ("count", [ast::Expr::Literal(_)]) => Ok(SelItem {
+                    sel: Sel::Agg {
+                        f: AggFn::CountRows,
+                        arg: None,
+                    },
+                    name: "count".into(),
+                    ty: CqlType::Bigint,
+                }),
+                ("count" | "min" | "max" | "sum" | "avg", [a]) => {
+                    let arg = resolve(t, a, ctx_for_consts)?;
+                    let f = match fname.as_str() {
+                        "count" => AggFn::Count,
+                        "min" => AggFn::Min,
+                        "max" => AggFn::Max,
+                        "sum" => AggFn::Sum,
+                        _ => AggFn::Avg,
+                    };
+                    if matches!(f, AggFn::Sum | AggFn::Avg) && !numeric(&arg.ty) {
+                        return Err(invalid(format!(
+                            "Invalid call to function {fname}, none of its type signatures match (known type signatures: system.{fname} : (int) -> int, ...)"
+                        )));
+                    }
+                    if matches!(arg.ty, CqlType::Decimal) && matches!(f, AggFn::Sum | AggFn::Avg) {
+                        return Err(invalid(
+                            "sum/avg over decimal is not supported by Amphora yet",
+                        ));
+                    }
+                    let ty = match f {
+                        AggFn::Count => CqlType::Bigint,
+                        AggFn::Sum | AggFn::Avg if arg.ty == CqlType::Counter => CqlType::Bigint,
+                        _ => arg.ty.clone(),
+                    };
+                    Ok(SelItem {
+                        sel: Sel::Agg {
+                            f,
+                            arg: Some(Box::new(arg)),
+                        },
+                        name: display,
+                        ty,
+                    })
+                }
+                (
+                    "totimestamp" | "todate" | "tounixtimestamp" | "dateof" | "unixtimestampof",
+                    [a],
+                ) => {
+                    let arg = resolve(t, a, ctx_for_consts)?;
+                    if !matches!(
+                        arg.ty,
+                        CqlType::Timeuuid | CqlType::Timestamp | CqlType::Date
+                    ) {
+                        return Err(invalid(format!(
+                            "Type error: {} cannot be passed as argument 0 of function system.{fname} of type timeuuid",
+                            arg.name
+                        )));
+                    }
+                    let (f, ty) = match fname.as_str() {
+                        "totimestamp" | "dateof" => (Scalar::ToTimestamp, CqlType::Timestamp),
+                        "todate" => (Scalar::ToDate, CqlType::Date),
+                        _ => (Scalar::ToUnixTimestamp, CqlType::Bigint),
+                    };
+                    Ok(SelItem {
+                        sel: Sel::Scalar {
+                            f,
+                            arg: Box::new(arg),
+                        },
+                        name: display,
+                        ty,
+                    })
+                }
+                ("tojson", [a]) => {
+                    let arg = resolve(t, a, ctx_for_consts)?;
+                    Ok(SelItem {
+                        sel: Sel::Scalar {
+                            f: Scalar::ToJson,
+                            arg: Box::new(arg),
+                        },
+                        name: display,
+                        ty: CqlType::Text,
+                    })
+                }
+                (n, [a]) if n.starts_with("blobas") => {
+                    let arg = resolve(t, a, ctx_for_consts)?;
+                    let to = CqlType::parse(&n["blobas".len()..], &|_| None)
+                        .map_err(|_| invalid(format!("Unknown function {n}")))?;
+                    if arg.ty != CqlType::Blob {
+                        return Err(invalid(format!(
+                            "Type error: {} cannot be passed as argument 0 of function system.{n} of type blob",
+                            arg.name
+                        )));
+                    }
+                    Ok(SelItem {
+                        sel: Sel::Scalar {
+                            f: Scalar::Reinterpret,
+                            arg: Box::new(arg),
+                        },
+                        name: display,
+                        ty: to,
+                    })
+                }
+                (n, [a]) if n.ends_with("asblob") => {
+                    let arg = resolve(t, a, ctx_for_consts)?;
+                    Ok(SelItem {
+                        sel: Sel::Scalar {
+                            f: Scalar::Reinterpret,
+                            arg: Box::new(arg),
+                        },
+                        name: display,
+                        ty: CqlType::Blob,
+                    })
+                }
+                (
+                    "now" | "currenttimeuuid" | "uuid" | "currenttimestamp" | "currentdate"
+                    | "currenttime",
+                    [],
+                ) => {
+                    let ty = match fname.as_str() {
+                        "now" | "currenttimeuuid" => CqlType::Timeuuid,
+                        "uuid" => CqlType::Uuid,
+                        "currenttimestamp" => CqlType::Timestamp,
+                        "currentdate" => CqlType::Date,
+                        _ => CqlType::Time,
+                    };
+                    let v = crate::values::encode(e, &ty, ctx_for_consts, &display)?;
+                    Ok(SelItem {
+                        sel: Sel::Const(Some(v)),
+                        name: display,
+                        ty,
+                    })
+                }
+                _ => Err(invalid(format!(
+                    "Unknown function '{fname}' or wrong arguments (user-defined functions are disabled)"
+                ))),
+            }
+        }
+        ast::Expr::Literal(_) | ast::Expr::TypeHint { .. } => {
+            // A constant selector needs a type: `(int) 3` or the literal's natural type.
+            let (ty, inner) = match e {
+                ast::Expr::TypeHint { ty, expr } => {
+                    let ks = crate::schema::KeyspaceDef {
+                        name: t.keyspace.clone(),
+                        replication: Default::default(),
+                        durable_writes: true,
+                        tables: Default::default(),
+                        types: Default::default(),
+                    };
+                    (crate::schema::resolve_type(ty, &ks, true)?, &**expr)
+                }
+                ast::Expr::Literal(ast::Literal::Integer(_)) => (CqlType::Int, e),
+                ast::Expr::Literal(ast::Literal::Float(_)) => (CqlType::Double, e),
+                ast::Expr::Literal(ast::Literal::Boolean(_)) => (CqlType::Boolean, e),
+                ast::Expr::Literal(ast::Literal::Uuid(_)) => (CqlType::Uuid, e),
+                ast::Expr::Literal(ast::Literal::Hex(_)) => (CqlType::Blob, e),
+                _ => (CqlType::Text, e),
+            };
+            let v = crate::values::encode(inner, &ty, ctx_for_consts, "constant")?;
+            Ok(SelItem {
+                sel: Sel::Const(Some(v)),
+                name: e.to_string(),
+                ty,
+            })
+        }
+        _ => Err(invalid(format!("Unsupported selector: {e}"))),
+    }
+}
+
+pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelItem>, QueryError> {
+    let ctx = EvalCtx {
+        binds: &[],
+        now_micros: crate::exec::now_micros(),
+    };
+    let items = match &s.selection {
+        ast::Selection::Wildcard => wildcard_columns(t)
+            .into_iter()
+            .map(|i| column_item(t, i))
+            .collect(),
+        ast::Selection::List(sels) => {
+            let mut out = Vec::with_capacity(sels.len());
+            for sel in sels {
+                let mut item = resolve(t, &sel.expr, &ctx)?;
+                if let Some(a) = &sel.alias {
+                    item.name = a.name.clone();
+                }
+                out.push(item);
+            }
+            out
+        }
+    };
+    if s.distinct {
+        for it in &items {
+            match it.sel {
+                Sel::Column(id)
+                    if matches!(
+                        t.columns[id as usize].kind,
+                        ColumnKind::PartitionKey | ColumnKind::Static
+                    ) => {}
+                _ => {
+                    return Err(invalid(format!(
+                        "SELECT DISTINCT queries must only request partition key columns and/or static columns (not {})",
+                        it.name
+                    )));
+                }
+            }
+        }
+    }
+    Ok(items)
+}
+
+pub fn is_aggregate(items: &[SelItem]) -> bool {
+    items.iter().any(|i| matches!(i.sel, Sel::Agg { .. }))
+}
+
+pub fn split_composite(key: &[u8]) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 2 <= key.len() {
+        let len = u16::from_be_bytes([key[i], key[i + 1]]) as usize;
+        i += 2;
+        let Some(v) = key.get(i..i + len) else { break };
+        out.push(Bytes::copy_from_slice(v));
+        i += len + 1;
+    }
+    out
+}
+
+/// The serialized CQL value of a column in a (live) row.
+pub fn column_value(
+    t: &TableSchema,
+    id: ColumnId,
+    p: &PartitionData,
+    row: &Row,
+    static_only: bool,
+) -> Option<Bytes> {
+    let def = t.columns.get(id as usize)?;
+    match def.kind {
+        ColumnKind::PartitionKey => {
+            if t.partition_key.len() == 1 {
+                Some(p.key.key.clone())
+            } else {
+                split_composite(&p.key.key)
+                    .get(def.position as usize)
+                    .cloned()
+            }
+        }
+        ColumnKind::Clustering => {
+            if static_only {
+                None
+            } else {
+                row.clustering.0.get(def.position as usize).cloned()
+            }
+        }
+        ColumnKind::Static => p
+            .static_row
+            .as_ref()
+            .and_then(|r| r.cell(id))
+            .and_then(|d| data_value(&def.ty, d)),
+        ColumnKind::Regular => row.cell(id).and_then(|d| data_value(&def.ty, d)),
+    }
+}
+
+fn cell_of<'a>(
+    t: &TableSchema,
+    id: ColumnId,
+    p: &'a PartitionData,
+    row: &'a Row,
+) -> Option<&'a Cell> {
+    let def = t.columns.get(id as usize)?;
+    let d = if def.kind == ColumnKind::Static {
+        p.static_row.as_ref()?.cell(id)?
+    } else {
+        row.cell(id)?
+    };
+    match d {
+        ColumnData::Simple(c) => Some(c),
+        ColumnData::Complex { .. } => None,
+    }
+}
+
+/// Serializes stored column data as the CQL value of `ty`.
+pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
+    use crate::values::{serialize_collection, serialize_map, serialize_tuple};
+    match d {
+        ColumnData::Simple(c) => {
+            if c.is_tombstone {
+                None
+            } else if c.is_counter {
+                Some(Bytes::copy_from_slice(
+                    &amphora_types::data::counter_value(&c.value).to_be_bytes(),
+                ))
+            } else {
+                Some(c.value.clone())
+            }
+        }
+        ColumnData::Complex { cells, .. } => {
+            let live: Vec<&(Bytes, Cell)> = cells.iter().filter(|(_, c)| !c.is_tombstone).collect();
+            if live.is_empty() {
+                return None;
+            }
+            Some(match ty {
+                CqlType::List { .. } => {
+                    serialize_collection(live.iter().map(|(_, c)| Some(&c.value[..])))
+                }
+                CqlType::Set { .. } => serialize_collection(live.iter().map(|(k, _)| Some(&k[..]))),
+                CqlType::Map { .. } => {
+                    serialize_map(live.iter().map(|(k, c)| (&k[..], &c.value[..])))
+                }
+                CqlType::Udt(def) => {
+                    let mut fields: Vec<Option<&[u8]>> = vec![None; def.field_names.len()];
+                    for (k, c) in &live {
+                        if k.len() == 2 {
+                            let i = u16::from_be_bytes([k[0], k[1]]) as usize;
+                            if let Some(f) = fields.get_mut(i) {
+                                *f = Some(&c.value[..]);
+                            }
+                        }
+                    }
+                    serialize_tuple(fields.into_iter())
+                }
+                _ => return None,
+            })
+        }
+    }
+}
+
+/// Evaluates a non-aggregate selector on one row.
+pub fn eval_row(
+    t: &TableSchema,
+    it: &SelItem,
+    p: &PartitionData,
+    row: &Row,
+    now_s: i32,
+    static_only: bool,
+) -> Option<Bytes> {
+    match &it.sel {
+        Sel::Column(id) => column_value(t, *id, p, row, static_only),
+        Sel::WriteTime(id) => {
+            cell_of(t, *id, p, row).map(|c| Bytes::copy_from_slice(&c.timestamp.to_be_bytes()))
+        }
+        Sel::Ttl(id) => cell_of(t, *id, p, row)
+            .filter(|c| c.ttl > 0)
+            .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
+        Sel::Token => Some(Bytes::copy_from_slice(&p.key.token.to_be_bytes())),
+        Sel::Const(v) => v.clone(),
+        Sel::Field { base, index } => {
+            let v = eval_row(t, base, p, row, now_s, static_only)?;
+            amphora_types::cql_type::split_tuple(&v)
+                .ok()?
+                .get(*index)
+                .copied()
+                .flatten()
+                .map(Bytes::copy_from_slice)
+        }
+        Sel::Element { base, key } => {
+            let v = eval_row(t, base, p, row, now_s, static_only)?;
+            match &base.ty {
+                CqlType::Map { key: kt, .. } => {
+                    let items = amphora_types::cql_type::split_collection(&v, 2).ok()?;
+                    items.chunks(2).find_map(|kv| {
+                        match (kv.first().copied().flatten(), kv.get(1).copied().flatten()) {
+                            (Some(k), Some(val)) if kt.compare(k, key).is_eq() => {
+                                Some(Bytes::copy_from_slice(val))
+                            }
+                            _ => None,
+                        }
+                    })
+                }
+                CqlType::Set { elem, .. } => {
+                    let items = amphora_types::cql_type::split_collection(&v, 1).ok()?;
+                    items
+                        .into_iter()
+                        .flatten()
+                        .find(|x| elem.compare(x, key).is_eq())
+                        .map(Bytes::copy_from_slice)
+                }
+                _ => None,
+            }
+        }
+        Sel::Scalar { f, arg } => {
+            let v = eval_row(t, arg, p, row, now_s, static_only);
+            apply_scalar(f, &arg.ty, &it.ty, v)
+        }
+        Sel::Agg { .. } => None,
+    }
+}
+
+fn millis_of(ty: &CqlType, v: &[u8]) -> Option<i64> {
+    match ty {
+        CqlType::Timeuuid => Some(timeuuid_millis(v)),
+        CqlType::Timestamp => Some(i64::from_be_bytes(v.try_into().ok()?)),
+        CqlType::Date => {
+            Some((u32::from_be_bytes(v.try_into().ok()?) as i64 - (1i64 << 31)) * 86_400_000)
+        }
+        _ => None,
+    }
+}
+
+fn apply_scalar(f: &Scalar, from: &CqlType, to: &CqlType, v: Option<Bytes>) -> Option<Bytes> {
+    if let Scalar::ToJson = f {
+        return Some(Bytes::from(json::to_json(from, v.as_deref())));
+    }
+    let v = v?;
+    match f {
+        Scalar::Reinterpret => Some(v),
+        Scalar::ToTimestamp | Scalar::ToUnixTimestamp => {
+            millis_of(from, &v).map(|ms| Bytes::copy_from_slice(&ms.to_be_bytes()))
+        }
+        Scalar::ToDate => millis_of(from, &v).map(|ms| {
+            Bytes::copy_from_slice(
+                &((ms.div_euclid(86_400_000) + (1i64 << 31)) as u32).to_be_bytes(),
+            )
+        }),
+        Scalar::Cast => cast(from, to, &v),
+        Scalar::ToJson => None,
+    }
+}
+
+/// A numeric value as f64 / i128 for casts and sums.
+fn as_f64(ty: &CqlType, v: &[u8]) -> Option<f64> {
+    Some(match ty {
+        CqlType::Float => f32::from_be_bytes(v.try_into().ok()?) as f64,
+        CqlType::Double => f64::from_be_bytes(v.try_into().ok()?),
+        CqlType::Decimal => json::value_text(ty, v)?.parse().ok()?,
+        _ => as_i128(ty, v)? as f64,
+    })
+}
+
+fn as_i128(ty: &CqlType, v: &[u8]) -> Option<i128> {
+    Some(match ty {
+        CqlType::Int => i32::from_be_bytes(v.try_into().ok()?) as i128,
+        CqlType::Bigint | CqlType::Counter => i64::from_be_bytes(v.try_into().ok()?) as i128,
+        CqlType::Smallint => i16::from_be_bytes(v.try_into().ok()?) as i128,
+        CqlType::Tinyint => i8::from_be_bytes(v.try_into().ok()?) as i128,
+        CqlType::Varint => json::value_text(ty, v)?.parse().ok()?,
+        CqlType::Float | CqlType::Double | CqlType::Decimal => as_f64(ty, v)? as i128,
+        _ => return None,
+    })
+}
+
+fn from_i128(ty: &CqlType, n: i128) -> Option<Bytes> {
+    Some(match ty {
+        CqlType::Int => Bytes::copy_from_slice(&(n as i32).to_be_bytes()),
+        CqlType::Bigint | CqlType::Counter => Bytes::copy_from_slice(&(n as i64).to_be_bytes()),
+        CqlType::Smallint => Bytes::copy_from_slice(&(n as i16).to_be_bytes()),
+        CqlType::Tinyint => Bytes::copy_from_slice(&(n as i8).to_be_bytes()),
+        CqlType::Varint => {
+            crate::values::encode_literal(&ast::Literal::Integer(n.to_string()), ty)?
+        }
+        CqlType::Float => Bytes::copy_from_slice(&(n as f32).to_be_bytes()),
+        CqlType::Double => Bytes::copy_from_slice(&(n as f64).to_be_bytes()),
+        CqlType::Decimal => {
+            crate::values::encode_literal(&ast::Literal::Integer(n.to_string()), ty)?
+        }
+        _ => return None,
+    })
+}
+
+fn from_f64(ty: &CqlType, x: f64) -> Option<Bytes> {
+    match ty {
+        CqlType::Float => Some(Bytes::copy_from_slice(&(x as f32).to_be_bytes())),
+        CqlType::Double => Some(Bytes::copy_from_slice(&x.to_be_bytes())),
+        CqlType::Decimal => {
+            crate::values::encode_literal(&ast::Literal::Float(format!("{x:?}")), ty)
+        }
+        _ => from_i128(ty, x as i128),
+    }
+}
+
+fn cast(from: &CqlType, to: &CqlType, v: &[u8]) -> Option<Bytes> {
+    if from == to {
+        return Some(Bytes::copy_from_slice(v));
+    }
+    if matches!(to, CqlType::Text | CqlType::Ascii) {
+        return json::value_text(from, v).map(Bytes::from);
+    }
+    if let Some(ms) = millis_of(from, v) {
+        return match to {
+            CqlType::Timestamp => Some(Bytes::copy_from_slice(&ms.to_be_bytes())),
+            CqlType::Date => Some(Bytes::copy_from_slice(
+                &((ms.div_euclid(86_400_000) + (1i64 << 31)) as u32).to_be_bytes(),
+            )),
+            _ => None,
+        };
+    }
+    if matches!(from, CqlType::Float | CqlType::Double | CqlType::Decimal) {
+        return from_f64(to, as_f64(from, v)?);
+    }
+    from_i128(to, as_i128(from, v)?)
+}
+
+/// Running state of one selector over a group of rows.
+#[derive(Clone, Debug)]
+pub enum AggState {
+    Count(i64),
+    Best(Option<Bytes>),
+    SumInt(i128, i64),
+    SumFloat(f64, i64),
+    First(Option<Option<Bytes>>),
+}
+
+pub fn new_states(items: &[SelItem]) -> Vec<AggState> {
+    items
+        .iter()
+        .map(|it| match &it.sel {
+            Sel::Agg {
+                f: AggFn::CountRows | AggFn::Count,
+                ..
+            } => AggState::Count(0),
+            Sel::Agg {
+                f: AggFn::Min | AggFn::Max,
+                ..
+            } => AggState::Best(None),
+            Sel::Agg {
+                f: AggFn::Sum | AggFn::Avg,
+                arg: Some(a),
+            } if matches!(a.ty, CqlType::Float | CqlType::Double) => AggState::SumFloat(0.0, 0),
+            Sel::Agg {
+                f: AggFn::Sum | AggFn::Avg,
+                ..
+            } => AggState::SumInt(0, 0),
+            _ => AggState::First(None),
+        })
+        .collect()
+}
+
+pub fn accumulate(
+    states: &mut [AggState],
+    items: &[SelItem],
+    t: &TableSchema,
+    p: &PartitionData,
+    row: &Row,
+    now_s: i32,
+    static_only: bool,
+) {
+    for (st, it) in states.iter_mut().zip(items) {
+        let arg_val = |a: &Option<Box<SelItem>>| {
+            a.as_ref()
+                .and_then(|a| eval_row(t, a, p, row, now_s, static_only))
+        };
+        match (st, &it.sel) {
+            (
+                AggState::Count(n),
+                Sel::Agg {
+                    f: AggFn::CountRows,
+                    ..
+                },
+            ) => *n += 1,
+            (AggState::Count(n), Sel::Agg { arg, .. }) => {
+                if arg_val(arg).is_some() {
+                    *n += 1;
+                }
+            }
+            (AggState::Best(best), Sel::Agg { f, arg }) => {
+                if let Some(v) = arg_val(arg) {
+                    let better = match best {
+                        None => true,
+                        Some(cur) => {
+                            let o = it.ty.compare(&v, cur);
+                            if *f == AggFn::Min {
+                                o.is_lt()
+                            } else {
+                                o.is_gt()
+                            }
+                        }
+                    };
+                    if better {
+                        *best = Some(v);
+                    }
+                }
+            }
+            (AggState::SumInt(s, n), Sel::Agg { arg: Some(a), .. }) => {
+                if let Some(x) =
+                    eval_row(t, a, p, row, now_s, static_only).and_then(|v| as_i128(&a.ty, &v))
+                {
+                    *s += x;
+                    *n += 1;
+                }
+            }
+            (AggState::SumFloat(s, n), Sel::Agg { arg: Some(a), .. }) => {
+                if let Some(x) =
+                    eval_row(t, a, p, row, now_s, static_only).and_then(|v| as_f64(&a.ty, &v))
+                {
+                    *s += x;
+                    *n += 1;
+                }
+            }
+            (AggState::First(slot @ None), _) => {
+                *slot = Some(eval_row(t, it, p, row, now_s, static_only))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The output cells of a finished group (Cassandra's overflow: results wrap to the type).
+pub fn finish(states: Vec<AggState>, items: &[SelItem]) -> Vec<Option<Bytes>> {
+    states
+        .into_iter()
+        .zip(items)
+        .map(|(st, it)| match (st, &it.sel) {
+            (AggState::Count(n), _) => Some(Bytes::copy_from_slice(&n.to_be_bytes())),
+            (AggState::Best(b), _) => b,
+            (AggState::SumInt(s, n), Sel::Agg { f: AggFn::Avg, .. }) => {
+                from_i128(&it.ty, if n == 0 { 0 } else { s / n as i128 })
+            }
+            (AggState::SumInt(s, _), _) => from_i128(&it.ty, s),
+            (AggState::SumFloat(s, n), Sel::Agg { f: AggFn::Avg, .. }) => {
+                from_f64(&it.ty, if n == 0 { 0.0 } else { s / n as f64 })
+            }
+            (AggState::SumFloat(s, _), _) => from_f64(&it.ty, s),
+            (AggState::First(v), _) => v.flatten(),
+        })
+        .collect()
+}
