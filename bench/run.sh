@@ -38,7 +38,7 @@ if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
 fi
 bin="${AMPHORA_BIN:-$root/target/release/amphora}"
 [[ -x "$bin" ]] || { echo "no amphora binary at $bin" >&2; exit 1; }
-if ! "$bin" stress help >/dev/null 2>&1 && ! "$bin" help stress >/dev/null 2>&1; then
+if ! "$bin" --help 2>/dev/null | grep -qw stress; then
   echo "$bin has no working 'stress' subcommand (crates/stress): cannot run the benchmark" >&2
   exit 1
 fi

@@ -101,6 +101,14 @@ def _ticks_lin(lo, hi, n=5):
     return ticks
 
 
+def _tick(v):
+    if v == 0:
+        return "0"
+    if abs(v) >= 1 and float(v).is_integer():
+        return f"{v:,.0f}"
+    return f"{v:g}"
+
+
 def _esc(s):
     return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -149,12 +157,12 @@ def svg_chart(title, xlabel, ylabel, series, logy=False, width=760, height=420):
         if x0 <= t <= x1:
             X = fx(t)
             out.append(f'<line x1="{X:.1f}" y1="{mt}" x2="{X:.1f}" y2="{mt + ph}" stroke="#eee"/>')
-            out.append(f'<text x="{X:.1f}" y="{mt + ph + 16}" text-anchor="middle">{fnum(t)}</text>')
+            out.append(f'<text x="{X:.1f}" y="{mt + ph + 16}" text-anchor="middle">{_tick(t)}</text>')
     for t in yt:
         if y0 <= t <= y1 * 1.0001:
             Y = fy(t)
             out.append(f'<line x1="{ml}" y1="{Y:.1f}" x2="{ml + pw}" y2="{Y:.1f}" stroke="#eee"/>')
-            out.append(f'<text x="{ml - 6}" y="{Y + 4:.1f}" text-anchor="end">{fnum(t)}</text>')
+            out.append(f'<text x="{ml - 6}" y="{Y + 4:.1f}" text-anchor="end">{_tick(t)}</text>')
     out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">{_esc(xlabel)}</text>')
     out.append(f'<text x="16" y="{mt + ph / 2}" text-anchor="middle" '
                f'transform="rotate(-90 16 {mt + ph / 2})">{_esc(ylabel)}</text>')
@@ -225,6 +233,8 @@ def scenario_table(pair, op=None):
 def notes_for(pair):
     out = []
     for s in SYSTEMS:
+        if pair.get(s) is None:
+            continue
         n = status_note(pair.get(s))
         if n:
             out.append(f"- {s}: {n}")
@@ -296,12 +306,13 @@ def generate(out_dir, docs=True):
         if scn in ("warmup",):
             continue
         c, a = pair.get("cassandra"), pair.get("amphora")
+        cpu = lambda r: r.get("server_cpu_us_per_op") if r and r.get("status") == "ok" else None  # noqa: E731
         srows.append([f"{scn} {name}", fnum(rate(c)), fnum(rate(a)), ratio(rate(a), rate(c)),
                       fnum(lat(c, "p99")), fnum(lat(a, "p99")), ratio(lat(a, "p99"), lat(c, "p99")),
-                      fnum((c or {}).get("server_cpu_us_per_op")), fnum((a or {}).get("server_cpu_us_per_op")),
-                      ratio((a or {}).get("server_cpu_us_per_op"), (c or {}).get("server_cpu_us_per_op"))])
+                      fnum(lat(c, "p999")), fnum(lat(a, "p999")), ratio(lat(a, "p999"), lat(c, "p999")),
+                      fnum(cpu(c)), fnum(cpu(a)), ratio(cpu(a), cpu(c))])
     summary = md_table(["run", "C op/s", "A op/s", "A/C", "C p99 ms", "A p99 ms", "A/C",
-                        "C µs/op", "A µs/op", "A/C"], srows)
+                        "C p99.9 ms", "A p99.9 ms", "A/C", "C µs/op", "A µs/op", "A/C"], srows)
     L.append(summary + "\n")
     comp = {s: (sysinfo.get(s) or {}).get("compaction") or {} for s in SYSTEMS}
 
