@@ -113,15 +113,6 @@ def port_open(port, host="127.0.0.1"):
         return False
 
 
-def dir_bytes(path, pattern="*"):
-    total, files = 0, 0
-    for p in Path(path).rglob(pattern):
-        if p.is_file():
-            total += p.stat().st_size
-            files += 1
-    return total, files
-
-
 # ---------------------------------------------------------------- servers
 
 
@@ -139,6 +130,57 @@ class Server:
     def metrics_snapshot(self):
         return {}
 
+    # nodetool-based figures: Cassandra's NodeTool over JMX, Amphora's `amphora nodetool` over
+    # its REST API (same output format).
+
+    def table_stats(self, ks, table):
+        out = self.nodetool("tablestats", f"{ks}.{table}")
+        st = {}
+        m = re.search(r"SSTable count: (\d+)", out)
+        if m:
+            st["sstables"] = int(m.group(1))
+        m = re.search(r"Space used \(live\): (\d+)", out)
+        if m:
+            st["bytes"] = int(m.group(1))
+        return st
+
+    def flush(self, ks):
+        self.nodetool("flush", ks)
+
+    def major_compaction(self, ks, table):
+        before = self.table_stats(ks, table)
+        t0 = time.monotonic()
+        self.nodetool("compact", ks, table)
+        secs = time.monotonic() - t0
+        after = self.table_stats(ks, table)
+        return dict(
+            status="ok",
+            method=self.nodetool_how,
+            seconds=secs,
+            sstables_before=before.get("sstables"),
+            sstables_after=after.get("sstables"),
+            bytes_before=before.get("bytes"),
+            bytes_after=after.get("bytes"),
+            mb_per_s=(before.get("bytes", 0) / 1e6 / secs) if secs > 0 else None,
+        )
+
+    def sstables_per_read(self, ks, table):
+        """SSTables touched per read from `nodetool tablehistograms` (recent-decaying histogram)."""
+        try:
+            out = self.nodetool("tablehistograms", ks, table, timeout=60)
+        except Exception as e:  # noqa: BLE001 - recorded, not fatal
+            return {"status": f"failed: {e}"}
+        res = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[0] in ("50%", "99%", "Max"):
+                try:
+                    res[{"50%": "p50", "99%": "p99", "Max": "max"}[parts[0]]] = float(parts[3])
+                except ValueError:
+                    pass
+        return res or {"status": "no reads recorded"}
+
+
 
 class Cassandra(Server):
     name = "cassandra"
@@ -149,6 +191,7 @@ class Cassandra(Server):
         self.jmx = env("BENCH_CASSANDRA_JMX_PORT", "7199")
         self.storage = env("BENCH_CASSANDRA_STORAGE_PORT", "7000")
         self.label = "Cassandra " + cassandra_version()
+        self.nodetool_how = "nodetool compact (NodeTool class of cassandra-all, JMX)"
 
     def _env(self):
         e = dict(os.environ)
@@ -198,54 +241,6 @@ class Cassandra(Server):
             raise RuntimeError(f"nodetool {' '.join(args)}: {r.stdout[-400:]} {r.stderr[-400:]}")
         return r.stdout
 
-    def table_stats(self, ks, table):
-        out = self.nodetool("tablestats", f"{ks}.{table}")
-        st = {}
-        m = re.search(r"SSTable count: (\d+)", out)
-        if m:
-            st["sstables"] = int(m.group(1))
-        m = re.search(r"Space used \(live\): (\d+)", out)
-        if m:
-            st["bytes"] = int(m.group(1))
-        return st
-
-    def flush(self, ks):
-        self.nodetool("flush", ks)
-
-    def major_compaction(self, ks, table):
-        before = self.table_stats(ks, table)
-        t0 = time.monotonic()
-        self.nodetool("compact", ks, table)
-        secs = time.monotonic() - t0
-        after = self.table_stats(ks, table)
-        return dict(
-            status="ok",
-            method="nodetool compact (NodeTool class of cassandra-all over JMX)",
-            seconds=secs,
-            sstables_before=before.get("sstables"),
-            sstables_after=after.get("sstables"),
-            bytes_before=before.get("bytes"),
-            bytes_after=after.get("bytes"),
-            mb_per_s=(before.get("bytes", 0) / 1e6 / secs) if secs > 0 else None,
-        )
-
-    def sstables_per_read(self, ks, table):
-        """SSTables touched per read from `nodetool tablehistograms` (recent-decaying histogram)."""
-        try:
-            out = self.nodetool("tablehistograms", ks, table, timeout=60)
-        except Exception as e:  # noqa: BLE001 - recorded, not fatal
-            return {"status": f"failed: {e}"}
-        res = {}
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) >= 4 and parts[0] in ("50%", "99%", "Max"):
-                try:
-                    res[{"50%": "p50", "99%": "p99", "Max": "max"}[parts[0]]] = float(parts[3])
-                except ValueError:
-                    pass
-        return res or {"status": "no reads recorded"}
-
-
 class Amphora(Server):
     name = "amphora"
 
@@ -257,6 +252,7 @@ class Amphora(Server):
         self.api_port = int(env("BENCH_AMPHORA_API_PORT", "29100"))
         self.proc = None
         self.label = "Amphora " + amphora_version(cfg["amphora"])
+        self.nodetool_how = "amphora nodetool compact (REST API)"
 
     def start(self):
         if self.data.exists():
@@ -301,45 +297,38 @@ class Amphora(Server):
         if self.proc:
             self.logf.close()
 
-    def table_stats(self, ks, table):
-        # Amphora has no tablestats yet: count what is on disk for the table.
-        dirs = [p for p in (self.data).rglob(f"{table}-*") if p.is_dir()]
-        dirs += [p for p in (self.data).rglob(table) if p.is_dir()]
-        total, data_files = 0, 0
-        for d in dirs:
-            b, _ = dir_bytes(d)
-            total += b
-            data_files += len(list(d.rglob("*Data.db")))
-        return {"bytes": total or None, "sstables": data_files or None}
-
-    def flush(self, ks):
-        pass  # no flush trigger exposed yet; the compaction section says so
-
-    def _subcommands(self):
+    def has_nodetool(self):
         r = subprocess.run([self.cfg["amphora"], "--help"], capture_output=True, text=True)
+        return re.search(r"^\s+nodetool\b", r.stdout, re.M) is not None
+
+    def nodetool(self, *args, timeout=3600):
+        cmd = ["taskset", "-c", self.cfg["client_cpus"], self.cfg["amphora"], "nodetool",
+               "-p", str(self.api_port), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"amphora nodetool {' '.join(args)}: {r.stdout[-400:]} {r.stderr[-400:]}")
         return r.stdout
 
+    def table_stats(self, ks, table):
+        if self.has_nodetool():
+            return super().table_stats(ks, table)
+        return {}
+
+    def flush(self, ks):
+        if self.has_nodetool():
+            super().flush(ks)
+
     def major_compaction(self, ks, table):
-        if "nodetool" not in self._subcommands():
+        if not self.has_nodetool():
             return dict(
                 status="not available",
-                reason="amphora has no compaction trigger yet (no `amphora nodetool compact`, "
-                "no REST API); the storage engine's compact_major is not reachable from outside",
-            )
-        before = self.table_stats(ks, table)
-        t0 = time.monotonic()
-        r = subprocess.run(
-            [self.cfg["amphora"], "nodetool", "-p", str(self.api_port), "compact", ks, table],
-            capture_output=True, text=True)
-        secs = time.monotonic() - t0
-        if r.returncode != 0:
-            return dict(status="failed", reason=(r.stdout + r.stderr)[-400:])
-        after = self.table_stats(ks, table)
-        return dict(
-            status="ok", method="amphora nodetool compact", seconds=secs,
-            sstables_before=before.get("sstables"), sstables_after=after.get("sstables"),
-            bytes_before=before.get("bytes"), bytes_after=after.get("bytes"),
-            mb_per_s=((before.get("bytes") or 0) / 1e6 / secs) if secs > 0 else None)
+                reason="this amphora binary has no compaction trigger (no `amphora nodetool`)")
+        return super().major_compaction(ks, table)
+
+    def sstables_per_read(self, ks, table):
+        if not self.has_nodetool():
+            return None
+        return super().sstables_per_read(ks, table)
 
     def _prom(self):
         try:
@@ -367,9 +356,6 @@ class Amphora(Server):
             elif name.split("{")[0].endswith("_count"):
                 c += v
         return {"sst_sum": s, "sst_count": c} if found else {}
-
-    def sstables_per_read(self, ks, table):
-        return None  # computed from metrics_snapshot deltas when exported
 
 
 def cassandra_version():
