@@ -9,7 +9,9 @@ use amphora_protocol::{
     decode_request_owned,
 };
 use bytes::{BufMut, BytesMut};
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+const PIPELINED: usize = 64;
 
 fn execute_frame() -> BytesMut {
     let mut body = BytesMut::new();
@@ -102,6 +104,28 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // A read buffer holding many pipelined requests, as under load: the buffer's refcount
+    // promotion is paid once per buffer, not once per envelope.
+    let mut pipelined = BytesMut::new();
+    for _ in 0..PIPELINED {
+        pipelined.extend_from_slice(&frame);
+    }
+    let mut group = c.benchmark_group("pipelined");
+    group.throughput(Throughput::Elements(PIPELINED as u64));
+    group.bench_function("decode_execute_6_values_x64", |b| {
+        b.iter_batched_ref(
+            || pipelined.clone(),
+            |input| {
+                let mut n = 0;
+                for _ in 0..PIPELINED {
+                    n += decode_execute(input, &opts);
+                }
+                black_box(n)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
     let mut out = BytesMut::with_capacity(4096);
     for (name, meta) in [
         ("encode_rows_1x6_full_metadata", Meta::Full(&cols)),

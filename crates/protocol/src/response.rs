@@ -768,6 +768,8 @@ pub struct RowsMetadata<'a> {
     /// Column specs encoded once (per prepared statement and version); when set it replaces
     /// `columns` and `global_table_spec`.
     pub encoded_columns: Option<&'a EncodedColumns>,
+    /// With `no_metadata`: the column count to write when no specs are at hand.
+    pub column_count: Option<usize>,
 }
 
 /// Column specs (`[global_table_spec]` + `<col_spec>`s) encoded once for one protocol
@@ -840,10 +842,20 @@ impl<'a> RowsMetadata<'a> {
         }
     }
 
+    /// No_metadata answer from a column count alone (no specs needed).
+    pub fn skipped_count(column_count: usize) -> Self {
+        Self {
+            no_metadata: true,
+            column_count: Some(column_count),
+            ..Default::default()
+        }
+    }
+
     fn column_count(&self) -> usize {
-        match self.encoded_columns {
-            Some(e) => e.count,
-            None => self.columns.len(),
+        match (self.column_count, self.encoded_columns) {
+            (Some(n), _) if self.no_metadata => n,
+            (_, Some(e)) => e.count,
+            _ => self.columns.len(),
         }
     }
 
@@ -1785,6 +1797,11 @@ mod tests {
                 ..RowsMetadata::skipped(&cols)
             };
             assert_eq!(one_row(version, &direct), one_row(version, &skipped));
+            let counted = RowsMetadata {
+                paging_state: Some(b"p"),
+                ..RowsMetadata::skipped_count(2)
+            };
+            assert_eq!(one_row(version, &direct), one_row(version, &counted));
         }
         let enc = EncodedColumns::new(V4, &cols).expect("encode");
         let mut b = BytesMut::new();
