@@ -202,6 +202,8 @@ struct Conn<B: Backend> {
     /// Replaced (not mutated) by USE, so a request holds its snapshot across awaits.
     state: RefCell<Rc<ClientState>>,
     outbox: RefCell<Outbox>,
+    /// Bytes the writer took from the outbox and is writing.
+    writing_bytes: Cell<usize>,
     writer_wake: Notify,
     /// Woken when an in-flight request ends or the writer drained the outbox.
     reader_wake: Notify,
@@ -249,6 +251,7 @@ pub async fn serve_connection_with<B: Backend>(
             envelopes: BytesMut::new(),
             framing: None,
         }),
+        writing_bytes: Cell::new(0),
         writer_wake: Notify::new(),
         reader_wake: Notify::new(),
         close,
@@ -308,7 +311,9 @@ async fn write_loop<B: Backend>(conn: Rc<Conn<B>>, mut wr: OwnedWriteHalf) {
             conn.writer_wake.notified().await;
             continue;
         }
+        conn.writing_bytes.set(batch.len());
         let r = wr.write_all(&batch).await;
+        conn.writing_bytes.set(0);
         batch.clear();
         if batch.capacity() > KEEP_WRITE_BUFFER_BYTES {
             batch = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -414,17 +419,22 @@ impl<B: Backend> Conn<B> {
         }
     }
 
+    /// Response bytes not yet accepted by the socket: queued plus being written.
+    fn unsent_bytes(&self) -> usize {
+        self.outbox.borrow().queued_bytes() + self.writing_bytes.get()
+    }
+
     fn has_capacity(&self) -> bool {
         self.inflight.get() < self.cfg.max_inflight_per_connection
             && shard_inflight() < self.cfg.max_inflight_per_shard
-            && self.outbox.borrow().queued_bytes() < MAX_QUEUED_RESPONSE_BYTES
+            && self.unsent_bytes() < MAX_QUEUED_RESPONSE_BYTES
     }
 
     /// May the reader take more bytes from the socket? A `THROW_ON_OVERLOAD` client gets
     /// Overloaded answers instead of backpressure, so only its unread answers hold it back.
     fn may_read(&self) -> bool {
         if self.throw_on_overload.get() {
-            self.outbox.borrow().queued_bytes() < MAX_QUEUED_RESPONSE_BYTES
+            self.unsent_bytes() < MAX_QUEUED_RESPONSE_BYTES
         } else {
             self.has_capacity()
         }

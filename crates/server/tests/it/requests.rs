@@ -270,3 +270,35 @@ fn shard_in_flight_limit_spans_connections() {
         a.recv();
     }
 }
+
+#[test]
+fn a_client_that_does_not_read_its_answers_is_not_buffered_without_limit() {
+    let node = TestNode::start(1);
+    let handled = || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        rt.block_on(amphora_server::metrics::gather(&node.shards))
+            .expect("gather")[0]
+            .requests_total
+    };
+    let mut c = node.ready_client();
+    let base = handled();
+    // 3000 requests of ~40 KB answers each (~120 MB), not read for a while.
+    const N: i16 = 3000;
+    for s in 0..N {
+        c.send_query(s, "rows 5000");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let taken = handled() - base;
+    // One wave of the in-flight limit may run before the unsent answers stop the reader, plus
+    // what fits in the socket buffers and the queued-bytes limit (~8 MiB / 40 KB each).
+    let bound = amphora_server::transport::MAX_INFLIGHT_PER_CONNECTION as u64 + 400;
+    assert!(
+        taken <= bound,
+        "the server took {taken} requests from a client that reads nothing"
+    );
+    // Reading resumes everything.
+    let streams: HashSet<i16> = (0..N).map(|_| c.recv().stream).collect();
+    assert_eq!(streams.len(), N as usize);
+}
