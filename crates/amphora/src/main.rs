@@ -28,6 +28,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Cassandra's nodetool over the node's REST API (-h host -p port; docs/dev/rest-api.md).
+    #[command(disable_help_flag = true)]
+    Nodetool {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -79,6 +85,11 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Server(a) => server(a),
         Command::Stress { args } => amphora_stress::run(args),
+        Command::Nodetool { args } => std::process::exit(amphora_nodetool::run(
+            &args,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        )),
     }
 }
 

@@ -248,6 +248,23 @@ impl Distribution {
     }
 }
 
+impl std::fmt::Display for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.inverted {
+            f.write_str("~")?;
+        }
+        match &self.kind {
+            Kind::Fixed(v) => write!(f, "FIXED({v})"),
+            Kind::Uniform => write!(f, "UNIFORM({}..{})", self.min, self.max),
+            Kind::Seq => write!(f, "SEQ({}..{})", self.min, self.max),
+            Kind::Gaussian { mean, stdev } => {
+                write!(f, "GAUSSIAN({}..{},{mean},{stdev})", self.min, self.max)
+            }
+            Kind::Exp { .. } => write!(f, "EXP({}..{})", self.min, self.max),
+        }
+    }
+}
+
 /// A distribution divided by a constant: `fixed(1)/100` is "1 in 100".
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ratio {
@@ -428,6 +445,24 @@ mod tests {
         assert_eq!(d.value_at(0, 9), 0);
         assert_eq!(d.value_at(99, 9), 99);
         assert_eq!(d.value_at(100, 9), 0);
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for spec in [
+            "FIXED(34)",
+            "UNIFORM(1..10)",
+            "GAUSSIAN(1..1000,500,100)",
+            "~EXP(1..10)",
+        ] {
+            let d = Distribution::parse(spec).unwrap();
+            let again = Distribution::parse(&d.to_string()).unwrap();
+            assert_eq!(d.kind, again.kind, "{spec}");
+            assert_eq!(
+                (d.min, d.max, d.inverted),
+                (again.min, again.max, again.inverted)
+            );
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 
 pub use error::StressError;
-use metrics::{Figures, HEADER, format_row, format_summary, rate_stderr};
+use metrics::{Figures, format_row, format_summary, rate_stderr};
 use report::{GraphRun, HdrLog, OpSummary, RunSummary};
 use runner::{RunConfig, RunResult, Workload};
 use settings::{Command, OpKind, RateMode, Settings};
@@ -128,15 +128,25 @@ fn print_settings(out: &mut Output, s: &Settings, args: &[String]) {
     }
     out.line(&format!("  Consistency Level: {:?}", s.consistency));
     out.line(&format!("  No Warmup: {}", s.no_warmup));
-    out.line(&format!("Population: {:?}", s.population));
+    out.line(&format!(
+        "Population: {}{}",
+        s.population,
+        if s.contents_sorted {
+            " contents=SORTED"
+        } else {
+            ""
+        }
+    ));
     out.line(&format!(
         "Rate: threads={} {}",
         s.rate.threads,
         describe_rate(s.rate.mode)
     ));
     out.line(&format!(
-        "Columns: {:?} size={:?}",
-        s.columns.names, s.columns.size
+        "Columns: {} size={} n={}",
+        s.columns.names.join(","),
+        s.columns.size,
+        s.columns.count
     ));
     out.line(&format!(
         "Schema: keyspace={} replication={} {:?} compaction={:?}",
@@ -290,7 +300,8 @@ async fn drive<W: Workload>(
         Some(p) => Some(HdrLog::create(p, start_wall)?),
         None => None,
     };
-    out.line(HEADER);
+    let width = metrics::type_width(names);
+    out.line(&metrics::header(width));
     out.flush();
     let progress = count.filter(|_| settings.duration.is_none());
     let tty = std::io::stderr().is_terminal();
@@ -298,11 +309,13 @@ async fn drive<W: Workload>(
     let result: RunResult = runner::run(w, names, &cfg, |ev| {
         let stderr = rate_stderr(ev.rates);
         if multi {
-            for ((name, f), s) in ev.report.per_op.iter().zip(ev.stats) {
+            let per_op = ev.report.per_op.iter().zip(ev.stats).zip(ev.op_totals);
+            for (((name, f), s), done) in per_op {
                 if s.ops + s.errors > 0 {
                     out.line(&format_row(
+                        width,
                         name,
-                        f.ops,
+                        *done,
                         f,
                         ev.report.time_s,
                         stderr,
@@ -312,6 +325,7 @@ async fn drive<W: Workload>(
             }
         }
         out.line(&format_row(
+            width,
             "total",
             ev.total_ops,
             &ev.report.total,

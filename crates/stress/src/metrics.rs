@@ -126,8 +126,20 @@ pub struct IntervalReport {
 
 pub const HEADER: &str = "type       total ops,    op/s,    pk/s,   row/s,    mean,     med,     .95,     .99,    .999,     max,   time,   stderr, errors,  gc: #,  max ms,  sum ms,  sdv ms,      mb";
 
+/// Width of the `type` column: cassandra-stress's 10, wider for long profile query names.
+pub fn type_width(names: &[String]) -> usize {
+    names.iter().map(|n| n.len() + 2).max().unwrap_or(0).max(10)
+}
+
+/// The header with a `type` column `width` wide.
+pub fn header(width: usize) -> String {
+    let rest = HEADER.find(',').map(|i| &HEADER[i..]).unwrap_or("");
+    format!("{:<width$}{:>10}{rest}", "type", "total ops")
+}
+
 /// One progress row, cassandra-stress's ROWFORMAT; gc columns are 0 (no JVM here).
 pub fn format_row(
+    width: usize,
     kind: &str,
     total_ops: u64,
     f: &Figures,
@@ -137,7 +149,7 @@ pub fn format_row(
 ) -> String {
     let l = &f.latency_ms;
     format!(
-        "{:<10}{:>10},{:>8.0},{:>8.0},{:>8.0},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>7.1},{:>9.5},{:>7},{:>7},{:>8},{:>8},{:>8},{:>8}",
+        "{:<width$}{:>10},{:>8.0},{:>8.0},{:>8.0},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>8.1},{:>7.1},{:>9.5},{:>7},{:>7},{:>8},{:>8},{:>8},{:>8}",
         format!("{kind},"),
         total_ops,
         f.op_rate,
@@ -293,7 +305,9 @@ mod tests {
         let mut s = OpStats::default();
         s.record(Duration::from_micros(1500), 1, 1);
         let f = Figures::of(&s, Duration::from_secs(1));
-        let row = format_row("total", 1, &f, 1.0, 0.0, 0);
+        let row = format_row(10, "total", 1, &f, 1.0, 0.0, 0);
+        assert_eq!(header(10), HEADER);
+        assert!(header(22).starts_with("type                   total ops,"));
         // The row's first field is `total,`; the header's is `type       total ops`.
         assert_eq!(row.split(',').count(), HEADER.split(',').count() + 1);
         assert!(row.starts_with("total,"));

@@ -58,6 +58,8 @@ pub struct IntervalEvent<'a> {
     pub stats: &'a [OpStats],
     /// Operations completed so far.
     pub total_ops: u64,
+    /// Operations completed so far, per operation type.
+    pub op_totals: &'a [u64],
     pub start_offset: Duration,
     pub length: Duration,
     /// Op rates of all intervals so far (for `stderr`).
@@ -272,10 +274,12 @@ pub async fn run<W: Workload>(
         };
         rates.push(report.total.op_rate);
         let total_ops = totals.iter().map(|t| t.ops).sum();
+        let op_totals: Vec<u64> = totals.iter().map(|t| t.ops).collect();
         on_interval(IntervalEvent {
             report: &report,
             stats: &stats,
             total_ops,
+            op_totals: &op_totals,
             start_offset: last.saturating_duration_since(start),
             length,
             rates,

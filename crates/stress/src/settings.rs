@@ -100,6 +100,15 @@ pub enum Population {
     Dist(Distribution),
 }
 
+impl std::fmt::Display for Population {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Population::Seq { min, max } => write!(f, "seq={min}..{max}"),
+            Population::Dist(d) => write!(f, "dist={d}"),
+        }
+    }
+}
+
 impl Population {
     pub fn size(&self) -> u64 {
         let (min, max) = match self {

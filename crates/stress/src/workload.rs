@@ -322,8 +322,21 @@ impl Predefined {
                     .counter_writes
                     .get(&n)
                     .ok_or("no counter statement prepared")?;
+                // Cassandra types the marker of `c = c + ?` as counter; some servers say bigint.
+                let as_counter = stmt
+                    .get_variable_col_specs()
+                    .iter()
+                    .next()
+                    .is_none_or(|c| *c.typ() == ColumnType::Native(NativeType::Counter));
                 let mut values: Vec<CqlValue> = (0..n)
-                    .map(|_| CqlValue::Counter(Counter(self.add.sample(rng))))
+                    .map(|_| {
+                        let v = self.add.sample(rng);
+                        if as_counter {
+                            CqlValue::Counter(Counter(v))
+                        } else {
+                            CqlValue::BigInt(v)
+                        }
+                    })
                     .collect();
                 values.push(key);
                 self.session
@@ -434,6 +447,8 @@ pub struct User {
     n_pk: usize,
     n_ck: usize,
     counter_table: bool,
+    /// Whether the server types `c = c + ?` markers as counter (Cassandra) or bigint.
+    counter_marker_is_counter: bool,
     insert_bind_order: Vec<usize>,
     partitions: Distribution,
     select: Ratio,
@@ -585,6 +600,11 @@ impl User {
             )
         };
         let insert = prepare(&session, &insert_cql, cl).await?;
+        let counter_marker_is_counter = insert
+            .get_variable_col_specs()
+            .iter()
+            .next()
+            .is_none_or(|c| *c.typ() == ColumnType::Native(NativeType::Counter));
 
         let mut ops = Vec::new();
         for name in op_names {
@@ -643,6 +663,7 @@ impl User {
             n_pk,
             n_ck,
             counter_table,
+            counter_marker_is_counter,
             insert_bind_order,
             partitions: settings
                 .insert
@@ -697,7 +718,11 @@ impl User {
         }
         for c in &self.columns[self.n_pk + self.n_ck..] {
             if c.typ == ColumnType::Native(NativeType::Counter) {
-                out.push(CqlValue::Counter(Counter(1)));
+                out.push(if self.counter_marker_is_counter {
+                    CqlValue::Counter(Counter(1))
+                } else {
+                    CqlValue::BigInt(1)
+                });
             } else {
                 let key = mix64(seed as u64 ^ c.salt ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 out.push(c.value(c.population.value_at(i, key))?);

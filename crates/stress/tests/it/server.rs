@@ -59,9 +59,11 @@ fn start_node() -> Node {
             &free_port().to_string(),
         ])
         .args(["--api-port", &free_port().to_string()])
+        .args(["--prometheus-port", &free_port().to_string()])
         .args(["--smp", "2", "--memory", "1G", "--no-pin"])
+        .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("server.err")).expect("server.err"))
         .spawn()
         .expect("spawn amphora server");
     let stdout = child.stdout.take().expect("stdout");
@@ -75,7 +77,8 @@ fn start_node() -> Node {
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "server did not open port {port}");
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("server exited: {status}");
+            let err = std::fs::read_to_string(dir.join("server.err")).unwrap_or_default();
+            panic!("server exited: {status}\n{err}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
