@@ -683,7 +683,7 @@ def main():
         smp=int(env("BENCH_SMP", "1")),
         server_cpus=env("BENCH_SERVER_CPUS", "0"),
         client_cpus=env("BENCH_CLIENT_CPUS", "1"),
-        amphora=env("AMPHORA_BIN", str(ROOT / "target" / "release" / "amphora")),
+        amphora=str(Path(env("AMPHORA_BIN", str(ROOT / "target" / "release" / "amphora"))).resolve()),
     )
     systems = env("BENCH_SYSTEMS", "cassandra,amphora").split(",")
     results = {

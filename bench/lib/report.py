@@ -30,6 +30,8 @@ def fnum(v, unit=""):
         return "—"
     if isinstance(v, str):
         return v
+    if isinstance(v, int):
+        return f"{v:,}" + unit
     a = abs(v)
     if a >= 100:
         s = f"{v:,.0f}"
