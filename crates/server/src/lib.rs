@@ -9,6 +9,7 @@
 //!
 //! Key types: [`node::Node`], [`config::NodeConfig`], [`transport::TransportConfig`].
 
+pub mod api;
 pub mod config;
 pub mod error_map;
 pub mod metrics;

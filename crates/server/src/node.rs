@@ -44,11 +44,13 @@ struct NodeIdentity {
 
 pub struct Node {
     runtime: Option<amphora_rt::Runtime>,
-    listeners: Option<transport::ListenersHandle>,
+    listeners: Arc<crate::api::NativeTransport>,
     metrics: Option<crate::metrics::MetricsHandle>,
+    api: Option<crate::api::ApiHandle>,
     pub native_addr: SocketAddr,
     pub shard_aware_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    pub api_addr: Option<SocketAddr>,
     pub nr_shards: u32,
     pub startup_ms: u128,
 }
@@ -217,13 +219,18 @@ impl Node {
             },
             ..TransportConfig::default()
         };
-        let listeners =
-            transport::start_listeners(tcfg, runtime.shards().clone()).map_err(|source| {
-                NodeError::Listen {
-                    addr: SocketAddr::new(cfg.listen_address, native_port),
-                    source,
-                }
+        let listeners = transport::start_listeners(tcfg.clone(), runtime.shards().clone())
+            .map_err(|source| NodeError::Listen {
+                addr: SocketAddr::new(cfg.listen_address, native_port),
+                source,
             })?;
+        let (native_addr, shard_aware_addr) =
+            (listeners.native_addr(), listeners.shard_aware_addr());
+        let listeners = Arc::new(crate::api::NativeTransport::new(
+            tcfg,
+            runtime.shards().clone(),
+            listeners,
+        ));
         let metrics = match cfg.prometheus_port {
             Some(p) => {
                 let addr = SocketAddr::new(cfg.prometheus_address, p);
@@ -234,14 +241,28 @@ impl Node {
             }
             None => None,
         };
+        // REST admin API (nodetool). A busy port is logged, not fatal, so tests that run
+        // several in-process nodes on the default port still start.
+        let api_addr = SocketAddr::new(cfg.api_address, cfg.api_port);
+        let api_ctx = crate::api::ApiContext {
+            shared: shared.clone(),
+            shards: runtime.shards().clone(),
+            native: listeners.clone(),
+            data_dir: cfg.data_dir.clone(),
+        };
+        let api = crate::api::start(api_addr, api_ctx)
+            .inspect_err(|e| tracing::error!(addr = %api_addr, error = %e, "REST API not started"))
+            .ok();
         let startup_ms = started.elapsed().as_millis();
-        tracing::info!(shards = nr_shards, native = %listeners.native_addr(), startup_ms, "node started");
+        tracing::info!(shards = nr_shards, native = %native_addr, startup_ms, "node started");
         Ok(Node {
-            native_addr: listeners.native_addr(),
-            shard_aware_addr: listeners.shard_aware_addr(),
+            native_addr,
+            shard_aware_addr,
             metrics_addr: metrics.as_ref().map(|m| m.local_addr()),
-            listeners: Some(listeners),
+            api_addr: api.as_ref().map(|a| a.local_addr()),
+            listeners,
             metrics,
+            api,
             runtime: Some(runtime),
             nr_shards,
             startup_ms,
@@ -250,9 +271,10 @@ impl Node {
 
     /// Stops clients, flushes memtables, closes commitlogs, stops the shards.
     pub async fn shutdown(mut self) -> Result<(), NodeError> {
-        if let Some(mut l) = self.listeners.take() {
-            l.stop(true).await;
+        if let Some(mut a) = self.api.take() {
+            a.stop();
         }
+        self.listeners.stop().await;
         if let Some(m) = self.metrics.take() {
             m.stop();
         }
