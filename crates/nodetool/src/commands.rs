@@ -1,0 +1,1125 @@
+//! One function per nodetool command: REST calls, then Cassandra's output layout.
+
+use std::io::Write;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::NodetoolError;
+use crate::client::{Client, encode};
+use crate::format::{TableBuilder, bytes, file_size, timestamp_ms};
+
+type R = Result<(), NodetoolError>;
+
+/// Commands Cassandra's nodetool has that the server cannot do yet.
+const NOT_YET: &[&str] = &[
+    "assassinate",
+    "bootstrap",
+    "cleanup",
+    "decommission",
+    "disableautocompaction",
+    "enableautocompaction",
+    "garbagecollect",
+    "getcompactionthroughput",
+    "getlogginglevels",
+    "gossipinfo",
+    "import",
+    "invalidatekeycache",
+    "invalidaterowcache",
+    "move",
+    "netstats",
+    "proxyhistograms",
+    "rebuild",
+    "refresh",
+    "removenode",
+    "repair",
+    "resetlocalschema",
+    "scrub",
+    "setcompactionthroughput",
+    "setlogginglevel",
+    "settraceprobability",
+    "gettraceprobability",
+    "toppartitions",
+    "tpstats",
+    "upgradesstables",
+    "verify",
+];
+
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "clearsnapshot",
+        "Remove the snapshot with the given name (-t) or all of them (--all)",
+    ),
+    (
+        "compact",
+        "Force a (major) compaction on one or more tables",
+    ),
+    ("compactionhistory", "Print history of compaction"),
+    ("compactionstats", "Print statistics on compactions"),
+    (
+        "describecluster",
+        "Print the name, snitch, partitioner and schema version of a cluster",
+    ),
+    (
+        "describering",
+        "Shows the token ranges info of a given keyspace",
+    ),
+    (
+        "disablebinary",
+        "Disable native transport (binary protocol)",
+    ),
+    (
+        "drain",
+        "Drain the node (stop accepting writes and flush all tables)",
+    ),
+    (
+        "enablebinary",
+        "Reenable native transport (binary protocol)",
+    ),
+    ("flush", "Flush one or more tables"),
+    ("getendpoints", "Print the end points that owns the key"),
+    ("gettimeout", "Print the timeout of the given type in ms"),
+    ("info", "Print node information (uptime, load, ...)"),
+    (
+        "listsnapshots",
+        "Lists all the snapshots along with the size on disk and true size",
+    ),
+    ("ring", "Print information about the token ring"),
+    (
+        "settimeout",
+        "Set the specified timeout in ms, or 0 to disable timeout",
+    ),
+    (
+        "snapshot",
+        "Take a snapshot of specified keyspaces or a snapshot of the specified table",
+    ),
+    (
+        "status",
+        "Print cluster information (state, load, IDs, ...)",
+    ),
+    (
+        "statusbinary",
+        "Status of native transport (binary protocol)",
+    ),
+    ("stopdaemon", "Stop cassandra daemon"),
+    (
+        "tablehistograms",
+        "Print statistic histograms for a given table (alias: cfhistograms)",
+    ),
+    ("tablestats", "Print statistics on tables (alias: cfstats)"),
+    ("version", "Print cassandra version"),
+];
+
+pub fn help(out: &mut dyn Write) -> R {
+    writeln!(
+        out,
+        "usage: amphora nodetool [(-h <host> | --host <host>)] [(-p <port> | --port <port>)] <command> [<args>]"
+    )?;
+    writeln!(out)?;
+    writeln!(out, "The port is the node's REST API port (default 10000).")?;
+    writeln!(out)?;
+    writeln!(out, "The most commonly used nodetool commands are:")?;
+    for (c, d) in COMMANDS {
+        writeln!(out, "    {c:<22}{d}")?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "See 'nodetool help <command>' for more information on a specific command."
+    )?;
+    Ok(())
+}
+
+pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> R {
+    match cmd {
+        "help" => help(out),
+        "status" => status(c, args, out),
+        "info" => info(c, args, out),
+        "ring" => ring(c, args, out),
+        "describecluster" => describecluster(c, out),
+        "describering" => describering(c, args, out),
+        "tablestats" | "cfstats" => tablestats(c, args, out),
+        "tablehistograms" | "cfhistograms" => tablehistograms(c, args, out),
+        "compactionstats" => compactionstats(c, args, out),
+        "compactionhistory" => compactionhistory(c, out),
+        "flush" => flush(c, args),
+        "compact" => compact(c, args, out),
+        "snapshot" => snapshot(c, args, out),
+        "listsnapshots" => listsnapshots(c, out),
+        "clearsnapshot" => clearsnapshot(c, args, out),
+        "getendpoints" => getendpoints(c, args, out),
+        "gettimeout" => gettimeout(c, args),
+        "settimeout" => settimeout(c, args),
+        "drain" => c.post("/storage_service/drain").map(drop),
+        "stopdaemon" => c.post("/storage_service/stop_daemon").map(drop),
+        "enablebinary" => c.post("/storage_service/native_transport").map(drop),
+        "disablebinary" => c.delete("/storage_service/native_transport").map(drop),
+        "statusbinary" => {
+            let running = c.get("/storage_service/native_transport")?;
+            let s = if running.as_bool() == Some(true) {
+                "running"
+            } else {
+                "not running"
+            };
+            writeln!(out, "{s}")?;
+            Ok(())
+        }
+        "version" => version(c, args, out),
+        other if NOT_YET.contains(&other) => {
+            Err(NodetoolError::Unsupported(format!("'nodetool {other}'")))
+        }
+        other => Err(NodetoolError::Usage(format!(
+            "Found unexpected parameters: [{other}]"
+        ))),
+    }
+}
+
+// ---- small helpers ----
+
+fn u(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v.get(k).and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Splits flags (`-x`, `--xx`) from positional arguments.
+fn split_flags(args: &[String]) -> (Vec<&str>, Vec<&str>) {
+    let (flags, pos): (Vec<&String>, Vec<&String>) =
+        args.iter().partition(|a| a.starts_with('-') && a.len() > 1);
+    (
+        flags.into_iter().map(String::as_str).collect(),
+        pos.into_iter().map(String::as_str).collect(),
+    )
+}
+
+fn reject_flags(cmd: &str, flags: &[&str], allowed: &[&str]) -> R {
+    match flags.iter().find(|f| !allowed.contains(f)) {
+        Some(f) => Err(NodetoolError::Usage(format!("{cmd}: unknown option {f}"))),
+        None => Ok(()),
+    }
+}
+
+// ---- node and ring ----
+
+fn status(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, pos) = split_flags(args);
+    reject_flags("status", &flags, &["-r", "--resolve-ip"])?;
+    let owns_header = match pos.first() {
+        Some(ks) => {
+            // Validates the keyspace.
+            c.get(&format!("/storage_service/describe_ring/{}", encode(ks)))?;
+            "Owns (effective)"
+        }
+        None => "Owns",
+    };
+    let n = c.get("/storage_service/node_info")?;
+    let dc = format!("Datacenter: {}", s(&n, "datacenter"));
+    writeln!(out, "{dc}")?;
+    writeln!(out, "{}", "=".repeat(dc.len()))?;
+    writeln!(out, "Status=Up/Down")?;
+    writeln!(out, "|/ State=Normal/Leaving/Joining/Moving")?;
+    let mut t = TableBuilder::with_delimiter("  ");
+    t.add([
+        "--",
+        "Address",
+        "Load",
+        "Tokens",
+        owns_header,
+        "Host ID",
+        "Rack",
+    ]);
+    t.add([
+        "UN".to_string(),
+        s(&n, "address").to_string(),
+        file_size(u(&n, "load_bytes") as f64),
+        u(&n, "tokens").to_string(),
+        "100.0%".to_string(),
+        s(&n, "host_id").to_string(),
+        s(&n, "rack").to_string(),
+    ]);
+    write!(out, "{}", t.render())?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn info(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, _) = split_flags(args);
+    reject_flags("info", &flags, &["-T", "--tokens"])?;
+    let n = c.get("/storage_service/node_info")?;
+    let line = |out: &mut dyn Write, k: &str, v: String| writeln!(out, "{k:<23}: {v}");
+    line(out, "ID", s(&n, "host_id").into())?;
+    line(out, "Gossip active", "false".into())?;
+    line(
+        out,
+        "Native Transport active",
+        n.get("native_transport")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .to_string(),
+    )?;
+    line(out, "Load", file_size(u(&n, "load_bytes") as f64))?;
+    line(out, "Generation No", u(&n, "generation").to_string())?;
+    line(out, "Uptime (seconds)", u(&n, "uptime_seconds").to_string())?;
+    line(out, "Data Center", s(&n, "datacenter").into())?;
+    line(out, "Rack", s(&n, "rack").into())?;
+    line(out, "Shards", u(&n, "shards").to_string())?;
+    line(
+        out,
+        "Memtable data size",
+        file_size(u(&n, "memtable_bytes") as f64),
+    )?;
+    line(
+        out,
+        "Commitlog size",
+        file_size(u(&n, "commitlog_bytes") as f64),
+    )?;
+    line(out, "SSTable count", u(&n, "sstable_count").to_string())?;
+    line(out, "Mode", s(&n, "operation_mode").into())?;
+    if flags.iter().any(|f| *f == "-T" || *f == "--tokens") {
+        for t in arr(&c.get("/storage_service/tokens")?) {
+            line(out, "Token", t.as_str().unwrap_or("").into())?;
+        }
+    } else {
+        line(
+            out,
+            "Token",
+            format!(
+                "(invoke with -T/--tokens to see all {} tokens)",
+                u(&n, "tokens")
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn ring(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, pos) = split_flags(args);
+    reject_flags("ring", &flags, &["-r", "--resolve-ip"])?;
+    if let Some(ks) = pos.first() {
+        c.get(&format!("/storage_service/describe_ring/{}", encode(ks)))?;
+    }
+    let n = c.get("/storage_service/node_info")?;
+    let tokens = c.get("/storage_service/tokens")?;
+    let tokens: Vec<&str> = arr(&tokens).iter().filter_map(Value::as_str).collect();
+    let addr = s(&n, "address");
+    let w = addr.len().max(7) + 2;
+    let row = |out: &mut dyn Write, cols: [&str; 7]| {
+        writeln!(
+            out,
+            "{:<w$}{:<12}{:<7}{:<8}{:<16}{:<20}{:<44}",
+            cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6]
+        )
+    };
+    writeln!(out)?;
+    writeln!(out, "Datacenter: {}", s(&n, "datacenter"))?;
+    writeln!(out, "==========")?;
+    row(
+        out,
+        [
+            "Address", "Rack", "Status", "State", "Load", "Owns", "Token",
+        ],
+    )?;
+    row(
+        out,
+        ["", "", "", "", "", "", tokens.last().copied().unwrap_or("")],
+    )?;
+    let load = file_size(u(&n, "load_bytes") as f64);
+    for t in &tokens {
+        row(
+            out,
+            [addr, s(&n, "rack"), "Up", "Normal", &load, "100.00%", t],
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  Warning: \"nodetool ring\" is used to output all the tokens of a node."
+    )?;
+    writeln!(
+        out,
+        "  To view status related info of a node use \"nodetool status\" instead."
+    )?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn short_class(class: &str) -> &str {
+    class.rsplit('.').next().unwrap_or(class)
+}
+
+fn describecluster(c: &Client, out: &mut dyn Write) -> R {
+    let n = c.get("/storage_service/node_info")?;
+    let addr = s(&n, "address");
+    writeln!(out, "Cluster Information:")?;
+    writeln!(out, "\tName: {}", s(&n, "cluster_name"))?;
+    writeln!(
+        out,
+        "\tPartitioner: org.apache.cassandra.dht.Murmur3Partitioner"
+    )?;
+    writeln!(out, "\tSchema versions:")?;
+    writeln!(out, "\t\t{}: [{addr}]", s(&n, "schema_version"))?;
+    writeln!(out)?;
+    writeln!(out, "Stats for all nodes:")?;
+    writeln!(out, "\tLive: 1")?;
+    writeln!(out, "\tJoining: 0")?;
+    writeln!(out, "\tMoving: 0")?;
+    writeln!(out, "\tLeaving: 0")?;
+    writeln!(out, "\tUnreachable: 0")?;
+    writeln!(out)?;
+    writeln!(out, "Data Centers: ")?;
+    writeln!(out, "\t{} #Nodes: 1 #Down: 0", s(&n, "datacenter"))?;
+    writeln!(out)?;
+    writeln!(out, "Database versions:")?;
+    writeln!(out, "\t{}: [{addr}]", s(&n, "release_version"))?;
+    writeln!(out)?;
+    writeln!(out, "Keyspaces:")?;
+    for k in arr(&c.get("/storage_service/keyspaces_replication")?) {
+        let repl = k.get("replication").cloned().unwrap_or(Value::Null);
+        let class = repl.get("class").and_then(Value::as_str).unwrap_or("");
+        let opts: Vec<String> = repl
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.as_str() != "class")
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "\t{} -> Replication class: {} {{{}}}",
+            s(k, "keyspace"),
+            short_class(class),
+            opts.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+fn describering(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (_, pos) = split_flags(args);
+    let [ks] = pos.as_slice() else {
+        return Err(NodetoolError::Usage(
+            "describering requires a keyspace".into(),
+        ));
+    };
+    let ring = c.get(&format!("/storage_service/describe_ring/{}", encode(ks)))?;
+    let n = c.get("/storage_service/node_info")?;
+    writeln!(out, "Schema Version:{}", s(&n, "schema_version"))?;
+    writeln!(out, "TokenRange: ")?;
+    for r in arr(&ring) {
+        let list = |k: &str| -> String {
+            arr(r.get(k).unwrap_or(&Value::Null))
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let details: Vec<String> = arr(r.get("endpoint_details").unwrap_or(&Value::Null))
+            .iter()
+            .map(|d| {
+                format!(
+                    "EndpointDetails(host:{}, datacenter:{}, rack:{})",
+                    s(d, "host"),
+                    s(d, "datacenter"),
+                    s(d, "rack")
+                )
+            })
+            .collect();
+        writeln!(
+            out,
+            "\tTokenRange(start_token:{}, end_token:{}, endpoints:[{}], rpc_endpoints:[{}], endpoint_details:[{}])",
+            s(r, "start_token"),
+            s(r, "end_token"),
+            list("endpoints"),
+            list("rpc_endpoints"),
+            details.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+// ---- tables ----
+
+fn ms(total_us: f64, count: u64) -> String {
+    if count == 0 {
+        "NaN ms".into()
+    } else {
+        format!("{:.3} ms", total_us / count as f64 / 1000.0)
+    }
+}
+
+fn tablestats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, pos) = split_flags(args);
+    reject_flags("tablestats", &flags, &["-H", "--human-readable"])?;
+    let human = !flags.is_empty();
+    let all = c.get("/column_family/stats/all")?;
+    let tables = arr(&all);
+    // Filters: `ks` or `ks.table`; each must match something.
+    let mut wanted: Vec<(String, Option<String>)> = Vec::new();
+    for p in &pos {
+        let (ks, t) = match p.split_once('.') {
+            Some((k, t)) => (k.to_string(), Some(t.to_string())),
+            None => (p.to_string(), None),
+        };
+        let found = tables
+            .iter()
+            .any(|x| s(x, "keyspace") == ks && t.as_deref().is_none_or(|t| s(x, "table") == t));
+        if !found {
+            return Err(NodetoolError::Failed(match &t {
+                Some(t) => format!("Unknown table {t} in keyspace {ks}"),
+                None => format!("Unknown keyspace: {ks}"),
+            }));
+        }
+        wanted.push((ks, t));
+    }
+    let selected: Vec<&Value> = tables
+        .iter()
+        .filter(|x| {
+            wanted.is_empty()
+                || wanted.iter().any(|(k, t)| {
+                    s(x, "keyspace") == k && t.as_deref().is_none_or(|t| s(x, "table") == t)
+                })
+        })
+        .collect();
+    writeln!(out, "Total number of tables: {}", tables.len())?;
+    writeln!(out, "----------------")?;
+    let mut keyspaces: Vec<&str> = selected.iter().map(|x| s(x, "keyspace")).collect();
+    keyspaces.dedup();
+    for ks in keyspaces {
+        let in_ks: Vec<&&Value> = selected.iter().filter(|x| s(x, "keyspace") == ks).collect();
+        let reads: u64 = in_ks.iter().map(|x| u(x, "read_count")).sum();
+        let writes: u64 = in_ks.iter().map(|x| u(x, "write_count")).sum();
+        let read_us: f64 = in_ks
+            .iter()
+            .map(|x| f(x, "read_latency_mean_us") * u(x, "read_count") as f64)
+            .sum();
+        let write_us: f64 = in_ks
+            .iter()
+            .map(|x| f(x, "write_latency_mean_us") * u(x, "write_count") as f64)
+            .sum();
+        writeln!(out, "Keyspace : {ks}")?;
+        writeln!(out, "\tRead Count: {reads}")?;
+        writeln!(out, "\tRead Latency: {}", ms(read_us, reads))?;
+        writeln!(out, "\tWrite Count: {writes}")?;
+        writeln!(out, "\tWrite Latency: {}", ms(write_us, writes))?;
+        writeln!(
+            out,
+            "\tPending Flushes: {}",
+            in_ks.iter().map(|x| u(x, "pending_flushes")).sum::<u64>()
+        )?;
+        for t in in_ks {
+            writeln!(out, "\t\tTable: {}", s(t, "table"))?;
+            writeln!(out, "\t\tSSTable count: {}", u(t, "sstable_count"))?;
+            let levels = arr(t.get("sstables_in_each_level").unwrap_or(&Value::Null));
+            if levels.iter().any(|l| u(l, "level") > 0) {
+                let max = levels.iter().map(|l| u(l, "level")).max().unwrap_or(0);
+                let counts: Vec<String> = (0..=max)
+                    .map(|lv| {
+                        levels
+                            .iter()
+                            .find(|l| u(l, "level") == lv)
+                            .map_or(0, |l| u(l, "count"))
+                            .to_string()
+                    })
+                    .collect();
+                writeln!(out, "\t\tSSTables in each level: [{}]", counts.join(", "))?;
+            }
+            let live = u(t, "live_disk_space_used");
+            writeln!(out, "\t\tSpace used (live): {}", bytes(live, human))?;
+            writeln!(out, "\t\tSpace used (total): {}", bytes(live, human))?;
+            let ratio = f(t, "compression_ratio");
+            writeln!(
+                out,
+                "\t\tSSTable Compression Ratio: {}",
+                if ratio < 0.0 {
+                    "-1.0".to_string()
+                } else {
+                    format!("{ratio:.5}")
+                }
+            )?;
+            writeln!(
+                out,
+                "\t\tNumber of partitions (estimate): {}",
+                u(t, "estimated_partitions")
+            )?;
+            writeln!(
+                out,
+                "\t\tMemtable data size: {}",
+                bytes(u(t, "memtable_data_size"), human)
+            )?;
+            writeln!(
+                out,
+                "\t\tMemtable partition count: {}",
+                u(t, "memtable_partitions")
+            )?;
+            let (r, w) = (u(t, "read_count"), u(t, "write_count"));
+            writeln!(out, "\t\tLocal read count: {r}")?;
+            writeln!(
+                out,
+                "\t\tLocal read latency: {}",
+                ms(f(t, "read_latency_mean_us") * r as f64, r)
+            )?;
+            writeln!(out, "\t\tLocal write count: {w}")?;
+            writeln!(
+                out,
+                "\t\tLocal write latency: {}",
+                ms(f(t, "write_latency_mean_us") * w as f64, w)
+            )?;
+            writeln!(out, "\t\tPending flushes: {}", u(t, "pending_flushes"))?;
+            writeln!(out)?;
+        }
+        writeln!(out, "----------------")?;
+    }
+    Ok(())
+}
+
+fn tablehistograms(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (_, pos) = split_flags(args);
+    let (ks, t) = match pos.as_slice() {
+        [one] => match one.split_once('.') {
+            Some((k, t)) => (k.to_string(), t.to_string()),
+            None => {
+                return Err(NodetoolError::Usage(
+                    "tablehistograms requires keyspace and table name arguments".into(),
+                ));
+            }
+        },
+        [k, t] => (k.to_string(), t.to_string()),
+        _ => {
+            return Err(NodetoolError::Usage(
+                "tablehistograms requires keyspace and table name arguments".into(),
+            ));
+        }
+    };
+    let h = c.get(&format!(
+        "/column_family/histograms/{}",
+        encode(&format!("{ks}:{t}"))
+    ))?;
+    let null = Value::Null;
+    let read = h.get("read_latency_us").unwrap_or(&null);
+    let write = h.get("write_latency_us").unwrap_or(&null);
+    let sst = h.get("sstables_per_read_node_wide").unwrap_or(&null);
+    writeln!(out, "{ks}/{t} histograms")?;
+    writeln!(
+        out,
+        "{:<10}{:>18}{:>18}{:>18}{:>18}{:>18}",
+        "Percentile", "Read Latency", "Write Latency", "SSTables", "Partition Size", "Cell Count"
+    )?;
+    writeln!(
+        out,
+        "{:<10}{:>18}{:>18}{:>18}{:>18}{:>18}",
+        "", "(micros)", "(micros)", "", "(bytes)", ""
+    )?;
+    for (label, key) in [
+        ("50%", "p50"),
+        ("75%", "p75"),
+        ("95%", "p95"),
+        ("98%", "p98"),
+        ("99%", "p99"),
+        ("Min", "min"),
+        ("Max", "max"),
+    ] {
+        writeln!(
+            out,
+            "{:<10}{:>18.2}{:>18.2}{:>18.2}{:>18}{:>18}",
+            label,
+            f(read, key),
+            f(write, key),
+            f(sst, key),
+            "n/a",
+            "n/a"
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Note: SSTables counts reads of all tables on the node; Partition Size and Cell Count are not tracked yet."
+    )?;
+    Ok(())
+}
+
+// ---- compaction ----
+
+fn compactionstats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, _) = split_flags(args);
+    reject_flags("compactionstats", &flags, &["-H", "--human-readable"])?;
+    let human = !flags.is_empty();
+    let p = c.get("/compaction_manager/metrics/pending_tasks")?;
+    let running = c.get("/compaction_manager/compactions")?;
+    writeln!(out, "pending tasks: {}", u(&p, "pending_tasks"))?;
+    writeln!(out, "compactions completed: {}", u(&p, "completed_tasks"))?;
+    writeln!(
+        out,
+        "data compacted: {}",
+        bytes(u(&p, "bytes_compacted_in"), human)
+    )?;
+    let running = arr(&running);
+    if !running.is_empty() {
+        let mut t = TableBuilder::default();
+        t.add([
+            "id",
+            "compaction type",
+            "keyspace",
+            "table",
+            "completed",
+            "total",
+            "unit",
+            "progress",
+        ]);
+        for r in running {
+            let (done, total) = (u(r, "progress_completed"), u(r, "progress_total"));
+            let pct = if total == 0 {
+                100.0
+            } else {
+                done as f64 * 100.0 / total as f64
+            };
+            let tables: Vec<String> = arr(r.get("tables").unwrap_or(&Value::Null))
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|t| t.split_once('.').map_or(t, |(_, n)| n).to_owned())
+                .collect();
+            t.add([
+                s(r, "id").to_string(),
+                "Major compaction".to_string(),
+                s(r, "keyspace").to_string(),
+                tables.join(","),
+                bytes(done, human),
+                bytes(total, human),
+                "bytes".to_string(),
+                format!("{pct:.2}%"),
+            ]);
+        }
+        write!(out, "{}", t.render())?;
+        writeln!(out, "Active compaction remaining time :        n/a")?;
+    }
+    Ok(())
+}
+
+fn compactionhistory(c: &Client, out: &mut dyn Write) -> R {
+    let h = c.get("/compaction_manager/compaction_history")?;
+    writeln!(out, "Compaction History: ")?;
+    let h = arr(&h);
+    if h.is_empty() {
+        writeln!(out, "There is no compaction history")?;
+        return Ok(());
+    }
+    let mut t = TableBuilder::default();
+    t.add([
+        "id",
+        "keyspace_name",
+        "columnfamily_name",
+        "compacted_at",
+        "bytes_in",
+        "bytes_out",
+        "shard",
+    ]);
+    for r in h {
+        t.add([
+            s(r, "id").to_string(),
+            s(r, "keyspace").to_string(),
+            s(r, "table").to_string(),
+            timestamp_ms(u(r, "compacted_at_ms")),
+            u(r, "bytes_in").to_string(),
+            u(r, "bytes_out").to_string(),
+            u(r, "shard").to_string(),
+        ]);
+    }
+    write!(out, "{}", t.render())?;
+    Ok(())
+}
+
+/// `[ks [tables...]]` → the REST path suffix and query.
+fn keyspace_path(base_all: &str, base_ks: &str, pos: &[&str], extra: &str) -> String {
+    match pos.split_first() {
+        None => format!(
+            "{base_all}{}",
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!("?{extra}")
+            }
+        ),
+        Some((ks, tables)) => {
+            let mut q = Vec::new();
+            if !tables.is_empty() {
+                q.push(format!("cf={}", encode(&tables.join(","))));
+            }
+            if !extra.is_empty() {
+                q.push(extra.to_string());
+            }
+            let q = if q.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", q.join("&"))
+            };
+            format!("{base_ks}/{}{q}", encode(ks))
+        }
+    }
+}
+
+fn flush(c: &Client, args: &[String]) -> R {
+    let (flags, pos) = split_flags(args);
+    reject_flags("flush", &flags, &[])?;
+    c.post(&keyspace_path(
+        "/storage_service/flush",
+        "/storage_service/keyspace_flush",
+        &pos,
+        "",
+    ))?;
+    Ok(())
+}
+
+fn compact(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, pos) = split_flags(args);
+    for f in &flags {
+        match *f {
+            "-s" | "--split-output" | "--background" => {}
+            "-st" | "--start-token" | "-et" | "--end-token" | "--user-defined" | "--partition" => {
+                return Err(NodetoolError::Unsupported(format!(
+                    "'nodetool compact {f}'"
+                )));
+            }
+            other => {
+                return Err(NodetoolError::Usage(format!(
+                    "compact: unknown option {other}"
+                )));
+            }
+        }
+    }
+    let split = flags.iter().any(|f| *f == "-s" || *f == "--split-output");
+    let background = flags.contains(&"--background");
+    let started = c.post(&keyspace_path(
+        "/storage_service/compact",
+        "/storage_service/keyspace_compaction",
+        &pos,
+        if split { "split_output=true" } else { "" },
+    ))?;
+    let id = s(&started, "task_id").to_string();
+    if background {
+        writeln!(out, "Started major compaction task {id}")?;
+        writeln!(out, "Follow it with 'nodetool compactionstats'.")?;
+        return Ok(());
+    }
+    loop {
+        let (status, t) = c.get_with_status(&format!(
+            "/task_manager/wait_task/{}?timeout=60",
+            encode(&id)
+        ))?;
+        match status {
+            200 => {
+                if s(&t, "state") == "failed" {
+                    return Err(NodetoolError::Failed(format!(
+                        "major compaction failed: {}",
+                        s(&t, "error")
+                    )));
+                }
+                return Ok(());
+            }
+            408 => std::thread::sleep(Duration::from_millis(10)),
+            other => {
+                return Err(NodetoolError::Server {
+                    status: other,
+                    message: s(&t, "message").to_string(),
+                });
+            }
+        }
+    }
+}
+
+// ---- snapshots ----
+
+fn snapshot(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let mut tag = None;
+    let mut table = None;
+    let mut kt = None;
+    let mut skip_flush = false;
+    let mut keyspaces: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| NodetoolError::Usage(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "-t" | "--tag" => tag = Some(value(a)?),
+            "-cf" | "--column-family" | "--table" => table = Some(value(a)?),
+            "-kt" | "--kt-list" | "-kc" | "--kc.list" => kt = Some(value(a)?),
+            "-sf" | "--skip-flush" => skip_flush = true,
+            "--ttl" => {
+                return Err(NodetoolError::Unsupported(
+                    "'nodetool snapshot --ttl'".into(),
+                ));
+            }
+            f if f.starts_with('-') => {
+                return Err(NodetoolError::Usage(format!(
+                    "snapshot: unknown option {f}"
+                )));
+            }
+            ks => keyspaces.push(ks.to_string()),
+        }
+    }
+    if table.is_some() && keyspaces.len() != 1 {
+        return Err(NodetoolError::Usage(
+            "When specifying the table for a snapshot, you must specify one and only one keyspace"
+                .into(),
+        ));
+    }
+    if kt.is_some() && (!keyspaces.is_empty() || table.is_some()) {
+        return Err(NodetoolError::Usage(
+            "When specifying the Keyspace table list (using -kt,--kt-list), you must not also specify keyspaces to snapshot".into(),
+        ));
+    }
+    let tag = tag.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis().to_string())
+            .unwrap_or_else(|_| "0".into())
+    });
+    let sf = if skip_flush { "&skip_flush=true" } else { "" };
+    // (keyspace, tables) requests.
+    let mut requests: Vec<(Option<String>, Vec<String>)> = Vec::new();
+    if let Some(kt) = &kt {
+        for item in kt.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let (k, t) = item.split_once('.').ok_or_else(|| {
+                NodetoolError::Usage(format!("expected keyspace.table in -kt, got {item}"))
+            })?;
+            match requests.iter_mut().find(|(rk, _)| rk.as_deref() == Some(k)) {
+                Some((_, ts)) => ts.push(t.to_string()),
+                None => requests.push((Some(k.to_string()), vec![t.to_string()])),
+            }
+        }
+    } else if keyspaces.is_empty() {
+        requests.push((None, Vec::new()));
+    } else if let Some(t) = &table {
+        requests.push((keyspaces.first().cloned(), vec![t.clone()]));
+    } else {
+        requests.push((Some(keyspaces.join(",")), Vec::new()));
+    }
+    let what = match (&kt, keyspaces.is_empty()) {
+        (Some(kt), _) => format!("[{kt}]"),
+        (None, true) => "[all keyspaces]".to_string(),
+        (None, false) => format!("[{}]", keyspaces.join(", ")),
+    };
+    writeln!(
+        out,
+        "Requested creating snapshot(s) for {what} with snapshot name [{tag}] and options {{skipFlush={skip_flush}}}"
+    )?;
+    for (ks, tables) in requests {
+        let mut q = format!("tag={}{sf}", encode(&tag));
+        if let Some(ks) = ks {
+            q.push_str(&format!("&kn={}", encode(&ks)));
+        }
+        if !tables.is_empty() {
+            q.push_str(&format!("&cf={}", encode(&tables.join(","))));
+        }
+        c.post(&format!("/storage_service/snapshots?{q}"))?;
+    }
+    writeln!(out, "Snapshot directory: {tag}")?;
+    Ok(())
+}
+
+fn listsnapshots(c: &Client, out: &mut dyn Write) -> R {
+    let l = c.get("/storage_service/snapshots")?;
+    writeln!(out, "Snapshot Details: ")?;
+    let l = arr(&l);
+    if l.is_empty() {
+        writeln!(out, "There are no snapshots")?;
+        return Ok(());
+    }
+    let mut t = TableBuilder::default();
+    t.add([
+        "Snapshot name",
+        "Keyspace name",
+        "Column family name",
+        "True size",
+        "Size on disk",
+    ]);
+    let mut true_total = 0;
+    for x in l {
+        true_total += u(x, "true_size_bytes");
+        t.add([
+            s(x, "tag").to_string(),
+            s(x, "keyspace").to_string(),
+            s(x, "table").to_string(),
+            file_size(u(x, "true_size_bytes") as f64),
+            file_size(u(x, "size_bytes") as f64),
+        ]);
+    }
+    write!(out, "{}", t.render())?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Total TrueDiskSpaceUsed: {}",
+        file_size(true_total as f64)
+    )?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn clearsnapshot(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let mut tag = None;
+    let mut all = false;
+    let mut keyspaces = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-t" | "--tag" => {
+                tag = Some(
+                    it.next()
+                        .cloned()
+                        .ok_or_else(|| NodetoolError::Usage("-t needs a value".into()))?,
+                )
+            }
+            "--all" => all = true,
+            f if f.starts_with('-') => {
+                return Err(NodetoolError::Usage(format!(
+                    "clearsnapshot: unknown option {f}"
+                )));
+            }
+            ks => keyspaces.push(ks.to_string()),
+        }
+    }
+    match (&tag, all) {
+        (None, false) => {
+            return Err(NodetoolError::Usage(
+                "Specify snapshot name or --all".into(),
+            ));
+        }
+        (Some(_), true) => {
+            return Err(NodetoolError::Usage(
+                "Specify only one of snapshot name or --all".into(),
+            ));
+        }
+        _ => {}
+    }
+    let what = if keyspaces.is_empty() {
+        "[all keyspaces]".to_string()
+    } else {
+        format!("[{}]", keyspaces.join(", "))
+    };
+    let with = match &tag {
+        Some(t) => format!("snapshot name [{t}]"),
+        None => "[all snapshots]".to_string(),
+    };
+    writeln!(out, "Requested clearing snapshot(s) for {what} with {with}")?;
+    let mut q = Vec::new();
+    if let Some(t) = &tag {
+        q.push(format!("tag={}", encode(t)));
+    }
+    if !keyspaces.is_empty() {
+        q.push(format!("kn={}", encode(&keyspaces.join(","))));
+    }
+    c.delete(&format!("/storage_service/snapshots?{}", q.join("&")))?;
+    Ok(())
+}
+
+// ---- misc ----
+
+fn getendpoints(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let [ks, t, key] = args else {
+        return Err(NodetoolError::Usage(
+            "getendpoints requires keyspace, table and partition key arguments".into(),
+        ));
+    };
+    let eps = c.get(&format!(
+        "/storage_service/natural_endpoints/{}?cf={}&key={}",
+        encode(ks),
+        encode(t),
+        encode(key)
+    ))?;
+    for e in arr(&eps) {
+        writeln!(out, "{}", e.as_str().unwrap_or(""))?;
+    }
+    Ok(())
+}
+
+/// Cassandra's timeout types.
+const TIMEOUT_TYPES: &[&str] = &[
+    "read",
+    "range",
+    "write",
+    "counterwrite",
+    "cascontention",
+    "truncate",
+    "internodeconnect",
+    "internodeuser",
+    "internodestreaminguser",
+    "misc",
+];
+
+fn timeout_type(args: &[String], n: usize, cmd: &str) -> Result<String, NodetoolError> {
+    let usage = || {
+        NodetoolError::Usage(format!(
+            "{cmd} requires {} (type is one of {})",
+            if n == 1 {
+                "a timeout type"
+            } else {
+                "a timeout type and a value in ms"
+            },
+            TIMEOUT_TYPES.join(", ")
+        ))
+    };
+    if args.len() != n {
+        return Err(usage());
+    }
+    let t = args.first().ok_or_else(usage)?;
+    if !TIMEOUT_TYPES.contains(&t.as_str()) {
+        return Err(usage());
+    }
+    Ok(t.clone())
+}
+
+fn gettimeout(c: &Client, args: &[String]) -> R {
+    let t = timeout_type(args, 1, "gettimeout")?;
+    c.get(&format!("/storage_service/timeout/{t}"))?;
+    Err(NodetoolError::Failed(
+        "unexpected answer to gettimeout".into(),
+    ))
+}
+
+fn settimeout(c: &Client, args: &[String]) -> R {
+    let t = timeout_type(args, 2, "settimeout")?;
+    let v = args.get(1).map(String::as_str).unwrap_or("");
+    v.parse::<u64>()
+        .map_err(|_| NodetoolError::Usage(format!("invalid timeout '{v}' (ms)")))?;
+    c.post(&format!("/storage_service/timeout/{t}?value={}", encode(v)))?;
+    Ok(())
+}
+
+fn version(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let (flags, _) = split_flags(args);
+    reject_flags("version", &flags, &["-v", "--verbose"])?;
+    let v = c.get("/storage_service/release_version")?;
+    writeln!(out, "ReleaseVersion: {}", v.as_str().unwrap_or(""))?;
+    if !flags.is_empty() {
+        let a = c.get("/storage_service/amphora_release_version")?;
+        writeln!(out, "AmphoraVersion: {}", a.as_str().unwrap_or(""))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyspace_paths() {
+        assert_eq!(keyspace_path("/all", "/ks", &[], ""), "/all");
+        assert_eq!(
+            keyspace_path("/all", "/ks", &["k1", "t1", "t2"], "split_output=true"),
+            "/ks/k1?cf=t1%2Ct2&split_output=true"
+        );
+    }
+}
