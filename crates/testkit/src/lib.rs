@@ -19,6 +19,8 @@ pub struct TestNode {
     pub native: SocketAddr,
     pub shard_aware: SocketAddr,
     pub metrics: SocketAddr,
+    /// The REST admin API (nodetool's `-p`).
+    pub api: SocketAddr,
     pub smp: u32,
     owns_dir: bool,
 }
@@ -61,6 +63,7 @@ impl TestNode {
         let native: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let shard_aware: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let api: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log = std::fs::File::create(dir.join("server.log"))?;
         let child = Command::new(amphora_bin()?)
             .arg("server")
@@ -72,6 +75,7 @@ impl TestNode {
                 &shard_aware.port().to_string(),
             ])
             .args(["--prometheus-port", &metrics.port().to_string()])
+            .args(["--api-port", &api.port().to_string()])
             .args(["--smp", &smp.to_string(), "--memory", "1G", "--no-pin"])
             .args(extra)
             .stdout(Stdio::null())
@@ -84,6 +88,7 @@ impl TestNode {
             native,
             shard_aware,
             metrics,
+            api,
             smp,
             owns_dir: false,
         };
@@ -135,6 +140,22 @@ impl TestNode {
             c.wait()?;
         }
         Ok(())
+    }
+
+    /// Runs `amphora nodetool -h 127.0.0.1 -p <api port> <args>`: (exit status, stdout,
+    /// stderr).
+    pub fn nodetool(&self, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+        let out = Command::new(amphora_bin()?)
+            .arg("nodetool")
+            .args(["-h", &self.api.ip().to_string(), "-p", &self.api.port().to_string()])
+            .args(args)
+            .output()
+            .context("running amphora nodetool")?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 
     /// The Prometheus text of the node.
