@@ -46,6 +46,8 @@ MODES = {
         own_max_pct=90,  # Amphora also at 90% of its own maximum (issue 7 target 2)
         rdw_s=15,  # reads during writes
         rdw_write_pct=25,  # writer rate, % of Cassandra's write maximum
+        rdw_head_s=5,  # the writer runs alone this long before the reader starts
+        rdw_read_threads=40,  # the seed's latency-oriented reader
         iot_partitions=2_000,  # machines; 100 rows each are inserted before the mixes
         iot_s=15,
         threads=128,
@@ -59,6 +61,8 @@ MODES = {
         own_max_pct=90,
         rdw_s=120,
         rdw_write_pct=25,
+        rdw_head_s=60,
+        rdw_read_threads=40,
         iot_partitions=20_000,
         iot_s=120,
         threads=128,
@@ -473,9 +477,13 @@ class Runner:
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         la0 = loadavg()
         w0 = time.monotonic()
-        procs = [self.stress.spawn(self.s, tag, args)]
         if concurrent:
-            procs.append(self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1]))
+            # The background stream (the writer) starts first and gets a head start.
+            bg = self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1])
+            time.sleep(concurrent[2])
+            procs = [self.stress.spawn(self.s, tag, args), bg]
+        else:
+            procs = [self.stress.spawn(self.s, tag, args)]
         results = [self.stress.collect(p, timeout) for p in procs]
         wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
@@ -607,17 +615,22 @@ class Runner:
                          timeout=self.sat_timeout(c["step_s"]),
                          extra={"target_rate": target, "pct_of_peer": pct})
 
-        # 6. Reads during writes: a fixed-rate writer plus a saturating reader, whole range.
+        # 6. Reads during writes (the low-end-hardware seed): a fixed-rate writer over a tenth
+        #    of the keys, started first, plus a latency-oriented reader (40 in flight) spread
+        #    uniformly over the whole range.
         wbase = peer.get("write")
         if wbase:
             wr = wbase * c["rdw_write_pct"] / 100
-            dd = f"duration={c['rdw_s']}s"
+            head = c["rdw_head_s"]
             r = self.run("reads-during-writes", "read",
-                         ["read", dd, *self.common(), "-pop", uni, *self.rate()],
-                         timeout=self.sat_timeout(c["rdw_s"]),
-                         extra={"writer_target_rate": wr},
-                         concurrent=("writer", ["write", dd, *self.common(), "-pop", uni,
-                                                *self.rate(fixed=wr, threads=32)]))
+                         ["read", f"duration={c['rdw_s']}s", *self.common(), "-pop", uni,
+                          *self.rate(threads=c["rdw_read_threads"])],
+                         timeout=self.sat_timeout(c["rdw_s"] + head),
+                         extra={"writer_target_rate": wr, "writer_head_start_s": head},
+                         concurrent=("writer", ["write", f"duration={c['rdw_s'] + head}s",
+                                                *self.common(), "-pop",
+                                                f"seq=1..{max(1, n // 10)}",
+                                                *self.rate(fixed=wr, threads=32)], head))
             sp = self.s.sstables_per_read("keyspace1", "standard1")
             if sp:
                 r["sstables_per_read"] = sp
