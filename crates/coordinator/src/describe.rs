@@ -235,7 +235,7 @@ pub fn run(
                     .keys()
                     .map(|k| (k.clone(), "keyspace", k.clone(), String::new())),
             );
-            items.sort_by(|a, b| a.0.to_lowercase().cmp(&b.0.to_lowercase()));
+            items.sort_by_key(|a| a.0.to_lowercase());
             Ok(rows(false, items))
         }
         ast::DescribeTarget::Keyspace { only, name } => {
@@ -316,10 +316,10 @@ pub fn run(
             }))
         }
         ast::DescribeTarget::Generic(n) => {
-            if n.keyspace.is_none() {
-                if let Some(ks) = schema.keyspace(&n.name.name) {
-                    return Ok(rows(true, keyspace_items(ks, false)));
-                }
+            if n.keyspace.is_none()
+                && let Some(ks) = schema.keyspace(&n.name.name)
+            {
+                return Ok(rows(true, keyspace_items(ks, false)));
             }
             let ks = ks_of(n)?;
             if let Some(t) = schema.table(&ks, &n.name.name) {

@@ -154,10 +154,9 @@ impl<'a> Receivers<'a> {
                     (ast::RelationValue::Single(e), op) => {
                         if let (ast::Expr::Bind(m), ast::Operator::Eq, ColumnKind::PartitionKey) =
                             (e, op, kind)
+                            && let Some(slot) = self.pk_binds.get_mut(pos as usize)
                         {
-                            if let Some(slot) = self.pk_binds.get_mut(pos as usize) {
-                                *slot = Some(m.index as u16);
-                            }
+                            *slot = Some(m.index as u16);
                         }
                         self.expr(e, &c.name, &elem_ty);
                     }
@@ -356,10 +355,10 @@ pub fn bind_metadata(
                 ast::InsertValues::Values { columns, values } => {
                     for (c, v) in columns.iter().zip(values) {
                         let (ty, kind, pos) = r.column_type(&c.name)?;
-                        if let (ast::Expr::Bind(m), ColumnKind::PartitionKey) = (v, kind) {
-                            if let Some(slot) = r.pk_binds.get_mut(pos as usize) {
-                                *slot = Some(m.index as u16);
-                            }
+                        if let (ast::Expr::Bind(m), ColumnKind::PartitionKey) = (v, kind)
+                            && let Some(slot) = r.pk_binds.get_mut(pos as usize)
+                        {
+                            *slot = Some(m.index as u16);
                         }
                         r.expr(v, &c.name, &ty);
                     }
@@ -409,10 +408,10 @@ pub fn bind_metadata(
                         _ => {}
                     },
                     ast::AssignmentOp::SetField { field, value } => {
-                        if let CqlType::Udt(d) = &ty {
-                            if let Some(i) = d.field_names.iter().position(|f| *f == field.name) {
-                                r.expr(value, &field.name, &d.field_types[i]);
-                            }
+                        if let CqlType::Udt(d) = &ty
+                            && let Some(i) = d.field_names.iter().position(|f| *f == field.name)
+                        {
+                            r.expr(value, &field.name, &d.field_types[i]);
                         }
                     }
                 }

@@ -116,6 +116,11 @@ fn token_value(e: &ast::Expr, t: &TableSchema, ctx: &EvalCtx<'_>) -> Result<i64,
     }
 }
 
+/// A bound on one clustering column: (value, inclusive).
+type ColumnBound = Option<(Bytes, bool)>;
+/// A bound on a clustering prefix (multi-column relation): (values, inclusive).
+type PrefixBound = Option<(Vec<Bytes>, bool)>;
+
 pub fn analyze(
     t: &TableSchema,
     rels: &[ast::Relation],
@@ -125,12 +130,8 @@ pub fn analyze(
     let mut pk: Vec<Option<Vec<Bytes>>> = vec![None; t.partition_key.len()];
     let mut ck_eq: Vec<Option<Vec<Bytes>>> = vec![None; t.clustering_key.len()];
     // Single-column clustering slices: position → (lower, upper).
-    let mut ck_slices: Vec<(usize, Option<(Bytes, bool)>, Option<(Bytes, bool)>)> = Vec::new();
-    let mut multi: Option<(
-        usize,
-        Option<(Vec<Bytes>, bool)>,
-        Option<(Vec<Bytes>, bool)>,
-    )> = None;
+    let mut ck_slices: Vec<(usize, ColumnBound, ColumnBound)> = Vec::new();
+    let mut multi: Option<(usize, PrefixBound, PrefixBound)> = None;
     for rel in rels {
         match &rel.target {
             ast::RelationTarget::Column(c) => {

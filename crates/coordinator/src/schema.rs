@@ -409,13 +409,13 @@ pub fn resolve_type(
         },
         ast::TypeExpr::Frozen(inner) => resolve_type(inner, ks, true)?,
         ast::TypeExpr::User(q) => {
-            if let Some(k) = &q.keyspace {
-                if k.name != ks.name {
-                    return Err(invalid(format!(
-                        "Statement on keyspace {} cannot refer to a user type in keyspace {}; user types can only be used in the keyspace they are defined in",
-                        ks.name, k.name
-                    )));
-                }
+            if let Some(k) = &q.keyspace
+                && k.name != ks.name
+            {
+                return Err(invalid(format!(
+                    "Statement on keyspace {} cannot refer to a user type in keyspace {}; user types can only be used in the keyspace they are defined in",
+                    ks.name, k.name
+                )));
             }
             let def = ks
                 .types

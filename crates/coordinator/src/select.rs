@@ -192,11 +192,11 @@ pub async fn run_select(
     let table = &plan.table;
     let items = &plan.items;
     let columns = plan.columns.clone();
-    if plan.is_virtual {
-        if let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name) {
-            let rows = (v.rows)(&schema, &inner.shared.info);
-            return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
-        }
+    if plan.is_virtual
+        && let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name)
+    {
+        let rows = (v.rows)(&schema, &inner.shared.info);
+        return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
     }
     let r = restrict::analyze(table, &s.where_clause, &ctx)?;
     if r.needs_filtering && !s.allow_filtering {
@@ -282,10 +282,10 @@ pub async fn run_select(
     let mut exhausted = true;
     if let Some(keys) = r.partition_keys() {
         for key in keys {
-            if let Some(p) = &paging {
-                if key < p.key {
-                    continue;
-                }
+            if let Some(p) = &paging
+                && key < p.key
+            {
+                continue;
             }
             let mut cmd = base.clone();
             if cmd.start_after.as_ref().is_some_and(|(k, _)| *k != key) {
@@ -367,10 +367,10 @@ pub async fn run_select(
                 exhausted = false;
                 break 'outer;
             }
-            if let Some(l) = ppl {
-                if in_partition >= l {
-                    break;
-                }
+            if let Some(l) = ppl
+                && in_partition >= l
+            {
+                break;
             }
             if !r
                 .filters

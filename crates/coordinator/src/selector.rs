@@ -816,10 +816,8 @@ pub fn accumulate(
                     ..
                 },
             ) => *n += 1,
-            (AggState::Count(n), Sel::Agg { arg, .. }) => {
-                if arg_val(arg).is_some() {
-                    *n += 1;
-                }
+            (AggState::Count(n), Sel::Agg { arg, .. }) if arg_val(arg).is_some() => {
+                *n += 1;
             }
             (AggState::Best(best), Sel::Agg { f, arg }) => {
                 if let Some(v) = arg_val(arg) {

@@ -371,10 +371,10 @@ fn arg_millis(e: &ast::Expr, ctx: &EvalCtx<'_>, receiver: &str) -> Result<i64, Q
             return Ok(ctx.now_micros.div_euclid(1000));
         }
     }
-    if let Ok(b) = eval_set(e, &CqlType::Timeuuid, ctx, receiver) {
-        if b.len() == 16 {
-            return Ok(timeuuid_millis(&b));
-        }
+    if let Ok(b) = eval_set(e, &CqlType::Timeuuid, ctx, receiver)
+        && b.len() == 16
+    {
+        return Ok(timeuuid_millis(&b));
     }
     let b = eval_set(e, &CqlType::Timestamp, ctx, receiver)?;
     let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("invalid timestamp"))?;
@@ -581,7 +581,7 @@ fn hex_decode(h: &str) -> Option<Vec<u8>> {
         .strip_prefix("0x")
         .or_else(|| h.strip_prefix("0X"))
         .unwrap_or(h);
-    if h.len() % 2 != 0 {
+    if !h.len().is_multiple_of(2) {
         return None;
     }
     (0..h.len())
@@ -736,10 +736,11 @@ fn split_zone(s: &str, min: usize) -> (&str, Option<&str>) {
     if let Some(i) = s[min.min(s.len())..]
         .rfind(['+', '-'])
         .map(|i| i + min.min(s.len()))
+        && i > 0
+        && s.len() - i >= 3
+        && s[i + 1..].chars().all(|c| c.is_ascii_digit() || c == ':')
     {
-        if i > 0 && s.len() - i >= 3 && s[i + 1..].chars().all(|c| c.is_ascii_digit() || c == ':') {
-            return (&s[..i], Some(&s[i..]));
-        }
+        return (&s[..i], Some(&s[i..]));
     }
     (s, None)
 }

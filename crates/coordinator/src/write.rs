@@ -349,7 +349,7 @@ fn plan_insert(
             .column(&c.name)
             .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
         if !seen.insert(id) {
-            return Err(invalid(format!("The column names contains duplicates")));
+            return Err(invalid("The column names contains duplicates".to_string()));
         }
         match def.kind {
             ColumnKind::PartitionKey => keys.push((id, eval_set(v, &def.ty, ctx, &def.name)?)),
@@ -582,8 +582,8 @@ fn plan_update(
                     Value::Set(v) => {
                         // Prepended elements sort before every existing element: paths from a
                         // time far in the past, in order.
-                        let items = amphora_types::cql_type::split_collection(&v, 1)
-                            .map_err(|e| invalid(e))?;
+                        let items =
+                            amphora_types::cql_type::split_collection(&v, 1).map_err(invalid)?;
                         let base = -(ts.rem_euclid(1 << 40)) - (1 << 41);
                         let cells = items
                             .into_iter()
@@ -627,7 +627,7 @@ fn plan_update(
                 match eval(e, &set_ty, ctx, &def.name)? {
                     Value::Set(v) => {
                         let cells = amphora_types::cql_type::split_collection(&v, 1)
-                            .map_err(|e| invalid(e))?
+                            .map_err(invalid)?
                             .into_iter()
                             .flatten()
                             .map(|k| (Bytes::copy_from_slice(k), Cell::tombstone(ts, now_s)))

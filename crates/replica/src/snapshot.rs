@@ -147,11 +147,7 @@ impl ShardDb {
         let root = self.table_dir(t).join(SNAPSHOTS_DIR);
         let tags: Vec<String> = match tag {
             Some(tag) => vec![tag.to_owned()],
-            None => self
-                .list_snapshots(t)?
-                .into_iter()
-                .map(|s| s.tag)
-                .collect(),
+            None => self.list_snapshots(t)?.into_iter().map(|s| s.tag).collect(),
         };
         let mut removed = 0;
         for tag in tags {

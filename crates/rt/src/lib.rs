@@ -254,10 +254,11 @@ mod tests {
                 .expect("all");
             (seen, all)
         };
-        let _ = shards.submit_to(1, move || async move {
+        // submit_to sends the task at once; the returned future only waits for its output.
+        drop(shards.submit_to(1, move || async move {
             let r = fut.await;
             let _ = tx.send(r);
-        });
+        }));
         let (seen, all) = rx.recv().expect("result");
         for (target, got) in seen {
             assert_eq!(Some(target), got);

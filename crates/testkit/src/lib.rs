@@ -102,14 +102,13 @@ impl TestNode {
             if TcpStream::connect(self.native).is_ok() {
                 return Ok(());
             }
-            if let Some(c) = self.child.as_mut() {
-                if let Some(status) = c.try_wait()? {
+            if let Some(c) = self.child.as_mut()
+                && let Some(status) = c.try_wait()? {
                     bail!(
                         "amphora exited early ({status}); log: {}",
                         self.data_dir.join("server.log").display()
                     );
                 }
-            }
             std::thread::sleep(Duration::from_millis(20));
         }
         bail!("amphora did not open {} within {:?}", self.native, timeout)
