@@ -159,10 +159,10 @@ fn encode_response_inner(
             }
             ResultMessage::SchemaChange(sc) => {
                 buf.put_i32(result_kind::SCHEMA_CHANGE);
-                sc.encode(buf)?;
+                sc.encode(version, buf)?;
             }
         },
-        Response::Event(ev) => ev.encode(buf)?,
+        Response::Event(ev) => ev.encode(version, buf)?,
     }
     finish_envelope(buf, start)
 }
@@ -319,6 +319,52 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind older clients understand, as Cassandra downgrades: before v5 CAS_write_unknown
+    /// is a CAS Write_timeout; before v4 Read_failure / Write_failure are timeouts and
+    /// Function_failure is Invalid. `None` when the kind exists in `version`.
+    pub fn for_version(&self, version: ProtocolVersion) -> Option<ErrorKind> {
+        match self {
+            Self::CasWriteUnknown {
+                consistency,
+                received,
+                block_for,
+            } if version < ProtocolVersion::V5 => Some(Self::WriteTimeout {
+                consistency: *consistency,
+                received: *received,
+                block_for: *block_for,
+                write_type: WriteType::Cas,
+                contentions: 0,
+            }),
+            Self::ReadFailure {
+                consistency,
+                received,
+                block_for,
+                data_present,
+                ..
+            } if version < ProtocolVersion::V4 => Some(Self::ReadTimeout {
+                consistency: *consistency,
+                received: *received,
+                block_for: *block_for,
+                data_present: *data_present,
+            }),
+            Self::WriteFailure {
+                consistency,
+                received,
+                block_for,
+                write_type,
+                ..
+            } if version < ProtocolVersion::V4 => Some(Self::WriteTimeout {
+                consistency: *consistency,
+                received: *received,
+                block_for: *block_for,
+                write_type: *write_type,
+                contentions: 0,
+            }),
+            Self::FunctionFailure { .. } if version < ProtocolVersion::V4 => Some(Self::Invalid),
+            _ => None,
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::ServerError => ErrorCode::ServerError,
@@ -381,9 +427,11 @@ impl ErrorResponse {
         buf: &mut BytesMut,
     ) -> Result<(), EncodeError> {
         let v5 = version >= ProtocolVersion::V5;
-        buf.put_i32(self.kind.code().as_i32());
+        let downgraded = self.kind.for_version(version);
+        let kind = downgraded.as_ref().unwrap_or(&self.kind);
+        buf.put_i32(kind.code().as_i32());
         write_string_lossy(buf, &self.message);
-        match &self.kind {
+        match kind {
             ErrorKind::Unavailable {
                 consistency,
                 required,
@@ -625,7 +673,16 @@ pub struct SchemaChange {
 }
 
 impl SchemaChange {
-    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+    /// v3 has no FUNCTION/AGGREGATE targets: Cassandra reports them as an UPDATED keyspace.
+    pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        if let SchemaChangeTarget::Function { keyspace, .. }
+        | SchemaChangeTarget::Aggregate { keyspace, .. } = &self.target
+            && version < ProtocolVersion::V4
+        {
+            write_string(buf, SchemaChangeType::Updated.name())?;
+            write_string(buf, "KEYSPACE")?;
+            return write_string(buf, keyspace);
+        }
         write_string(buf, self.change.name())?;
         match &self.target {
             SchemaChangeTarget::Keyspace { keyspace } => {
@@ -704,7 +761,7 @@ impl Event {
         }
     }
 
-    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+    pub fn encode(&self, version: ProtocolVersion, buf: &mut BytesMut) -> Result<(), EncodeError> {
         write_string(buf, self.type_name())?;
         match self {
             Self::TopologyChange { change, address } => {
@@ -727,7 +784,7 @@ impl Event {
                 )?;
                 write_inet(buf, address);
             }
-            Self::SchemaChange(sc) => sc.encode(buf)?,
+            Self::SchemaChange(sc) => sc.encode(version, buf)?,
         }
         Ok(())
     }
@@ -1400,7 +1457,7 @@ mod tests {
         want.extend_from_slice(&[0, 8, 0, 0, 0, 0, 0, 0, 0, 2]);
         assert_eq!(
             error_body(
-                V4,
+                V5,
                 ErrorKind::CasWriteUnknown {
                     consistency: Consistency::Serial,
                     received: 0,
@@ -1436,6 +1493,61 @@ mod tests {
         ] {
             assert_eq!(error_body(V5, kind), head(code));
         }
+    }
+
+    #[test]
+    fn errors_downgrade_for_older_versions() {
+        let head = |code: u32| {
+            let mut v = code.to_be_bytes().to_vec();
+            v.extend_from_slice(&[0, 1, b'm']);
+            v
+        };
+        let cas = ErrorKind::CasWriteUnknown {
+            consistency: Consistency::Serial,
+            received: 0,
+            block_for: 2,
+        };
+        let mut want = head(0x1100);
+        want.extend_from_slice(&[0, 8, 0, 0, 0, 0, 0, 0, 0, 2, 0, 3, b'C', b'A', b'S']);
+        assert_eq!(error_body(V4, cas.clone()), want);
+        assert_eq!(error_body(V5, cas)[..4], [0, 0, 0x17, 0]);
+        let rf = ErrorKind::ReadFailure {
+            consistency: Consistency::One,
+            received: 0,
+            block_for: 1,
+            failures: vec![],
+            data_present: true,
+        };
+        let mut want = head(0x1200);
+        want.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1]);
+        assert_eq!(error_body(ProtocolVersion::V3, rf.clone()), want);
+        assert_eq!(error_body(V4, rf)[..4], [0, 0, 0x13, 0]);
+        let ff = ErrorKind::FunctionFailure {
+            keyspace: "k".into(),
+            function: "f".into(),
+            arg_types: vec![],
+        };
+        assert_eq!(error_body(ProtocolVersion::V3, ff), head(0x2200));
+    }
+
+    #[test]
+    fn v3_function_schema_change_is_a_keyspace_update() {
+        let sc = SchemaChange {
+            change: SchemaChangeType::Created,
+            target: SchemaChangeTarget::Aggregate {
+                keyspace: "ks".into(),
+                name: "agg".into(),
+                arg_types: vec!["int".into()],
+            },
+        };
+        let v3 = ProtocolVersion::V3;
+        let b = encode(v3, &Response::Result(ResultMessage::SchemaChange(&sc)));
+        let mut r = body_of(&b, v3, Opcode::Result);
+        assert_eq!(r.read_i32().ok(), Some(5));
+        for want in ["UPDATED", "KEYSPACE", "ks"] {
+            assert_eq!(r.read_string().ok().as_deref(), Some(want));
+        }
+        assert_eq!(r.remaining(), 0);
     }
 
     #[test]
