@@ -137,7 +137,9 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let node = amphora_server::node::Node::start(cfg.clone()).context("starting the node")?;
+        let node = amphora_server::node::Node::start(cfg.clone())
+            .await
+            .context("starting the node")?;
         println!(
             "Amphora is up: CQL on {} (shard-aware {}), {} shard(s), data in {}, started in {} ms",
             node.native_addr,

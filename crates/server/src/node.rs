@@ -108,7 +108,7 @@ fn load_identity(dir: &Path, smp: u32) -> Result<[u8; 16], NodeError> {
 }
 
 impl Node {
-    pub fn start(cfg: NodeConfig) -> Result<Node, NodeError> {
+    pub async fn start(cfg: NodeConfig) -> Result<Node, NodeError> {
         let started = Instant::now();
         let nr_shards = cfg.shards();
         std::fs::create_dir_all(&cfg.data_dir).map_err(|source| NodeError::DataDir {
@@ -142,12 +142,10 @@ impl Node {
         };
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let (init_tx, init_rx) = std::sync::mpsc::channel::<(u32, Result<(), String>)>();
-        let shared_slot: Arc<Mutex<Option<Arc<NodeShared>>>> = Arc::new(Mutex::new(None));
         let data_dir = cfg.data_dir.clone();
         let segment = cfg.commitlog_segment_size_bytes;
         let total = cfg.commitlog_total_space_bytes;
         let tables: Vec<_> = schema.tables().cloned().collect();
-        let slot_for_init = shared_slot.clone();
         let runtime = amphora_rt::start(
             amphora_rt::RtConfig {
                 nr_shards,
@@ -157,7 +155,6 @@ impl Node {
                 let init_tx = init_tx.clone();
                 let data_dir = data_dir.clone();
                 let tables = tables.clone();
-                let slot = slot_for_init.clone();
                 async move {
                     let mut scfg =
                         StorageConfig::new(data_dir.join(format!("shard-{shard}")), shard);
@@ -166,18 +163,8 @@ impl Node {
                     scfg.commitlog_total_space_bytes = total;
                     scfg.memtable_budget_bytes = memtable_budget;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
-                        .map(|_| ());
-                    let r = r.map_err(|e| e.to_string()).and_then(|()| {
-                        // The node publishes the shared state before any shard finishes init.
-                        let shared = loop {
-                            if let Some(s) = slot.lock().ok().and_then(|g| g.clone()) {
-                                break s;
-                            }
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                        };
-                        amphora_coordinator::install(shared);
-                        Ok(())
-                    });
+                        .map(|_| ())
+                        .map_err(|e| e.to_string());
                     let _ = init_tx.send((shard, r));
                 }
             },
@@ -190,9 +177,6 @@ impl Node {
             events,
             shards: runtime.shards().clone(),
         });
-        if let Ok(mut g) = shared_slot.lock() {
-            *g = Some(shared.clone());
-        }
         for _ in 0..nr_shards {
             match init_rx.recv() {
                 Ok((_, Ok(()))) => {}
@@ -207,6 +191,17 @@ impl Node {
                 }
             }
         }
+        // Storage is open on every shard: now each shard gets its coordinator.
+        let for_shards = shared.clone();
+        runtime
+            .shards()
+            .submit_to_all(move |_| {
+                let shared = for_shards.clone();
+                async move {
+                    amphora_coordinator::install(shared);
+                }
+            })
+            .await?;
         let tcfg = TransportConfig {
             listen_address: cfg.listen_address,
             native_port,

@@ -32,7 +32,11 @@ impl Drop for TestDir {
 }
 
 fn start_node(dir: &TestDir, smp: u32) -> Node {
-    Node::start(NodeConfig {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(Node::start(NodeConfig {
         data_dir: dir.0.clone(),
         native_port: 0,
         shard_aware_port: 0,
@@ -41,7 +45,7 @@ fn start_node(dir: &TestDir, smp: u32) -> Node {
         memory_bytes: 256 << 20,
         pin_shards: false,
         ..NodeConfig::default()
-    })
+    }))
     .expect("node starts")
 }
 
