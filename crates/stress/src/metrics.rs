@@ -120,6 +120,8 @@ impl Figures {
 pub struct IntervalReport {
     /// Seconds since the start of the measured run, at the end of the interval.
     pub time_s: f64,
+    /// Length of the interval in seconds (the last one is usually short).
+    pub length_s: f64,
     pub total: Figures,
     pub per_op: Vec<(String, Figures)>,
 }
@@ -191,7 +193,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -57,8 +57,11 @@ pub fn write_json(path: &Path, summary: &RunSummary) -> Result<(), StressError> 
 }
 
 /// Writes an HdrHistogram interval log on its own thread (the log writer borrows its file).
+/// (tag, start offset, length, histogram) of one interval.
+type HdrInterval = (String, Duration, Duration, Histogram<u64>);
+
 pub struct HdrLog {
-    tx: Option<mpsc::Sender<(String, Duration, Duration, Histogram<u64>)>>,
+    tx: Option<mpsc::Sender<HdrInterval>>,
     handle: Option<JoinHandle<Result<(), String>>>,
     path: PathBuf,
 }
@@ -70,7 +73,7 @@ impl HdrLog {
             path: path.to_path_buf(),
             source,
         })?;
-        let (tx, rx) = mpsc::channel::<(String, Duration, Duration, Histogram<u64>)>();
+        let (tx, rx) = mpsc::channel::<HdrInterval>();
         let handle = std::thread::spawn(move || -> Result<(), String> {
             let mut file = std::io::BufWriter::new(file);
             let mut serializer = V2DeflateSerializer::new();
@@ -142,8 +145,11 @@ pub fn graph_run(
     intervals: &[IntervalReport],
     total: &Figures,
 ) -> GraphRun {
+    // A last interval much shorter than the others plots a meaningless rate: leave it out.
+    let full = intervals.iter().map(|i| i.length_s).fold(0.0f64, f64::max);
     let points = intervals
         .iter()
+        .filter(|i| intervals.len() == 1 || i.length_s >= full / 2.0)
         .map(|i| {
             let l = &i.total.latency_ms;
             [
@@ -234,7 +240,10 @@ const COLOURS: [&str; 8] = [
 ];
 
 /// One line chart: `series` of (label, colour, points (x, y)).
-fn chart(title: &str, y_label: &str, series: &[(String, &str, Vec<(f64, f64)>)]) -> String {
+/// (label, colour, points) of one line.
+type Series<'a> = (String, &'a str, Vec<(f64, f64)>);
+
+fn chart(title: &str, y_label: &str, series: &[Series<'_>]) -> String {
     let (w, h, left, right, top, bottom) = (820.0, 300.0, 70.0, 190.0, 30.0, 40.0);
     let x_max = series
         .iter()

@@ -225,15 +225,15 @@ pub async fn run<W: Workload>(
                     }
                 }
                 shared.completed.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = outcome {
-                    if !ignore_errors {
-                        let mut a = shared.abort.lock().unwrap_or_else(|e| e.into_inner());
-                        if a.is_none() {
-                            *a = Some(e);
-                        }
-                        shared.stop.store(true, Ordering::Relaxed);
-                        break;
+                if let Err(e) = outcome
+                    && !ignore_errors
+                {
+                    let mut a = shared.abort.lock().unwrap_or_else(|e| e.into_inner());
+                    if a.is_none() {
+                        *a = Some(e);
                     }
+                    shared.stop.store(true, Ordering::Relaxed);
+                    break;
                 }
             }
         });
@@ -269,6 +269,7 @@ pub async fn run<W: Workload>(
             .collect();
         let report = IntervalReport {
             time_s: now.saturating_duration_since(start).as_secs_f64(),
+            length_s: length.as_secs_f64(),
             total: Figures::of(&total, length),
             per_op,
         };

@@ -990,11 +990,11 @@ pub fn shell_words(line: &str) -> Vec<String> {
                 has = true;
             }
             (None, '\\') => {
-                if let Some(n) = chars.next() {
-                    if n != '\n' {
-                        cur.push(n);
-                        has = true;
-                    }
+                if let Some(n) = chars.next()
+                    && n != '\n'
+                {
+                    cur.push(n);
+                    has = true;
                 }
             }
             (None, c) if c.is_whitespace() => {
