@@ -8,6 +8,10 @@
 //! - `amphora_cql_connections{shard}`: open client connections
 //! - `amphora_cql_inflight_requests{shard}`: requests being executed
 //! - `amphora_cql_errors_total{shard,code}`: ERROR responses sent, by CQL error code
+//!
+//! plus the storage and per-table families of [`render_storage`] (gathered the same way,
+//! from each shard's `ShardStorage::metrics`, `table_stats` and the replica's per-table
+//! counters; nothing is added to the write or read path for them).
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
@@ -257,7 +261,14 @@ async fn answer_http(mut stream: tokio::net::TcpStream, shards: &Shards) -> io::
         return respond(&mut stream, "404 Not Found", "").await;
     }
     match gather(shards).await {
-        Ok(snaps) => respond(&mut stream, "200 OK", &render(&snaps)).await,
+        Ok(snaps) => {
+            let mut body = render(&snaps);
+            match gather_storage(shards).await {
+                Ok(st) => body.push_str(&render_storage(&st)),
+                Err(e) => tracing::warn!(error = %e, "metrics: gathering storage metrics failed"),
+            }
+            respond(&mut stream, "200 OK", &body).await
+        }
         Err(e) => {
             tracing::warn!(error = %e, "metrics: gathering shard counters failed");
             respond(&mut stream, "503 Service Unavailable", "").await
@@ -273,6 +284,399 @@ async fn respond(stream: &mut tokio::net::TcpStream, status: &str, body: &str) -
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// One table's numbers on one shard.
+#[derive(Debug, Clone, Default)]
+pub struct TableSnapshot {
+    pub keyspace: String,
+    pub table: String,
+    pub stats: amphora_storage::TableStats,
+    pub counters: amphora_replica::stats::TableCounters,
+}
+
+/// One shard's storage engine numbers.
+#[derive(Debug, Clone, Default)]
+pub struct StorageSnapshot {
+    pub shard: ShardId,
+    pub metrics: amphora_storage::StorageMetrics,
+    /// Sorted by (keyspace, table).
+    pub tables: Vec<TableSnapshot>,
+}
+
+/// The calling shard's storage numbers (`None` before the shard's database exists).
+pub fn local_storage_snapshot(shard: ShardId) -> Option<StorageSnapshot> {
+    let db = amphora_replica::local().ok()?;
+    let storage = db.storage();
+    let counters = db.table_counters();
+    let mut tables: Vec<TableSnapshot> = storage
+        .table_ids()
+        .into_iter()
+        .filter_map(|id| {
+            let schema = storage.schema(id)?;
+            Some(TableSnapshot {
+                keyspace: schema.keyspace.clone(),
+                table: schema.name.clone(),
+                stats: storage.table_stats(id).unwrap_or_default(),
+                counters: counters.get(&id).cloned().unwrap_or_default(),
+            })
+        })
+        .collect();
+    tables.sort_by(|a, b| (&a.keyspace, &a.table).cmp(&(&b.keyspace, &b.table)));
+    Some(StorageSnapshot {
+        shard,
+        metrics: storage.metrics(),
+        tables,
+    })
+}
+
+/// Every shard's storage numbers, in shard order (shards without a database are skipped).
+pub async fn gather_storage(shards: &Shards) -> Result<Vec<StorageSnapshot>, amphora_rt::RtError> {
+    let all = shards
+        .submit_to_all(|shard| async move { local_storage_snapshot(shard) })
+        .await?;
+    Ok(all.into_iter().flatten().collect())
+}
+
+/// Escapes a Prometheus label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Latency histogram buckets exported (µs): every 4th bucket of the replica's
+/// Cassandra-style histogram (about ×2 apart), so a table costs ~23 series per histogram.
+fn exported_latency_bounds() -> Vec<(usize, u64)> {
+    amphora_replica::stats::bucket_offsets()
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(i, _)| i % 4 == 3)
+        .collect()
+}
+
+fn render_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    h: &amphora_replica::stats::Histogram,
+    bounds: &[(usize, u64)],
+) {
+    let mut cumulative = 0u64;
+    let mut next = 0usize;
+    for (i, le) in bounds {
+        while next <= *i {
+            cumulative += h.buckets.get(next).copied().unwrap_or(0);
+            next += 1;
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+}
+
+/// Storage and per-table families (ScyllaDB's names with the `amphora_` prefix and its
+/// label names `shard`, `ks`, `cf`):
+///
+/// - per shard: `amphora_database_total_reads`, `amphora_database_total_writes`,
+///   `amphora_memtables_real_dirty_memory` (bytes), `amphora_memtables_partitions`,
+///   `amphora_memtables_pending_flushes`, `amphora_memtables_flushes_total`,
+///   `amphora_memtables_flushed_bytes_total`, `amphora_sstables_live`,
+///   `amphora_sstables_live_bytes`, `amphora_sstables_corrupt`,
+///   `amphora_compaction_manager_pending_compactions`,
+///   `amphora_compaction_manager_completed_compactions_total`,
+///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
+///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
+///   `amphora_cache_row_hits_total` / `amphora_cache_row_misses_total` (0 until the row
+///   cache exists), `amphora_storage_background_errors_total`,
+///   `amphora_database_sstables_per_read` (histogram of SSTables touched per read);
+/// - per table (`shard`, `ks`, `cf`): `amphora_column_family_live_sstable`,
+///   `amphora_column_family_live_disk_space`, `amphora_column_family_memtable_bytes`,
+///   `amphora_column_family_memtable_partitions`, `amphora_column_family_pending_flushes`,
+///   `amphora_column_family_estimated_partitions`, `amphora_column_family_reads_total`,
+///   `amphora_column_family_writes_total`, `amphora_column_family_read_latency` and
+///   `amphora_column_family_write_latency` (histograms, µs).
+pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
+    use amphora_storage::StorageMetrics as M;
+    let mut out = String::with_capacity(4096 + snaps.len() * 4096);
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+    };
+    let shard_families: [(&str, &str, &str, fn(&M) -> u64); 17] = [
+        (
+            "amphora_database_total_reads",
+            "counter",
+            "Local reads served by the shard's storage.",
+            |m| m.reads,
+        ),
+        (
+            "amphora_database_total_writes",
+            "counter",
+            "Mutations applied to the shard's storage.",
+            |m| m.writes,
+        ),
+        (
+            "amphora_memtables_real_dirty_memory",
+            "gauge",
+            "Bytes held by memtables (active and flushing).",
+            |m| m.memtable_bytes,
+        ),
+        (
+            "amphora_memtables_partitions",
+            "gauge",
+            "Partitions in memtables.",
+            |m| m.memtable_partitions,
+        ),
+        (
+            "amphora_memtables_pending_flushes",
+            "gauge",
+            "Memtable flushes submitted and not finished.",
+            |m| m.pending_flushes,
+        ),
+        (
+            "amphora_memtables_flushes_total",
+            "counter",
+            "Memtables flushed to SSTables.",
+            |m| m.flushes,
+        ),
+        (
+            "amphora_memtables_flushed_bytes_total",
+            "counter",
+            "Memtable bytes flushed.",
+            |m| m.flushed_bytes,
+        ),
+        ("amphora_sstables_live", "gauge", "Live SSTables.", |m| {
+            m.sstable_count
+        }),
+        (
+            "amphora_sstables_live_bytes",
+            "gauge",
+            "Bytes of live SSTable data files.",
+            |m| m.sstable_bytes,
+        ),
+        (
+            "amphora_sstables_corrupt",
+            "gauge",
+            "SSTables taken out of service as unreadable.",
+            |m| m.corrupt_sstables,
+        ),
+        (
+            "amphora_compaction_manager_pending_compactions",
+            "gauge",
+            "Compactions submitted and not finished.",
+            |m| m.pending_compactions,
+        ),
+        (
+            "amphora_compaction_manager_completed_compactions_total",
+            "counter",
+            "Compactions finished.",
+            |m| m.compactions,
+        ),
+        (
+            "amphora_compaction_manager_compacted_bytes_in_total",
+            "counter",
+            "Bytes of SSTables compacted (inputs).",
+            |m| m.compacted_bytes_in,
+        ),
+        (
+            "amphora_compaction_manager_compacted_bytes_out_total",
+            "counter",
+            "Bytes of SSTables written by compaction.",
+            |m| m.compacted_bytes_out,
+        ),
+        (
+            "amphora_commitlog_disk_total_bytes",
+            "gauge",
+            "Bytes of commitlog segments on disk.",
+            |m| m.commitlog_bytes,
+        ),
+        (
+            "amphora_commitlog_segments",
+            "gauge",
+            "Commitlog segments on disk.",
+            |m| m.commitlog_segments,
+        ),
+        (
+            "amphora_storage_background_errors_total",
+            "counter",
+            "Failed flushes and compactions.",
+            |m| m.background_errors,
+        ),
+    ];
+    for (name, kind, help, get) in shard_families {
+        family(&mut out, name, kind, help);
+        for s in snaps {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
+        }
+    }
+    family(
+        &mut out,
+        "amphora_cache_row_hits_total",
+        "counter",
+        "Row cache hits (0: no row cache yet).",
+    );
+    for s in snaps {
+        let _ = writeln!(
+            out,
+            "amphora_cache_row_hits_total{{shard=\"{}\"}} {}",
+            s.shard, s.metrics.row_cache_hits
+        );
+    }
+    family(
+        &mut out,
+        "amphora_cache_row_misses_total",
+        "counter",
+        "Row cache misses (0: no row cache yet).",
+    );
+    for s in snaps {
+        let _ = writeln!(
+            out,
+            "amphora_cache_row_misses_total{{shard=\"{}\"}} {}",
+            s.shard, s.metrics.row_cache_misses
+        );
+    }
+    family(
+        &mut out,
+        "amphora_database_sstables_per_read",
+        "histogram",
+        "SSTables touched per read (le = SSTable count; the last bucket counts 15 or more).",
+    );
+    for s in snaps {
+        let mut cumulative = 0u64;
+        let per = &s.metrics.sstables_per_read;
+        for (i, n) in per.iter().enumerate().take(per.len().saturating_sub(1)) {
+            cumulative += n;
+            let _ = writeln!(
+                out,
+                "amphora_database_sstables_per_read_bucket{{shard=\"{}\",le=\"{i}\"}} {cumulative}",
+                s.shard
+            );
+        }
+        let total: u64 = per.iter().sum();
+        let sum: u64 = per.iter().enumerate().map(|(i, n)| i as u64 * n).sum();
+        let _ = writeln!(
+            out,
+            "amphora_database_sstables_per_read_bucket{{shard=\"{}\",le=\"+Inf\"}} {total}",
+            s.shard
+        );
+        let _ = writeln!(
+            out,
+            "amphora_database_sstables_per_read_sum{{shard=\"{}\"}} {sum}",
+            s.shard
+        );
+        let _ = writeln!(
+            out,
+            "amphora_database_sstables_per_read_count{{shard=\"{}\"}} {total}",
+            s.shard
+        );
+    }
+
+    type T = TableSnapshot;
+    let table_families: [(&str, &str, &str, fn(&T) -> u64); 8] = [
+        (
+            "amphora_column_family_live_sstable",
+            "gauge",
+            "Live SSTables of the table.",
+            |t| t.stats.sstable_count,
+        ),
+        (
+            "amphora_column_family_live_disk_space",
+            "gauge",
+            "Bytes of the table's live SSTable data files.",
+            |t| t.stats.sstable_bytes,
+        ),
+        (
+            "amphora_column_family_memtable_bytes",
+            "gauge",
+            "Bytes in the table's active memtable.",
+            |t| t.stats.memtable_bytes,
+        ),
+        (
+            "amphora_column_family_memtable_partitions",
+            "gauge",
+            "Partitions in the table's active memtable.",
+            |t| t.stats.memtable_partitions,
+        ),
+        (
+            "amphora_column_family_pending_flushes",
+            "gauge",
+            "The table's memtables being flushed.",
+            |t| t.stats.flushing_memtables,
+        ),
+        (
+            "amphora_column_family_estimated_partitions",
+            "gauge",
+            "Estimated partitions (SSTables + memtable).",
+            |t| t.stats.estimated_partitions,
+        ),
+        (
+            "amphora_column_family_reads_total",
+            "counter",
+            "Local reads of the table.",
+            |t| t.counters.reads,
+        ),
+        (
+            "amphora_column_family_writes_total",
+            "counter",
+            "Local writes to the table.",
+            |t| t.counters.writes,
+        ),
+    ];
+    let labels = |s: &StorageSnapshot, t: &TableSnapshot| {
+        format!(
+            "shard=\"{}\",ks=\"{}\",cf=\"{}\"",
+            s.shard,
+            label(&t.keyspace),
+            label(&t.table)
+        )
+    };
+    for (name, kind, help, get) in table_families {
+        family(&mut out, name, kind, help);
+        for s in snaps {
+            for t in &s.tables {
+                let _ = writeln!(out, "{name}{{{}}} {}", labels(s, t), get(t));
+            }
+        }
+    }
+    let bounds = exported_latency_bounds();
+    family(
+        &mut out,
+        "amphora_column_family_read_latency",
+        "histogram",
+        "Local read latency of the table, in microseconds.",
+    );
+    for s in snaps {
+        for t in &s.tables {
+            render_histogram(
+                &mut out,
+                "amphora_column_family_read_latency",
+                &labels(s, t),
+                &t.counters.read_latency,
+                &bounds,
+            );
+        }
+    }
+    family(
+        &mut out,
+        "amphora_column_family_write_latency",
+        "histogram",
+        "Local write latency of the table (until durable per commitlog_sync), in microseconds.",
+    );
+    for s in snaps {
+        for t in &s.tables {
+            render_histogram(
+                &mut out,
+                "amphora_column_family_write_latency",
+                &labels(s, t),
+                &t.counters.write_latency,
+                &bounds,
+            );
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -300,6 +704,61 @@ mod tests {
         assert!(text.contains("amphora_cql_requests_total{shard=\"1\"} 7\n"));
         assert!(text.contains("amphora_cql_errors_total{shard=\"0\",code=\"0x2200\"} 2\n"));
         assert!(text.contains("# TYPE amphora_cql_connections gauge\n"));
+    }
+
+    #[test]
+    fn renders_storage_families() {
+        let mut t = TableSnapshot {
+            keyspace: "ks".into(),
+            table: "we\"ird".into(),
+            ..Default::default()
+        };
+        t.counters.writes = 3;
+        for v in [10, 20, 5000] {
+            t.counters.write_latency.record(v);
+        }
+        let mut m = amphora_storage::StorageMetrics {
+            sstable_count: 4,
+            ..Default::default()
+        };
+        m.sstables_per_read[1] = 7;
+        let text = render_storage(&[StorageSnapshot {
+            shard: 1,
+            metrics: m,
+            tables: vec![t],
+        }]);
+        assert!(text.contains("amphora_sstables_live{shard=\"1\"} 4\n"));
+        assert!(text.contains(
+            "amphora_column_family_writes_total{shard=\"1\",ks=\"ks\",cf=\"we\\\"ird\"} 3\n"
+        ));
+        assert!(
+            text.contains("amphora_database_sstables_per_read_bucket{shard=\"1\",le=\"0\"} 0\n")
+        );
+        assert!(
+            text.contains("amphora_database_sstables_per_read_bucket{shard=\"1\",le=\"1\"} 7\n")
+        );
+        let labels = "shard=\"1\",ks=\"ks\",cf=\"we\\\"ird\"";
+        assert!(text.contains(&format!(
+            "amphora_column_family_write_latency_bucket{{{labels},le=\"+Inf\"}} 3\n"
+        )));
+        assert!(text.contains(&format!(
+            "amphora_column_family_write_latency_count{{{labels}}} 3\n"
+        )));
+        assert!(text.contains(&format!(
+            "amphora_column_family_write_latency_sum{{{labels}}} 5030\n"
+        )));
+        // Buckets are cumulative and end at the total.
+        let buckets: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("amphora_column_family_write_latency_bucket"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+        assert_eq!(buckets.last(), Some(&3));
+        assert!(
+            buckets.contains(&2),
+            "10 µs and 20 µs fall below 5000 µs: {buckets:?}"
+        );
     }
 
     #[test]
