@@ -267,7 +267,16 @@ fn element_cells(
         }
         _ => return Err(invalid(format!("{ty} is not a multi-cell type"))),
     }
+    sort_cells(ty, &mut out);
     Ok(out)
+}
+
+/// Complex cells are kept sorted by cell path in the type's element order (the storage
+/// merge relies on it), last write of a duplicate path wins.
+fn sort_cells(ty: &CqlType, cells: &mut Vec<(Bytes, Cell)>) {
+    cells.reverse();
+    cells.sort_by(|a, b| ty.compare_cell_path(&a.0, &b.0));
+    cells.dedup_by(|a, b| ty.compare_cell_path(&a.0, &b.0).is_eq());
 }
 
 struct RowBuild {
@@ -687,7 +696,10 @@ fn plan_update(
                 )));
             }
         };
-        if let Some(d) = data {
+        if let Some(mut d) = data {
+            if let ColumnData::Complex { cells, .. } = &mut d {
+                sort_cells(&def.ty, cells);
+            }
             if is_static {
                 b.statics.push((id, d));
             } else {
