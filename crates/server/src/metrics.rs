@@ -338,6 +338,9 @@ pub async fn gather_storage(shards: &Shards) -> Result<Vec<StorageSnapshot>, amp
     Ok(all.into_iter().flatten().collect())
 }
 
+/// (name, type, help, value) of a metric family.
+type Family<X> = (&'static str, &'static str, &'static str, fn(&X) -> u64);
+
 /// Escapes a Prometheus label value.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -405,7 +408,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [(&str, &str, &str, fn(&M) -> u64); 17] = [
+    let shard_families: [Family<M>; 17] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -575,7 +578,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
     }
 
     type T = TableSnapshot;
-    let table_families: [(&str, &str, &str, fn(&T) -> u64); 8] = [
+    let table_families: [Family<T>; 8] = [
         (
             "amphora_column_family_live_sstable",
             "gauge",
