@@ -1,6 +1,8 @@
 //! `amphora nodetool` against a real node (the `amphora` binary, started by the testkit),
 //! with data written through the Rust `scylla` driver. Needs `cargo build -p amphora`.
 
+mod dashboard;
+
 use std::path::{Path, PathBuf};
 
 use amphora_testkit::TestNode;
