@@ -405,16 +405,37 @@ impl Workload for Predefined {
 
 /// A column of a user profile's table, with its generators.
 #[derive(Debug, Clone)]
-struct GenColumn {
-    name: String,
-    typ: ColumnType<'static>,
-    size: Distribution,
-    population: Distribution,
-    cluster: Distribution,
-    salt: u64,
+pub struct GenColumn {
+    pub name: String,
+    pub typ: ColumnType<'static>,
+    pub size: Distribution,
+    pub population: Distribution,
+    pub cluster: Distribution,
+    pub salt: u64,
 }
 
 impl GenColumn {
+    pub fn new(
+        name: &str,
+        typ: ColumnType<'static>,
+        spec: Option<&crate::profile::ColumnSpec>,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            typ,
+            size: spec
+                .and_then(|s| s.size.clone())
+                .unwrap_or_else(|| Distribution::uniform(4, 8)),
+            population: spec
+                .and_then(|s| s.population.clone())
+                .unwrap_or_else(|| Distribution::uniform(1, 100_000_000_000)),
+            cluster: spec
+                .and_then(|s| s.cluster.clone())
+                .unwrap_or_else(|| Distribution::fixed(1)),
+            salt: salt(name),
+        }
+    }
+
     fn value(&self, id: i64) -> Result<CqlValue, String> {
         let v = typed_value(&self.typ, id, &self.size)?;
         // Mix the column's salt into hashed types so two blob columns differ.
@@ -425,6 +446,74 @@ impl GenColumn {
             other => other,
         })
     }
+}
+
+/// Generates the rows of a user profile's partitions: a pure function of the seed.
+#[derive(Debug, Clone)]
+pub struct RowGen {
+    /// pk, then ck, then regular columns.
+    pub columns: Vec<GenColumn>,
+    pub n_pk: usize,
+    pub n_ck: usize,
+    /// Bind counter increments as `counter` (Cassandra) rather than `bigint`.
+    pub counter_as_counter: bool,
+}
+
+impl RowGen {
+    /// Rows in the partition of `seed`: the product of the clustering columns' `cluster`.
+    pub fn rows_in_partition(&self, seed: i64) -> u64 {
+        self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .map(|c| c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64)
+            .product::<u64>()
+            .max(1)
+    }
+
+    /// Values of row `i` of the partition of `seed`, in column order.
+    pub fn row(&self, seed: i64, i: u64) -> Result<Vec<CqlValue>, String> {
+        let mut out = Vec::with_capacity(self.columns.len());
+        for c in &self.columns[..self.n_pk] {
+            out.push(c.value(seed)?);
+        }
+        // Row index in mixed radix over the clustering columns, last column fastest.
+        let mut digits = vec![0u64; self.n_ck];
+        let mut rest = i;
+        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .enumerate()
+            .rev()
+        {
+            let radix = c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64;
+            digits[j] = rest % radix;
+            rest /= radix;
+        }
+        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
+            .iter()
+            .enumerate()
+        {
+            out.push(c.value(c.population.value_at(digits[j], seed as u64 ^ c.salt))?);
+        }
+        for c in &self.columns[self.n_pk + self.n_ck..] {
+            if c.typ == ColumnType::Native(NativeType::Counter) {
+                out.push(if self.counter_as_counter {
+                    CqlValue::Counter(Counter(1))
+                } else {
+                    CqlValue::BigInt(1)
+                });
+            } else {
+                let key = mix64(seed as u64 ^ c.salt ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                out.push(c.value(c.population.value_at(i, key))?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The rows written by visit `visit` of `visits` to a partition of `total` rows.
+pub fn visit_rows(total: u64, visit: u64, visits: u64) -> std::ops::Range<u64> {
+    let chunk = total.div_ceil(visits.max(1)).max(1);
+    let lo = (visit * chunk).min(total.saturating_sub(1));
+    lo..(lo + chunk).min(total)
 }
 
 enum UserOp {
@@ -442,13 +531,8 @@ pub struct User {
     session: Arc<Session>,
     ops: Vec<UserOp>,
     insert: PreparedStatement,
-    /// pk, then ck, then regular columns.
-    columns: Vec<GenColumn>,
-    n_pk: usize,
-    n_ck: usize,
+    rows: RowGen,
     counter_table: bool,
-    /// Whether the server types `c = c + ?` markers as counter (Cassandra) or bigint.
-    counter_marker_is_counter: bool,
     insert_bind_order: Vec<usize>,
     partitions: Distribution,
     select: Ratio,
@@ -543,21 +627,7 @@ impl User {
             if meta.typ == ColumnType::Native(NativeType::Counter) {
                 counter_table = true;
             }
-            let spec = profile.column(name);
-            columns.push(GenColumn {
-                name: name.clone(),
-                typ: meta.typ.clone(),
-                size: spec
-                    .and_then(|s| s.size.clone())
-                    .unwrap_or_else(|| Distribution::uniform(4, 8)),
-                population: spec
-                    .and_then(|s| s.population.clone())
-                    .unwrap_or_else(|| Distribution::uniform(1, 100_000_000_000)),
-                cluster: spec
-                    .and_then(|s| s.cluster.clone())
-                    .unwrap_or_else(|| Distribution::fixed(1)),
-                salt: salt(name),
-            });
+            columns.push(GenColumn::new(name, meta.typ.clone(), profile.column(name)));
             // Check the generator can make this type before the run starts.
             columns
                 .last()
@@ -659,11 +729,13 @@ impl User {
             session,
             ops,
             insert,
-            columns,
-            n_pk,
-            n_ck,
+            rows: RowGen {
+                columns,
+                n_pk,
+                n_ck,
+                counter_as_counter: counter_marker_is_counter,
+            },
             counter_table,
-            counter_marker_is_counter,
             insert_bind_order,
             partitions: settings
                 .insert
@@ -683,54 +755,6 @@ impl User {
         })
     }
 
-    /// Rows in the partition of `seed`: the product of the clustering columns' `cluster`.
-    fn rows_in_partition(&self, seed: i64) -> u64 {
-        self.columns[self.n_pk..self.n_pk + self.n_ck]
-            .iter()
-            .map(|c| c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64)
-            .product::<u64>()
-            .max(1)
-    }
-
-    /// Values of row `i` of the partition of `seed`, in column order.
-    fn row(&self, seed: i64, i: u64) -> Result<Vec<CqlValue>, String> {
-        let mut out = Vec::with_capacity(self.columns.len());
-        for c in &self.columns[..self.n_pk] {
-            out.push(c.value(seed)?);
-        }
-        // Row index in mixed radix over the clustering columns, last column fastest.
-        let mut digits = vec![0u64; self.n_ck];
-        let mut rest = i;
-        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
-            .iter()
-            .enumerate()
-            .rev()
-        {
-            let radix = c.cluster.value_at(0, seed as u64 ^ c.salt).max(1) as u64;
-            digits[j] = rest % radix;
-            rest /= radix;
-        }
-        for (j, c) in self.columns[self.n_pk..self.n_pk + self.n_ck]
-            .iter()
-            .enumerate()
-        {
-            out.push(c.value(c.population.value_at(digits[j], seed as u64 ^ c.salt))?);
-        }
-        for c in &self.columns[self.n_pk + self.n_ck..] {
-            if c.typ == ColumnType::Native(NativeType::Counter) {
-                out.push(if self.counter_marker_is_counter {
-                    CqlValue::Counter(Counter(1))
-                } else {
-                    CqlValue::BigInt(1)
-                });
-            } else {
-                let key = mix64(seed as u64 ^ c.salt ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                out.push(c.value(c.population.value_at(i, key))?);
-            }
-        }
-        Ok(out)
-    }
-
     async fn insert_op(&self, rng: &mut Rng) -> Result<OpDone, String> {
         let partitions = self.partitions.sample(rng).max(1) as u64;
         let mut rows: Vec<Vec<CqlValue>> = Vec::new();
@@ -747,11 +771,9 @@ impl User {
                 }
                 _ => (self.seeds.next(rng), 0, 1),
             };
-            let total = self.rows_in_partition(seed);
+            let total = self.rows.rows_in_partition(seed);
             let range = if visits > 1 {
-                let chunk = total.div_ceil(visits).max(1);
-                let lo = (visit * chunk).min(total.saturating_sub(1));
-                lo..(lo + chunk).min(total)
+                visit_rows(total, visit, visits)
             } else {
                 let n = ((total as f64 * self.select.sample(rng)).round() as u64).clamp(1, total);
                 let lo = if n < total {
@@ -762,7 +784,7 @@ impl User {
                 lo..lo + n
             };
             for i in range {
-                let row = self.row(seed, i)?;
+                let row = self.rows.row(seed, i)?;
                 rows.push(
                     self.insert_bind_order
                         .iter()
@@ -812,14 +834,14 @@ impl User {
         } else {
             self.seeds.next(rng)
         };
-        let total = self.rows_in_partition(seed);
+        let total = self.rows.rows_in_partition(seed);
         let pick = |rng: &mut Rng| rng.range_inclusive(0, total as i64 - 1) as u64;
-        let same = self.row(seed, pick(rng))?;
+        let same = self.rows.row(seed, pick(rng))?;
         let mut values = Vec::with_capacity(binds.len());
         for &c in binds {
             let v = match fields {
                 Fields::SameRow => same[c].clone(),
-                Fields::MultiRow => self.row(seed, pick(rng))?[c].clone(),
+                Fields::MultiRow => self.rows.row(seed, pick(rng))?[c].clone(),
             };
             values.push(v);
         }
@@ -896,6 +918,70 @@ mod tests {
         let mut rng = Rng::new(1);
         let got: Vec<i64> = (0..5).map(|_| s.next(&mut rng)).collect();
         assert_eq!(got, vec![5, 6, 7, 5, 6]);
+    }
+
+    /// The IoT profile's table as the driver's metadata describes it.
+    fn iot_rows() -> RowGen {
+        let text = include_str!("../tests/fixtures/iot-stress.yaml");
+        let p = crate::profile::parse(text, std::path::Path::new("iot")).unwrap();
+        let col = |n: &str, t: NativeType| GenColumn::new(n, ColumnType::Native(t), p.column(n));
+        RowGen {
+            columns: vec![
+                col("machine_id", NativeType::Blob),
+                col("time", NativeType::BigInt),
+                col("machine_type", NativeType::Text),
+                col("sensor_value", NativeType::Double),
+                col("station_id", NativeType::Blob),
+            ],
+            n_pk: 1,
+            n_ck: 1,
+            counter_as_counter: true,
+        }
+    }
+
+    #[test]
+    fn iot_partitions_have_100_rows_timed_0_to_99() {
+        let g = iot_rows();
+        for seed in [1, 2, 14_000_000] {
+            assert_eq!(g.rows_in_partition(seed), 100);
+            let times: Vec<CqlValue> = (0..100)
+                .map(|i| g.row(seed, i).unwrap()[1].clone())
+                .collect();
+            let want: Vec<CqlValue> = (0..100).map(CqlValue::BigInt).collect();
+            assert_eq!(times, want);
+            let r = g.row(seed, 5).unwrap();
+            assert!(matches!(&r[0], CqlValue::Blob(b) if b.len() == 16));
+            assert!(matches!(&r[2], CqlValue::Text(t) if (10..=20).contains(&t.len())));
+            assert!(matches!(&r[3], CqlValue::Double(v) if (0.0..=1000.0).contains(v)));
+            assert!(matches!(&r[4], CqlValue::Blob(b) if b.len() == 16));
+            // The partition key is the same on every row, and differs between partitions.
+            assert_eq!(g.row(seed, 0).unwrap()[0], g.row(seed, 99).unwrap()[0]);
+            assert_ne!(g.row(seed, 0).unwrap()[0], g.row(seed + 1, 0).unwrap()[0]);
+            // Deterministic: a query regenerates what an insert wrote.
+            assert_eq!(g.row(seed, 42).unwrap(), g.row(seed, 42).unwrap());
+        }
+        // machine_type: population uniform(1..10), so at most 10 distinct values.
+        let types: std::collections::HashSet<String> = (1..200)
+            .flat_map(|s| (0..10).map(move |i| (s, i)))
+            .filter_map(|(s, i)| match &g.row(s, i).unwrap()[2] {
+                CqlValue::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(types.len() <= 10, "{}", types.len());
+    }
+
+    #[test]
+    fn visits_cover_a_partition_once() {
+        // visits=fixed(100) over 100 rows: one row per visit, every row once.
+        let rows: Vec<u64> = (0..100).flat_map(|v| visit_rows(100, v, 100)).collect();
+        assert_eq!(rows, (0..100).collect::<Vec<_>>());
+        // Fewer rows than visits: never empty, never out of range.
+        for v in 0..10 {
+            let r = visit_rows(3, v, 10);
+            assert!(!r.is_empty() && r.end <= 3, "{r:?}");
+        }
+        assert_eq!(visit_rows(1000, 9, 10), 900..1000);
     }
 
     #[test]
