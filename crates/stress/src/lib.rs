@@ -126,7 +126,7 @@ fn print_settings(out: &mut Output, s: &Settings, args: &[String]) {
         (_, Some(d)) => out.line(&format!("  Duration: {} SECONDS", d.as_secs())),
         _ => out.line("  Duration: until converged (not supported: runs 1,000,000 ops)"),
     }
-    out.line(&format!("  Consistency Level: {:?}", s.consistency));
+    out.line(&format!("  Consistency Level: {}", s.consistency));
     out.line(&format!("  No Warmup: {}", s.no_warmup));
     out.line(&format!(
         "Population: {}{}",
@@ -276,7 +276,7 @@ async fn drive<W: Workload>(
     };
     let mut desc = format!("Running {op_desc} with {} threads ", settings.rate.threads);
     match (count, settings.duration) {
-        (_, Some(d)) => desc += &format!("{} seconds", d.as_secs()),
+        (_, Some(d)) => desc += &format!("for {} seconds", d.as_secs()),
         (Some(n), _) => desc += &format!("for {n} iteration"),
         _ => {}
     }
@@ -402,7 +402,7 @@ async fn drive<W: Workload>(
             elapsed_s: result.elapsed.as_secs_f64(),
             threads: settings.rate.threads,
             rate: describe_rate(settings.rate.mode),
-            consistency: format!("{:?}", settings.consistency),
+            consistency: settings.consistency.to_string(),
             total: total_fig.clone(),
             ops: per_op
                 .iter()

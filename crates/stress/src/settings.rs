@@ -13,6 +13,9 @@ use std::time::Duration;
 use crate::distribution::{Distribution, parse_long, parse_range};
 use crate::error::StressError;
 
+/// Most concurrent in-flight operations `-rate threads=` accepts (cassandra-stress's `auto` stops at 1000).
+pub const THREADS_MAX: usize = 10_000;
+
 /// The default partition key size of standard1/counter1, as cassandra-stress (`-key` is not exposed).
 pub const KEY_SIZE_BYTES: usize = 10;
 
@@ -73,6 +76,22 @@ pub enum Consistency {
     LocalQuorum,
     EachQuorum,
     LocalOne,
+}
+
+impl std::fmt::Display for Consistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Any => "ANY",
+            Self::One => "ONE",
+            Self::Two => "TWO",
+            Self::Three => "THREE",
+            Self::Quorum => "QUORUM",
+            Self::All => "ALL",
+            Self::LocalQuorum => "LOCAL_QUORUM",
+            Self::EachQuorum => "EACH_QUORUM",
+            Self::LocalOne => "LOCAL_ONE",
+        })
+    }
 }
 
 impl Consistency {
@@ -388,7 +407,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
             let lw = w.to_ascii_lowercase();
             if let Some(v) = lw.strip_prefix("threads=") {
                 rate.threads = v.parse().map_err(|_| bad_opt("-rate", &w))?;
-                if rate.threads == 0 {
+                if rate.threads == 0 || rate.threads > THREADS_MAX {
                     return Err(bad_opt("-rate", &w));
                 }
             } else if let Some(v) = lw
@@ -1195,6 +1214,11 @@ mod tests {
         let s = ok("write n=1 -rate threads=150 limit=20000/s");
         assert_eq!(s.rate.mode, RateMode::Throttle(20000.0));
         assert!(p("write n=1 -rate threads=0").is_err());
+        assert_eq!(
+            ok("write n=1 -rate threads=10000").rate.threads,
+            THREADS_MAX
+        );
+        assert!(p("write n=1 -rate threads=10001").is_err());
         assert!(p("write n=1 -rate threads=x").is_err());
         assert!(p("write n=1 -rate fixed=0/s").is_err());
         assert!(p("write n=1 -rate speed=9").is_err());
