@@ -50,7 +50,7 @@ fi
 # A private copy: another engineer's `cargo build` must not swap the binary mid-run.
 work="${BENCH_WORK:-$root/bench/work}"
 mkdir -p "$work"
-cp "$bin" "$work/amphora-bin.tmp" && mv "$work/amphora-bin.tmp" "$work/amphora-bin"
+cp -p "$bin" "$work/amphora-bin.tmp" && mv "$work/amphora-bin.tmp" "$work/amphora-bin"
 bin="$work/amphora-bin"
 
 echo "[bench] machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(uptime)"

@@ -378,7 +378,11 @@ def amphora_version(binary):
                              capture_output=True, text=True).stdout.strip()
     except OSError:
         rev = ""
-    return f"{ver} ({rev})" if rev else ver
+    try:
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.stat(binary).st_mtime))
+    except OSError:
+        built = "?"
+    return f"{ver} (HEAD {rev}, binary built {built})" if rev else f"{ver} (built {built})"
 
 
 # ---------------------------------------------------------------- stress
