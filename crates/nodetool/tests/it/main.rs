@@ -334,3 +334,46 @@ fn stopdaemon_stops_the_process_cleanly() {
         assert_eq!(n, 10);
     });
 }
+
+/// The restore procedure of docs/dev/rest-api.md: snapshot, lose the data (TRUNCATE), stop,
+/// copy the snapshot's files back into the table directories, start.
+#[test]
+fn restore_from_a_snapshot() {
+    let mut node = TestNode::start(2).expect("start node");
+    write_rows(&node, 0, 100);
+    ok(&node, &["snapshot", "-t", "backup", "ks"]);
+    rt().block_on(async {
+        let s = session(&node).await;
+        s.query_unpaged("TRUNCATE ks.t", &[])
+            .await
+            .expect("truncate");
+    });
+    node.stop().expect("stop");
+    let mut copied = 0;
+    for shard in 0..node.smp {
+        let ks = node.data_dir.join(format!("data/shard-{shard}/ks"));
+        for table in std::fs::read_dir(&ks).expect("ks dir").flatten() {
+            let snap = table.path().join("snapshots/backup");
+            for f in std::fs::read_dir(&snap).expect("snapshot dir").flatten() {
+                let name = f.file_name();
+                if name.to_string_lossy().starts_with("am1-") {
+                    std::fs::copy(f.path(), table.path().join(&name)).expect("copy back");
+                    copied += 1;
+                }
+            }
+        }
+    }
+    assert!(copied > 0);
+    let again = TestNode::start_in(&node.data_dir, 2, &[]).expect("restart");
+    rt().block_on(async {
+        let s = session(&again).await;
+        let r = s
+            .query_unpaged("SELECT count(*) FROM ks.t", &[])
+            .await
+            .expect("count")
+            .into_rows_result()
+            .expect("rows");
+        let (n,): (i64,) = r.single_row().expect("one row");
+        assert_eq!(n, 100, "every row is back");
+    });
+}
