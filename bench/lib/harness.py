@@ -102,6 +102,44 @@ def proc_status_kb(pid, key):
     return None
 
 
+def cpu_busy_s():
+    """Busy seconds per CPU since boot, from /proc/stat: {cpu index: seconds}."""
+    out = {}
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("cpu") and line[3:4].isdigit():
+                f = line.split()
+                v = [int(x) for x in f[1:]]
+                idle = v[3] + (v[4] if len(v) > 4 else 0)
+                out[int(f[0][3:])] = (sum(v[:8]) - idle) / CLK_TCK
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def runqueue_wait_s(pid):
+    """Time the process's threads spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat)."""
+    total = 0
+    try:
+        for t in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((t / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    except OSError:
+        return None
+    return total / 1e9
+
+
+def cpus(spec):
+    """taskset list "0" / "0,1" / "0-1" -> [0] / [0, 1]."""
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
 def loadavg():
     try:
         return Path("/proc/loadavg").read_text().split()[:3]
@@ -477,6 +515,8 @@ class Runner:
         log(f"{self.s.name}: {scenario} {name}: amphora stress {' '.join(args)}")
         pid = self.s.pid
         cpu0 = proc_cpu_s(pid)
+        busy0 = cpu_busy_s()
+        wait0 = runqueue_wait_s(pid)
         snap0 = self.s.metrics_snapshot()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         la0 = loadavg()
@@ -491,6 +531,8 @@ class Runner:
         results = [self.stress.collect(p, timeout) for p in procs]
         wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
+        busy1 = cpu_busy_s()
+        wait1 = runqueue_wait_s(pid)
         snap1 = self.s.metrics_snapshot()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rec = {
@@ -503,6 +545,14 @@ class Runner:
             "peak_rss_mb": (proc_status_kb(pid, "VmHWM") or 0) / 1024,
             "server_alive": proc_cpu_s(pid) is not None,
         }
+        # Noise: what else ran on the server's and the client's CPUs during the run.
+        srv, cli = cpus(self.cfg["server_cpus"]), cpus(self.cfg["client_cpus"])
+        busy = {c: busy1.get(c, 0) - busy0.get(c, 0) for c in busy1}
+        if rec["server_cpu_s"] is not None and wall > 0:
+            rec["other_on_server_cpus"] = max(0.0, sum(busy.get(c, 0) for c in srv) - rec["server_cpu_s"]) / wall
+            rec["other_on_client_cpus"] = max(0.0, sum(busy.get(c, 0) for c in cli) - rec["client_cpu_s"]) / wall
+        if wait0 is not None and wait1 is not None and wall > 0:
+            rec["server_runqueue_wait_per_s"] = (wait1 - wait0) / wall
         if extra:
             rec.update(extra)
         main = results[0]

@@ -198,6 +198,22 @@ def index(runs):
     return by
 
 
+def noise(r):
+    if not r or r.get("other_on_server_cpus") is None:
+        return "—"
+    return f"{r['other_on_server_cpus']:.2f} / {r.get('other_on_client_cpus', 0):.2f}"
+
+
+def clean_intervals(iv):
+    """Drops a final partial interval (a few ms long: its op/s is meaningless)."""
+    if len(iv) >= 3:
+        gaps = sorted(iv[i][0] - iv[i - 1][0] for i in range(1, len(iv)))
+        med = gaps[len(gaps) // 2]
+        if iv[-1][0] - iv[-2][0] < 0.5 * med:
+            return iv[:-1]
+    return iv
+
+
 def scenario_table(pair, op=None):
     """Rows: figure; columns: Cassandra, Amphora, Amphora/Cassandra."""
     c, a = pair.get("cassandra"), pair.get("amphora")
@@ -215,6 +231,11 @@ def scenario_table(pair, op=None):
     add("client CPU / wall", (c or {}).get("client_cpu_s", 0) / max((c or {}).get("wall_s", 1), 1e-9) if c else None,
         (a or {}).get("client_cpu_s", 0) / max((a or {}).get("wall_s", 1), 1e-9) if a else None)
     add("server RSS after (MB)", (c or {}).get("rss_mb"), (a or {}).get("rss_mb"))
+    if (c or {}).get("other_on_server_cpus") is not None or (a or {}).get("other_on_server_cpus") is not None:
+        rows.append(["noise: other processes' CPU on server / client core",
+                     noise(c), noise(a), "—"])
+        add("noise: server threads waiting for a CPU (s/s)", (c or {}).get("server_runqueue_wait_per_s"),
+            (a or {}).get("server_runqueue_wait_per_s"))
     add("errors", (c or {}).get("errors"), (a or {}).get("errors"))
 
     def sst(r):
@@ -248,7 +269,7 @@ def throughput_svg(out_dir, fname, title, pair):
     for s in SYSTEMS:
         r = pair.get(s)
         if r and r.get("intervals"):
-            series.append((s, COLORS[s], None, [(t, v) for t, v, _ in r["intervals"]]))
+            series.append((s, COLORS[s], None, [(t, v) for t, v, _ in clean_intervals(r["intervals"])]))
     (out_dir / fname).write_text(svg_chart(title, "time (s)", "op/s", series))
     return fname
 
@@ -299,7 +320,11 @@ def generate(out_dir, docs=True):
              "Compare the ratios, which come from the same run. CPU per operation is the server "
              "process's utime+stime (/proc/PID/stat) over the run divided by the operations; "
              "RSS is VmRSS after the run. 'client CPU / wall' near 1.0 means the load generator's "
-             "core was the bottleneck (then compare server CPU per op, not throughput).\n")
+             "core was the bottleneck (then compare server CPU per op, not throughput). 'noise' is "
+             "the CPU time other processes (other engineers' builds) took on the server's / the "
+             "client's core during the run, in cores (busy time from /proc/stat minus ours), and "
+             "how long the server's threads sat runnable waiting for a CPU (schedstat), per second: "
+             "when these are high the latencies measure the machine, not the server.\n")
 
     # Summary
     L.append("## Summary (Amphora / Cassandra)\n")
@@ -312,9 +337,13 @@ def generate(out_dir, docs=True):
         srows.append([f"{scn} {name}", fnum(rate(c)), fnum(rate(a)), ratio(rate(a), rate(c)),
                       fnum(lat(c, "p99")), fnum(lat(a, "p99")), ratio(lat(a, "p99"), lat(c, "p99")),
                       fnum(lat(c, "p999")), fnum(lat(a, "p999")), ratio(lat(a, "p999"), lat(c, "p999")),
-                      fnum(cpu(c)), fnum(cpu(a)), ratio(cpu(a), cpu(c))])
+                      fnum(cpu(c)), fnum(cpu(a)), ratio(cpu(a), cpu(c)),
+                      f"{noise(c)} · {noise(a)}"])
     summary = md_table(["run", "C op/s", "A op/s", "A/C", "C p99 ms", "A p99 ms", "A/C",
-                        "C p99.9 ms", "A p99.9 ms", "A/C", "C µs/op", "A µs/op", "A/C"], srows)
+                        "C p99.9 ms", "A p99.9 ms", "A/C", "C µs/op", "A µs/op", "A/C",
+                        "noise C · A"], srows)
+    summary += ("\n\nnoise = other processes' CPU on the server core / on the client core during "
+                "the run, in cores (0 = quiet, 1 = a whole core taken by others).")
     L.append(summary + "\n")
     comp = {s: (sysinfo.get(s) or {}).get("compaction") or {} for s in SYSTEMS}
 
