@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::data::{
-    ColumnData, PartitionKey, PartitionUpdate, Row, canonicalize, merge_partition_updates,
+    ColumnData, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
 };
 use amphora_types::schema::TableSchema;
 
@@ -479,6 +479,23 @@ pub fn run_compaction(
     }
 }
 
+fn split_if_full(
+    writer: &mut Option<SSTableWriter>,
+    outputs: &mut Vec<SSTableReader>,
+    job: &CompactionJob,
+    upper: u64,
+) -> Result<()> {
+    if job
+        .max_output_bytes
+        .is_some_and(|m| writer.as_ref().is_some_and(|w| w.uncompressed_bytes() >= m))
+        && let Some(w) = writer.take()
+        && let Some(r) = w.finish(upper, job.output_level)?
+    {
+        outputs.push(r);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn compact_into(
     schema: &TableSchema,
@@ -511,13 +528,38 @@ fn compact_into(
             }
         }
         let Some(key) = min else { break };
+        let holders: Vec<usize> = {
+            let mut v = Vec::new();
+            for (i, s) in scanners.iter_mut().enumerate() {
+                if s.peek_key()? == Some(&key) {
+                    v.push(i);
+                }
+            }
+            v
+        };
+        if writer.is_none() {
+            let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
+            txn.add_output(g)?;
+            created.push(g);
+            writer = Some(SSTableWriter::new(dir, g, schema)?);
+        }
+        // Fast path: one source, and nothing in that SSTable can expire or be purged:
+        // copy the serialized partition as is.
+        if let [only] = holders[..] {
+            let st = &scanners[only].sstable().stats;
+            if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
+                if let (Some((k, bytes)), Some(w)) = (scanners[only].next_raw()?, writer.as_mut()) {
+                    w.append_raw(&k, &bytes, st)?;
+                }
+                split_if_full(&mut writer, &mut outputs, job, upper)?;
+                continue;
+            }
+        }
         let mut merged: Option<PartitionUpdate> = None;
-        for s in scanners.iter_mut() {
-            if s.peek_key()? == Some(&key)
-                && let Some((_, u)) = s.next_partition()?
-            {
+        for i in holders {
+            if let Some((_, u)) = scanners[i].next_partition()? {
                 merged = Some(match merged {
-                    None => canonicalize(schema, &u),
+                    None => u,
                     Some(m) => merge_partition_updates(schema, &m, &u),
                 });
             }
@@ -527,23 +569,10 @@ fn compact_into(
         if merged.is_empty() {
             continue;
         }
-        if writer.is_none() {
-            let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
-            txn.add_output(g)?;
-            created.push(g);
-            writer = Some(SSTableWriter::new(dir, g, schema)?);
-        }
         if let Some(w) = writer.as_mut() {
             w.append(&key, &merged)?;
-            if job
-                .max_output_bytes
-                .is_some_and(|m| w.uncompressed_bytes() >= m)
-                && let Some(w) = writer.take()
-                && let Some(r) = w.finish(upper, job.output_level)?
-            {
-                outputs.push(r);
-            }
         }
+        split_if_full(&mut writer, &mut outputs, job, upper)?;
     }
     if let Some(w) = writer.take()
         && let Some(r) = w.finish(upper, job.output_level)?

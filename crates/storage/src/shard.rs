@@ -1235,13 +1235,18 @@ fn flush_memtable(
 ) -> Result<Option<SSTableReader>> {
     let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
     let cmp = mem.cmp.clone();
+    let mut rows: Vec<&Row> = Vec::new();
     for (k, p) in &mem.partitions {
-        let mut u = mem.to_update(p, &[]);
-        if u.range_tombstones.len() > 1 {
-            u.range_tombstones =
-                normalize_range_tombstones(&cmp, &u.range_tombstones, u.partition_deletion);
-        }
-        if let Err(e) = w.append(k, &u) {
+        rows.clear();
+        rows.extend(p.rows.iter());
+        let normalized;
+        let rts: &[amphora_types::data::RangeTombstone] = if p.range_tombstones.len() > 1 {
+            normalized = normalize_range_tombstones(&cmp, &p.range_tombstones, p.deletion);
+            &normalized
+        } else {
+            &p.range_tombstones
+        };
+        if let Err(e) = w.append_parts(k, p.deletion, p.static_row.as_ref(), &rows, rts) {
             w.abort();
             return Err(e);
         }

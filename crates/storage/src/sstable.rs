@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
-use amphora_types::codec::{Reader, encode_update, read_update};
-use amphora_types::data::{ColumnData, PartitionKey, PartitionUpdate};
+use amphora_types::codec::{Reader, encode_update_parts, read_update};
+use amphora_types::data::{
+    ColumnData, DeletionTime, PartitionKey, PartitionUpdate, RangeTombstone, Row,
+};
 use amphora_types::schema::{TableId, TableSchema};
 use bytes::Bytes;
 
@@ -254,6 +256,49 @@ impl Stats {
     }
 }
 
+/// Lowest and highest timestamp in a partition's parts.
+fn timestamp_range(
+    deletion: Option<DeletionTime>,
+    static_row: Option<&Row>,
+    rows: &[&Row],
+    rts: &[RangeTombstone],
+) -> (i64, i64) {
+    let mut lo = i64::MAX;
+    let mut hi = i64::MIN;
+    let mut see = |t: i64| {
+        lo = lo.min(t);
+        hi = hi.max(t);
+    };
+    if let Some(d) = deletion {
+        see(d.marked_for_delete_at);
+    }
+    for rt in rts {
+        see(rt.deletion.marked_for_delete_at);
+    }
+    for r in static_row.into_iter().chain(rows.iter().copied()) {
+        if let Some(m) = r.marker {
+            see(m.timestamp);
+        }
+        if let Some(d) = r.deletion {
+            see(d.marked_for_delete_at);
+        }
+        for (_, d) in &r.cells {
+            match d {
+                ColumnData::Simple(c) => see(c.timestamp),
+                ColumnData::Complex { deletion, cells } => {
+                    if let Some(d) = deletion {
+                        see(d.marked_for_delete_at);
+                    }
+                    for (_, c) in cells {
+                        see(c.timestamp);
+                    }
+                }
+            }
+        }
+    }
+    if lo == i64::MAX { (0, 0) } else { (lo, hi) }
+}
+
 /// Splits off and verifies a trailing CRC32C (little-endian) over the rest.
 fn check_crc<'a>(path: &Path, data: &'a [u8]) -> Result<&'a [u8]> {
     if data.len() < 4 {
@@ -356,9 +401,81 @@ impl SSTableWriter {
 
     /// Appends a partition (skips empty updates).
     pub fn append(&mut self, key: &PartitionKey, u: &PartitionUpdate) -> Result<()> {
-        if u.is_empty() {
+        let rows: Vec<&Row> = u.rows.iter().collect();
+        self.append_parts(
+            key,
+            u.partition_deletion,
+            u.static_row.as_ref(),
+            &rows,
+            &u.range_tombstones,
+        )
+    }
+
+    /// Appends a partition from borrowed parts (rows in clustering order).
+    pub fn append_parts(
+        &mut self,
+        key: &PartitionKey,
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        rows: &[&Row],
+        rts: &[RangeTombstone],
+    ) -> Result<()> {
+        if deletion.is_none() && static_row.is_none() && rows.is_empty() && rts.is_empty() {
             return Ok(());
         }
+        let (min_ts, max_ts) = timestamp_range(deletion, static_row, rows, rts);
+        self.scratch.clear();
+        put_bytes(&mut self.scratch, &key.key);
+        self.scratch.extend_from_slice(&key.token.to_be_bytes());
+        let base = max_ts;
+        let zz = ((base << 1) ^ (base >> 63)) as u64;
+        put_var(&mut self.scratch, zz);
+        encode_update_parts(deletion, static_row, rows, rts, base, &mut self.scratch);
+        let len = self.scratch.len() as u64;
+        let bytes = std::mem::take(&mut self.scratch);
+        self.push_partition(key, &bytes)?;
+        self.scratch = bytes;
+        self.update_stats(key, deletion, static_row, rows, rts, len, min_ts, max_ts);
+        Ok(())
+    }
+
+    /// Appends a partition's serialized bytes copied from another SSTable, merging that
+    /// SSTable's statistics conservatively (used by compaction for partitions that need
+    /// no merge and no purge).
+    pub fn append_raw(&mut self, key: &PartitionKey, bytes: &[u8], src: &Stats) -> Result<()> {
+        self.push_partition(key, bytes)?;
+        let s = &mut self.stats;
+        s.partitions += 1;
+        s.min_token = s.min_token.min(key.token);
+        s.max_token = s.max_token.max(key.token);
+        s.min_timestamp = s.min_timestamp.min(src.min_timestamp);
+        s.max_timestamp = s.max_timestamp.max(src.max_timestamp);
+        let len = bytes.len() as u64;
+        let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
+        s.partition_size_histogram[bucket] += 1;
+        s.rows += src.rows.checked_div(src.partitions).unwrap_or(0);
+        if !src.min_clustering.is_empty()
+            && (s.min_clustering.is_empty()
+                || self
+                    .cmp
+                    .compare(&src.min_clustering, &s.min_clustering)
+                    .is_lt())
+        {
+            s.min_clustering = src.min_clustering.clone();
+        }
+        if !src.max_clustering.is_empty()
+            && (s.max_clustering.is_empty()
+                || self
+                    .cmp
+                    .compare(&src.max_clustering, &s.max_clustering)
+                    .is_gt())
+        {
+            s.max_clustering = src.max_clustering.clone();
+        }
+        Ok(())
+    }
+
+    fn push_partition(&mut self, key: &PartitionKey, bytes: &[u8]) -> Result<()> {
         if let Some(last) = &self.last_key {
             assert!(
                 last < key,
@@ -367,17 +484,8 @@ impl SSTableWriter {
         }
         self.last_key = Some(key.clone());
         let start = self.uncompressed_bytes();
-        self.scratch.clear();
-        put_bytes(&mut self.scratch, &key.key);
-        self.scratch.extend_from_slice(&key.token.to_be_bytes());
-        let base = u.max_timestamp();
-        let zz = ((base << 1) ^ (base >> 63)) as u64;
-        put_var(&mut self.scratch, zz);
-        encode_update(u, base, &mut self.scratch);
-        let len = self.scratch.len() as u64;
-        self.pending.extend_from_slice(&self.scratch);
-        self.update_stats(key, u, len);
-        // Index entry.
+        let len = bytes.len() as u64;
+        self.pending.extend_from_slice(bytes);
         if self.index_block_entries == 0 {
             self.summary.extend_from_slice(&key.token.to_le_bytes());
             put_bytes(&mut self.summary, &key.key);
@@ -444,29 +552,40 @@ impl SSTableWriter {
         Ok(())
     }
 
-    fn update_stats(&mut self, key: &PartitionKey, u: &PartitionUpdate, len: u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn update_stats(
+        &mut self,
+        key: &PartitionKey,
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        rows: &[&Row],
+        rts: &[RangeTombstone],
+        len: u64,
+        min_ts: i64,
+        max_ts: i64,
+    ) {
         let s = &mut self.stats;
         s.partitions += 1;
-        s.rows += u.rows.len() as u64;
+        s.rows += rows.len() as u64;
         s.min_token = s.min_token.min(key.token);
         s.max_token = s.max_token.max(key.token);
-        s.min_timestamp = s.min_timestamp.min(crate::memtable::min_timestamp(u));
-        s.max_timestamp = s.max_timestamp.max(u.max_timestamp());
+        s.min_timestamp = s.min_timestamp.min(min_ts);
+        s.max_timestamp = s.max_timestamp.max(max_ts);
         let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
         s.partition_size_histogram[bucket] += 1;
         let ldt = |t: i32, s: &mut Stats| {
             s.min_local_deletion_time = s.min_local_deletion_time.min(t);
             s.max_local_deletion_time = s.max_local_deletion_time.max(t);
         };
-        if let Some(d) = u.partition_deletion {
+        if let Some(d) = deletion {
             s.tombstones += 1;
             ldt(d.local_deletion_time, s);
         }
-        for rt in &u.range_tombstones {
+        for rt in rts {
             s.tombstones += 1;
             ldt(rt.deletion.local_deletion_time, s);
         }
-        for r in u.static_row.iter().chain(u.rows.iter()) {
+        for r in static_row.into_iter().chain(rows.iter().copied()) {
             if let Some(d) = r.deletion {
                 s.tombstones += 1;
                 ldt(d.local_deletion_time, s);
@@ -497,7 +616,7 @@ impl SSTableWriter {
                 }
             }
         }
-        if let Some(first) = u.rows.first()
+        if let Some(first) = rows.first()
             && (s.min_clustering.is_empty()
                 || self
                     .cmp
@@ -506,7 +625,7 @@ impl SSTableWriter {
         {
             s.min_clustering = first.clustering.0.clone();
         }
-        if let Some(last) = u.rows.last()
+        if let Some(last) = rows.last()
             && (s.max_clustering.is_empty()
                 || self
                     .cmp
@@ -1073,7 +1192,7 @@ pub struct Scanner<'a> {
     pos: usize,
 }
 
-impl Scanner<'_> {
+impl<'a> Scanner<'a> {
     fn load_block(&mut self) -> Result<()> {
         self.entries = self.sst.index_block(self.block)?;
         self.pos = 0;
@@ -1109,6 +1228,23 @@ impl Scanner<'_> {
             ));
         }
         Ok(Some((k, u)))
+    }
+
+    /// The next partition's serialized bytes, undecoded.
+    pub fn next_raw(&mut self) -> Result<Option<(PartitionKey, Bytes)>> {
+        if self.peek_key()?.is_none() {
+            return Ok(None);
+        }
+        let Some((k, e)) = self.entries.get(self.pos).cloned() else {
+            return Ok(None);
+        };
+        self.pos += 1;
+        Ok(Some((k, self.sst.read_range(e.position, e.len)?)))
+    }
+
+    /// The SSTable being scanned.
+    pub fn sstable(&self) -> &'a SSTableReader {
+        self.sst
     }
 
     pub fn skip(&mut self) {

@@ -92,20 +92,40 @@ pub fn encode_mutation(m: &Mutation, out: &mut Vec<u8>) {
 
 /// Encodes a partition update with timestamps relative to `base`.
 pub fn encode_update(u: &PartitionUpdate, base: i64, out: &mut Vec<u8>) {
-    let flags = u.partition_deletion.is_some() as u8 | ((u.static_row.is_some() as u8) << 1);
+    let rows: Vec<&Row> = u.rows.iter().collect();
+    encode_update_parts(
+        u.partition_deletion,
+        u.static_row.as_ref(),
+        &rows,
+        &u.range_tombstones,
+        base,
+        out,
+    );
+}
+
+/// [`encode_update`] from borrowed parts (lets a memtable be written without cloning).
+pub fn encode_update_parts(
+    partition_deletion: Option<DeletionTime>,
+    static_row: Option<&Row>,
+    rows: &[&Row],
+    range_tombstones: &[RangeTombstone],
+    base: i64,
+    out: &mut Vec<u8>,
+) {
+    let flags = partition_deletion.is_some() as u8 | ((static_row.is_some() as u8) << 1);
     out.push(flags);
-    if let Some(d) = u.partition_deletion {
+    if let Some(d) = partition_deletion {
         put_deletion(out, d, base);
     }
-    if let Some(r) = &u.static_row {
+    if let Some(r) = static_row {
         put_row(out, r, base);
     }
-    put_var(out, u.rows.len() as u64);
-    for r in &u.rows {
+    put_var(out, rows.len() as u64);
+    for r in rows {
         put_row(out, r, base);
     }
-    put_var(out, u.range_tombstones.len() as u64);
-    for rt in &u.range_tombstones {
+    put_var(out, range_tombstones.len() as u64);
+    for rt in range_tombstones {
         put_bound(out, &rt.start);
         put_bound(out, &rt.end);
         put_deletion(out, rt.deletion, base);
