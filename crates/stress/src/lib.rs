@@ -200,7 +200,7 @@ async fn run_async(settings: Settings, args: Vec<String>) -> anyhow::Result<()> 
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    let mut log_line = |s: &str| println!("{s}");
+    let mut log_line = |s: &str| out.line(s);
     match &settings.command {
         Command::Single(k) => {
             let ops = vec![*k];

@@ -217,10 +217,7 @@ impl Predefined {
             Err(e) if !uses_counters => log(&format!("WARN: counter1 not created: {e}")),
             Err(e) => return Err(e),
         }
-        log(&format!(
-            "Created keyspaces. Sleeping {}s for propagation.",
-            settings.nodes.len()
-        ));
+        log("Created keyspaces.");
         session
             .use_keyspace(&schema.keyspace, true)
             .await
