@@ -302,6 +302,9 @@ pub struct StorageSnapshot {
     pub metrics: amphora_storage::StorageMetrics,
     /// Sorted by (keyspace, table).
     pub tables: Vec<TableSnapshot>,
+    /// Time the shard's event loop spent running tasks (tokio's busy duration; it grows
+    /// each time the loop parks), in nanoseconds.
+    pub reactor_busy_ns: u64,
 }
 
 /// The calling shard's storage numbers (`None` before the shard's database exists).
@@ -323,10 +326,14 @@ pub fn local_storage_snapshot(shard: ShardId) -> Option<StorageSnapshot> {
         })
         .collect();
     tables.sort_by(|a, b| (&a.keyspace, &a.table).cmp(&(&b.keyspace, &b.table)));
+    let rt = tokio::runtime::Handle::current().metrics();
     Some(StorageSnapshot {
         shard,
         metrics: storage.metrics(),
         tables,
+        // A shard runs a current_thread runtime: worker 0 is the shard's loop.
+        reactor_busy_ns: u64::try_from(rt.worker_total_busy_duration(0).as_nanos())
+            .unwrap_or(u64::MAX),
     })
 }
 
@@ -394,7 +401,8 @@ fn render_histogram(
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_cache_row_hits_total` / `amphora_cache_row_misses_total` (0 until the row
 ///   cache exists), `amphora_storage_background_errors_total`,
-///   `amphora_database_sstables_per_read` (histogram of SSTables touched per read);
+///   `amphora_database_sstables_per_read` (histogram of SSTables touched per read),
+///   `amphora_reactor_busy_seconds_total` (rate = the shard's utilisation);
 /// - per table (`shard`, `ks`, `cf`): `amphora_column_family_live_sstable`,
 ///   `amphora_column_family_live_disk_space`, `amphora_column_family_memtable_bytes`,
 ///   `amphora_column_family_memtable_partitions`, `amphora_column_family_pending_flushes`,
@@ -539,6 +547,20 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             out,
             "amphora_cache_row_misses_total{{shard=\"{}\"}} {}",
             s.shard, s.metrics.row_cache_misses
+        );
+    }
+    family(
+        &mut out,
+        "amphora_reactor_busy_seconds_total",
+        "counter",
+        "Time the shard's event loop spent running tasks; its rate is the shard's utilisation (0..1).",
+    );
+    for s in snaps {
+        let _ = writeln!(
+            out,
+            "amphora_reactor_busy_seconds_total{{shard=\"{}\"}} {:.6}",
+            s.shard,
+            s.reactor_busy_ns as f64 / 1e9
         );
     }
     family(
@@ -729,8 +751,10 @@ mod tests {
             shard: 1,
             metrics: m,
             tables: vec![t],
+            reactor_busy_ns: 1_500_000_000,
         }]);
         assert!(text.contains("amphora_sstables_live{shard=\"1\"} 4\n"));
+        assert!(text.contains("amphora_reactor_busy_seconds_total{shard=\"1\"} 1.500000\n"));
         assert!(text.contains(
             "amphora_column_family_writes_total{shard=\"1\",ks=\"ks\",cf=\"we\\\"ird\"} 3\n"
         ));
