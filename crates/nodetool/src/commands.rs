@@ -538,6 +538,11 @@ fn tablestats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             let live = u(t, "live_disk_space_used");
             writeln!(out, "\t\tSpace used (live): {}", bytes(live, human))?;
             writeln!(out, "\t\tSpace used (total): {}", bytes(live, human))?;
+            writeln!(
+                out,
+                "\t\tSpace used by snapshots (total): {}",
+                bytes(u(t, "snapshots_size_bytes"), human)
+            )?;
             let ratio = f(t, "compression_ratio");
             writeln!(
                 out,

@@ -37,7 +37,7 @@ pub enum NodetoolError {
     NotImplemented(String),
     #[error("Failed to connect to '{url}' - {message}.")]
     Connect { url: String, message: String },
-    #[error("{message} (HTTP {status})")]
+    #[error("{message}")]
     Server { status: u16, message: String },
     #[error("unexpected answer from {url}: {message}")]
     BadResponse { url: String, message: String },

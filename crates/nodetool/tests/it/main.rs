@@ -256,6 +256,8 @@ fn snapshots_are_hard_links_and_can_be_cleared() {
     assert_eq!(code, 1);
     assert!(err.contains("already exists"), "{err}");
 
+    let stats = ok(&node, &["tablestats", "ks.t"]);
+    assert_ne!(field(&stats, "Space used by snapshots (total)"), "0", "{stats}");
     let l = ok(&node, &["listsnapshots"]);
     assert!(
         l.lines()

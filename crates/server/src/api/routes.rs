@@ -521,8 +521,8 @@ async fn natural_endpoints(
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
         amphora_types::token::serialize_composite_key(&refs)
     };
-    let token = amphora_types::token::murmur3_token(&bytes);
-    let _ = token; // one node owns every token: every range has this node as its replica
+    // One node owns every token range, so the key's token has this node as its replica.
+    let _token = amphora_types::token::murmur3_token(&bytes);
     Ok(Json(json!([address(&s)])))
 }
 
@@ -641,7 +641,11 @@ async fn column_family_names(State(s): S) -> ApiResult {
     Ok(Json(json!(out)))
 }
 
-fn stats_json(t: &TableSchema, per_shard: &[(u32, Option<TableStats>, TableCounters)]) -> Value {
+fn stats_json(
+    t: &TableSchema,
+    per_shard: &[(u32, Option<TableStats>, TableCounters)],
+    snapshots_bytes: u64,
+) -> Value {
     let mut total = TableStats::default();
     let mut counters = TableCounters::default();
     let mut shards = Vec::new();
@@ -681,6 +685,7 @@ fn stats_json(t: &TableSchema, per_shard: &[(u32, Option<TableStats>, TableCount
         "sstable_count": total.sstable_count,
         "sstables_in_each_level": levels.iter().map(|(l, n)| json!({"level": l, "count": n})).collect::<Vec<_>>(),
         "live_disk_space_used": total.sstable_bytes,
+        "snapshots_size_bytes": snapshots_bytes,
         "sstable_uncompressed_bytes": total.sstable_uncompressed_bytes,
         "compression_ratio": ratio,
         "estimated_partitions": total.estimated_partitions,
@@ -707,6 +712,7 @@ async fn table_stats(State(s): S, Path(name): Path<String>) -> ApiResult {
         vec![resolve_name(&schema, &name)?]
     };
     let shards = gather(&s, tables.iter().map(|t| t.id).collect()).await?;
+    let snapshots = gather_snapshots(&s, tables.clone()).await?;
     let out: Vec<Value> = tables
         .iter()
         .enumerate()
@@ -719,7 +725,12 @@ async fn table_stats(State(s): S, Path(name): Path<String>) -> ApiResult {
                         .map(|(_, st, c)| (sh.shard, st.clone(), c.clone()))
                 })
                 .collect();
-            stats_json(t, &per)
+            let snap: u64 = snapshots
+                .iter()
+                .filter(|x| x.keyspace == t.keyspace && x.table == t.name)
+                .map(|x| x.size_bytes)
+                .sum();
+            stats_json(t, &per, snap)
         })
         .collect();
     Ok(Json(json!(out)))
