@@ -233,18 +233,30 @@ pub async fn prepare(
     let parsed = ast::parse(query).map_err(syntax)?;
     let schema = inner.schema();
     let meta = crate::plan::bind_metadata(&schema, keyspace.as_deref(), &parsed)?;
+    // A SELECT is resolved now, and its result columns are the very Arc every EXECUTE
+    // returns, so the transport can encode that metadata once.
+    let select_plan = std::sync::OnceLock::new();
+    let result_columns = match &parsed.statement {
+        ast::Statement::Select(s) if !s.json => {
+            let plan = Arc::new(crate::select::plan_select(&schema, keyspace.as_deref(), s)?);
+            let cols = plan.columns.clone();
+            let _ = select_plan.set(plan);
+            cols
+        }
+        _ => Arc::new(meta.result_columns),
+    };
     let info = PreparedInfo {
         id: id.clone(),
-        result_metadata_id: result_metadata_id(&meta.result_columns),
+        result_metadata_id: result_metadata_id(&result_columns),
         bind_columns: Arc::new(meta.bind_columns),
         pk_indexes: meta.pk_indexes,
-        result_columns: Arc::new(meta.result_columns),
+        result_columns,
         is_lwt: meta.is_lwt,
     };
     let table = statement_table(&parsed.statement, keyspace.as_deref());
     let stmt = Arc::new(PreparedStmt {
         table,
-        select_plan: std::sync::OnceLock::new(),
+        select_plan,
         query: query.to_string(),
         keyspace,
         marker_names: parsed
