@@ -132,3 +132,41 @@ fn every_documented_get_is_served_and_errors_are_json() {
         }
     }
 }
+
+#[test]
+fn background_compaction_is_a_task_with_progress() {
+    let node = TestNode::start(2).expect("start node");
+    write_rows(&node, 0, 50);
+    let (code, _, err) = node.nodetool(&["flush"]).expect("run");
+    assert_eq!(code, 0, "{err}");
+    write_rows(&node, 50, 100);
+    let (code, out, err) = node
+        .nodetool(&["compact", "--background", "ks", "t"])
+        .expect("run");
+    assert_eq!(code, 0, "{err}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Started major compaction task "))
+        .unwrap_or_else(|| panic!("no task id in: {out}"))
+        .trim()
+        .to_string();
+    let c = Client::new("127.0.0.1", node.api.port());
+    let t = c
+        .get(&format!("/task_manager/wait_task/{id}?timeout=30"))
+        .expect("wait");
+    assert_eq!(t["state"], "done", "{t}");
+    assert_eq!(t["keyspace"], "ks");
+    assert!(t["progress_total"].as_u64().unwrap_or(0) > 0, "{t}");
+    assert_eq!(t["progress_completed"], t["progress_total"], "{t}");
+    let listed = c
+        .get("/task_manager/list_module_tasks/compaction")
+        .expect("list");
+    assert!(
+        listed
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["id"] == id.as_str()))
+    );
+    // Nothing is running any more.
+    let running = c.get("/compaction_manager/compactions").expect("running");
+    assert_eq!(running.as_array().map(Vec::len), Some(0));
+}
