@@ -39,13 +39,17 @@ fn amphora_bin() -> PathBuf {
 }
 
 fn start_node() -> Node {
+    start_node_in("main")
+}
+
+fn start_node_in(name: &str) -> Node {
     let bin = amphora_bin();
     assert!(
         bin.exists(),
         "{} not found: run `cargo build -p amphora` first or set AMPHORA_BIN",
         bin.display()
     );
-    let dir = std::env::temp_dir().join(format!("amphora-stress-it-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("amphora-stress-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let port = free_port();
@@ -315,4 +319,51 @@ fn no_server() {
         ),
         "{e}"
     );
+}
+
+/// The server goes away mid-run: with `-errors ignore` failures are counted and the run
+/// finishes; without it the run stops with a clear error.
+#[test]
+fn server_going_away() {
+    let run_against = |node: &Node, extra: &str| {
+        let json = node.dir.join("gone.json");
+        let args = amphora_stress::settings::shell_words(&format!(
+            "write duration=4s no-warmup -rate threads=8 -node 127.0.0.1 -port native={} {extra} -log json={}",
+            node.port,
+            json.display()
+        ));
+        let handle = std::thread::spawn(move || amphora_stress::run(args));
+        (handle, json)
+    };
+
+    let mut node = start_node_in("gone-ignore");
+    let (handle, json) = run_against(&node, "-errors ignore");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = node.child.kill();
+    let _ = node.child.wait();
+    let res = handle.join().expect("stress thread");
+    assert!(res.is_ok(), "{res:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid");
+    assert!(ops(&v) > 0, "{v}");
+    assert!(errors(&v) > 0, "{v}");
+    assert!(v["aborted"].is_null(), "{v}");
+
+    let mut node = start_node_in("gone-stop");
+    let (handle, json) = run_against(&node, "");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = node.child.kill();
+    let _ = node.child.wait();
+    let res = handle.join().expect("stress thread");
+    let e = res.expect_err("the run stops");
+    assert!(
+        matches!(
+            e.downcast_ref::<amphora_stress::StressError>(),
+            Some(amphora_stress::StressError::OperationFailed { .. })
+        ),
+        "{e}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid");
+    assert!(v["aborted"].is_string(), "{v}");
 }
