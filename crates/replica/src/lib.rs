@@ -15,7 +15,6 @@ pub mod snapshot;
 pub mod stats;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -67,7 +66,7 @@ pub struct ShardDb {
     counter_id: u128,
     storage: ShardStorage,
     /// Local reads/writes per table (shard-owned integers; nodetool and /metrics).
-    table_counters: RefCell<HashMap<TableId, stats::TableCounters>>,
+    table_counters: RefCell<stats::TableCounterMap>,
 }
 
 /// Opens (and replays) this shard's storage and installs it as the shard's database.
@@ -83,7 +82,7 @@ pub fn init_shard(
         shard,
         counter_id: host_id ^ u128::from(shard),
         storage,
-        table_counters: RefCell::new(HashMap::new()),
+        table_counters: RefCell::new(stats::TableCounterMap::default()),
     });
     DB.with(|d| *d.borrow_mut() = Some(db.clone()));
     Ok(db)
@@ -131,7 +130,7 @@ impl ShardDb {
     }
 
     /// This shard's per-table counters (tables never read or written are absent).
-    pub fn table_counters(&self) -> HashMap<TableId, stats::TableCounters> {
+    pub fn table_counters(&self) -> stats::TableCounterMap {
         self.table_counters.borrow().clone()
     }
 

@@ -1,7 +1,34 @@
 //! Per-table read/write counters and latency histograms of one shard (nodetool tablestats,
 //! tablehistograms, /metrics). Plain integers owned by the shard: no atomics, no locks.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
+
+use amphora_types::schema::TableId;
+
+/// Hashes a `TableId` (a random UUID) by folding its 128 bits: the per-table counters are
+/// looked up on every read and write, and SipHash is not needed against our own ids.
+#[derive(Default)]
+pub struct TableIdHasher(u64);
+
+impl Hasher for TableIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `TableId` (it hashes one u128); FNV-1a for anything else.
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= (v as u64) ^ ((v >> 64) as u64);
+    }
+}
+
+/// Per-table counters of one shard.
+pub type TableCounterMap = HashMap<TableId, TableCounters, BuildHasherDefault<TableIdHasher>>;
 
 /// Buckets of a [`Histogram`]: Cassandra's `EstimatedHistogram` offsets (1, 2, 3, … each
 /// about 1.2× the previous), so percentiles read like Cassandra's.
@@ -123,6 +150,17 @@ impl TableCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_ids_hash_by_folding() {
+        let mut m = TableCounterMap::default();
+        m.entry(TableId(1 << 70 | 5)).or_default().writes += 1;
+        m.entry(TableId(7)).or_default().writes += 2;
+        m.entry(TableId(1 << 70 | 5)).or_default().writes += 1;
+        assert_eq!(m.get(&TableId(1 << 70 | 5)).map(|c| c.writes), Some(2));
+        assert_eq!(m.get(&TableId(7)).map(|c| c.writes), Some(2));
+        assert_eq!(m.len(), 2);
+    }
 
     #[test]
     fn offsets_grow_like_cassandra() {
