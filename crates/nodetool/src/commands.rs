@@ -132,7 +132,7 @@ pub fn help(out: &mut dyn Write) -> R {
 
 pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> R {
     match cmd {
-        "help" => help(out),
+        "help" | "--help" => help(out),
         "status" => status(c, args, out),
         "info" => info(c, args, out),
         "ring" => ring(c, args, out),
