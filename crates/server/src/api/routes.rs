@@ -961,7 +961,8 @@ async fn start_major(
                             .map_err(|e| format!("{}.{}: {e}", t.keyspace, t.name))?;
                         let post = db.storage().table_stats(t.id).unwrap_or_default();
                         update_task(&st, &tid, |task| {
-                            task.progress_completed += pre.sstable_bytes
+                            task.progress_completed = (task.progress_completed + pre.sstable_bytes)
+                                .min(task.progress_total)
                         });
                         if pre.sstable_count > 1
                             && let Ok(mut j) = st.jobs.lock()
@@ -994,6 +995,10 @@ async fn start_major(
         }
         update_task(&state, &task_id, |t| {
             t.end_time_ms = Some(now_ms());
+            if err.is_none() {
+                // Flushes during the task can change the input sizes measured at its start.
+                t.progress_completed = t.progress_total;
+            }
             t.state = if err.is_some() { "failed" } else { "done" }.into();
             t.error = err;
         });
