@@ -369,14 +369,19 @@ def generate(out_dir, docs=True):
     for k, label in (("status", "status"), ("method", "how"), ("seconds", "time (s)"),
                      ("bytes_before", "bytes before"), ("bytes_after", "bytes after"),
                      ("sstables_before", "SSTables before"), ("sstables_after", "SSTables after"),
-                     ("mb_per_s", "MB/s (input bytes / time)"), ("reason", "note")):
+                     ("mb_per_s", "MB/s (input bytes / time)"),
+                     ("server_log_seconds", "time in the server's log (s)"),
+                     ("server_log_mb_per_s", "MB/s by the server's log"), ("reason", "note")):
         vc, va = comp["cassandra"].get(k), comp["amphora"].get(k)
         if vc is None and va is None:
             continue
         rows.append([label, fnum(vc) if not isinstance(vc, str) else vc,
                      fnum(va) if not isinstance(va, str) else va,
-                     ratio(va, vc) if k in ("seconds", "mb_per_s") else ""])
+                     ratio(va, vc) if k in ("seconds", "mb_per_s", "server_log_seconds",
+                                            "server_log_mb_per_s") else ""])
     L.append(md_table(["figure", "Cassandra", "Amphora", "Amphora/Cassandra"], rows) + "\n")
+    L.append("'time' is the wall time of the nodetool command (for Cassandra it includes about 2 s "
+             "of nodetool's own JVM start); the server's log gives the compaction itself.\n")
 
     L.append("## Warm-up\n")
     pair = by.get(("warmup", "read"), {})
@@ -545,7 +550,7 @@ def update_docs(res, out_dir, summary, comp_line, gaps):
              "", summary, "", comp_line, ""]
     if gaps:
         entry += ["Gaps:", ""] + [f"- {g}" for g in gaps] + [""]
-    entry = "\n".join(entry) + "\n"
+    entry = f"<!-- entry {rel} -->\n" + "\n".join(entry) + "\n<!-- /entry -->\n"
     marker = "<!-- bench entries: newest first -->"
     if DOCS.exists():
         text = DOCS.read_text()
@@ -558,8 +563,11 @@ def update_docs(res, out_dir, summary, comp_line, gaps):
                 "machine is shared and noisy.\n\n" + marker + "\n")
     if marker not in text:
         text = text.rstrip() + "\n\n" + marker + "\n"
+    # Regenerating a report replaces its own entry instead of adding a second one.
+    text = re.sub(rf"<!-- entry {re.escape(str(rel))} -->\n.*?<!-- /entry -->\n\n?", "", text,
+                  flags=re.S)
     head, tail = text.split(marker, 1)
-    DOCS.write_text(head + marker + "\n\n" + entry + tail.lstrip("\n"))
+    DOCS.write_text(head + marker + "\n\n" + entry + "\n" + tail.lstrip("\n"))
 
 
 if __name__ == "__main__":
