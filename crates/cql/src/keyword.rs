@@ -335,12 +335,11 @@ const MAX_KEYWORD_LEN: usize = 14;
 /// Packs up to 16 bytes, lower-cased, big-endian into a u128 (so that the order of packed
 /// values is the byte order of the words, NUL-padded).
 fn pack(bytes: &[u8]) -> u128 {
-    let mut v: u128 = 0;
-    for i in 0..16 {
-        let b = bytes.get(i).map_or(0, u8::to_ascii_lowercase);
-        v = (v << 8) | u128::from(b);
-    }
-    v
+    let mut buf = [0u8; 16];
+    let n = bytes.len().min(16);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    buf.make_ascii_lowercase();
+    u128::from_be_bytes(buf)
 }
 
 fn packed_spellings() -> &'static [(u128, Keyword)] {
