@@ -75,13 +75,21 @@ fn parse_sync(s: &str) -> Result<CommitlogSync, String> {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // Logs go to stderr; client tools (stress, nodetool) only log warnings by default so
+    // their own output stays readable.
+    let default_level = match cli.command {
+        Command::Server(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_level.into()),
         )
         .with_target(false)
         .init();
-    let cli = Cli::parse();
     match cli.command {
         Command::Server(a) => server(a),
         Command::Stress { args } => amphora_stress::run(args),

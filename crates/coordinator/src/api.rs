@@ -172,7 +172,7 @@ pub enum QueryError {
     Config(String),
     #[error("{0}")]
     Truncate(String),
-    #[error("Cannot achieve consistency level {consistency}")]
+    #[error("Cannot achieve consistency level {}", crate::consistency::name(*.consistency))]
     Unavailable {
         consistency: ConsistencyCode,
         required: i32,

@@ -14,6 +14,7 @@
 pub mod api;
 
 pub use api::*;
+pub mod consistency;
 pub mod coordinator;
 pub mod ddl;
 pub mod describe;

@@ -383,7 +383,7 @@ pub fn bind_metadata(
                     }
                     ast::AssignmentOp::Add(e) | ast::AssignmentOp::Subtract(e) => {
                         let t = match (&ty, &a.op) {
-                            (CqlType::Counter, _) => CqlType::Bigint,
+                            (CqlType::Counter, _) => CqlType::Counter,
                             (CqlType::Map { key, .. }, ast::AssignmentOp::Subtract(_)) => {
                                 CqlType::Set {
                                     elem: key.clone(),

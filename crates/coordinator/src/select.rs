@@ -198,6 +198,7 @@ pub async fn run_select(
         let rows = (v.rows)(&schema, &inner.shared.info);
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
     }
+    crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, false)?;
     let r = restrict::analyze(table, &s.where_clause, &ctx)?;
     if r.needs_filtering && !s.allow_filtering {
         return Err(invalid(

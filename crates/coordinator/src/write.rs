@@ -60,6 +60,14 @@ pub async fn run_write(
     };
     let table = crate::plan::resolve_table(&schema, keyspace, table_name)?;
     check_writable(&table)?;
+    let ks = schema.keyspace(&table.keyspace);
+    crate::consistency::check(ks, opts.consistency, true)?;
+    if conditional {
+        let serial = opts
+            .serial_consistency
+            .unwrap_or(crate::consistency::SERIAL);
+        crate::consistency::check(ks, serial, false)?;
+    }
     let planned = plan_write(&table, st, &ctx, timestamp)?;
     if conditional {
         return crate::lwt::run_conditional(inner, &table, st, &ctx, planned).await;
@@ -984,6 +992,7 @@ pub async fn run_batch(
         }
         let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
         check_writable(&table)?;
+        crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, true)?;
         match (kind, table.is_counter) {
             (BatchType::Counter, false) => {
                 return Err(invalid(

@@ -146,3 +146,28 @@ def test_json_insert_select_and_functions(session, keyspace):
     assert r.name == "w" and not r.tags
     r = session.execute(f"SELECT toTimestamp(now()) AS t, toUnixTimestamp(ts) AS u FROM {t} WHERE k = 1").one()
     assert r.t is not None
+
+
+def test_consistency_levels_against_live_replicas(session, keyspace):
+    from cassandra import ConsistencyLevel, Unavailable
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.query import SimpleStatement
+
+    def unavailable(stmt):
+        # The default retry policy may turn Unavailable into NoHostAvailable wrapping it.
+        with pytest.raises((Unavailable, NoHostAvailable)) as e:
+            session.execute(stmt)
+        assert "Unavailable" in repr(e.value) and "alive_replicas" in repr(e.value)
+
+    ks3 = f"{keyspace}_rf3"
+    session.execute(f"CREATE KEYSPACE {ks3} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 3}}")
+    session.execute(f"CREATE TABLE {ks3}.t (k int PRIMARY KEY, v int)")
+    one = SimpleStatement(f"INSERT INTO {ks3}.t (k, v) VALUES (1, 1)", consistency_level=ConsistencyLevel.ONE)
+    session.execute(one)
+    # One live node cannot give QUORUM (2 of 3) or ALL: Unavailable, as on a 1-node Cassandra.
+    for cl in (ConsistencyLevel.QUORUM, ConsistencyLevel.ALL):
+        unavailable(SimpleStatement(f"INSERT INTO {ks3}.t (k, v) VALUES (2, 2)", consistency_level=cl))
+        unavailable(SimpleStatement(f"SELECT * FROM {ks3}.t WHERE k = 1", consistency_level=cl))
+    got = session.execute(SimpleStatement(f"SELECT v FROM {ks3}.t WHERE k = 1", consistency_level=ConsistencyLevel.LOCAL_ONE)).one()
+    assert got.v == 1
+    session.execute(f"DROP KEYSPACE {ks3}")

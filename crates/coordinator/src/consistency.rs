@@ -1,0 +1,125 @@
+//! Consistency levels against the replicas that are alive. With one node, a keyspace of
+//! RF=3 has one live replica, so QUORUM (2) is Unavailable — exactly as Cassandra answers.
+
+use crate::api::{ConsistencyCode, QueryError};
+use crate::schema::KeyspaceDef;
+
+pub const ANY: u16 = 0;
+pub const ONE: u16 = 1;
+pub const TWO: u16 = 2;
+pub const THREE: u16 = 3;
+pub const QUORUM: u16 = 4;
+pub const ALL: u16 = 5;
+pub const LOCAL_QUORUM: u16 = 6;
+pub const EACH_QUORUM: u16 = 7;
+pub const SERIAL: u16 = 8;
+pub const LOCAL_SERIAL: u16 = 9;
+pub const LOCAL_ONE: u16 = 10;
+
+/// This node's data center (also in system.local).
+pub const LOCAL_DC: &str = "datacenter1";
+
+pub fn name(cl: ConsistencyCode) -> &'static str {
+    match cl {
+        ANY => "ANY",
+        ONE => "ONE",
+        TWO => "TWO",
+        THREE => "THREE",
+        QUORUM => "QUORUM",
+        ALL => "ALL",
+        LOCAL_QUORUM => "LOCAL_QUORUM",
+        EACH_QUORUM => "EACH_QUORUM",
+        SERIAL => "SERIAL",
+        LOCAL_SERIAL => "LOCAL_SERIAL",
+        LOCAL_ONE => "LOCAL_ONE",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Replication factor per data center of a keyspace.
+fn rf_by_dc(ks: &KeyspaceDef) -> Vec<(String, u32)> {
+    let class = ks
+        .replication
+        .get("class")
+        .map(String::as_str)
+        .unwrap_or_default();
+    if class.ends_with("NetworkTopologyStrategy") {
+        ks.replication
+            .iter()
+            .filter(|(k, _)| k.as_str() != "class")
+            .map(|(k, v)| (k.clone(), v.parse().unwrap_or(0)))
+            .collect()
+    } else if class.ends_with("EverywhereStrategy") {
+        vec![(LOCAL_DC.to_string(), 1)]
+    } else {
+        let rf = ks
+            .replication
+            .get("replication_factor")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        vec![(LOCAL_DC.to_string(), rf)]
+    }
+}
+
+fn quorum(rf: u32) -> u32 {
+    rf / 2 + 1
+}
+
+/// Checks that `cl` can be met with the live replicas (this node only, for now).
+pub fn check(
+    ks: Option<&KeyspaceDef>,
+    cl: ConsistencyCode,
+    is_write: bool,
+) -> Result<(), QueryError> {
+    let Some(ks) = ks else { return Ok(()) };
+    if cl == ANY && !is_write {
+        return Err(QueryError::Invalid(
+            "ANY ConsistencyLevel is only supported for writes".into(),
+        ));
+    }
+    if matches!(cl, SERIAL | LOCAL_SERIAL) && is_write {
+        return Err(QueryError::Invalid(format!(
+            "You must use conditional updates for serializable writes"
+        )));
+    }
+    let dcs = rf_by_dc(ks);
+    let total: u32 = dcs.iter().map(|d| d.1).sum();
+    let local: u32 = dcs.iter().filter(|d| d.0 == LOCAL_DC).map(|d| d.1).sum();
+    // The one live node is a replica of every range when the local DC has RF >= 1.
+    let alive_local = u32::from(local > 0);
+    let (required, alive) = match cl {
+        ANY => return Ok(()),
+        ONE | LOCAL_ONE => (1, alive_local),
+        TWO => (2, alive_local),
+        THREE => (3, alive_local),
+        QUORUM | SERIAL => (quorum(total), alive_local),
+        ALL => (total, alive_local),
+        LOCAL_QUORUM | LOCAL_SERIAL => (quorum(local), alive_local),
+        EACH_QUORUM => {
+            for (dc, rf) in &dcs {
+                let alive = if dc == LOCAL_DC { alive_local } else { 0 };
+                if *rf > 0 && alive < quorum(*rf) {
+                    return Err(QueryError::Unavailable {
+                        consistency: cl,
+                        required: quorum(*rf) as i32,
+                        alive: alive as i32,
+                    });
+                }
+            }
+            return Ok(());
+        }
+        other => {
+            return Err(QueryError::Invalid(format!(
+                "Unknown consistency level {other}"
+            )));
+        }
+    };
+    if alive < required || (required == 0 && !matches!(cl, ANY)) {
+        return Err(QueryError::Unavailable {
+            consistency: cl,
+            required: required.max(1) as i32,
+            alive: alive as i32,
+        });
+    }
+    Ok(())
+}
