@@ -21,7 +21,6 @@ const NOT_YET: &[&str] = &[
     "enableautocompaction",
     "garbagecollect",
     "getcompactionthroughput",
-    "getlogginglevels",
     "gossipinfo",
     "import",
     "invalidatekeycache",
@@ -36,7 +35,6 @@ const NOT_YET: &[&str] = &[
     "resetlocalschema",
     "scrub",
     "setcompactionthroughput",
-    "setlogginglevel",
     "settraceprobability",
     "gettraceprobability",
     "toppartitions",
@@ -78,6 +76,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     ("flush", "Flush one or more tables"),
     ("getendpoints", "Print the end points that owns the key"),
+    ("getlogginglevels", "Get the runtime logging levels"),
     ("gettimeout", "Print the timeout of the given type in ms"),
     ("info", "Print node information (uptime, load, ...)"),
     (
@@ -85,6 +84,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "Lists all the snapshots along with the size on disk and true size",
     ),
     ("ring", "Print information about the token ring"),
+    (
+        "setlogginglevel",
+        "Set the log level of a component (ROOT for all); no arguments reset the levels",
+    ),
     (
         "settimeout",
         "Set the specified timeout in ms, or 0 to disable timeout",
@@ -165,6 +168,8 @@ pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> 
             Ok(())
         }
         "version" => version(c, args, out),
+        "getlogginglevels" => getlogginglevels(c, out),
+        "setlogginglevel" => setlogginglevel(c, args),
         other if NOT_YET.contains(&other) => {
             Err(NodetoolError::Unsupported(format!("'nodetool {other}'")))
         }
@@ -1113,6 +1118,40 @@ fn version(c: &Client, args: &[String], out: &mut dyn Write) -> R {
         writeln!(out, "AmphoraVersion: {}", a.as_str().unwrap_or(""))?;
     }
     Ok(())
+}
+
+// ---- log levels ----
+
+fn getlogginglevels(c: &Client, out: &mut dyn Write) -> R {
+    let l = c.get("/system/logger")?;
+    writeln!(out)?;
+    writeln!(out, "{:<50}{:>10}", "Logger Name", "Log Level")?;
+    for x in arr(&l) {
+        writeln!(out, "{:<50}{:>10}", s(x, "logger"), s(x, "level"))?;
+    }
+    Ok(())
+}
+
+fn setlogginglevel(c: &Client, args: &[String]) -> R {
+    match args {
+        [] => c.delete("/system/logger").map(drop),
+        [target] => c
+            .post(&format!("/system/logger/{}", encode(target)))
+            .map(drop),
+        [target, level] if target == "ROOT" => c
+            .post(&format!("/system/logger?level={}", encode(level)))
+            .map(drop),
+        [target, level] => c
+            .post(&format!(
+                "/system/logger/{}?level={}",
+                encode(target),
+                encode(level)
+            ))
+            .map(drop),
+        _ => Err(NodetoolError::Usage(
+            "setlogginglevel takes [<component|class>] [<level>]".into(),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod config;
 pub mod error_map;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod transport;

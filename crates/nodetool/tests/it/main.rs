@@ -257,7 +257,11 @@ fn snapshots_are_hard_links_and_can_be_cleared() {
     assert!(err.contains("already exists"), "{err}");
 
     let stats = ok(&node, &["tablestats", "ks.t"]);
-    assert_ne!(field(&stats, "Space used by snapshots (total)"), "0", "{stats}");
+    assert_ne!(
+        field(&stats, "Space used by snapshots (total)"),
+        "0",
+        "{stats}"
+    );
     let l = ok(&node, &["listsnapshots"]);
     assert!(
         l.lines()
@@ -378,4 +382,35 @@ fn restore_from_a_snapshot() {
         let (n,): (i64,) = r.single_row().expect("one row");
         assert_eq!(n, 100, "every row is back");
     });
+}
+
+/// Runtime log levels work once the binary starts logging through
+/// `amphora_server::logging::init`; until then both commands say "not supported yet".
+#[test]
+fn logging_levels() {
+    let node = TestNode::start(1).expect("start node");
+    let (code, out, err) = node.nodetool(&["getlogginglevels"]).expect("run");
+    if code == 2 {
+        assert!(err.contains("not supported yet"), "{err}");
+        let (code, _, err) = node
+            .nodetool(&["setlogginglevel", "amphora_storage", "debug"])
+            .expect("run");
+        assert_eq!(code, 2, "{err}");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Logger Name") && out.contains("ROOT"), "{out}");
+    ok(&node, &["setlogginglevel", "amphora_storage", "DEBUG"]);
+    let out = ok(&node, &["getlogginglevels"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("amphora_storage") && l.ends_with("DEBUG")),
+        "{out}"
+    );
+    let (code, _, err) = node
+        .nodetool(&["setlogginglevel", "amphora_storage", "loud"])
+        .expect("run");
+    assert_eq!(code, 1, "{err}");
+    ok(&node, &["setlogginglevel"]);
+    assert!(!ok(&node, &["getlogginglevels"]).contains("amphora_storage"));
 }

@@ -97,6 +97,11 @@ pub(crate) fn router(state: Arc<ApiState>) -> Router {
             get(timeout).post(timeout),
         )
         .route("/system/uptime_ms", get(uptime_ms))
+        .route(
+            "/system/logger",
+            get(get_loggers).post(set_root_logger).delete(reset_loggers),
+        )
+        .route("/system/logger/{name}", post(set_logger))
         .route("/failure_detector/simple_states", get(simple_states))
         .route("/failure_detector/endpoints", get(fd_endpoints))
         // native transport, drain, stop
@@ -549,6 +554,53 @@ async fn fd_endpoints(State(s): S) -> ApiResult {
         "rack": RACK,
         "status": if mode(&s) == OperationMode::Normal { "NORMAL" } else { mode(&s).as_str() },
     }])))
+}
+
+// ---- log levels ----
+
+fn logging_error(e: crate::logging::LoggingError) -> ApiError {
+    use crate::logging::LoggingError as E;
+    match e {
+        E::NotInstalled => ApiError::unsupported(e.to_string()),
+        E::BadLevel(_) | E::BadTarget(_) => ApiError::bad_request(e.to_string()),
+        E::Reload(_) => ApiError::internal(e),
+    }
+}
+
+fn levels_json(l: &crate::logging::Levels) -> Value {
+    let mut out = vec![json!({ "logger": "ROOT", "level": l.root.to_ascii_uppercase() })];
+    for (t, lv) in &l.targets {
+        out.push(json!({ "logger": t, "level": lv.to_ascii_uppercase() }));
+    }
+    json!(out)
+}
+
+#[derive(Deserialize)]
+struct LevelQuery {
+    level: Option<String>,
+}
+
+async fn get_loggers() -> ApiResult {
+    let l = crate::logging::levels().map_err(logging_error)?;
+    Ok(Json(levels_json(&l)))
+}
+
+async fn set_root_logger(Query(q): Query<LevelQuery>) -> ApiResult {
+    let level = q
+        .level
+        .ok_or_else(|| ApiError::bad_request("missing level"))?;
+    let l = crate::logging::set_level(None, Some(&level)).map_err(logging_error)?;
+    Ok(Json(levels_json(&l)))
+}
+
+async fn set_logger(Path(name): Path<String>, Query(q): Query<LevelQuery>) -> ApiResult {
+    let l = crate::logging::set_level(Some(&name), q.level.as_deref()).map_err(logging_error)?;
+    Ok(Json(levels_json(&l)))
+}
+
+async fn reset_loggers() -> ApiResult {
+    let l = crate::logging::set_level(None, None).map_err(logging_error)?;
+    Ok(Json(levels_json(&l)))
 }
 
 // ---- native transport, drain ----
