@@ -564,7 +564,10 @@ fn compact_into(
                 });
             }
         }
-        let Some(mut merged) = merged else { continue };
+        let Some(merged) = merged else { continue };
+        // Apply shadowing inside the partition before purging tombstones (a single
+        // source was never merged).
+        let mut merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
         purge(&mut merged, &key, purge_ctx);
         if merged.is_empty() {
             continue;

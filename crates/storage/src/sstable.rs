@@ -1009,13 +1009,15 @@ impl SSTableReader {
     }
 
     /// Reads index block `b` of the summary.
-    fn index_block(&self, b: usize) -> Result<Vec<(PartitionKey, IndexEntry)>> {
+    /// Reads and verifies index block `b`; returns its body (without the CRC).
+    fn index_block_bytes(&self, b: usize) -> Result<Option<(Bytes, u64)>> {
         let Some(s) = self.summary.get(b) else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         if s.offset
             .checked_add(s.len as u64)
             .is_none_or(|end| end > self.index_len)
+            || s.len < 8
         {
             self.quarantined.store(true, AtomicOrdering::Relaxed);
             return Err(StorageError::corrupt(
@@ -1028,11 +1030,24 @@ impl SSTableReader {
         self.index
             .read_exact_at(&mut buf, s.offset)
             .map_err(|e| StorageError::io(&self.index_path, e))?;
-        let body = check_crc(&self.index_path, &buf).map_err(|_| {
+        if check_crc(&self.index_path, &buf).is_err() {
             self.quarantined.store(true, AtomicOrdering::Relaxed);
-            StorageError::corrupt(&self.index_path, s.offset, "index block checksum mismatch")
-        })?;
-        let mut r = Reader::with_offset(Bytes::copy_from_slice(body), s.offset as usize);
+            return Err(StorageError::corrupt(
+                &self.index_path,
+                s.offset,
+                "index block checksum mismatch",
+            ));
+        }
+        buf.truncate(buf.len() - 4);
+        Ok(Some((Bytes::from(buf), s.offset)))
+    }
+
+    /// Reads index block `b` of the summary.
+    fn index_block(&self, b: usize) -> Result<Vec<(PartitionKey, IndexEntry)>> {
+        let Some((body, offset)) = self.index_block_bytes(b)? else {
+            return Ok(Vec::new());
+        };
+        let mut r = Reader::with_offset(body, offset as usize);
         let e = |err: amphora_types::codec::DecodeError| {
             StorageError::corrupt(&self.index_path, err.offset as u64, err.reason)
         };
@@ -1048,6 +1063,59 @@ impl SSTableReader {
         Ok(out)
     }
 
+    /// Looks `key` up in index block `b` without materializing the entries.
+    fn find_in_block(&self, b: usize, key: &PartitionKey) -> Result<Option<IndexEntry>> {
+        let Some((body, offset)) = self.index_block_bytes(b)? else {
+            return Ok(None);
+        };
+        let bad = |at: usize| {
+            StorageError::corrupt(
+                &self.index_path,
+                offset + at as u64,
+                "malformed index entry",
+            )
+        };
+        let var = |pos: &mut usize| -> Result<u64> {
+            let mut v: u64 = 0;
+            for shift in (0..64).step_by(7) {
+                let byte = *body.get(*pos).ok_or_else(|| bad(*pos))?;
+                *pos += 1;
+                v |= ((byte & 0x7f) as u64) << shift;
+                if byte & 0x80 == 0 {
+                    return Ok(v);
+                }
+            }
+            Err(bad(*pos))
+        };
+        let n = u32::from_le_bytes(
+            body.get(0..4)
+                .and_then(|x| x.try_into().ok())
+                .ok_or_else(|| bad(0))?,
+        );
+        let mut pos = 4usize;
+        for _ in 0..n {
+            let token = i64::from_le_bytes(
+                body.get(pos..pos + 8)
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| bad(pos))?,
+            );
+            pos += 8;
+            let klen = var(&mut pos)? as usize;
+            let k = body
+                .get(pos..pos.saturating_add(klen))
+                .ok_or_else(|| bad(pos))?;
+            pos += klen;
+            let position = var(&mut pos)?;
+            let len = var(&mut pos)?;
+            match (token, k).cmp(&(key.token, &key.key[..])) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => return Ok(Some(IndexEntry { position, len })),
+                std::cmp::Ordering::Greater => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     /// Index of the summary block that may contain `key` (last block whose first key <= key).
     fn block_for(&self, token: i64, key: Option<&Bytes>) -> Option<usize> {
         let idx = self.summary.partition_point(|s| match key {
@@ -1061,11 +1129,7 @@ impl SSTableReader {
         let Some(b) = self.block_for(key.token, Some(&key.key)) else {
             return Ok(None);
         };
-        let block = self.index_block(b)?;
-        Ok(block
-            .binary_search_by(|(k, _)| k.cmp(key))
-            .ok()
-            .map(|i| block[i].1))
+        self.find_in_block(b, key)
     }
 
     /// Reads a whole partition, or None if the SSTable does not have it.

@@ -514,3 +514,13 @@ fn model_randomized() {
         }
     }
 }
+
+/// Seeds that found bugs: a purged range tombstone resurrecting the row it shadowed in the
+/// same SSTable (compaction skipped in-partition shadowing); a purged tombstone vs a later
+/// write with an older timestamp (model fix: eager-purge seeds only go forward in time).
+#[test]
+fn model_regressions() {
+    for seed in [1795316118028u64, 1795311830006] {
+        run_seed(seed, 600);
+    }
+}
