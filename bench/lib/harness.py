@@ -39,7 +39,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 MODES = {
     "quick": dict(
         partitions=200_000,  # standard1 rows populated (~60 MB of cells)
-        warmup_s=20,  # read warm-up before measuring (issue 7 asks 90 s in the full run)
+        warmup_s=60,  # read warm-up before measuring (issue 7 asks 90 s; the full run does)
         sat_s=15,  # each saturation run
         steps_pct=[10, 50, 90],  # fixed-rate steps, % of Cassandra's measured maximum
         step_s=10,
