@@ -633,7 +633,7 @@ class Runner:
         # 1. Populate N standard1 partitions in key order (the seeds' load phase).
         self.run("populate", "write", ["write", f"n={n}", *self.common(), *schema,
                                        "-pop", f"seq=1..{n}", *self.rate()],
-                 timeout=max(600, n // 500))
+                 timeout=max(600, n // 500))  # at >= 500 op/s
 
         # 2. Major compaction after the populate: flush, then compact, timed.
         log(f"{self.s.name}: flush + major compaction")
@@ -714,7 +714,7 @@ class Runner:
                "-errors", "ignore"]
         self.run("iot", "load", ["user", f"profile={IOT_PROFILE}", "ops(insert=1)", f"n={p * 100}",
                                  *self.common(), *self.rate(), *iot],
-                 timeout=max(600, p // 5))
+                 timeout=max(600, p * 100 // 500))  # at >= 500 rows/s
         for label, w, rd in IOT_MIXES:
             self.run("iot", label, ["user", f"profile={IOT_PROFILE}",
                                     f"ops(insert={w},query_by_machine_id={rd})",

@@ -1,0 +1,111 @@
+"""Tests of the benchmark harness's pure parts: `python3 -m unittest discover -s bench/lib`."""
+
+import json
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harness  # noqa: E402
+import report  # noqa: E402
+
+
+def stress_json(rate, p99, ops=("WRITE",)):
+    lat = {"mean": 1, "p50": 1, "p90": 2, "p95": 3, "p99": p99, "p999": p99 * 2, "max": p99 * 3}
+    fig = {"ops": int(rate * 10), "op_rate": rate, "partitions": 0, "partition_rate": 0,
+           "rows": 0, "row_rate": rate, "errors": 0, "latency_ms": lat}
+    return {"elapsed_s": 10, "total": fig, "ops": [dict(fig, name=o) for o in ops],
+            "intervals": [{"time_s": t, "total": dict(fig, op_rate=rate + t), "per_op": []}
+                          for t in (1.0, 2.0, 3.0, 3.01)], "aborted": None}
+
+
+def run(system, scenario, name, rate, p99, **kw):
+    r = {"system": system, "scenario": scenario, "name": name, "command": "amphora stress x",
+         "status": "ok", "server_cpu_s": 1.0, "server_cpu_us_per_op": 10.0, "client_cpu_s": 1,
+         "wall_s": 10, "rss_mb": 100, "other_on_server_cpus": 0.1, "other_on_client_cpus": 0.2}
+    r.update(harness.figures(stress_json(rate, p99)))
+    r.update(kw)
+    return r
+
+
+class Harness(unittest.TestCase):
+    def test_cpu_lists(self):
+        self.assertEqual(harness.cpus("0"), [0])
+        self.assertEqual(harness.cpus("0-2,5"), [0, 1, 2, 5])
+
+    def test_figures_from_stress_json(self):
+        f = harness.figures(stress_json(1000.0, 5.0, ops=("WRITE", "READ")))
+        self.assertEqual(f["op_rate"], 1000.0)
+        self.assertEqual(f["latency_ms"]["p999"], 10.0)
+        self.assertEqual(set(f["per_op"]), {"WRITE", "READ"})
+        self.assertEqual(f["intervals"][0], [1.0, 1001.0, 5.0])
+
+    def test_proc_readers_on_self(self):
+        import os
+        self.assertIsNotNone(harness.proc_cpu_s(os.getpid()))
+        self.assertGreater(harness.proc_status_kb(os.getpid(), "VmRSS"), 0)
+        self.assertTrue(harness.cpu_busy_s())
+
+
+class Report(unittest.TestCase):
+    def test_formatting(self):
+        self.assertEqual(report.fnum(None), "—")
+        self.assertEqual(report.fnum(12345), "12,345")
+        self.assertEqual(report.fnum(0.1234), "0.123")
+        self.assertEqual(report.ratio(20, 10), "2.00x")
+        self.assertEqual(report.ratio(150, 10), "15.0x")
+        self.assertEqual(report.ratio(1, None), "—")
+        self.assertEqual(report.ratio(1, 0), "—")
+
+    def test_partial_last_interval_dropped(self):
+        iv = [[1.0, 5, 1], [2.0, 5, 1], [3.0, 5, 1], [3.01, 900, 1]]
+        self.assertEqual(len(report.clean_intervals(iv)), 3)
+        self.assertEqual(len(report.clean_intervals(iv[:3])), 3)
+
+    def test_svg_is_well_formed(self):
+        for logy in (False, True):
+            svg = report.svg_chart("t <&>", "x", "y", [("a", "#000", None, [(0, 1), (10, 100)]),
+                                                        ("b", "#f00", "4,2", [(5, 0.5)])], logy=logy)
+            ET.fromstring(svg)
+        ET.fromstring(report.svg_chart("empty", "x", "y", []))
+
+    def test_generate_report_and_docs_entry_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            runs = []
+            for s, k in (("cassandra", 1), ("amphora", 4)):
+                runs += [run(s, "populate", "write", 1000 * k, 10 / k),
+                         run(s, "saturation", "read-uniform", 2000 * k, 5 / k),
+                         run(s, "fixed-read", "50%", 1000, 2 / k, target_rate=1000)]
+            runs.append(run("amphora", "iot", "10/90", 0, 0, status="failed", error="boom\nwhy"))
+            cfg = dict(harness.MODES["quick"], mode="quick", heap="2G", smp=1, server_cpus="0",
+                       client_cpus="1")
+            res = {"mode": "quick", "stamp": "s", "started": "2026-01-01 00:00:00 UTC",
+                   "command": "make bench-quick", "config": cfg,
+                   "machine": {"nproc": 2, "cpu": "cpu", "ram_gb": 1, "kernel": "k"},
+                   "systems": {"cassandra": {"label": "C", "status": "ok",
+                                             "own_max": {"read": 2000}},
+                               "amphora": {"label": "A", "status": "ok"}},
+                   "runs": runs}
+            (d / "results.json").write_text(json.dumps(res))
+            docs = d / "benchmarks.md"
+            docs.write_text("# B\n\n<!-- bench entries: newest first -->\n\n## old entry\n")
+            old, report.DOCS = report.DOCS, docs
+            try:
+                report.generate(d)
+                report.generate(d)
+            finally:
+                report.DOCS = old
+            md = (d / "report.md").read_text()
+            self.assertIn("| throughput (op/s) | 2,000 | 8,000 | 4.00x |", md)
+            self.assertIn("amphora iot 10/90: failed: why", md)
+            self.assertTrue((d / "latency-vs-load-read.svg").exists())
+            text = docs.read_text()
+            self.assertEqual(text.count("<!-- entry "), 1)
+            self.assertLess(text.index("<!-- entry "), text.index("## old entry"))
+
+
+if __name__ == "__main__":
+    unittest.main()
