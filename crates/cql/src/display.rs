@@ -732,7 +732,7 @@ impl Display for Resource {
             Resource::Table(t) => write!(f, "TABLE {t}"),
             Resource::AllTablesInKeyspace(k) => write!(f, "ALL TABLES IN KEYSPACE {k}"),
             Resource::AllRoles => f.write_str("ALL ROLES"),
-            Resource::Role(r) => write!(f, "ROLE {r}"),
+            Resource::Role(r) => write!(f, "ROLE {}", RoleName(r)),
             Resource::AllFunctions => f.write_str("ALL FUNCTIONS"),
             Resource::AllFunctionsInKeyspace(k) => write!(f, "ALL FUNCTIONS IN KEYSPACE {k}"),
             Resource::Function { name, arg_types } => {
@@ -791,6 +791,19 @@ fn role_options(f: &mut Formatter<'_>, opts: &[RoleOption]) -> fmt::Result {
         write!(f, "{o}")?;
     }
     Ok(())
+}
+
+/// Role names: an empty one can only have been written as the string literal `''`.
+struct RoleName<'a>(&'a Ident);
+
+impl Display for RoleName<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        if self.0.name.is_empty() {
+            f.write_str("''")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
 }
 
 /// Legacy user names: IDENT or a string literal.
@@ -1045,13 +1058,13 @@ impl Display for Statement {
             Statement::CreateRole(r) => {
                 f.write_str("CREATE ROLE ")?;
                 if_not_exists(f, r.if_not_exists)?;
-                write!(f, "{}", r.name)?;
+                write!(f, "{}", RoleName(&r.name))?;
                 role_options(f, &r.options)
             }
             Statement::AlterRole(r) => {
                 f.write_str("ALTER ROLE ")?;
                 if_exists(f, r.if_exists)?;
-                write!(f, "{}", r.name)?;
+                write!(f, "{}", RoleName(&r.name))?;
                 role_options(f, &r.options)
             }
             Statement::DropRole {
@@ -1060,7 +1073,7 @@ impl Display for Statement {
             } => {
                 f.write_str("DROP ROLE ")?;
                 if_exists(f, *ie)?;
-                write!(f, "{name}")
+                write!(f, "{}", RoleName(name))
             }
             Statement::CreateUser(u) => user(f, "CREATE", u),
             Statement::AlterUser(u) => user(f, "ALTER", u),
@@ -1081,11 +1094,15 @@ impl Display for Statement {
                     " ON {} {} {}",
                     p.resource,
                     if grant { "TO" } else { "FROM" },
-                    p.role
+                    RoleName(&p.role)
                 )
             }
-            Statement::GrantRole { role, grantee } => write!(f, "GRANT {role} TO {grantee}"),
-            Statement::RevokeRole { role, revokee } => write!(f, "REVOKE {role} FROM {revokee}"),
+            Statement::GrantRole { role, grantee } => {
+                write!(f, "GRANT {} TO {}", RoleName(role), RoleName(grantee))
+            }
+            Statement::RevokeRole { role, revokee } => {
+                write!(f, "REVOKE {} FROM {}", RoleName(role), RoleName(revokee))
+            }
             Statement::ListPermissions(l) => {
                 f.write_str("LIST ")?;
                 permissions(f, &l.permissions)?;
@@ -1093,7 +1110,7 @@ impl Display for Statement {
                     write!(f, " ON {r}")?;
                 }
                 if let Some(o) = &l.of {
-                    write!(f, " OF {o}")?;
+                    write!(f, " OF {}", RoleName(o))?;
                 }
                 if !l.recursive {
                     f.write_str(" NORECURSIVE")?;
@@ -1103,7 +1120,7 @@ impl Display for Statement {
             Statement::ListRoles { of, recursive } => {
                 f.write_str("LIST ROLES")?;
                 if let Some(o) = of {
-                    write!(f, " OF {o}")?;
+                    write!(f, " OF {}", RoleName(o))?;
                 }
                 if !recursive {
                     f.write_str(" NORECURSIVE")?;

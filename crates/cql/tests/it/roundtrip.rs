@@ -104,6 +104,10 @@ pub const FORMS: &[&str] = &[
     "DESCRIBE TYPE ks.address",
     "DESCRIBE FUNCTION ks.f",
     "DESCRIBE AGGREGATE a",
+    // Found by fuzzing: an empty role name exists only as a string literal.
+    "GRANT s_ TO ''",
+    "CREATE ROLE '' WITH LOGIN = false",
+    "LIST ROLES OF ''",
 ];
 
 fn check(q: &str) {
