@@ -82,14 +82,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(_) => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_level.into()),
-        )
-        .with_target(false)
-        .init();
+    amphora_server::logging::init(default_level);
     match cli.command {
         Command::Server(a) => server(a),
         Command::Stress { args } => amphora_stress::run(args),
