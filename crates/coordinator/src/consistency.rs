@@ -78,9 +78,9 @@ pub fn check(
         ));
     }
     if matches!(cl, SERIAL | LOCAL_SERIAL) && is_write {
-        return Err(QueryError::Invalid(format!(
-            "You must use conditional updates for serializable writes"
-        )));
+        return Err(QueryError::Invalid(
+            "You must use conditional updates for serializable writes".into(),
+        ));
     }
     let dcs = rf_by_dc(ks);
     let total: u32 = dcs.iter().map(|d| d.1).sum();

@@ -103,12 +103,13 @@ impl TestNode {
                 return Ok(());
             }
             if let Some(c) = self.child.as_mut()
-                && let Some(status) = c.try_wait()? {
-                    bail!(
-                        "amphora exited early ({status}); log: {}",
-                        self.data_dir.join("server.log").display()
-                    );
-                }
+                && let Some(status) = c.try_wait()?
+            {
+                bail!(
+                    "amphora exited early ({status}); log: {}",
+                    self.data_dir.join("server.log").display()
+                );
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         bail!("amphora did not open {} within {:?}", self.native, timeout)
@@ -146,7 +147,12 @@ impl TestNode {
     pub fn nodetool(&self, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
         let out = Command::new(amphora_bin()?)
             .arg("nodetool")
-            .args(["-h", &self.api.ip().to_string(), "-p", &self.api.port().to_string()])
+            .args([
+                "-h",
+                &self.api.ip().to_string(),
+                "-p",
+                &self.api.port().to_string(),
+            ])
             .args(args)
             .output()
             .context("running amphora nodetool")?;
