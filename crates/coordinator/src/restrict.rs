@@ -455,33 +455,23 @@ impl Restrictions {
         } else {
             (&self.ck_lower, &self.ck_upper)
         };
+        // A bound of the slice: prefix + bound values, or the whole prefix when unbounded.
+        let bound = |p: &[Bytes], b: &Option<(Vec<Bytes>, bool)>| match b {
+            Some((v, inc)) => {
+                let mut c = p.to_vec();
+                c.extend(v.iter().cloned());
+                if *inc {
+                    ClusteringBound::inclusive(c)
+                } else {
+                    ClusteringBound::exclusive(c)
+                }
+            }
+            None if p.is_empty() => ClusteringBound::unbounded(),
+            None => ClusteringBound::inclusive(p.to_vec()),
+        };
         for p in self.clustering_prefixes() {
-            let start = match lower {
-                Some((v, inc)) => {
-                    let mut c = p.clone();
-                    c.extend(v.iter().cloned());
-                    if *inc {
-                        ClusteringBound::inclusive(c)
-                    } else {
-                        ClusteringBound::exclusive(c)
-                    }
-                }
-                None if p.is_empty() => ClusteringBound::unbounded(),
-                None => ClusteringBound::inclusive(p.clone()),
-            };
-            let end = match upper {
-                Some((v, inc)) => {
-                    let mut c = p.clone();
-                    c.extend(v.iter().cloned());
-                    if *inc {
-                        ClusteringBound::inclusive(c)
-                    } else {
-                        ClusteringBound::exclusive(c)
-                    }
-                }
-                None if p.is_empty() => ClusteringBound::unbounded(),
-                None => ClusteringBound::inclusive(p.clone()),
-            };
+            let start = bound(&p, lower);
+            let end = bound(&p, upper);
             out.push(ClusteringSlice { start, end });
         }
         out.sort_by(|a, b| cmp.compare(&a.start.prefix.0, &b.start.prefix.0));

@@ -287,6 +287,18 @@ fn sort_cells(ty: &CqlType, cells: &mut Vec<(Bytes, Cell)>) {
     cells.dedup_by(|a, b| ty.compare_cell_path(&a.0, &b.0).is_eq());
 }
 
+/// The index of `field` in the UDT of column `column`.
+fn udt_field(u: &amphora_types::UdtDef, column: &str, field: &str) -> Result<usize, QueryError> {
+    u.field_names
+        .iter()
+        .position(|f| f == field)
+        .ok_or_else(|| {
+            invalid(format!(
+                "UDT column {column} does not have a field named {field}"
+            ))
+        })
+}
+
 struct RowBuild {
     statics: Vec<(ColumnId, ColumnData)>,
     regular: Vec<(ColumnId, ColumnData)>,
@@ -677,16 +689,7 @@ fn plan_update(
                 })
             }
             (ast::AssignmentOp::SetField { field, value }, CqlType::Udt(d)) if !d.frozen => {
-                let i = d
-                    .field_names
-                    .iter()
-                    .position(|f| *f == field.name)
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "UDT column {} does not have a field named {}",
-                            def.name, field.name
-                        ))
-                    })?;
+                let i = udt_field(d, &def.name, &field.name)?;
                 let cell = match eval(value, &d.field_types[i], ctx, &def.name)? {
                     Value::Set(v) => live(v),
                     Value::Null => Cell::tombstone(ts, now_s),
@@ -886,16 +889,7 @@ fn plan_delete(
                                 def.name
                             )));
                         };
-                        let i = u
-                            .field_names
-                            .iter()
-                            .position(|f| *f == field.name)
-                            .ok_or_else(|| {
-                                invalid(format!(
-                                    "UDT column {} does not have a field named {}",
-                                    def.name, field.name
-                                ))
-                            })?;
+                        let i = udt_field(u, &def.name, &field.name)?;
                         (
                             column.name.clone(),
                             ColumnData::Complex {
