@@ -234,7 +234,7 @@ def scenario_table(pair, op=None):
     if (c or {}).get("other_on_server_cpus") is not None or (a or {}).get("other_on_server_cpus") is not None:
         rows.append(["noise: other processes' CPU on server / client core",
                      noise(c), noise(a), "—"])
-        add("noise: server threads waiting for a CPU (s/s)", (c or {}).get("server_runqueue_wait_per_s"),
+        add("server threads runnable, waiting for the CPU (s/s, summed over threads, own included)", (c or {}).get("server_runqueue_wait_per_s"),
             (a or {}).get("server_runqueue_wait_per_s"))
     add("errors", (c or {}).get("errors"), (a or {}).get("errors"))
 
@@ -322,9 +322,10 @@ def generate(out_dir, docs=True):
              "RSS is VmRSS after the run. 'client CPU / wall' near 1.0 means the load generator's "
              "core was the bottleneck (then compare server CPU per op, not throughput). 'noise' is "
              "the CPU time other processes (other engineers' builds) took on the server's / the "
-             "client's core during the run, in cores (busy time from /proc/stat minus ours), and "
-             "how long the server's threads sat runnable waiting for a CPU (schedstat), per second: "
-             "when these are high the latencies measure the machine, not the server.\n")
+             "client's core during the run, in cores (busy time from /proc/stat minus ours): when it "
+             "is high the latencies measure the machine, not the server. The run-queue wait "
+             "(schedstat, summed over the server's threads) also counts a server's own threads "
+             "queueing behind each other on its one core (Cassandra runs ~100 threads there).\n")
 
     # Summary
     L.append("## Summary (Amphora / Cassandra)\n")
