@@ -588,9 +588,11 @@ def update_docs(res, out_dir, summary, comp_line, gaps):
                 "machine is shared and noisy.\n\n" + marker + "\n")
     if marker not in text:
         text = text.rstrip() + "\n\n" + marker + "\n"
-    # Regenerating a report replaces its own entry instead of adding a second one.
-    text = re.sub(rf"<!-- entry {re.escape(str(rel))} -->\n.*?<!-- /entry -->\n\n?", "", text,
-                  flags=re.S)
+    # Regenerating a report replaces its own entry in place instead of adding a second one.
+    pat = re.compile(rf"<!-- entry {re.escape(str(rel))} -->\n.*?<!-- /entry -->\n", re.S)
+    if pat.search(text):
+        DOCS.write_text(pat.sub(lambda _: entry, text, count=1))
+        return
     head, tail = text.split(marker, 1)
     DOCS.write_text(head + marker + "\n\n" + entry + "\n" + tail.lstrip("\n"))
 
