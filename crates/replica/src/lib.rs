@@ -78,6 +78,9 @@ pub fn init_shard(
     let shard = cfg.shard;
     let (storage, report) = ShardStorage::open(cfg, tables)?;
     tracing::info!(shard, ?report, "storage opened");
+    // Installs finished flushes and compactions (and starts the next ones) while the shard
+    // is otherwise idle; without it they would wait for the next request.
+    tokio::task::spawn_local(storage.run_background());
     let db = Rc::new(ShardDb {
         shard,
         counter_id: host_id ^ u128::from(shard),
