@@ -5,6 +5,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use amphora_server::config::{CommitlogSync, NodeConfig, parse_size};
+use std::io::Write as _;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -23,6 +25,9 @@ struct Cli {
 enum Command {
     /// Starts a node (defaults: 127.0.0.1:9042, data in ./data, one shard per core).
     Server(ServerArgs),
+    /// Offline SSTable tools (the node may be stopped).
+    #[command(subcommand)]
+    Sstable(SstableCommand),
     /// cassandra-stress-compatible load generator (see docs/dev/stress.md).
     Stress {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -34,6 +39,15 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum SstableCommand {
+    /// Prints an SSTable as JSON (like sstabledump); FILE is any component of it.
+    Dump { file: PathBuf },
+    /// Checks every checksum of every SSTable and commitlog under DIR (a node's data dir,
+    /// a shard's, or a table's); exits 1 on corruption.
+    Validate { dir: PathBuf },
 }
 
 #[derive(clap::Args)]
@@ -85,12 +99,63 @@ fn main() -> anyhow::Result<()> {
     amphora_server::logging::init(default_level);
     match cli.command {
         Command::Server(a) => server(a),
+        Command::Sstable(c) => sstable(c),
         Command::Stress { args } => amphora_stress::run(args),
         Command::Nodetool { args } => std::process::exit(amphora_nodetool::run(
             &args,
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         )),
+    }
+}
+
+fn sstable(c: SstableCommand) -> anyhow::Result<()> {
+    match c {
+        SstableCommand::Dump { file } => {
+            let json = amphora_storage::tools::dump_sstable(&file)
+                .with_context(|| format!("dumping {}", file.display()))?;
+            // A closed pipe (`| head`) ends the dump quietly.
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{json}") {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(()),
+            }
+        }
+        SstableCommand::Validate { dir } => {
+            // A node's data dir holds one storage directory per shard.
+            let mut roots: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .with_context(|| format!("reading {}", dir.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.is_dir()
+                        && p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("shard-"))
+                })
+                .collect();
+            if roots.is_empty() {
+                roots.push(dir.clone());
+            }
+            roots.sort();
+            let (mut ok, mut segments, mut errors) = (0, 0, 0);
+            for root in &roots {
+                let r = amphora_storage::tools::validate_dir(root);
+                ok += r.sstables_ok;
+                segments += r.segments;
+                for e in &r.errors {
+                    errors += 1;
+                    eprintln!("CORRUPT: {e}");
+                }
+            }
+            println!(
+                "{ok} SSTables verified, {segments} commitlog segments checked, {errors} errors"
+            );
+            if errors > 0 {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 
