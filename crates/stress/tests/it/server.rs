@@ -143,7 +143,11 @@ fn query_rows(port: u16, cql: &str, values: Vec<CqlValue>) -> Vec<Row> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let s = session(port).await;
-        let res = s.query_unpaged(cql, values).await.expect(cql);
+        // One node: read at ONE (the IoT keyspace has RF=3, so the driver's default
+        // LOCAL_QUORUM is Unavailable, as it would be on a one-node Cassandra).
+        let mut stmt = scylla::statement::unprepared::Statement::new(cql);
+        stmt.set_consistency(scylla::statement::Consistency::One);
+        let res = s.query_unpaged(stmt, values).await.expect(cql);
         res.into_rows_result()
             .expect("rows")
             .rows::<Row>()
