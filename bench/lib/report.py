@@ -357,7 +357,12 @@ def generate(out_dir, docs=True):
 
     def comp_cell(cp):
         if cp.get("status") == "ok":
-            return f"{fnum(cp.get('seconds'), ' s')}, {fnum(cp.get('mb_per_s'), ' MB/s')}"
+            cell = (f"{fnum(cp.get('seconds'), ' s')}, {fnum(cp.get('mb_per_s'), ' MB/s')} "
+                    f"({cp.get('sstables_before')} SSTables, {fnum((cp.get('bytes_before') or 0) / 1e6, ' MB')})")
+            if cp.get("server_log_seconds"):
+                cell += (f", by its own log {fnum(cp['server_log_seconds'], ' s')}, "
+                         f"{fnum(cp.get('server_log_mb_per_s'), ' MB/s')}")
+            return cell
         return f"{cp.get('status', 'not run')}"
     comp_line = (f"Major compaction: Cassandra {comp_cell(comp['cassandra'])}; "
                  f"Amphora {comp_cell(comp['amphora'])}.")
