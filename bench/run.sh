@@ -36,6 +36,7 @@ if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
   echo "[bench] cargo build --release -p amphora"
   cargo build --release -p amphora
 fi
+[[ -n "${AMPHORA_BIN:-}" ]] && export AMPHORA_BIN_GIVEN="$AMPHORA_BIN"
 bin="${AMPHORA_BIN:-$root/target/release/amphora}"
 [[ -x "$bin" ]] || { echo "no amphora binary at $bin" >&2; exit 1; }
 if ! "$bin" --help 2>/dev/null | grep -qw stress; then

@@ -788,6 +788,8 @@ def main():
         "mode": mode, "stamp": stamp, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "command": f"make bench{'-quick' if mode == 'quick' else ''}",
         "config": cfg, "machine": machine(), "systems": {}, "runs": [],
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith("BENCH_") or k == "AMPHORA_BIN_GIVEN"},
     }
     log(f"mode {mode}: {cfg}; results in {out_dir}")
     stress = Stress(cfg, raw)

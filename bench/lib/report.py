@@ -289,6 +289,12 @@ def latency_svg(out_dir, fname, title, steps):
 def generate(out_dir, docs=True):
     out_dir = Path(out_dir)
     res = json.loads((out_dir / "results.json").read_text())
+    env = res.get("env") or {}
+    if env:  # the command as run, with the knobs that were set
+        given = env.pop("AMPHORA_BIN_GIVEN", None)
+        if given:
+            env["AMPHORA_BIN"] = given
+        res["command"] = " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " " + res["command"]
     runs = res["runs"]
     by = index(runs)
     cfg = res["config"]
