@@ -68,6 +68,17 @@ pub struct ResultRows {
 }
 
 impl ResultRows {
+    /// A complete (unpaged) result of one row.
+    pub fn single_row(columns: Arc<Vec<ResultColumn>>, cells: Vec<Option<Bytes>>) -> Self {
+        ResultRows {
+            columns,
+            cells,
+            row_count: 1,
+            paging_state: None,
+            no_metadata: false,
+        }
+    }
+
     pub fn rows(&self) -> impl Iterator<Item = &[Option<Bytes>]> {
         let width = self.columns.len().max(1);
         self.cells.chunks(width).take(self.row_count)

@@ -307,13 +307,10 @@ pub fn run(
                 Some(text("Murmur3Partitioner")),
                 Some(text("SimpleSnitch")),
             ];
-            Ok(QueryResult::Rows(ResultRows {
-                columns: Arc::new(columns),
+            Ok(QueryResult::Rows(ResultRows::single_row(
+                Arc::new(columns),
                 cells,
-                row_count: 1,
-                paging_state: None,
-                no_metadata: false,
-            }))
+            )))
         }
         ast::DescribeTarget::Generic(n) => {
             if n.keyspace.is_none()

@@ -184,31 +184,19 @@ pub async fn run_conditional(
             cells.push(v);
         }
     }
-    Ok(QueryResult::Rows(ResultRows {
-        columns: Arc::new(columns),
+    Ok(QueryResult::Rows(ResultRows::single_row(
+        Arc::new(columns),
         cells,
-        row_count: 1,
-        paging_state: None,
-        no_metadata: false,
-    }))
+    )))
 }
 
 fn compare(op: ast::Operator, have: Option<&Bytes>, want: Option<&Bytes>, ty: &CqlType) -> bool {
-    use std::cmp::Ordering::*;
     match (have, want) {
         (None, None) => matches!(op, ast::Operator::Eq),
         (None, Some(_)) | (Some(_), None) => matches!(op, ast::Operator::Neq),
         (Some(h), Some(w)) => {
             let o = ty.compare(h, w);
-            match op {
-                ast::Operator::Eq => o == Equal,
-                ast::Operator::Neq => o != Equal,
-                ast::Operator::Lt => o == Less,
-                ast::Operator::Lte => o != Greater,
-                ast::Operator::Gt => o == Greater,
-                ast::Operator::Gte => o != Less,
-                _ => false,
-            }
+            crate::restrict::comparison_holds(op, o)
         }
     }
 }

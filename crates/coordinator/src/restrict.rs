@@ -23,6 +23,21 @@ pub struct Filter {
     pub element_key: Option<Bytes>,
 }
 
+/// Whether `ordering` (a value compared with the restriction's operand) satisfies `op`
+/// for the comparison operators; other operators are not comparisons and give false.
+pub fn comparison_holds(op: ast::Operator, ordering: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::*;
+    match op {
+        ast::Operator::Eq => ordering == Equal,
+        ast::Operator::Neq => ordering != Equal,
+        ast::Operator::Lt => ordering == Less,
+        ast::Operator::Lte => ordering != Greater,
+        ast::Operator::Gt => ordering == Greater,
+        ast::Operator::Gte => ordering != Less,
+        _ => false,
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Restrictions {
     /// Every partition key column restricted by = or IN: the candidate values per column.

@@ -608,15 +608,7 @@ fn filter_row(t: &TableSchema, f: &Filter, p: &PartitionData, row: &Row, _now_s:
         op => {
             let Some(v) = v else { return false };
             let o = def.ty.compare(&v, &f.values[0]);
-            match op {
-                ast::Operator::Eq => o == Equal,
-                ast::Operator::Neq => o != Equal,
-                ast::Operator::Lt => o == Less,
-                ast::Operator::Lte => o != Greater,
-                ast::Operator::Gt => o == Greater,
-                ast::Operator::Gte => o != Less,
-                _ => false,
-            }
+            crate::restrict::comparison_holds(op, o)
         }
     }
 }

@@ -869,11 +869,8 @@ pub fn list_roles(st: &ast::Statement) -> Result<QueryResult, QueryError> {
             ],
         ),
     };
-    Ok(QueryResult::Rows(ResultRows {
-        columns: Arc::new(columns),
+    Ok(QueryResult::Rows(ResultRows::single_row(
+        Arc::new(columns),
         cells,
-        row_count: 1,
-        paging_state: None,
-        no_metadata: false,
-    }))
+    )))
 }
