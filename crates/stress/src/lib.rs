@@ -258,6 +258,7 @@ async fn drive<W: Workload>(
                 interval: Duration::from_secs(3600),
                 weights: weights.clone(),
                 seed: seed ^ 0x5eed,
+                precise_pacing: true,
             };
             let r = runner::run(w.clone(), names, &cfg, |_| {}).await;
             let t = r.total();
@@ -294,6 +295,7 @@ async fn drive<W: Workload>(
         interval: settings.log.interval.unwrap_or(REPORT_INTERVAL),
         weights,
         seed,
+        precise_pacing: true,
     };
     let start_wall = SystemTime::now();
     let hdr = match &settings.log.hdrfile {

@@ -6,13 +6,18 @@
 //! stalls, every operation the stall delays is charged the wait, as a real client's users
 //! would be: this is the coordinated-omission correction.
 //!
-//! Time is tokio's clock, so tests run the engine with paused time and simulated operations.
+//! Fixed-rate pacing has two clocks. By default ([`RunConfig::precise_pacing`]) a pacer OS
+//! thread sleeps with the kernel's nanosecond timer and releases permits on a semaphore as
+//! intended start times pass; tokio's timer wheel ticks in whole milliseconds, so pacing on it
+//! would add up to ~1 ms of client lag to every measured latency. Without precise pacing the
+//! engine uses tokio's clock only, so tests run it with paused time and simulated operations.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -49,6 +54,9 @@ pub struct RunConfig {
     /// One weight per operation type.
     pub weights: Vec<f64>,
     pub seed: u64,
+    /// Fixed rate only: pace with a dedicated OS thread on the kernel's high-resolution timer
+    /// (real time; sub-100 µs lag) instead of tokio's millisecond timer (works with paused time).
+    pub precise_pacing: bool,
 }
 
 /// Handed to the caller after each interval.
@@ -93,6 +101,8 @@ enum Pace {
     },
     Fixed {
         rate: f64,
+        /// Permits released by the pacer thread as intended start times pass (precise pacing).
+        gate: Option<Arc<Semaphore>>,
     },
 }
 
@@ -129,6 +139,57 @@ impl Shared {
     }
 }
 
+/// Shortest sleep of the pacer thread: at high rates it releases several permits per wake-up
+/// rather than making a syscall per operation (each is then at most this late).
+const PACER_MIN_SLEEP: Duration = Duration::from_micros(50);
+
+/// Releases one permit on `gate` as each operation's intended start time passes, on its own OS
+/// thread (`std::thread::sleep` is nanosleep: microsecond precision, unlike tokio's 1 ms wheel).
+/// Closes the gate when the run is over so waiting workers end.
+fn spawn_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
+    let start = shared.start.into_std();
+    let deadline = shared.deadline.map(Instant::into_std);
+    let (on_error, gate_on_error) = (shared.clone(), gate.clone());
+    let spawned = std::thread::Builder::new()
+        .name("stress-pacer".into())
+        .spawn(move || {
+            let mut released: u64 = 0;
+            loop {
+                let now = std::time::Instant::now();
+                if shared.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
+                let elapsed = now.saturating_duration_since(start).as_secs_f64();
+                // Operation k is due at k / rate: operations 0..=floor(elapsed * rate) are due.
+                let mut due = (elapsed * rate).floor() as u64 + 1;
+                if let Some(n) = shared.count {
+                    due = due.min(n);
+                }
+                if due > released {
+                    gate.add_permits((due - released) as usize);
+                    released = due;
+                }
+                if shared.count.is_some_and(|n| released >= n) {
+                    // Everything is released; wait for the workers to take their tickets.
+                    if shared.issued.load(Ordering::Relaxed) >= released {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                let next = start + Duration::from_secs_f64(released as f64 / rate);
+                let wait = next.saturating_duration_since(std::time::Instant::now());
+                std::thread::sleep(wait.max(PACER_MIN_SLEEP));
+            }
+            gate.close();
+        });
+    if spawned.is_err() {
+        // No thread: nobody would release permits, so end the run instead of hanging.
+        on_error.stop.store(true, Ordering::Relaxed);
+        gate_on_error.close();
+    }
+}
+
 fn choose(weights: &[f64], total: f64, rng: &mut Rng) -> usize {
     if weights.len() <= 1 {
         return 0;
@@ -158,7 +219,10 @@ pub async fn run<W: Workload>(
             interval: Duration::from_secs_f64(1.0 / r),
             next: Mutex::new(start),
         },
-        RateMode::Fixed(r) => Pace::Fixed { rate: r },
+        RateMode::Fixed(r) => Pace::Fixed {
+            rate: r,
+            gate: cfg.precise_pacing.then(|| Arc::new(Semaphore::new(0))),
+        },
     };
     let shared = Arc::new(Shared {
         current: Mutex::new((0..n_ops).map(|_| OpStats::default()).collect()),
@@ -171,6 +235,13 @@ pub async fn run<W: Workload>(
         count: cfg.count,
         pace,
     });
+    if let Pace::Fixed {
+        rate,
+        gate: Some(gate),
+    } = &shared.pace
+    {
+        spawn_pacer(shared.clone(), gate.clone(), *rate);
+    }
     let weights = Arc::new(cfg.weights.clone());
     let mut set = JoinSet::new();
     for t in 0..cfg.threads.max(1) {
@@ -182,7 +253,19 @@ pub async fn run<W: Workload>(
         let mut rng = Rng::new(crate::distribution::mix64(cfg.seed ^ (t as u64 + 1)));
         set.spawn(async move {
             let total_weight: f64 = weights.iter().sum();
-            while let Some(k) = shared.next_ticket() {
+            loop {
+                if let Pace::Fixed {
+                    gate: Some(gate), ..
+                } = &shared.pace
+                {
+                    // Permit first, ticket second: ticket k is then always due (the pacer has
+                    // released more than k permits), so no operation starts early.
+                    match gate.acquire().await {
+                        Ok(p) => p.forget(),
+                        Err(_) => break,
+                    }
+                }
+                let Some(k) = shared.next_ticket() else { break };
                 let began = match &shared.pace {
                     Pace::Unlimited => Instant::now(),
                     Pace::Throttle { interval, next } => {
@@ -195,12 +278,14 @@ pub async fn run<W: Workload>(
                         tokio::time::sleep_until(slot).await;
                         Instant::now()
                     }
-                    Pace::Fixed { rate } => {
+                    Pace::Fixed { rate, gate } => {
                         let intended = shared.start + Duration::from_secs_f64(k as f64 / rate);
                         if shared.deadline.is_some_and(|d| intended >= d) {
                             break;
                         }
-                        tokio::time::sleep_until(intended).await;
+                        if gate.is_none() {
+                            tokio::time::sleep_until(intended).await;
+                        }
                         intended
                     }
                 };
@@ -306,6 +391,8 @@ pub async fn run<W: Workload>(
         }
     }
     let end = Instant::now();
+    // Ends the pacer thread if it is still releasing permits.
+    shared.stop.store(true, Ordering::Relaxed);
     emit(end, &mut last, &mut totals, &mut intervals, &mut rates);
     let aborted = shared
         .abort
@@ -359,6 +446,7 @@ mod tests {
             interval: Duration::from_secs(1),
             weights: vec![1.0],
             seed: 1,
+            precise_pacing: false,
         }
     }
 
@@ -466,5 +554,68 @@ mod tests {
         let r = run(Arc::new(Failing), &["WRITE".into()], &c, |_| {}).await;
         assert_eq!(r.aborted, None);
         assert_eq!(r.total().errors, 100);
+    }
+
+    /// Records when each operation actually started (real time).
+    struct Stamps(Mutex<Vec<std::time::Instant>>);
+
+    impl Workload for Stamps {
+        async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(std::time::Instant::now());
+            Ok(OpDone {
+                partitions: 1,
+                rows: 1,
+            })
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn precise_pacing_never_starts_early_and_runs_every_operation() {
+        let w = Arc::new(Stamps(Mutex::new(Vec::new())));
+        let mut c = cfg(RateMode::Fixed(2000.0), 400);
+        c.threads = 8;
+        c.precise_pacing = true;
+        let before = std::time::Instant::now();
+        let r = run(w.clone(), &["READ".to_string()], &c, |_| {}).await;
+        assert_eq!(r.total().ops, 400);
+        let mut stamps = w.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        stamps.sort();
+        assert_eq!(stamps.len(), 400);
+        // The i-th start can not precede the i-th intended start, i / 2000 s after the start.
+        for (i, t) in stamps.iter().enumerate() {
+            let intended = before + Duration::from_secs_f64(i as f64 / 2000.0);
+            assert!(
+                *t + Duration::from_micros(1) >= intended,
+                "op {i} started early"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn precise_pacing_stops_at_the_deadline_and_on_errors() {
+        let w = Arc::new(Stamps(Mutex::new(Vec::new())));
+        let mut c = cfg(RateMode::Fixed(500.0), u64::MAX);
+        c.count = None;
+        c.duration = Some(Duration::from_millis(400));
+        c.threads = 4;
+        c.precise_pacing = true;
+        let r = run(w, &["READ".to_string()], &c, |_| {}).await;
+        let ops = r.total().ops;
+        assert!((150..=201).contains(&ops), "{ops} ops in 0.4 s at 500/s");
+
+        struct Failing;
+        impl Workload for Failing {
+            async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                Err("boom".into())
+            }
+        }
+        let mut c = cfg(RateMode::Fixed(1000.0), 1_000_000);
+        c.threads = 4;
+        c.precise_pacing = true;
+        let r = run(Arc::new(Failing), &["WRITE".into()], &c, |_| {}).await;
+        assert_eq!(r.aborted.as_deref(), Some("boom"));
     }
 }
