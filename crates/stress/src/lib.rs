@@ -34,7 +34,7 @@ use scylla::client::session_builder::SessionBuilder;
 
 pub use error::StressError;
 use metrics::{Figures, format_row, format_summary, rate_stderr};
-use report::{GraphRun, HdrLog, OpSummary, RunSummary};
+use report::{AutoStep, GraphRun, HdrLog, OpSummary, RunSummary};
 use runner::{RunConfig, RunResult, Workload};
 use settings::{Command, OpKind, RateMode, Settings};
 
@@ -137,11 +137,19 @@ fn print_settings(out: &mut Output, s: &Settings, args: &[String]) {
             ""
         }
     ));
-    out.line(&format!(
-        "Rate: threads={} {}",
-        s.rate.threads,
-        describe_rate(s.rate.mode)
-    ));
+    match s.rate.auto {
+        Some(a) => out.line(&format!(
+            "Rate: auto threads>={} threads<={} {}",
+            a.min,
+            a.max,
+            describe_rate(s.rate.mode)
+        )),
+        None => out.line(&format!(
+            "Rate: threads={} {}",
+            s.rate.threads,
+            describe_rate(s.rate.mode)
+        )),
+    }
     out.line(&format!(
         "Columns: {} size={} n={}",
         s.columns.names.join(","),
@@ -271,11 +279,113 @@ async fn drive<W: Workload>(
             }
         }
     }
+    match settings.rate.auto {
+        None => {
+            let m = measured(
+                &w,
+                names,
+                &weights,
+                settings,
+                out,
+                settings.rate.threads,
+                seed,
+            )
+            .await?;
+            finish(m, names, settings, args, out, &op_desc, None)
+        }
+        Some(auto) => {
+            let mut steps: Vec<Measured> = Vec::new();
+            let mut rates: Vec<f64> = Vec::new();
+            let mut threads = auto.min;
+            loop {
+                out.line(&format!("Running with {threads} threadCount"));
+                let m = measured(&w, names, &weights, settings, out, threads, seed).await?;
+                let rate = m.total_fig.op_rate;
+                if let Some(prev) = steps.last() {
+                    out.line(&format!(
+                        "Improvement over {} threadCount: {:.0}%",
+                        prev.threads,
+                        100.0 * (rate / prev.total_fig.op_rate.max(1e-9) - 1.0)
+                    ));
+                }
+                print_summary(&m, names, settings, out);
+                let failed = m.result.aborted.is_some();
+                rates.push(rate);
+                steps.push(m);
+                if failed || !auto_keeps_going(&rates) {
+                    break;
+                }
+                match auto.next(threads) {
+                    Some(n) => threads = n,
+                    None => break,
+                }
+            }
+            out.line("");
+            out.line("             id, type       total ops,    op/s,    mean,     med,     .95,     .99,    .999,     max");
+            for m in &steps {
+                let f = &m.total_fig;
+                let l = &f.latency_ms;
+                out.line(&format!(
+                    "{:>4} threadCount, total, {:>10}, {:>7.0}, {:>7.1}, {:>7.1}, {:>7.1}, {:>7.1}, {:>7.1}, {:>7.1}",
+                    m.threads, f.ops, f.op_rate, l.mean, l.p50, l.p95, l.p99, l.p999, l.max
+                ));
+            }
+            let auto_steps: Vec<AutoStep> = steps
+                .iter()
+                .map(|m| AutoStep {
+                    threads: m.threads,
+                    total: m.total_fig.clone(),
+                })
+                .collect();
+            // The report files describe the step with the highest throughput.
+            let best = steps
+                .into_iter()
+                .max_by(|a, b| a.total_fig.op_rate.total_cmp(&b.total_fig.op_rate))
+                .ok_or_else(|| anyhow::anyhow!("auto thread search ran no step"))?;
+            finish(best, names, settings, args, out, &op_desc, Some(auto_steps))
+        }
+    }
+}
+
+/// cassandra-stress's stop rule for `-rate auto`: go on while the last three steps improved
+/// throughput on average and the last five by more than 2% on average.
+fn auto_keeps_going(rates: &[f64]) -> bool {
+    fn avg_improvement(rates: &[f64], count: usize) -> Option<f64> {
+        if rates.len() <= count {
+            return None;
+        }
+        let tail = &rates[rates.len() - count - 1..];
+        let sum: f64 = tail.windows(2).map(|w| w[1] / w[0].max(1e-9) - 1.0).sum();
+        Some(sum / count as f64)
+    }
+    avg_improvement(rates, 3).is_none_or(|i| i > 0.0)
+        && avg_improvement(rates, 5).is_none_or(|i| i > 0.02)
+}
+
+/// One measured run (after the warm-up) and what its reports need.
+struct Measured {
+    threads: usize,
+    result: RunResult,
+    total_fig: Figures,
+    per_op: Vec<(String, Figures)>,
+    start_wall: SystemTime,
+}
+
+async fn measured<W: Workload>(
+    w: &Arc<W>,
+    names: &[String],
+    weights: &[f64],
+    settings: &Settings,
+    out: &mut Output,
+    threads: usize,
+    seed: u64,
+) -> anyhow::Result<Measured> {
+    let op_desc = names.join(", ");
     let count = match (settings.count, settings.duration) {
         (None, None) => Some(1_000_000),
         (c, _) => c,
     };
-    let mut desc = format!("Running {op_desc} with {} threads ", settings.rate.threads);
+    let mut desc = format!("Running {op_desc} with {threads} threads ");
     match (count, settings.duration) {
         (_, Some(d)) => desc += &format!("for {} seconds", d.as_secs()),
         (Some(n), _) => desc += &format!("for {n} iteration"),
@@ -286,14 +396,14 @@ async fn drive<W: Workload>(
     }
     out.line(&desc);
     let cfg = RunConfig {
-        threads: settings.rate.threads,
+        threads,
         rate: settings.rate.mode,
         count,
         duration: settings.duration,
         tries: settings.tries,
         ignore_errors: settings.ignore_errors,
         interval: settings.log.interval.unwrap_or(REPORT_INTERVAL),
-        weights,
+        weights: weights.to_vec(),
         seed,
         precise_pacing: true,
     };
@@ -308,7 +418,7 @@ async fn drive<W: Workload>(
     let progress = count.filter(|_| settings.duration.is_none());
     let tty = std::io::stderr().is_terminal();
     let multi = names.len() > 1;
-    let result: RunResult = runner::run(w, names, &cfg, |ev| {
+    let result: RunResult = runner::run(w.clone(), names, &cfg, |ev| {
         let stderr = rate_stderr(ev.rates);
         if multi {
             let per_op = ev.report.per_op.iter().zip(ev.stats).zip(ev.op_totals);
@@ -377,11 +487,43 @@ async fn drive<W: Workload>(
         .zip(&result.totals)
         .map(|(n, s)| (n.clone(), Figures::of(s, result.elapsed)))
         .collect();
+    Ok(Measured {
+        threads,
+        result,
+        total_fig,
+        per_op,
+        start_wall,
+    })
+}
+
+fn print_summary(m: &Measured, _names: &[String], settings: &Settings, out: &mut Output) {
     if !settings.log.no_summary {
-        for l in format_summary(&total_fig, &per_op, result.elapsed).lines() {
+        for l in format_summary(&m.total_fig, &m.per_op, m.result.elapsed).lines() {
             out.line(l);
         }
     }
+}
+
+/// The summary (for a single run), the END line, and the JSON / graph files.
+fn finish(
+    m: Measured,
+    names: &[String],
+    settings: &Settings,
+    args: &[String],
+    out: &mut Output,
+    op_desc: &str,
+    auto: Option<Vec<AutoStep>>,
+) -> anyhow::Result<()> {
+    if auto.is_none() {
+        print_summary(&m, names, settings, out);
+    }
+    let Measured {
+        threads,
+        result,
+        total_fig,
+        per_op,
+        start_wall,
+    } = m;
     if let Some(e) = &result.aborted {
         out.line(&format!(
             "FAILURE: an operation failed after {} tries: {e}",
@@ -402,7 +544,7 @@ async fn drive<W: Workload>(
                 .map(|d| d.as_millis())
                 .unwrap_or(0),
             elapsed_s: result.elapsed.as_secs_f64(),
-            threads: settings.rate.threads,
+            threads,
             rate: describe_rate(settings.rate.mode),
             consistency: settings.consistency.to_string(),
             total: total_fig.clone(),
@@ -415,6 +557,7 @@ async fn drive<W: Workload>(
                 .collect(),
             intervals: result.intervals.clone(),
             aborted: result.aborted.clone(),
+            auto_steps: auto,
         };
         report::write_json(p, &summary)?;
     }
@@ -438,11 +581,34 @@ async fn drive<W: Workload>(
     }
     if let Some(e) = result.aborted {
         return Err(StressError::OperationFailed {
-            op: op_desc,
+            op: op_desc.to_string(),
             tries: settings.tries,
             reason: e,
         }
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::auto_keeps_going;
+
+    #[test]
+    fn auto_search_stops_when_throughput_stops_improving() {
+        // Fewer than four steps: always go on.
+        assert!(auto_keeps_going(&[100.0, 90.0, 80.0]));
+        // Still climbing.
+        assert!(auto_keeps_going(&[100.0, 200.0, 300.0, 350.0]));
+        // The last three steps lost throughput on average.
+        assert!(!auto_keeps_going(&[100.0, 200.0, 150.0, 140.0, 130.0]));
+        // Five steps whose average gain is 1%: flat enough to stop.
+        assert!(!auto_keeps_going(&[
+            100.0, 101.0, 102.0, 103.0, 104.0, 105.0
+        ]));
+        // Five steps with a 10% average gain: go on.
+        assert!(auto_keeps_going(&[
+            100.0, 110.0, 121.0, 133.0, 146.0, 161.0
+        ]));
+    }
 }

@@ -37,6 +37,16 @@ pub struct RunSummary {
     pub ops: Vec<OpSummary>,
     pub intervals: Vec<IntervalReport>,
     pub aborted: Option<String>,
+    /// `-rate auto`: every thread count tried (the rest of the file is the fastest step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_steps: Option<Vec<AutoStep>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AutoStep {
+    pub threads: usize,
+    #[serde(flatten)]
+    pub total: Figures,
 }
 
 #[derive(Debug, Clone, Serialize)]

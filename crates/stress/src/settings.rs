@@ -155,6 +155,30 @@ pub struct Rate {
     /// Concurrent in-flight operations.
     pub threads: usize,
     pub mode: RateMode,
+    /// `auto` (or `threads>=`/`threads<=`): search the thread count that saturates the server.
+    pub auto: Option<AutoThreads>,
+}
+
+/// cassandra-stress's automatic thread search: runs at `min` threads, then doubling below 16
+/// and growing by half above, up to `max`, until throughput stops improving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoThreads {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl Default for AutoThreads {
+    fn default() -> Self {
+        AutoThreads { min: 4, max: 1000 }
+    }
+}
+
+impl AutoThreads {
+    /// The thread count after `t`, or `None` past `max`.
+    pub fn next(&self, t: usize) -> Option<usize> {
+        let n = if t < 16 { t * 2 } else { t + t / 2 };
+        (n <= self.max).then_some(n)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -401,6 +425,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
     let mut rate = Rate {
         threads: default_threads,
         mode: RateMode::Unlimited,
+        auto: None,
     };
     if let Some(p) = groups.remove("-rate") {
         for w in p {
@@ -426,13 +451,32 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
                     return Err(bad_opt("-rate", &w));
                 }
                 rate.mode = RateMode::Fixed(r);
-            } else if lw == "auto" || lw.starts_with("threads>=") || lw.starts_with("threads<=") {
-                // Automatic thread search is not implemented: runs with the default threads.
-                accepted.push(w);
+            } else if lw == "auto" {
+                rate.auto.get_or_insert_with(AutoThreads::default);
+            } else if let Some(v) = lw.strip_prefix("threads>=") {
+                let n: usize = v.parse().map_err(|_| bad_opt("-rate", &w))?;
+                if n == 0 || n > THREADS_MAX {
+                    return Err(bad_opt("-rate", &w));
+                }
+                rate.auto.get_or_insert_with(AutoThreads::default).min = n;
+            } else if let Some(v) = lw.strip_prefix("threads<=") {
+                let n: usize = v.parse().map_err(|_| bad_opt("-rate", &w))?;
+                if n == 0 || n > THREADS_MAX {
+                    return Err(bad_opt("-rate", &w));
+                }
+                rate.auto.get_or_insert_with(AutoThreads::default).max = n;
             } else {
                 return Err(bad_opt("-rate", &w));
             }
         }
+    }
+
+    if let Some(a) = rate.auto
+        && a.min > a.max
+    {
+        return Err(StressError::usage(
+            "-rate: threads>= must not exceed threads<=",
+        ));
     }
 
     let mut columns = Columns {
@@ -1204,7 +1248,8 @@ mod tests {
             s.rate,
             Rate {
                 threads: 350,
-                mode: RateMode::Unlimited
+                mode: RateMode::Unlimited,
+                auto: None,
             }
         );
         let s = ok("write n=1 -rate threads=700 throttle=25000/s");
@@ -1222,6 +1267,22 @@ mod tests {
         assert!(p("write n=1 -rate threads=x").is_err());
         assert!(p("write n=1 -rate fixed=0/s").is_err());
         assert!(p("write n=1 -rate speed=9").is_err());
+    }
+
+    #[test]
+    fn rate_auto() {
+        let a = ok("write n=1 -rate auto").rate.auto;
+        assert_eq!(a, Some(AutoThreads { min: 4, max: 1000 }));
+        let a = ok("write n=1 -rate threads>=8 threads<=100").rate.auto;
+        assert_eq!(a, Some(AutoThreads { min: 8, max: 100 }));
+        assert!(p("write n=1 -rate threads>=50 threads<=10").is_err());
+        assert!(p("write n=1 -rate threads>=0").is_err());
+        let a = AutoThreads { min: 4, max: 40 };
+        let mut steps = vec![a.min];
+        while let Some(n) = a.next(*steps.last().unwrap_or(&a.max)) {
+            steps.push(n);
+        }
+        assert_eq!(steps, vec![4, 8, 16, 24, 36]);
     }
 
     #[test]
