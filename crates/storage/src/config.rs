@@ -78,6 +78,9 @@ pub struct StorageConfig {
     pub memtable_budget_bytes: u64,
     /// Background compaction after flushes (tests turn it off to control compaction).
     pub auto_compaction: bool,
+    /// Bytes of the shard's cache of decompressed SSTable blocks (0 disables it); `None`:
+    /// as much as `memtable_budget_bytes`.
+    pub block_cache_bytes: Option<u64>,
     pub clock: Clock,
 }
 
@@ -92,7 +95,13 @@ impl StorageConfig {
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,
             auto_compaction: true,
+            block_cache_bytes: None,
             clock: Clock::system(),
         }
+    }
+
+    /// The block cache's size in bytes.
+    pub fn block_cache_capacity(&self) -> u64 {
+        self.block_cache_bytes.unwrap_or(self.memtable_budget_bytes)
     }
 }

@@ -14,6 +14,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod bloom;
+pub mod cache;
 pub mod commitlog;
 pub mod compaction;
 pub mod config;

@@ -27,6 +27,7 @@ use amphora_types::schema::{ColumnId, ColumnKind, TableId, TableSchema};
 use bytes::Bytes;
 use tokio::sync::{Notify, oneshot};
 
+use crate::cache::{BlockCache, BlockCacheStats};
 use crate::commitlog::{self, Commitlog, LogPosition, ReplayReport, WriteAck, segment_of};
 use crate::compaction::{CompactionJob, PurgeContext, SSTableInfo, Strategy, run_compaction};
 use crate::config::StorageConfig;
@@ -182,6 +183,8 @@ struct Inner {
     flusher: Worker,
     compactor: Worker,
     closed: bool,
+    /// Verified, decompressed SSTable blocks for point reads.
+    block_cache: BlockCache,
 }
 
 /// One shard's storage engine.
@@ -339,7 +342,9 @@ impl ShardStorage {
             corrupt_sstables: corrupt,
             ..Default::default()
         };
+        let block_cache = BlockCache::new(cfg.block_cache_capacity());
         let inner = Inner {
+            block_cache,
             cfg,
             tables: states,
             metrics,
@@ -1176,6 +1181,11 @@ impl ShardStorage {
         })
     }
 
+    /// Hits, misses and size of the shard's block cache.
+    pub fn block_cache_stats(&self) -> BlockCacheStats {
+        self.inner.borrow().block_cache.stats()
+    }
+
     /// Executes a read: merges memtables and the SSTables that may hold the data, and
     /// returns live data only.
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
@@ -1188,7 +1198,7 @@ impl ShardStorage {
             .get(&cmd.table)
             .ok_or(StorageError::UnknownTable(cmd.table))?;
         let res = match &cmd.partitions {
-            PartitionRange::Single(key) => read_single(t, key, cmd),
+            PartitionRange::Single(key) => read_single(t, key, cmd, &mut inner.block_cache),
             PartitionRange::TokenRange { start, end } => read_range(t, start, end, cmd),
         };
         match res {
@@ -1276,7 +1286,12 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
     });
 }
 
-fn read_single(t: &TableState, key: &PartitionKey, cmd: &ReadCommand) -> Result<ReadResult> {
+fn read_single(
+    t: &TableState,
+    key: &PartitionKey,
+    cmd: &ReadCommand,
+    cache: &mut BlockCache,
+) -> Result<ReadResult> {
     let schema = &t.schema;
     let mut acc: Option<PartitionUpdate> = None;
     let mut sources: Vec<PartitionUpdate> = Vec::new();
@@ -1305,7 +1320,7 @@ fn read_single(t: &TableState, key: &PartitionKey, cmd: &ReadCommand) -> Result<
             continue;
         }
         sstables_read += 1;
-        if let Some(mut u) = s.get(key)? {
+        if let Some(mut u) = s.get_with(key, Some(&mut *cache))? {
             restrict(&mut u, schema, &cmd.slices);
             partition_deletion = partition_deletion.max(u.partition_deletion);
             merge_into(schema, &mut acc, u);

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{Reader, encode_update_parts, read_update};
 use amphora_types::data::{
@@ -18,6 +18,7 @@ use amphora_types::schema::{TableId, TableSchema};
 use bytes::Bytes;
 
 use crate::bloom::Bloom;
+use crate::cache::{BlockCache, BlockKind};
 use crate::commitlog::LogPosition;
 use crate::error::{Result, StorageError};
 
@@ -743,8 +744,13 @@ struct SummaryEntry {
     len: u32,
 }
 
+/// Source of [`SSTableReader::id`].
+static NEXT_READER_ID: AtomicU64 = AtomicU64::new(1);
+
 /// An open SSTable. Shared between the shard and background jobs (Send + Sync).
 pub struct SSTableReader {
+    /// Unique in the process (the block cache key): two opens of the same files differ.
+    pub id: u64,
     pub dir: PathBuf,
     pub generation: u64,
     pub stats: Stats,
@@ -859,6 +865,7 @@ impl SSTableReader {
             .map_err(|e| StorageError::io(&index_path, e))?
             .len();
         Ok(SSTableReader {
+            id: NEXT_READER_ID.fetch_add(1, AtomicOrdering::Relaxed),
             dir: dir.to_path_buf(),
             generation,
             stats,
@@ -898,8 +905,17 @@ impl SSTableReader {
             && self.bloom.may_contain(key.token)
     }
 
-    /// Reads and verifies chunk `i`.
-    fn chunk(&self, i: usize) -> Result<Bytes> {
+    /// Reads and verifies chunk `i` (through `cache` when given, else through the
+    /// one-chunk memory of sequential readers).
+    fn chunk(&self, i: usize, cache: Option<&mut BlockCache>) -> Result<Bytes> {
+        if let Some(cache) = cache {
+            if let Some(b) = cache.get(self.id, BlockKind::DataChunk, i as u64) {
+                return Ok(b);
+            }
+            let b = self.read_chunk(i)?;
+            cache.insert(self.id, BlockKind::DataChunk, i as u64, b.clone());
+            return Ok(b);
+        }
         if let Ok(g) = self.last_chunk.lock()
             && let Some((ci, b)) = g.as_ref()
             && *ci == i
@@ -973,7 +989,7 @@ impl SSTableReader {
     }
 
     /// Reads `len` bytes of the uncompressed stream at `pos`.
-    fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
+    fn read_range(&self, pos: u64, len: u64, mut cache: Option<&mut BlockCache>) -> Result<Bytes> {
         if pos
             .checked_add(len)
             .is_none_or(|end| end > self.uncompressed_len)
@@ -987,7 +1003,7 @@ impl SSTableReader {
         let first = (pos / self.chunk_bytes) as usize;
         let last = ((pos + len).saturating_sub(1) / self.chunk_bytes) as usize;
         if first == last {
-            let c = self.chunk(first)?;
+            let c = self.chunk(first, cache)?;
             let off = (pos - first as u64 * self.chunk_bytes) as usize;
             return c
                 .get(off..off + len as usize)
@@ -996,7 +1012,7 @@ impl SSTableReader {
         }
         let mut out = Vec::with_capacity(len as usize);
         for i in first..=last {
-            let c = self.chunk(i)?;
+            let c = self.chunk(i, cache.as_deref_mut())?;
             let cstart = i as u64 * self.chunk_bytes;
             let s = pos.max(cstart) - cstart;
             let e = (pos + len).min(cstart + c.len() as u64) - cstart;
@@ -1010,10 +1026,28 @@ impl SSTableReader {
 
     /// Reads index block `b` of the summary.
     /// Reads and verifies index block `b`; returns its body (without the CRC).
-    fn index_block_bytes(&self, b: usize) -> Result<Option<(Bytes, u64)>> {
+    fn index_block_bytes(
+        &self,
+        b: usize,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<(Bytes, u64)>> {
         let Some(s) = self.summary.get(b) else {
             return Ok(None);
         };
+        let Some(cache) = cache else {
+            return self.read_index_block(s);
+        };
+        if let Some(body) = cache.get(self.id, BlockKind::IndexBlock, b as u64) {
+            return Ok(Some((body, s.offset)));
+        }
+        let r = self.read_index_block(s)?;
+        if let Some((body, _)) = &r {
+            cache.insert(self.id, BlockKind::IndexBlock, b as u64, body.clone());
+        }
+        Ok(r)
+    }
+
+    fn read_index_block(&self, s: &SummaryEntry) -> Result<Option<(Bytes, u64)>> {
         if s.offset
             .checked_add(s.len as u64)
             .is_none_or(|end| end > self.index_len)
@@ -1044,7 +1078,7 @@ impl SSTableReader {
 
     /// Reads index block `b` of the summary.
     fn index_block(&self, b: usize) -> Result<Vec<(PartitionKey, IndexEntry)>> {
-        let Some((body, offset)) = self.index_block_bytes(b)? else {
+        let Some((body, offset)) = self.index_block_bytes(b, None)? else {
             return Ok(Vec::new());
         };
         let mut r = Reader::with_offset(body, offset as usize);
@@ -1064,8 +1098,13 @@ impl SSTableReader {
     }
 
     /// Looks `key` up in index block `b` without materializing the entries.
-    fn find_in_block(&self, b: usize, key: &PartitionKey) -> Result<Option<IndexEntry>> {
-        let Some((body, offset)) = self.index_block_bytes(b)? else {
+    fn find_in_block(
+        &self,
+        b: usize,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<IndexEntry>> {
+        let Some((body, offset)) = self.index_block_bytes(b, cache)? else {
             return Ok(None);
         };
         let bad = |at: usize| {
@@ -1126,21 +1165,40 @@ impl SSTableReader {
     }
 
     pub fn find(&self, key: &PartitionKey) -> Result<Option<IndexEntry>> {
+        self.find_with(key, None)
+    }
+
+    fn find_with(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<IndexEntry>> {
         let Some(b) = self.block_for(key.token, Some(&key.key)) else {
             return Ok(None);
         };
-        self.find_in_block(b, key)
+        self.find_in_block(b, key, cache)
     }
 
     /// Reads a whole partition, or None if the SSTable does not have it.
     pub fn get(&self, key: &PartitionKey) -> Result<Option<PartitionUpdate>> {
+        self.get_with(key, None)
+    }
+
+    /// [`get`](Self::get) with the index blocks and data chunks taken from (and added to)
+    /// the shard's block cache when one is given.
+    pub fn get_with(
+        &self,
+        key: &PartitionKey,
+        mut cache: Option<&mut BlockCache>,
+    ) -> Result<Option<PartitionUpdate>> {
         if !self.may_contain(key) {
             return Ok(None);
         }
-        let Some(e) = self.find(key)? else {
+        let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        let (k, u) = self.read_partition_at(e)?;
+        let bytes = self.read_range(e.position, e.len, cache)?;
+        let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
         if &k != key {
             return Err(StorageError::corrupt(
                 &self.data_path,
@@ -1152,7 +1210,7 @@ impl SSTableReader {
     }
 
     fn read_partition_at(&self, e: IndexEntry) -> Result<(PartitionKey, PartitionUpdate)> {
-        let bytes = self.read_range(e.position, e.len)?;
+        let bytes = self.read_range(e.position, e.len, None)?;
         decode_partition(&self.data_path, bytes, e.position)
     }
 
@@ -1303,7 +1361,7 @@ impl<'a> Scanner<'a> {
             return Ok(None);
         };
         self.pos += 1;
-        Ok(Some((k, self.sst.read_range(e.position, e.len)?)))
+        Ok(Some((k, self.sst.read_range(e.position, e.len, None)?)))
     }
 
     /// The SSTable being scanned.

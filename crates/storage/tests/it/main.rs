@@ -1,6 +1,7 @@
 //! Integration tests for amphora-storage (one binary, modules per topic).
 
 mod basic;
+mod cache;
 mod common;
 mod crash;
 mod fixtures;
