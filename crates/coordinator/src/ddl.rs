@@ -33,6 +33,8 @@ pub async fn run_ddl(
             S::DropTable(s) => schema::drop_table(cur, s, keyspace)?,
             S::CreateType(s) => schema::create_type(cur, s, keyspace)?,
             S::DropType(s) => schema::drop_type(cur, s, keyspace)?,
+            S::CreateIndex(s) => crate::index::create_index(cur, s, keyspace)?,
+            S::DropIndex(s) => crate::index::drop_index(cur, s, keyspace)?,
             other => return Err(QueryError::Server(format!("{} is not DDL", other.kind()))),
         };
         (guard.clone(), outcome)
@@ -57,7 +59,25 @@ pub async fn run_ddl(
         }
         _ => {}
     }
-    publish_schema(inner, old, new).await?;
+    publish_schema(inner, old.clone(), new.clone()).await?;
+    // A new index is filled from the data already written (writes from now on maintain it).
+    if let (S::CreateIndex(ci), SchemaChangeTarget::Table { keyspace: ks, .. }) =
+        (st, &change.target)
+    {
+        let name = new
+            .keyspace(ks)
+            .and_then(|k| {
+                k.indexes.values().find(|i| {
+                    old.keyspace(ks)
+                        .is_none_or(|o| !o.indexes.contains_key(&i.name))
+                })
+            })
+            .map(|i| i.name.clone());
+        let _ = ci;
+        if let Some(name) = name {
+            crate::index::build(inner, &new, ks, &name).await?;
+        }
+    }
     let _ = inner
         .shared
         .events

@@ -193,9 +193,52 @@ fn keyspace_items(ks: &KeyspaceDef, only: bool) -> Vec<(String, &'static str, St
         out.push((ks.name.clone(), "type", u.name.clone(), type_cql(u)));
     }
     for t in ks.tables.values() {
-        out.push((ks.name.clone(), "table", t.name.clone(), table_cql(t)));
+        out.extend(table_items(ks, t));
     }
     out
+}
+
+/// A table followed by its indexes and views, as DESCRIBE TABLE lists them.
+fn table_items(ks: &KeyspaceDef, t: &TableSchema) -> Vec<(String, &'static str, String, String)> {
+    let mut out = vec![(ks.name.clone(), "table", t.name.clone(), table_cql(t))];
+    for idx in crate::index::indexes_of(ks, t.id) {
+        out.push((
+            ks.name.clone(),
+            "index",
+            idx.name.clone(),
+            index_cql(ks, idx, t),
+        ));
+    }
+    for (name, v) in ks.views.iter().filter(|(_, v)| v.base == t.id) {
+        out.push((
+            ks.name.clone(),
+            "materialized_view",
+            name.clone(),
+            crate::view::view_cql(v, t),
+        ));
+    }
+    out
+}
+
+pub fn index_cql(ks: &KeyspaceDef, idx: &crate::schema::IndexDef, base: &TableSchema) -> String {
+    let target = crate::index::target_string(idx, base);
+    let on = format!("{}.{} ({target})", q(&ks.name), q(&base.name));
+    match &idx.class {
+        None => format!("CREATE INDEX {} ON {on};", q(&idx.name)),
+        Some(c) => {
+            let mut s = format!(
+                "CREATE CUSTOM INDEX {} ON {on} USING {}",
+                q(&idx.name),
+                cql_literal(c)
+            );
+            if !idx.options.is_empty() {
+                s.push_str(" WITH OPTIONS = ");
+                s.push_str(&map_literal(&idx.options));
+            }
+            s.push(';');
+            s
+        }
+    }
 }
 
 fn user_keyspaces(s: &Schema) -> impl Iterator<Item = &KeyspaceDef> {
@@ -276,9 +319,57 @@ pub fn run(
             let t = t.ok_or_else(|| {
                 QueryError::invalid(format!("Table '{ks}.{}' not found", n.name.name))
             })?;
+            match schema.keyspace(&ks) {
+                Some(k) if k.tables.contains_key(&t.name) => Ok(rows(true, table_items(k, &t))),
+                _ => Ok(rows(
+                    true,
+                    vec![(ks, "table", t.name.clone(), table_cql(&t))],
+                )),
+            }
+        }
+        ast::DescribeTarget::Index(n) => {
+            let ks = ks_of(n)?;
+            let k = find_ks(&ks)?;
+            let idx = k.indexes.get(&n.name.name).ok_or_else(|| {
+                QueryError::invalid(format!("Index '{}' not found in '{ks}'", n.name.name))
+            })?;
+            let base = k
+                .tables
+                .values()
+                .find(|t| t.id == idx.base)
+                .ok_or_else(|| {
+                    QueryError::Server(format!("index {} has no base table", idx.name))
+                })?;
             Ok(rows(
                 true,
-                vec![(ks, "table", t.name.clone(), table_cql(&t))],
+                vec![(
+                    ks.clone(),
+                    "index",
+                    idx.name.clone(),
+                    index_cql(k, idx, base),
+                )],
+            ))
+        }
+        ast::DescribeTarget::MaterializedView(n) => {
+            let ks = ks_of(n)?;
+            let k = find_ks(&ks)?;
+            let v = k.views.get(&n.name.name).ok_or_else(|| {
+                QueryError::invalid(format!(
+                    "Materialized view '{}' not found in '{ks}'",
+                    n.name.name
+                ))
+            })?;
+            let base = k.tables.values().find(|t| t.id == v.base).ok_or_else(|| {
+                QueryError::Server(format!("view {} has no base table", n.name.name))
+            })?;
+            Ok(rows(
+                true,
+                vec![(
+                    ks.clone(),
+                    "materialized_view",
+                    n.name.name.clone(),
+                    crate::view::view_cql(v, base),
+                )],
             ))
         }
         ast::DescribeTarget::Type(n) => {
@@ -319,11 +410,36 @@ pub fn run(
                 return Ok(rows(true, keyspace_items(ks, false)));
             }
             let ks = ks_of(n)?;
-            if let Some(t) = schema.table(&ks, &n.name.name) {
-                return Ok(rows(
-                    true,
-                    vec![(ks, "table", t.name.clone(), table_cql(t))],
-                ));
+            if let Some(k) = schema.keyspace(&ks) {
+                if let Some(t) = k.tables.get(&n.name.name) {
+                    return Ok(rows(true, table_items(k, t)));
+                }
+                if let Some(idx) = k.indexes.get(&n.name.name)
+                    && let Some(base) = k.tables.values().find(|t| t.id == idx.base)
+                {
+                    return Ok(rows(
+                        true,
+                        vec![(
+                            ks.clone(),
+                            "index",
+                            idx.name.clone(),
+                            index_cql(k, idx, base),
+                        )],
+                    ));
+                }
+                if let Some(v) = k.views.get(&n.name.name)
+                    && let Some(base) = k.tables.values().find(|t| t.id == v.base)
+                {
+                    return Ok(rows(
+                        true,
+                        vec![(
+                            ks.clone(),
+                            "materialized_view",
+                            n.name.name.clone(),
+                            crate::view::view_cql(v, base),
+                        )],
+                    ));
+                }
             }
             if let Some(u) = schema.keyspace(&ks).and_then(|k| k.types.get(&n.name.name)) {
                 return Ok(rows(true, vec![(ks, "type", u.name.clone(), type_cql(u))]));

@@ -418,7 +418,9 @@ pub async fn run(
         | S::AlterTable(_)
         | S::DropTable(_)
         | S::CreateType(_)
-        | S::DropType(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
+        | S::DropType(_)
+        | S::CreateIndex(_)
+        | S::DropIndex(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
         S::AlterType(_) => Err(QueryError::invalid(
             "ALTER TYPE is not supported by Amphora yet",
         )),
@@ -435,9 +437,6 @@ pub async fn run(
                 )))
             }
         }
-        S::CreateIndex(_) | S::DropIndex(_) => Err(QueryError::invalid(
-            "Secondary indexes are not supported by Amphora yet",
-        )),
         S::CreateMaterializedView(_)
         | S::AlterMaterializedView { .. }
         | S::DropMaterializedView(_) => Err(QueryError::invalid(

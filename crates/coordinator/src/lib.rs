@@ -19,6 +19,7 @@ pub mod coordinator;
 pub mod ddl;
 pub mod describe;
 pub mod exec;
+pub mod index;
 pub mod json;
 pub mod lwt;
 pub mod plan;
@@ -28,6 +29,7 @@ pub mod select;
 pub mod selector;
 pub mod system;
 pub mod values;
+pub mod view;
 pub mod write;
 
 pub use coordinator::{BatchItem, BatchQuery, BatchType, Coordinator, NodeInfo};

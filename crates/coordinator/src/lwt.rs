@@ -107,6 +107,14 @@ pub async fn run_conditional(
         }
         _ => crate::select::wildcard_columns(table),
     };
+    // Index entries and view updates of the write, applied once it is known to apply.
+    let schema = inner.schema();
+    let derived = if schema.has_derived() {
+        let pending = crate::view::prepare(inner, &schema, &[&m]).await?;
+        Some((crate::index::derived_mutations(&schema, &[&m]), pending))
+    } else {
+        None
+    };
     let shown_for_shard = shown.clone();
     let table_for_shard = table.clone();
     let (applied, current) = inner
@@ -165,6 +173,11 @@ pub async fn run_conditional(
         .await
         .map_err(|e| QueryError::Server(e.to_string()))?
         .map_err(QueryError::Server)?;
+    if applied && let Some((entries, pending)) = derived {
+        crate::write::apply_planned(inner, entries.into_iter().map(Planned::Mutation).collect())
+            .await?;
+        crate::view::finish(inner, &schema, pending).await?;
+    }
     let mut columns = vec![ResultColumn {
         keyspace: table.keyspace.clone(),
         table: table.name.clone(),

@@ -326,6 +326,36 @@ pub fn analyze(
                     _ => return Err(invalid("Unsupported multi-column restriction")),
                 }
             }
+            ast::RelationTarget::Element { column: c, key } => {
+                let (id, def) = column(t, &c.name)?;
+                let CqlType::Map {
+                    key: kt, value: vt, ..
+                } = &def.ty
+                else {
+                    return Err(invalid(format!(
+                        "Invalid element access on non-map column {}",
+                        def.name
+                    )));
+                };
+                if rel.op != ast::Operator::Eq {
+                    return Err(invalid(format!(
+                        "Map-entry predicates on {} only support the = operator",
+                        def.name
+                    )));
+                }
+                let ast::RelationValue::Single(e) = &rel.value else {
+                    return Err(invalid(format!("Unsupported restriction on {}", def.name)));
+                };
+                let k = eval_set(key, kt, ctx, &def.name)?;
+                let v = eval_set(e, vt, ctx, &def.name)?;
+                r.filters.push(Filter {
+                    column: id,
+                    op: rel.op,
+                    values: vec![v],
+                    element_key: Some(k),
+                });
+                r.needs_filtering = true;
+            }
             _ => return Err(invalid("Unsupported restriction")),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use amphora_cql as ast;
 use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
+    ClusteringOrder, ColumnDef, ColumnId, ColumnKind, TableId, TableOptions, TableSchema,
 };
 use amphora_types::{CqlType, UdtDef};
 use serde::{Deserialize, Serialize};
@@ -39,6 +39,56 @@ pub struct KeyspaceDef {
     pub durable_writes: bool,
     pub tables: BTreeMap<String, Arc<TableSchema>>,
     pub types: BTreeMap<String, Arc<UdtDef>>,
+    /// Secondary indexes by name (index names are unique within a keyspace).
+    #[serde(default)]
+    pub indexes: BTreeMap<String, IndexDef>,
+    /// Materialized views by name (they share the table namespace).
+    #[serde(default)]
+    pub views: BTreeMap<String, ViewDef>,
+}
+
+/// What `CREATE INDEX` indexes in its column.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum IndexTarget {
+    /// The value of a non-collection column (or of a partition/clustering key column).
+    Simple,
+    /// `keys(m)`
+    Keys,
+    /// `values(c)` (also what a bare non-frozen collection column means)
+    Values,
+    /// `entries(m)`
+    Entries,
+    /// `full(frozen_c)`
+    Full,
+}
+
+/// A local secondary index: its entries live in a hidden table (`backing`) whose
+/// partition key is the indexed value and whose clustering is the base row's token,
+/// partition key and clustering (see `index.rs`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IndexDef {
+    pub name: String,
+    /// The base table (by id: survives renames of its key columns).
+    pub base: TableId,
+    pub column: ColumnId,
+    pub target: IndexTarget,
+    /// `CREATE CUSTOM INDEX … USING 'class'` (the class as given, SAI names expanded).
+    pub class: Option<String>,
+    /// `WITH OPTIONS = {…}`, kept verbatim.
+    pub options: BTreeMap<String, String>,
+    pub backing: Arc<TableSchema>,
+}
+
+/// A materialized view: a table (`table`) maintained from writes to its base table.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ViewDef {
+    pub base: TableId,
+    /// Base columns selected (`SELECT *` = every base column).
+    pub include_all: bool,
+    /// The WHERE clause as written, for system_schema.views and DESCRIBE.
+    pub where_text: String,
+    /// The view's own table (keyspace, name, columns, options).
+    pub table: Arc<TableSchema>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -65,12 +115,41 @@ impl Schema {
         self.keyspaces.get(name)
     }
 
+    /// A table or materialized view by name (both can be read with SELECT).
     pub fn table(&self, keyspace: &str, name: &str) -> Option<&Arc<TableSchema>> {
-        self.keyspaces.get(keyspace)?.tables.get(name)
+        let ks = self.keyspaces.get(keyspace)?;
+        ks.tables
+            .get(name)
+            .or_else(|| ks.views.get(name).map(|v| &v.table))
     }
 
+    /// Every table storage holds: user tables, materialized views and the hidden tables
+    /// of secondary indexes (the node registers all of them with storage at start).
     pub fn tables(&self) -> impl Iterator<Item = &Arc<TableSchema>> {
+        self.keyspaces.values().flat_map(|k| {
+            k.tables
+                .values()
+                .chain(k.views.values().map(|v| &v.table))
+                .chain(k.indexes.values().map(|i| &i.backing))
+        })
+    }
+
+    /// User tables only (what system_schema.tables lists).
+    pub fn user_tables(&self) -> impl Iterator<Item = &Arc<TableSchema>> {
         self.keyspaces.values().flat_map(|k| k.tables.values())
+    }
+
+    /// Whether some table has secondary indexes or materialized views (writes then imply
+    /// more writes).
+    pub fn has_derived(&self) -> bool {
+        self.keyspaces
+            .values()
+            .any(|k| !k.indexes.is_empty() || !k.views.is_empty())
+    }
+
+    /// Whether `name` in `keyspace` is a materialized view.
+    pub fn view(&self, keyspace: &str, name: &str) -> Option<&ViewDef> {
+        self.keyspaces.get(keyspace)?.views.get(name)
     }
 
     pub fn table_by_id(&self, id: TableId) -> Option<&Arc<TableSchema>> {
@@ -266,6 +345,8 @@ pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcom
             durable_writes,
             tables: BTreeMap::new(),
             types: BTreeMap::new(),
+            indexes: BTreeMap::new(),
+            views: BTreeMap::new(),
         },
     );
     Ok(changed(
@@ -839,9 +920,32 @@ pub fn drop_table(
         }
         return Err(invalid(format!("Table '{ks_name}.{name}' doesn't exist")));
     }
+    if let Some(ks) = s.keyspace(&ks_name)
+        && let Some(t) = ks.tables.get(&name)
+    {
+        let views: Vec<String> = ks
+            .views
+            .iter()
+            .filter(|(_, v)| v.base == t.id)
+            .map(|(n, _)| format!("{ks_name}.{n}"))
+            .collect();
+        if !views.is_empty() {
+            return Err(invalid(format!(
+                "Cannot drop table when materialized views still depend on it ({})",
+                views.join(",")
+            )));
+        }
+    }
+    if s.view(&ks_name, &name).is_some() {
+        return Err(invalid(
+            "Cannot use DROP TABLE on a materialized view. Please use DROP MATERIALIZED VIEW instead.",
+        ));
+    }
     let mut next = s.clone();
-    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
-        k.tables.remove(&name);
+    if let Some(k) = next.keyspaces.get_mut(&ks_name)
+        && let Some(t) = k.tables.remove(&name)
+    {
+        k.indexes.retain(|_, i| i.base != t.id);
     }
     Ok(changed(
         next,

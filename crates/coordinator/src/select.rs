@@ -200,7 +200,13 @@ pub async fn run_select(
     }
     crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, false)?;
     let r = restrict::analyze(table, &s.where_clause, &ctx)?;
-    if r.needs_filtering && !s.allow_filtering {
+    // A secondary index serves one restriction; the others still need filtering.
+    let index_query = crate::index::choose(&schema, table, &r);
+    let needs_filtering = match &index_query {
+        Some(_) => r.filters.len() > 1,
+        None => r.needs_filtering,
+    };
+    if needs_filtering && !s.allow_filtering {
         return Err(invalid(
             "Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING",
         ));
@@ -298,6 +304,22 @@ pub async fn run_select(
             exhausted &= res.exhausted;
             partitions.extend(res.partitions);
         }
+    } else if let Some(q) = &index_query {
+        let after = paging
+            .as_ref()
+            .map(|p| (p.key.clone(), p.clustering.clone()));
+        let (parts, done) = crate::index::read_via_index(
+            inner,
+            table,
+            q,
+            &r,
+            after,
+            page,
+            (ctx.now_micros / 1_000_000) as i32,
+        )
+        .await?;
+        exhausted = done;
+        partitions = parts;
     } else {
         let mut cmd = base.clone();
         cmd.partitions = PartitionRange::TokenRange {
@@ -558,12 +580,32 @@ struct ResultBuilder {
     rows: usize,
 }
 
-fn filter_row(t: &TableSchema, f: &Filter, p: &PartitionData, row: &Row, _now_s: i32) -> bool {
+pub(crate) fn filter_row(
+    t: &TableSchema,
+    f: &Filter,
+    p: &PartitionData,
+    row: &Row,
+    _now_s: i32,
+) -> bool {
     use std::cmp::Ordering::*;
     let Some(def) = t.columns.get(f.column as usize) else {
         return false;
     };
     let v = column_value(t, f.column, p, row, false);
+    if let (Some(k), CqlType::Map { key, value, .. }) = (&f.element_key, &def.ty) {
+        // `m[k] = v`: the value of key k.
+        let Some(v) = v else { return false };
+        return amphora_types::cql_type::split_collection(&v, 2)
+            .map(|items| {
+                items.chunks(2).any(|kv| match (kv.first(), kv.get(1)) {
+                    (Some(Some(x)), Some(Some(y))) => {
+                        key.compare(x, k) == Equal && value.compare(y, &f.values[0]) == Equal
+                    }
+                    _ => false,
+                })
+            })
+            .unwrap_or(false);
+    }
     match f.op {
         ast::Operator::Contains | ast::Operator::ContainsKey => {
             let Some(v) = v else { return false };

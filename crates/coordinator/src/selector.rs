@@ -236,6 +236,8 @@ pub fn resolve(
                 durable_writes: true,
                 tables: Default::default(),
                 types: Default::default(),
+                indexes: Default::default(),
+                views: Default::default(),
             };
             let to = crate::schema::resolve_type(ty, &ks, true)?;
             let ok = (numeric(&base.ty)
@@ -415,6 +417,8 @@ pub fn resolve(
                         durable_writes: true,
                         tables: Default::default(),
                         types: Default::default(),
+                        indexes: Default::default(),
+                        views: Default::default(),
                     };
                     (crate::schema::resolve_type(ty, &ks, true)?, &**expr)
                 }

@@ -262,7 +262,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("kind", "text", 'r'),
                 ("options", "frozen<map<text, text>>", 'r'),
             ],
-            no_rows,
+            index_rows,
         );
         add(
             "system_schema",
@@ -544,11 +544,39 @@ fn all_tables(s: &Schema) -> Vec<Arc<TableSchema>> {
         .filter(|v| v.schema.keyspace != "system_virtual_schema")
         .map(|v| v.schema.clone())
         .collect();
-    out.extend(s.tables().cloned());
+    out.extend(s.user_tables().cloned());
     out.sort_by(|a, b| {
         (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str()))
     });
     out
+}
+
+fn index_rows(s: &Schema, _: &NodeInfo) -> Rows {
+    let mut rows: Vec<(String, String, String, Vec<Option<Bytes>>)> = Vec::new();
+    for ks in s.keyspaces.values() {
+        for idx in ks.indexes.values() {
+            let Some(base) = ks.tables.values().find(|t| t.id == idx.base) else {
+                continue;
+            };
+            let (kind, options) = crate::index::kind_and_options(idx, base);
+            rows.push((
+                ks.name.clone(),
+                base.name.clone(),
+                idx.name.clone(),
+                vec![
+                    Some(text(&ks.name)),
+                    Some(text(&base.name)),
+                    Some(text(&idx.name)),
+                    Some(text(kind)),
+                    Some(text_map(
+                        options.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                    )),
+                ],
+            ));
+        }
+    }
+    rows.sort_by(|a, b| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2)));
+    rows.into_iter().map(|r| r.3).collect()
 }
 
 fn table_rows(s: &Schema, _: &NodeInfo) -> Rows {

@@ -105,8 +105,29 @@ async fn apply_one(p: Planned) -> Result<(), String> {
     }
 }
 
+/// Applies writes and what they imply (secondary index entries, materialized view
+/// updates), each on the shard owning its token, concurrently.
+pub async fn apply_all(inner: &Rc<Inner>, mut planned: Vec<Planned>) -> Result<(), QueryError> {
+    let schema = inner.schema();
+    if schema.has_derived() {
+        let base: Vec<&Mutation> = planned
+            .iter()
+            .filter_map(|p| match p {
+                Planned::Mutation(m) => Some(m),
+                Planned::Counter(_) => None,
+            })
+            .collect();
+        let extra = crate::index::derived_mutations(&schema, &base);
+        let pending = crate::view::prepare(inner, &schema, &base).await?;
+        planned.extend(extra.into_iter().map(Planned::Mutation));
+        apply_planned(inner, planned).await?;
+        return crate::view::finish(inner, &schema, pending).await;
+    }
+    apply_planned(inner, planned).await
+}
+
 /// Applies writes, each on the shard owning its token, concurrently.
-pub async fn apply_all(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
+pub async fn apply_planned(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
     let info = &inner.shared.info;
     if planned.len() == 1 {
         // The common case: one partition, usually on this very shard (shard-aware drivers).

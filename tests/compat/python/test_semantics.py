@@ -171,3 +171,150 @@ def test_consistency_levels_against_live_replicas(session, keyspace):
     got = session.execute(SimpleStatement(f"SELECT v FROM {ks3}.t WHERE k = 1", consistency_level=ConsistencyLevel.LOCAL_ONE)).one()
     assert got.v == 1
     session.execute(f"DROP KEYSPACE {ks3}")
+
+
+# ---------------------------------------------------------------------------------------
+# Secondary indexes
+# ---------------------------------------------------------------------------------------
+
+def test_index_equality_maintained_on_writes(session, keyspace):
+    t = f"{keyspace}.idx_eq"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v text, w int, PRIMARY KEY (p, c))")
+    # Data written before the index exists is indexed by the build.
+    for p in range(4):
+        for c in range(3):
+            session.execute(f"INSERT INTO {t} (p, c, v, w) VALUES ({p}, {c}, 'v{c}', {p})")
+    with pytest.raises(InvalidRequest, match="ALLOW FILTERING"):
+        session.execute(f"SELECT * FROM {t} WHERE v = 'v1'")
+    session.execute(f"CREATE INDEX ON {t} (v)")
+    rows = session.execute(f"SELECT p, c FROM {t} WHERE v = 'v1'")
+    assert sorted((r.p, r.c) for r in rows) == [(p, 1) for p in range(4)]
+    # An update moves the row to another value: the old entry is not returned.
+    session.execute(f"UPDATE {t} SET v = 'moved' WHERE p = 0 AND c = 1")
+    assert sorted((r.p, r.c) for r in session.execute(f"SELECT p, c FROM {t} WHERE v = 'v1'")) == [(1, 1), (2, 1), (3, 1)]
+    assert [(r.p, r.c) for r in session.execute(f"SELECT p, c FROM {t} WHERE v = 'moved'")] == [(0, 1)]
+    # Row, range and partition deletions, and a TTL expiry hide their rows.
+    session.execute(f"DELETE FROM {t} WHERE p = 1 AND c = 1")
+    session.execute(f"DELETE FROM {t} WHERE p = 2 AND c >= 1")
+    session.execute(f"DELETE v FROM {t} WHERE p = 3 AND c = 1")
+    assert list(session.execute(f"SELECT p FROM {t} WHERE v = 'v1'")) == []
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (9, 9, 'v2') USING TTL 1")
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 'v2'")) == [0, 1, 3, 9]
+    import time
+    time.sleep(2.2)
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 'v2'")) == [0, 1, 3]
+    session.execute(f"DELETE FROM {t} WHERE p = 3")
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 'v2'")) == [0, 1]
+    # A batch and a conditional write maintain it too.
+    session.execute(f"BEGIN BATCH INSERT INTO {t} (p, c, v) VALUES (20, 0, 'b') APPLY BATCH")
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (21, 0, 'b') IF NOT EXISTS")
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 'b'")) == [20, 21]
+    # With the partition key restricted, and with another restriction (ALLOW FILTERING).
+    assert [r.c for r in session.execute(f"SELECT c FROM {t} WHERE p = 0 AND v = 'v0'")] == [0]
+    with pytest.raises(InvalidRequest, match="ALLOW FILTERING"):
+        session.execute(f"SELECT * FROM {t} WHERE v = 'v0' AND w = 1")
+    rows = session.execute(f"SELECT p FROM {t} WHERE v = 'v0' AND w = 1 ALLOW FILTERING")
+    assert [r.p for r in rows] == [1]
+    # Prepared, with a bound value.
+    sel = session.prepare(f"SELECT p, c FROM {t} WHERE v = ?")
+    assert sorted((r.p, r.c) for r in session.execute(sel, ["v0"])) == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_index_paging(session, keyspace):
+    t = f"{keyspace}.idx_page"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v int, PRIMARY KEY (p, c))")
+    session.execute(f"CREATE INDEX idx_page_v ON {t} (v)")
+    ins = session.prepare(f"INSERT INTO {t} (p, c, v) VALUES (?, ?, ?)")
+    for p in range(30):
+        for c in range(5):
+            session.execute(ins, [p, c, c % 2])
+    # Stale entries in the middle of the results.
+    for p in range(0, 30, 3):
+        session.execute(f"UPDATE {t} SET v = 7 WHERE p = {p} AND c = 0")
+    st = SimpleStatement(f"SELECT p, c FROM {t} WHERE v = 0", fetch_size=7)
+    got = [(r.p, r.c) for r in session.execute(st)]
+    want = [(p, c) for p in range(30) for c in (0, 2, 4) if not (c == 0 and p % 3 == 0)]
+    assert sorted(got) == sorted(want) and len(got) == len(want)
+    # LIMIT and aggregates through the index.
+    assert len(list(session.execute(f"SELECT p FROM {t} WHERE v = 0 LIMIT 5"))) == 5
+    assert session.execute(f"SELECT count(*) FROM {t} WHERE v = 0").one()[0] == len(want)
+
+
+def test_index_collections_and_keys(session, keyspace):
+    t = f"{keyspace}.idx_coll"
+    session.execute(
+        f"CREATE TABLE {t} (p int, c int, l list<int>, s set<text>, m map<text, int>, "
+        f"f frozen<list<int>>, st int static, PRIMARY KEY (p, c))"
+    )
+    session.execute(f"INSERT INTO {t} (p, c, l, s, m, f, st) VALUES (1, 1, [1, 2], {{'a', 'b'}}, {{'k1': 10, 'k2': 20}}, [1, 2], 5)")
+    session.execute(f"INSERT INTO {t} (p, c, l, s, m, f) VALUES (2, 1, [3], {{'b'}}, {{'k1': 20}}, [3])")
+    session.execute(f"CREATE INDEX ON {t} (l)")
+    session.execute(f"CREATE INDEX ON {t} (values(s))")
+    session.execute(f"CREATE INDEX ON {t} (keys(m))")
+    session.execute(f"CREATE INDEX m_entries ON {t} (entries(m))")
+    session.execute(f"CREATE INDEX m_values ON {t} (values(m))")
+    session.execute(f"CREATE INDEX ON {t} (full(f))")
+    session.execute(f"CREATE INDEX ON {t} (c)")
+    session.execute(f"CREATE INDEX ON {t} (st)")
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE l CONTAINS 2")] == [1]
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE s CONTAINS 'b'")) == [1, 2]
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE m CONTAINS KEY 'k1'")) == [1, 2]
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE m CONTAINS 20 AND m CONTAINS KEY 'k2' ALLOW FILTERING")] == [1]
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE m['k1'] = 20")] == [2]
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE f = [3]")] == [2]
+    assert sorted(r.p for r in session.execute(f"SELECT p FROM {t} WHERE c = 1")) == [1, 2]
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE st = 5")] == [1]
+    # Element updates keep collection indexes right.
+    session.execute(f"UPDATE {t} SET l = l + [9], m['k1'] = 30 WHERE p = 2 AND c = 1")
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE l CONTAINS 9")] == [2]
+    assert list(session.execute(f"SELECT p FROM {t} WHERE m['k1'] = 20")) == []
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE m['k1'] = 30")] == [2]
+    session.execute(f"UPDATE {t} SET s = s - {{'b'}} WHERE p = 1 AND c = 1")
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE s CONTAINS 'b'")] == [2]
+
+
+def test_index_ddl_errors_schema_and_describe(session, keyspace):
+    t = f"{keyspace}.idx_ddl"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v int, l list<int>, f frozen<set<int>>, m map<int, int>, PRIMARY KEY (p, c))")
+    session.execute(f"CREATE INDEX idx_ddl_v ON {t} (v)")
+    with pytest.raises(InvalidRequest, match="Index 'idx_ddl_v' already exists"):
+        session.execute(f"CREATE INDEX idx_ddl_v ON {t} (c)")
+    session.execute(f"CREATE INDEX IF NOT EXISTS idx_ddl_v ON {t} (c)")
+    with pytest.raises(InvalidRequest, match="is a duplicate of existing index idx_ddl_v"):
+        session.execute(f"CREATE INDEX other ON {t} (v)")
+    with pytest.raises(InvalidRequest, match="Cannot create secondary index on the only partition key column p"):
+        session.execute(f"CREATE INDEX ON {t} (p)")
+    with pytest.raises(InvalidRequest, match="Column 'nope' doesn't exist"):
+        session.execute(f"CREATE INDEX ON {t} (nope)")
+    with pytest.raises(InvalidRequest, match="full\\(f\\)"):
+        session.execute(f"CREATE INDEX ON {t} (f)")
+    with pytest.raises(InvalidRequest, match="full\\(\\) indexes can only be created on frozen collections"):
+        session.execute(f"CREATE INDEX ON {t} (full(l))")
+    with pytest.raises(InvalidRequest, match="Non-collection columns only support simple indexes"):
+        session.execute(f"CREATE INDEX ON {t} (keys(v))")
+    with pytest.raises(InvalidRequest, match="with non-map type"):
+        session.execute(f"CREATE INDEX ON {t} (keys(l))")
+    session.execute(f"CREATE CUSTOM INDEX idx_ddl_sai ON {t} (m) USING 'StorageAttachedIndex'")
+    session.execute(f"CREATE INDEX idx_ddl_l ON {t} (l) USING 'sai'")
+    rows = {r.index_name: r for r in session.execute(
+        f"SELECT * FROM system_schema.indexes WHERE keyspace_name = '{keyspace}' AND table_name = 'idx_ddl'")}
+    assert set(rows) == {"idx_ddl_v", "idx_ddl_sai", "idx_ddl_l"}
+    assert rows["idx_ddl_v"].kind == "COMPOSITES" and rows["idx_ddl_v"].options == {"target": "v"}
+    assert rows["idx_ddl_sai"].kind == "CUSTOM"
+    assert rows["idx_ddl_sai"].options == {"target": "values(m)", "class_name": "org.apache.cassandra.index.sai.StorageAttachedIndex"}
+    assert rows["idx_ddl_l"].options["target"] == "values(l)"
+    desc = [r.create_statement for r in session.execute(f"DESCRIBE TABLE {t}")]
+    assert f"CREATE INDEX idx_ddl_v ON {t} (v);" in desc
+    assert f"CREATE CUSTOM INDEX idx_ddl_sai ON {t} (values(m)) USING 'org.apache.cassandra.index.sai.StorageAttachedIndex';" in desc
+    assert [r.create_statement for r in session.execute(f"DESCRIBE INDEX {keyspace}.idx_ddl_v")] == [f"CREATE INDEX idx_ddl_v ON {t} (v);"]
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (1, 1, 1)")
+    assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 1")] == [1]
+    session.execute(f"DROP INDEX {keyspace}.idx_ddl_v")
+    with pytest.raises(InvalidRequest, match="ALLOW FILTERING"):
+        session.execute(f"SELECT p FROM {t} WHERE v = 1")
+    with pytest.raises(InvalidRequest, match="doesn't exist"):
+        session.execute(f"DROP INDEX {keyspace}.idx_ddl_v")
+    session.execute(f"DROP INDEX IF EXISTS {keyspace}.idx_ddl_v")
+    session.execute(f"DROP TABLE {t}")
+    assert list(session.execute(
+        f"SELECT * FROM system_schema.indexes WHERE keyspace_name = '{keyspace}' AND table_name = 'idx_ddl'")) == []
