@@ -35,8 +35,6 @@ const NOT_YET: &[&str] = &[
     "resetlocalschema",
     "scrub",
     "setcompactionthroughput",
-    "settraceprobability",
-    "gettraceprobability",
     "toppartitions",
     "tpstats",
     "upgradesstables",
@@ -78,6 +76,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("getendpoints", "Print the end points that owns the key"),
     ("getlogginglevels", "Get the runtime logging levels"),
     ("gettimeout", "Print the timeout of the given type in ms"),
+    (
+        "gettraceprobability",
+        "Print the current trace probability value",
+    ),
     ("info", "Print node information (uptime, load, ...)"),
     (
         "listsnapshots",
@@ -91,6 +93,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "settimeout",
         "Set the specified timeout in ms, or 0 to disable timeout",
+    ),
+    (
+        "settraceprobability",
+        "Sets the probability for tracing any given request to value. 0 disables, 1 enables for all requests, 0 is the default",
     ),
     (
         "snapshot",
@@ -170,6 +176,16 @@ pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> 
         "version" => version(c, args, out),
         "getlogginglevels" => getlogginglevels(c, out),
         "setlogginglevel" => setlogginglevel(c, args),
+        "settraceprobability" => settraceprobability(c, args),
+        "gettraceprobability" => {
+            let p = c.get("/storage_service/trace_probability")?;
+            writeln!(
+                out,
+                "Current trace probability: {}",
+                p.as_f64().unwrap_or(0.0)
+            )?;
+            Ok(())
+        }
         other if NOT_YET.contains(&other) => {
             Err(NodetoolError::Unsupported(format!("'nodetool {other}'")))
         }
@@ -1150,6 +1166,25 @@ fn setlogginglevel(c: &Client, args: &[String]) -> R {
             .map(drop),
         _ => Err(NodetoolError::Usage(
             "setlogginglevel takes [<component|class>] [<level>]".into(),
+        )),
+    }
+}
+
+fn settraceprobability(c: &Client, args: &[String]) -> R {
+    let [value] = args else {
+        return Err(NodetoolError::Usage(
+            "settraceprobability takes exactly one value between 0 and 1".into(),
+        ));
+    };
+    match value.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => c
+            .post(&format!(
+                "/storage_service/trace_probability?probability={}",
+                encode(value)
+            ))
+            .map(drop),
+        _ => Err(NodetoolError::Usage(
+            "Trace probability must be between 0 and 1".into(),
         )),
     }
 }

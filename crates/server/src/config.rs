@@ -68,6 +68,8 @@ pub struct NodeConfig {
     pub password_authenticator: bool,
     /// Pin shard threads to cores.
     pub pin_shards: bool,
+    /// Requests slower than this are logged at WARN (`slow_query_log_timeout`; 0 = off).
+    pub slow_query_log_timeout_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -92,6 +94,7 @@ impl Default for NodeConfig {
             max_frame_size_bytes: 16 << 20,
             password_authenticator: false,
             pin_shards: true,
+            slow_query_log_timeout_ms: 500,
         }
     }
 }
@@ -118,6 +121,8 @@ struct YamlConfig {
     authenticator: Option<String>,
     api_address: Option<String>,
     api_port: Option<u16>,
+    slow_query_log_timeout_in_ms: Option<u64>,
+    slow_query_log_timeout: Option<String>,
     prometheus_address: Option<String>,
     prometheus_port: Option<u16>,
     smp: Option<u32>,
@@ -250,6 +255,16 @@ impl NodeConfig {
         if let Some(v) = y.api_port {
             self.api_port = v;
         }
+        if let Some(v) = y.slow_query_log_timeout_in_ms {
+            self.slow_query_log_timeout_ms = v;
+        }
+        if let Some(v) = y.slow_query_log_timeout {
+            self.slow_query_log_timeout_ms =
+                parse_duration_ms(&v).map_err(|message| ConfigError::Invalid {
+                    key: "slow_query_log_timeout",
+                    message,
+                })?;
+        }
         if let Some(v) = y.prometheus_address {
             self.prometheus_address = ip("prometheus_address", &v)?;
         }
@@ -320,7 +335,7 @@ mod tests {
         let path = dir.join("c.yaml");
         std::fs::write(
             &path,
-            "cluster_name: 'Prod'\nnative_transport_port: 9142\ncommitlog_sync: batch\ncommitlog_sync_period: 5000ms\ndata_file_directories:\n  - /tmp/x\nconcurrent_reads: 32\n",
+            "cluster_name: 'Prod'\nnative_transport_port: 9142\ncommitlog_sync: batch\ncommitlog_sync_period: 5000ms\ndata_file_directories:\n  - /tmp/x\nconcurrent_reads: 32\nslow_query_log_timeout: 2s\n",
         )
         .expect("write");
         let c = NodeConfig::default().load_file(&path).expect("load");
@@ -329,6 +344,7 @@ mod tests {
         assert_eq!(c.commitlog_sync, CommitlogSync::Batch);
         assert_eq!(c.commitlog_sync_period_ms, 5000);
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.slow_query_log_timeout_ms, 2000);
         std::fs::write(&path, "commitlog_sync: sometimes\n").expect("write");
         assert!(matches!(
             NodeConfig::default().load_file(&path),

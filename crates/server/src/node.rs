@@ -110,6 +110,9 @@ fn load_identity(dir: &Path, smp: u32) -> Result<[u8; 16], NodeError> {
 impl Node {
     pub async fn start(cfg: NodeConfig) -> Result<Node, NodeError> {
         let started = Instant::now();
+        amphora_trace::set_slow_query_threshold(std::time::Duration::from_millis(
+            cfg.slow_query_log_timeout_ms,
+        ));
         let nr_shards = cfg.shards();
         std::fs::create_dir_all(&cfg.data_dir).map_err(|source| NodeError::DataDir {
             path: cfg.data_dir.display().to_string(),

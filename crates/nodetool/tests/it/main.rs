@@ -414,3 +414,36 @@ fn logging_levels() {
     ok(&node, &["setlogginglevel"]);
     assert!(!ok(&node, &["getlogginglevels"]).contains("amphora_storage"));
 }
+
+#[test]
+fn trace_probability_and_slow_query_log() {
+    let node = TestNode::start(1).expect("start node");
+    let out = ok(&node, &["gettraceprobability"]);
+    assert_eq!(out.trim(), "Current trace probability: 0");
+    ok(&node, &["settraceprobability", "0.25"]);
+    let out = ok(&node, &["gettraceprobability"]);
+    assert_eq!(out.trim(), "Current trace probability: 0.25");
+    for bad in ["1.5", "-1", "often"] {
+        let (code, _, err) = node.nodetool(&["settraceprobability", bad]).expect("run");
+        assert_ne!(code, 0, "settraceprobability {bad} was accepted: {err}");
+    }
+    let out = ok(&node, &["gettraceprobability"]);
+    assert_eq!(out.trim(), "Current trace probability: 0.25");
+    let c = amphora_nodetool::Client::new("127.0.0.1", node.api.port());
+    let v = c
+        .get("/storage_service/slow_query")
+        .expect("get slow_query");
+    assert_eq!(v["threshold"].as_u64(), Some(500_000), "{v}");
+    let v = c
+        .post("/storage_service/slow_query?threshold=1000")
+        .expect("set slow_query");
+    assert_eq!(v["threshold"].as_u64(), Some(1000), "{v}");
+    let v = c
+        .post("/storage_service/slow_query?enable=false")
+        .expect("disable slow_query");
+    assert_eq!(v["enable"].as_bool(), Some(false), "{v}");
+    assert!(
+        c.post("/storage_service/trace_probability?probability=2")
+            .is_err()
+    );
+}

@@ -102,6 +102,14 @@ pub(crate) fn router(state: Arc<ApiState>) -> Router {
             get(get_loggers).post(set_root_logger).delete(reset_loggers),
         )
         .route("/system/logger/{name}", post(set_logger))
+        .route(
+            "/storage_service/trace_probability",
+            get(get_trace_probability).post(set_trace_probability),
+        )
+        .route(
+            "/storage_service/slow_query",
+            get(get_slow_query).post(set_slow_query),
+        )
         .route("/failure_detector/simple_states", get(simple_states))
         .route("/failure_detector/endpoints", get(fd_endpoints))
         // native transport, drain, stop
@@ -601,6 +609,57 @@ async fn set_logger(Path(name): Path<String>, Query(q): Query<LevelQuery>) -> Ap
 async fn reset_loggers() -> ApiResult {
     let l = crate::logging::set_level(None, None).map_err(logging_error)?;
     Ok(Json(levels_json(&l)))
+}
+
+// ---- tracing ----
+
+#[derive(Deserialize)]
+struct ProbabilityQuery {
+    probability: Option<String>,
+}
+
+async fn get_trace_probability() -> ApiResult {
+    Ok(Json(json!(amphora_trace::probability())))
+}
+
+async fn set_trace_probability(Query(q): Query<ProbabilityQuery>) -> ApiResult {
+    let raw = q
+        .probability
+        .ok_or_else(|| ApiError::bad_request("missing parameter: probability"))?;
+    let p: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("probability is not a number: {raw}")))?;
+    amphora_trace::set_probability(p).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(json!(p)))
+}
+
+#[derive(Deserialize)]
+struct SlowQueryQuery {
+    /// Microseconds (ScyllaDB's `threshold` parameter); 0 turns the log off.
+    threshold: Option<u64>,
+    enable: Option<bool>,
+}
+
+fn slow_query_json() -> serde_json::Value {
+    let t = amphora_trace::slow_query_threshold();
+    json!({"enable": !t.is_zero(), "threshold": t.as_micros() as u64})
+}
+
+async fn get_slow_query() -> ApiResult {
+    Ok(Json(slow_query_json()))
+}
+
+async fn set_slow_query(Query(q): Query<SlowQueryQuery>) -> ApiResult {
+    match (q.enable, q.threshold) {
+        (Some(false), _) => amphora_trace::set_slow_query_threshold(Duration::ZERO),
+        (_, Some(us)) => amphora_trace::set_slow_query_threshold(Duration::from_micros(us)),
+        (Some(true), None) if amphora_trace::slow_query_threshold().is_zero() => {
+            amphora_trace::set_slow_query_threshold(Duration::from_millis(500))
+        }
+        _ => {}
+    }
+    Ok(Json(slow_query_json()))
 }
 
 // ---- native transport, drain ----
