@@ -37,6 +37,7 @@ Directives: a comment line `-- @name args` between statements applies to the nex
   @serial CL         serial consistency level for conditional statements
   @prepared          prepare the statement, then execute it (no bind values)
   @types_only        print columns and the row count, not the values (now(), uuid() ...)
+  @sleep S           wait S seconds (a float) before the statement (TTL expiry)
 Inside a statement, @@REPEAT(N,text)@@ expands to text repeated N times before it is sent
 (for over-limit statements without megabyte files); the rendered statement keeps the macro.
 
@@ -247,7 +248,7 @@ def _render(t, b, ttl):
         nanos, p = read_vint(b, p)
         return "%dmo%dd%dns" % (unzigzag(months), unzigzag(days), unzigzag(nanos))
     if name == "list":
-        return "[" + ", ".join(render(sub[0], x) for x in decode_items(b)) + "]"
+        return "[" + ", ".join(render(sub[0], x, ttl) for x in decode_items(b)) + "]"
     if name == "set":
         return "{" + ", ".join(render(sub[0], x) for x in decode_items(b)) + "}"
     if name == "map":
@@ -375,7 +376,7 @@ def split_statements(src):
             line += src.count("\n", i, j)
             i = j
             continue
-        if c == ";":
+        if c == ";" and not inside_batch(src[start:i]):
             stmts.append(Statement(len(stmts) + 1, src[start:i].strip(), start_line, directives))
             directives = {}
             start = None
@@ -387,6 +388,16 @@ def split_statements(src):
     if start is not None and src[start:].strip():
         stmts.append(Statement(len(stmts) + 1, src[start:].strip(), start_line, directives))
     return stmts
+
+
+BATCH_START = re.compile(r"^BEGIN\b", re.I)
+BATCH_END = re.compile(r"\bAPPLY\s+BATCH\s*$", re.I)
+
+
+def inside_batch(text):
+    """A `;` inside BEGIN ... APPLY BATCH separates the batch's statements, not ours."""
+    text = text.strip()
+    return bool(BATCH_START.match(text)) and not BATCH_END.search(text)
 
 
 REPEAT = re.compile(r"@@REPEAT\((\d+),(.*?)\)@@", re.S)
@@ -458,6 +469,8 @@ def run_statement(session, st):
     cl = CONSISTENCY[d.get("consistency", "ONE").upper()]
     serial = CONSISTENCY[d["serial"].upper()] if "serial" in d else None
     out = []
+    if "sleep" in d:
+        time.sleep(float(d["sleep"]))
     try:
         if "prepared" in d:
             stmt = session.prepare(text)
