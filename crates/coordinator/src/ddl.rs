@@ -35,6 +35,13 @@ pub async fn run_ddl(
             S::DropType(s) => schema::drop_type(cur, s, keyspace)?,
             S::CreateIndex(s) => crate::index::create_index(cur, s, keyspace)?,
             S::DropIndex(s) => crate::index::drop_index(cur, s, keyspace)?,
+            S::CreateMaterializedView(s) => crate::view::create_view(cur, s, keyspace)?,
+            S::DropMaterializedView(s) => crate::view::drop_view(cur, s, keyspace)?,
+            S::AlterMaterializedView {
+                name,
+                if_exists,
+                properties,
+            } => crate::view::alter_view(cur, name, *if_exists, properties, keyspace)?,
             other => return Err(QueryError::Server(format!("{} is not DDL", other.kind()))),
         };
         (guard.clone(), outcome)
@@ -77,6 +84,16 @@ pub async fn run_ddl(
         if let Some(name) = name {
             crate::index::build(inner, &new, ks, &name).await?;
         }
+    }
+    if let (
+        S::CreateMaterializedView(_),
+        SchemaChangeTarget::Table {
+            keyspace: ks,
+            table,
+        },
+    ) = (st, &change.target)
+    {
+        crate::view::build(inner, &new, ks, table).await?;
     }
     let _ = inner
         .shared

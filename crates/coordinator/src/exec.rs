@@ -420,7 +420,10 @@ pub async fn run(
         | S::CreateType(_)
         | S::DropType(_)
         | S::CreateIndex(_)
-        | S::DropIndex(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
+        | S::DropIndex(_)
+        | S::CreateMaterializedView(_)
+        | S::AlterMaterializedView { .. }
+        | S::DropMaterializedView(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
         S::AlterType(_) => Err(QueryError::invalid(
             "ALTER TYPE is not supported by Amphora yet",
         )),
@@ -437,11 +440,6 @@ pub async fn run(
                 )))
             }
         }
-        S::CreateMaterializedView(_)
-        | S::AlterMaterializedView { .. }
-        | S::DropMaterializedView(_) => Err(QueryError::invalid(
-            "Materialized views are not supported by Amphora yet",
-        )),
         S::CreateTrigger(_) | S::DropTrigger { .. } => {
             Err(QueryError::invalid("Triggers are not supported by Amphora"))
         }

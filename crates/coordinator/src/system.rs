@@ -251,7 +251,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
             ("where_clause", "text", 'r'),
         ];
         vcols.extend_from_slice(TABLE_OPTION_COLS);
-        add("system_schema", "views", &vcols, no_rows);
+        add("system_schema", "views", &vcols, view_rows);
         add(
             "system_schema",
             "indexes",
@@ -579,10 +579,38 @@ fn index_rows(s: &Schema, _: &NodeInfo) -> Rows {
     rows.into_iter().map(|r| r.3).collect()
 }
 
+fn view_rows(s: &Schema, _: &NodeInfo) -> Rows {
+    let mut rows = Vec::new();
+    for ks in s.keyspaces.values() {
+        for (name, v) in &ks.views {
+            let base = ks
+                .tables
+                .values()
+                .find(|t| t.id == v.base)
+                .map(|t| t.name.clone())
+                .unwrap_or_default();
+            let mut row = vec![
+                Some(text(&ks.name)),
+                Some(text(name)),
+                Some(uuid16(v.base.to_bytes())),
+                Some(text(&base)),
+                Some(boolean(v.include_all)),
+                Some(text(&v.where_text)),
+            ];
+            row.extend(table_row(&v.table).into_iter().skip(2));
+            rows.push(row);
+        }
+    }
+    rows
+}
+
 fn table_rows(s: &Schema, _: &NodeInfo) -> Rows {
-    all_tables(s)
-        .iter()
-        .map(|t| {
+    all_tables(s).iter().map(|t| table_row(t)).collect()
+}
+
+fn table_row(t: &TableSchema) -> Vec<Option<Bytes>> {
+    {
+        {
             let o = &t.options;
             let flags: Vec<&str> = if t.is_counter {
                 vec!["compound", "counter"]
@@ -624,13 +652,22 @@ fn table_rows(s: &Schema, _: &NodeInfo) -> Rows {
                 Some(double(0.0)),
                 Some(text(&o.speculative_retry)),
             ]
-        })
-        .collect()
+        }
+    }
 }
 
 fn column_rows(s: &Schema, _: &NodeInfo) -> Rows {
     let mut rows = Vec::new();
-    for t in all_tables(s) {
+    let mut tables = all_tables(s);
+    tables.extend(
+        s.keyspaces
+            .values()
+            .flat_map(|k| k.views.values().map(|v| v.table.clone())),
+    );
+    tables.sort_by(|a, b| {
+        (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str()))
+    });
+    for t in tables {
         for c in &t.columns {
             let (kind, position, order) = match c.kind {
                 ColumnKind::PartitionKey => ("partition_key", c.position as i32, "none"),

@@ -60,6 +60,7 @@ pub async fn run_write(
     };
     let table = crate::plan::resolve_table(&schema, keyspace, table_name)?;
     check_writable(&table)?;
+    check_not_view(&schema, &table)?;
     let ks = schema.keyspace(&table.keyspace);
     crate::consistency::check(ks, opts.consistency, true)?;
     if conditional {
@@ -81,6 +82,16 @@ pub fn check_writable(t: &TableSchema) -> Result<(), QueryError> {
         return Err(QueryError::Unauthorized(format!(
             "{} keyspace is not user-modifiable.",
             t.keyspace
+        )));
+    }
+    Ok(())
+}
+
+fn check_not_view(schema: &crate::schema::Schema, t: &TableSchema) -> Result<(), QueryError> {
+    if schema.view(&t.keyspace, &t.name).is_some() {
+        return Err(invalid(format!(
+            "Cannot directly modify a materialized view {}.{}",
+            t.keyspace, t.name
         )));
     }
     Ok(())
@@ -1007,6 +1018,7 @@ pub async fn run_batch(
         }
         let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
         check_writable(&table)?;
+        check_not_view(&schema, &table)?;
         crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, true)?;
         match (kind, table.is_counter) {
             (BatchType::Counter, false) => {

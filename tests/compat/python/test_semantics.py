@@ -318,3 +318,90 @@ def test_index_ddl_errors_schema_and_describe(session, keyspace):
     session.execute(f"DROP TABLE {t}")
     assert list(session.execute(
         f"SELECT * FROM system_schema.indexes WHERE keyspace_name = '{keyspace}' AND table_name = 'idx_ddl'")) == []
+
+
+# ---------------------------------------------------------------------------------------
+# Materialized views (enabled by default in Amphora; Cassandra needs
+# materialized_views_enabled: true)
+# ---------------------------------------------------------------------------------------
+
+def test_materialized_view_maintenance(session, keyspace):
+    t = f"{keyspace}.mv_base"
+    v = f"{keyspace}.mv_by_v"
+    session.execute(f"CREATE TABLE {t} (k int, c int, v text, x int, PRIMARY KEY (k, c))")
+    session.execute(f"INSERT INTO {t} (k, c, v, x) VALUES (1, 1, 'a', 10)")
+    session.execute(f"INSERT INTO {t} (k, c, v, x) VALUES (1, 2, 'b', 20)")
+    session.execute(f"INSERT INTO {t} (k, c, x) VALUES (1, 3, 30)")  # v null: not in the view
+    session.execute(
+        f"CREATE MATERIALIZED VIEW {v} AS SELECT * FROM {t} "
+        f"WHERE v IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (v, k, c)")
+    # Built from existing data.
+    rows = sorted((r.v, r.k, r.c, r.x) for r in session.execute(f"SELECT * FROM {v}"))
+    assert rows == [("a", 1, 1, 10), ("b", 1, 2, 20)]
+    # A view-key change deletes the old view row.
+    session.execute(f"UPDATE {t} SET v = 'z' WHERE k = 1 AND c = 1")
+    assert list(session.execute(f"SELECT * FROM {v} WHERE v = 'a'")) == []
+    assert [(r.k, r.c, r.x) for r in session.execute(f"SELECT k, c, x FROM {v} WHERE v = 'z'")] == [(1, 1, 10)]
+    # A non-key update changes the view row in place.
+    session.execute(f"UPDATE {t} SET x = 11 WHERE k = 1 AND c = 1")
+    assert session.execute(f"SELECT x FROM {v} WHERE v = 'z'").one().x == 11
+    # Setting the view-key column makes the row appear; nulling it removes it.
+    session.execute(f"UPDATE {t} SET v = 'c' WHERE k = 1 AND c = 3")
+    assert [r.x for r in session.execute(f"SELECT x FROM {v} WHERE v = 'c'")] == [30]
+    session.execute(f"DELETE v FROM {t} WHERE k = 1 AND c = 3")
+    assert list(session.execute(f"SELECT * FROM {v} WHERE v = 'c'")) == []
+    # Row and partition deletions.
+    session.execute(f"DELETE FROM {t} WHERE k = 1 AND c = 2")
+    assert list(session.execute(f"SELECT * FROM {v} WHERE v = 'b'")) == []
+    session.execute(f"INSERT INTO {t} (k, c, v, x) VALUES (2, 1, 'z', 5)")
+    assert sorted(r.k for r in session.execute(f"SELECT k FROM {v} WHERE v = 'z'")) == [1, 2]
+    session.execute(f"DELETE FROM {t} WHERE k = 1")
+    assert [r.k for r in session.execute(f"SELECT k FROM {v} WHERE v = 'z'")] == [2]
+    # Batches and TTLs.
+    session.execute(f"BEGIN BATCH INSERT INTO {t} (k, c, v) VALUES (3, 1, 'q') "
+                    f"INSERT INTO {t} (k, c, v) VALUES (3, 2, 'q') APPLY BATCH")
+    assert sorted(r.c for r in session.execute(f"SELECT c FROM {v} WHERE v = 'q'")) == [1, 2]
+    session.execute(f"INSERT INTO {t} (k, c, v) VALUES (4, 1, 'ttl') USING TTL 1")
+    assert [r.k for r in session.execute(f"SELECT k FROM {v} WHERE v = 'ttl'")] == [4]
+    import time
+    time.sleep(2.2)
+    assert list(session.execute(f"SELECT k FROM {v} WHERE v = 'ttl'")) == []
+    # Views are read-only.
+    with pytest.raises(InvalidRequest, match="Cannot directly modify a materialized view"):
+        session.execute(f"INSERT INTO {v} (v, k, c) VALUES ('n', 1, 1)")
+
+
+def test_materialized_view_ddl(session, keyspace):
+    t = f"{keyspace}.mv_ddl"
+    session.execute(f"CREATE TABLE {t} (k int, c int, a int, b int, s int static, PRIMARY KEY (k, c))")
+    with pytest.raises(InvalidRequest, match="without primary key columns c"):
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+                        f"WHERE a IS NOT NULL AND k IS NOT NULL PRIMARY KEY (a, k)")
+    with pytest.raises(InvalidRequest, match="more than one non-primary key column"):
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+                        f"WHERE a IS NOT NULL AND b IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (a, b, k, c)")
+    with pytest.raises(InvalidRequest, match="must be restricted with 'IS NOT NULL'"):
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+                        f"WHERE k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (a, k, c)")
+    session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.mv_ddl_a AS SELECT k, c, b FROM {t} "
+                    f"WHERE a IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL AND b = 1 PRIMARY KEY (a, k, c) "
+                    f"WITH CLUSTERING ORDER BY (k DESC, c ASC) AND comment = 'by a'")
+    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (1, 1, 7, 1)")
+    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (2, 1, 7, 1)")
+    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (3, 1, 7, 2)")  # b = 2: filtered out
+    assert [(r.a, r.k, r.b) for r in session.execute(f"SELECT * FROM {keyspace}.mv_ddl_a WHERE a = 7")] == [(7, 2, 1), (7, 1, 1)]
+    r = session.execute(f"SELECT * FROM system_schema.views WHERE keyspace_name = '{keyspace}' AND view_name = 'mv_ddl_a'").one()
+    assert r.base_table_name == "mv_ddl" and r.include_all_columns is False and r.comment == "by a"
+    assert "a IS NOT NULL" in r.where_clause and "b = 1" in r.where_clause
+    desc = session.execute(f"DESCRIBE MATERIALIZED VIEW {keyspace}.mv_ddl_a").one().create_statement
+    assert desc.startswith(f"CREATE MATERIALIZED VIEW {keyspace}.mv_ddl_a AS\n    SELECT ")
+    assert "PRIMARY KEY (a, k, c)" in desc and "CLUSTERING ORDER BY (k DESC, c ASC)" in desc
+    with pytest.raises(InvalidRequest, match="materialized views still depend on it"):
+        session.execute(f"DROP TABLE {t}")
+    with pytest.raises(InvalidRequest, match="DROP MATERIALIZED VIEW"):
+        session.execute(f"DROP TABLE {keyspace}.mv_ddl_a")
+    session.execute(f"DROP MATERIALIZED VIEW {keyspace}.mv_ddl_a")
+    with pytest.raises(InvalidRequest, match="doesn't exist"):
+        session.execute(f"DROP MATERIALIZED VIEW {keyspace}.mv_ddl_a")
+    session.execute(f"DROP MATERIALIZED VIEW IF EXISTS {keyspace}.mv_ddl_a")
+    session.execute(f"DROP TABLE {t}")
