@@ -69,7 +69,12 @@ pub async fn run_write(
             .unwrap_or(crate::consistency::SERIAL);
         crate::consistency::check(ks, serial, false)?;
     }
-    let planned = plan_write(&table, st, &ctx, timestamp)?;
+    let lists = if needs_list_read(&table, st) {
+        read_lists(inner, &table, st, &ctx).await?
+    } else {
+        ListState::new()
+    };
+    let planned = plan_write_with(&table, st, &ctx, timestamp, &lists)?;
     if conditional {
         return crate::lwt::run_conditional(inner, &table, st, &ctx, planned).await;
     }
@@ -365,12 +370,147 @@ pub fn plan_write(
     ctx: &EvalCtx<'_>,
     default_ts: i64,
 ) -> Result<Vec<Planned>, QueryError> {
+    plan_write_with(t, st, ctx, default_ts, &ListState::new())
+}
+
+/// Current rows (by partition key bytes and clustering) a statement with list index
+/// operations (`l[i] = v`, `DELETE l[i]`) reads before it writes.
+pub type ListState = std::collections::HashMap<(Bytes, Vec<Bytes>), Row>;
+
+/// Whether the statement sets or deletes list elements by index (a read before write).
+pub fn needs_list_read(t: &TableSchema, st: &ast::Statement) -> bool {
+    let is_list = |name: &str| {
+        t.column(name)
+            .is_some_and(|(_, d)| matches!(d.ty, CqlType::List { frozen: false, .. }))
+    };
+    match st {
+        ast::Statement::Update(s) => s.assignments.iter().any(|a| {
+            matches!(a.op, ast::AssignmentOp::SetElement { .. }) && is_list(&a.column.name)
+        }),
+        ast::Statement::Delete(s) => s.columns.iter().any(|d| match d {
+            ast::Deletion::Element { column, .. } => is_list(&column.name),
+            _ => false,
+        }),
+        _ => false,
+    }
+}
+
+/// Reads the rows a list-index statement addresses.
+pub async fn read_lists(
+    inner: &Rc<Inner>,
+    t: &TableSchema,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+) -> Result<ListState, QueryError> {
+    let rels = match st {
+        ast::Statement::Update(s) => &s.where_clause,
+        ast::Statement::Delete(s) => &s.where_clause,
+        _ => return Ok(ListState::new()),
+    };
+    let (keys, r) = where_keys(t, rels, ctx)?;
+    let info = &inner.shared.info;
+    let now_s = now_seconds(ctx);
+    let mut out = ListState::new();
+    for key in keys {
+        let mut cmd = amphora_storage::ReadCommand::new(
+            t.id,
+            amphora_storage::PartitionRange::Single(key.clone()),
+            now_s,
+        );
+        cmd.slices = r.slices(t);
+        let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
+        let res = crate::exec::on_shard(inner, shard, move || async move {
+            let db = amphora_replica::local().map_err(|e| e.to_string())?;
+            db.read(&cmd).map_err(|e| e.to_string())
+        })
+        .await?
+        .map_err(QueryError::Server)?;
+        for p in res.partitions {
+            for row in p.rows {
+                out.insert((p.key.key.clone(), row.clustering.0.clone()), row);
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn plan_write_with(
+    t: &TableSchema,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+    lists: &ListState,
+) -> Result<Vec<Planned>, QueryError> {
     match st {
         ast::Statement::Insert(s) => plan_insert(t, s, ctx, default_ts),
-        ast::Statement::Update(s) => plan_update(t, s, ctx, default_ts),
-        ast::Statement::Delete(s) => plan_delete(t, s, ctx, default_ts),
+        ast::Statement::Update(s) => plan_update(t, s, ctx, default_ts, lists),
+        ast::Statement::Delete(s) => plan_delete(t, s, ctx, default_ts, lists),
         _ => Err(QueryError::Server("not a write".into())),
     }
+}
+
+/// The live element paths of list column `id` in the one row a statement addresses, and
+/// the element the index names (Cassandra's errors for a null list or a bad index).
+#[allow(clippy::too_many_arguments)]
+fn list_element(
+    t: &TableSchema,
+    id: ColumnId,
+    keys: &[PartitionKey],
+    r: &restrict::Restrictions,
+    lists: &ListState,
+    index: &ast::Expr,
+    ctx: &EvalCtx<'_>,
+    setting: bool,
+) -> Result<Bytes, QueryError> {
+    let idx = match eval(index, &CqlType::Int, ctx, "[list index]")? {
+        Value::Set(b) => {
+            let arr: [u8; 4] = b[..]
+                .try_into()
+                .map_err(|_| invalid("Invalid list index"))?;
+            i32::from_be_bytes(arr)
+        }
+        _ => return Err(invalid("Invalid null value for list index")),
+    };
+    let clusterings = if t.clustering_key.is_empty() {
+        vec![Clustering::empty()]
+    } else {
+        r.clusterings()
+    };
+    let (Some(key), Some(ck)) = (keys.first(), clusterings.first()) else {
+        return Err(invalid("Some partition key parts are missing"));
+    };
+    if keys.len() > 1 || clusterings.len() > 1 {
+        return Err(invalid(
+            "List index operations are only supported on a single row",
+        ));
+    }
+    let paths: Vec<Bytes> = match lists
+        .get(&(key.key.clone(), ck.0.clone()))
+        .and_then(|row| row.cell(id))
+    {
+        Some(ColumnData::Complex { cells, .. }) => cells
+            .iter()
+            .filter(|(_, c)| !c.is_tombstone)
+            .map(|(p, _)| p.clone())
+            .collect(),
+        _ => Vec::new(),
+    };
+    if paths.is_empty() {
+        return Err(invalid(if setting {
+            "Attempted to set an element on a list which is null"
+        } else {
+            "Attempted to delete an element from a list which is null"
+        }));
+    }
+    usize::try_from(idx)
+        .ok()
+        .and_then(|i| paths.get(i).cloned())
+        .ok_or_else(|| {
+            invalid(format!(
+                "List index {idx} out of bound, list has size {}",
+                paths.len()
+            ))
+        })
 }
 
 fn plan_insert(
@@ -576,6 +716,7 @@ fn plan_update(
     s: &ast::UpdateStatement,
     ctx: &EvalCtx<'_>,
     default_ts: i64,
+    lists: &ListState,
 ) -> Result<Vec<Planned>, QueryError> {
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     let ttl = ttl_of(&s.using, t, ctx)?;
@@ -720,6 +861,24 @@ fn plan_update(
                     cells: vec![(k, cell)],
                 })
             }
+            (
+                ast::AssignmentOp::SetElement { key, value },
+                CqlType::List {
+                    frozen: false,
+                    elem,
+                },
+            ) => {
+                let path = list_element(t, id, &keys, &r, lists, key, ctx, true)?;
+                let cell = match eval(value, elem, ctx, &def.name)? {
+                    Value::Set(v) => live(v),
+                    Value::Null => Cell::tombstone(ts, now_s),
+                    Value::Unset => continue,
+                };
+                Some(ColumnData::Complex {
+                    deletion: None,
+                    cells: vec![(path, cell)],
+                })
+            }
             (ast::AssignmentOp::SetField { field, value }, CqlType::Udt(d)) if !d.frozen => {
                 let i = udt_field(d, &def.name, &field.name)?;
                 let cell = match eval(value, &d.field_types[i], ctx, &def.name)? {
@@ -835,6 +994,7 @@ fn plan_delete(
     s: &ast::DeleteStatement,
     ctx: &EvalCtx<'_>,
     default_ts: i64,
+    lists: &ListState,
 ) -> Result<Vec<Planned>, QueryError> {
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     if s.using.ttl.is_some() {
@@ -844,7 +1004,7 @@ fn plan_delete(
     let (keys, r) = where_keys(t, &s.where_clause, ctx)?;
     let del = DeletionTime::new(ts, now_s);
     let mut out = Vec::new();
-    for key in keys {
+    for key in keys.clone() {
         let mut update = PartitionUpdate::default();
         if s.columns.is_empty() {
             if r.ck_prefix.is_empty() && r.ck_lower.is_none() && r.ck_upper.is_none() {
@@ -884,32 +1044,43 @@ fn plan_delete(
                         (c.name.clone(), data)
                     }
                     ast::Deletion::Element { column, key } => {
-                        let (_, def) = t.column(&column.name).ok_or_else(|| {
+                        let (cid, def) = t.column(&column.name).ok_or_else(|| {
                             invalid(format!("Undefined column name {}", column.name))
                         })?;
-                        let kt = match &def.ty {
-                            CqlType::Map {
-                                key, frozen: false, ..
-                            } => (**key).clone(),
-                            CqlType::Set {
-                                elem,
-                                frozen: false,
-                            } => (**elem).clone(),
-                            _ => {
-                                return Err(invalid(format!(
-                                    "Invalid operation for column {}: element deletion on a list or frozen collection is not supported yet",
-                                    def.name
-                                )));
-                            }
-                        };
-                        let k = eval_set(key, &kt, ctx, &def.name)?;
-                        (
-                            column.name.clone(),
-                            ColumnData::Complex {
-                                deletion: None,
-                                cells: vec![(k, Cell::tombstone(ts, now_s))],
-                            },
-                        )
+                        if matches!(def.ty, CqlType::List { frozen: false, .. }) {
+                            let path = list_element(t, cid, &keys, &r, lists, key, ctx, false)?;
+                            (
+                                column.name.clone(),
+                                ColumnData::Complex {
+                                    deletion: None,
+                                    cells: vec![(path, Cell::tombstone(ts, now_s))],
+                                },
+                            )
+                        } else {
+                            let kt = match &def.ty {
+                                CqlType::Map {
+                                    key, frozen: false, ..
+                                } => (**key).clone(),
+                                CqlType::Set {
+                                    elem,
+                                    frozen: false,
+                                } => (**elem).clone(),
+                                _ => {
+                                    return Err(invalid(format!(
+                                        "Invalid operation for column {}: element deletion on a list or frozen collection is not supported yet",
+                                        def.name
+                                    )));
+                                }
+                            };
+                            let k = eval_set(key, &kt, ctx, &def.name)?;
+                            (
+                                column.name.clone(),
+                                ColumnData::Complex {
+                                    deletion: None,
+                                    cells: vec![(k, Cell::tombstone(ts, now_s))],
+                                },
+                            )
+                        }
                     }
                     ast::Deletion::Field { column, field } => {
                         let (_, def) = t.column(&column.name).ok_or_else(|| {
@@ -1033,7 +1204,12 @@ pub async fn run_batch(
             }
             _ => {}
         }
-        planned.extend(plan_write(&table, &st, &ctx, default_ts)?);
+        let lists = if needs_list_read(&table, &st) {
+            read_lists(inner, &table, &st, &ctx).await?
+        } else {
+            ListState::new()
+        };
+        planned.extend(plan_write_with(&table, &st, &ctx, default_ts, &lists)?);
     }
     apply_all(inner, planned).await?;
     Ok(QueryResult::Void)

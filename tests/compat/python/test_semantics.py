@@ -405,3 +405,28 @@ def test_materialized_view_ddl(session, keyspace):
         session.execute(f"DROP MATERIALIZED VIEW {keyspace}.mv_ddl_a")
     session.execute(f"DROP MATERIALIZED VIEW IF EXISTS {keyspace}.mv_ddl_a")
     session.execute(f"DROP TABLE {t}")
+
+
+def test_list_index_operations(session, keyspace):
+    t = f"{keyspace}.list_idx"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, l list<text>, n list<int>)")
+    session.execute(f"INSERT INTO {t} (k, l) VALUES (1, ['a', 'b', 'c'])")
+    session.execute(f"UPDATE {t} SET l[1] = 'B' WHERE k = 1")
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["a", "B", "c"]
+    session.execute(f"DELETE l[0] FROM {t} WHERE k = 1")
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["B", "c"]
+    upd = session.prepare(f"UPDATE {t} SET l[?] = ? WHERE k = ?")
+    session.execute(upd, [1, "C", 1])
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["B", "C"]
+    # Setting an element to null removes it.
+    session.execute(f"UPDATE {t} SET l[0] = null WHERE k = 1")
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["C"]
+    with pytest.raises(InvalidRequest, match="List index 5 out of bound, list has size 1"):
+        session.execute(f"UPDATE {t} SET l[5] = 'x' WHERE k = 1")
+    with pytest.raises(InvalidRequest, match="List index -1 out of bound, list has size 1"):
+        session.execute(f"DELETE l[-1] FROM {t} WHERE k = 1")
+    with pytest.raises(InvalidRequest, match="Attempted to set an element on a list which is null"):
+        session.execute(f"UPDATE {t} SET n[0] = 1 WHERE k = 1")
+    with pytest.raises(InvalidRequest, match="Attempted to delete an element from a list which is null"):
+        session.execute(f"DELETE n[0] FROM {t} WHERE k = 1")
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["C"]
