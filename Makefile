@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DATA_DIR ?= ./data
 
-.PHONY: run build release test test-rust test-compat lint fmt bench bench-quick clean
+.PHONY: run build release test test-rust test-compat test-cql compat-cassandra lint fmt bench bench-quick clean
 
 release:
 	$(CARGO) build --release -p amphora
@@ -29,8 +29,22 @@ test-compat: build
 	tests/compat/install.sh
 	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/compat/run.sh
 
+# CQL golden files (tests/cql/*.cql -> *.result, recorded from Apache Cassandra 5.0.9)
+# against a fresh debug amphora; the differences listed in tests/cql/known-differences.txt
+# are allowed (docs/dev/testing.md, "CQL golden files").
+test-cql: build
+	tests/compat/install.sh python
+	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh --jobs 2
+
+# The same golden files against Apache Cassandra 5.0.9 (installed from Maven Central by
+# bench/cassandra/install.sh, started on free ports, stopped afterwards): every statement
+# must match. `make compat-cassandra CQL_ARGS=--record` re-records the .result files.
+compat-cassandra:
+	tests/compat/install.sh python
+	tests/cql/run.sh --cassandra --jobs 2 $(CQL_ARGS)
+
 # Everything CI checks: format, lints, unit + integration tests, real-client compatibility.
-test: lint test-rust test-compat
+test: lint test-rust test-compat test-cql
 
 bench-quick:
 	bench/run.sh quick

@@ -594,8 +594,11 @@ def main():
     ap.add_argument("--host", default=os.environ.get("CQL_HOST", "127.0.0.1"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("CQL_PORT", "9042")))
     ap.add_argument("--record", action="store_true", help="write X.result instead of comparing")
-    ap.add_argument("--source", default="Apache Cassandra 5.0.9",
-                    help="server named in the header of recorded files")
+    ap.add_argument("--source", default=None,
+                    help="server named in the header of recorded files (default: "
+                         "Apache Cassandra <its release_version>)")
+    ap.add_argument("--force", action="store_true",
+                    help="record from a server that is not bench/cassandra's Cassandra")
     ap.add_argument("--no-known", action="store_true",
                     help="ignore known-differences.txt: every statement must match")
     ap.add_argument("--print-differences", action="store_true",
@@ -608,7 +611,22 @@ def main():
         os.path.join(HERE, f) for f in os.listdir(HERE) if f.endswith(".cql"))
     known = {} if args.no_known else load_known()
     cluster = connect(args.host, args.port)
-    cluster.connect().shutdown()  # fail fast when nothing listens
+    probe = cluster.connect()  # fail fast when nothing listens
+    try:
+        local = probe.execute("SELECT cluster_name, release_version FROM system.local").one()
+    finally:
+        probe.shutdown()
+    print("cql golden: server %s:%d, cluster %r, release %s" %
+          (args.host, args.port, local[0], local[1]))
+    if args.record:
+        # The reference is Apache Cassandra as bench/cassandra/start.sh configures it; a
+        # port reused by another server must not silently become the expected output.
+        if local[0] != "amphora-peer" and not args.force:
+            print("refusing to record from cluster %r: not the Cassandra that "
+                  "bench/cassandra/start.sh starts (use --force)" % local[0], file=sys.stderr)
+            return 2
+        if args.source is None:
+            args.source = "Apache Cassandra %s" % local[1]
     started = time.time()
     results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
