@@ -33,6 +33,7 @@ pub async fn run_ddl(
             S::DropTable(s) => schema::drop_table(cur, s, keyspace)?,
             S::CreateType(s) => schema::create_type(cur, s, keyspace)?,
             S::DropType(s) => schema::drop_type(cur, s, keyspace)?,
+            S::AlterType(s) => schema::alter_type(cur, s, keyspace)?,
             S::CreateIndex(s) => crate::index::create_index(cur, s, keyspace)?,
             S::DropIndex(s) => crate::index::drop_index(cur, s, keyspace)?,
             S::CreateMaterializedView(s) => crate::view::create_view(cur, s, keyspace)?,
@@ -60,7 +61,9 @@ pub async fn run_ddl(
         *guard = new.clone();
     }
     match &change.target {
-        SchemaChangeTarget::Keyspace(k) => crate::exec::invalidate_prepared(&inner.shared, k, None),
+        SchemaChangeTarget::Keyspace(k) | SchemaChangeTarget::Type { keyspace: k, .. } => {
+            crate::exec::invalidate_prepared(&inner.shared, k, None)
+        }
         SchemaChangeTarget::Table { keyspace, table } => {
             crate::exec::invalidate_prepared(&inner.shared, keyspace, Some(table))
         }

@@ -419,14 +419,12 @@ pub async fn run(
         | S::DropTable(_)
         | S::CreateType(_)
         | S::DropType(_)
+        | S::AlterType(_)
         | S::CreateIndex(_)
         | S::DropIndex(_)
         | S::CreateMaterializedView(_)
         | S::AlterMaterializedView { .. }
         | S::DropMaterializedView(_) => crate::ddl::run_ddl(inner, keyspace, st).await,
-        S::AlterType(_) => Err(QueryError::invalid(
-            "ALTER TYPE is not supported by Amphora yet",
-        )),
         S::CreateFunction(_) | S::CreateAggregate(_) => Err(QueryError::invalid(
             "User-defined functions are disabled in cassandra.yaml - set user_defined_functions_enabled=true to enable",
         )),

@@ -844,6 +844,11 @@ pub fn alter_table(
         }
         ast::AlterTableAction::With(props) => apply_table_properties(&mut t.options, props)?,
         ast::AlterTableAction::Rename { renames, .. } => {
+            if ks.views.values().any(|v| v.base == t.id) {
+                return Err(invalid(format!(
+                    "Cannot rename columns of table {ks_name}.{name}: materialized views depend on it"
+                )));
+            }
             for (from, to) in renames {
                 let Some((_, def)) = t.column(&from.name) else {
                     return Err(invalid(format!(
@@ -868,10 +873,54 @@ pub fn alter_table(
                 }
             }
         }
-        ast::AlterTableAction::Drop { .. } => {
-            // Column ids index stored cells, so dropping needs dropped-column records
-            // (system_schema.dropped_columns) to filter old data: not built yet.
-            return Err(invalid("ALTER TABLE DROP is not supported yet by Amphora"));
+        ast::AlterTableAction::Drop {
+            if_exists,
+            columns,
+            timestamp,
+        } => {
+            let at = match timestamp {
+                Some(ts) => ts
+                    .parse::<i64>()
+                    .map_err(|_| invalid(format!("Invalid timestamp {ts}")))?,
+                None => crate::exec::now_micros(),
+            };
+            for c in columns {
+                let Some((id, def)) = t.column(&c.name) else {
+                    if *if_exists {
+                        continue;
+                    }
+                    return Err(invalid(format!(
+                        "Column {} was not found in table {ks_name}.{name}",
+                        c.name
+                    )));
+                };
+                if matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                    return Err(invalid(format!(
+                        "Cannot drop PRIMARY KEY column {}",
+                        c.name
+                    )));
+                }
+                let deps: Vec<&str> = ks
+                    .indexes
+                    .values()
+                    .filter(|i| i.base == t.id && i.column == id)
+                    .map(|i| i.name.as_str())
+                    .collect();
+                if !deps.is_empty() {
+                    return Err(invalid(format!(
+                        "Cannot drop column {} because it has dependent secondary indexes ({})",
+                        c.name,
+                        deps.join(", ")
+                    )));
+                }
+                if ks.views.values().any(|v| v.base == t.id) {
+                    return Err(invalid(format!(
+                        "Cannot drop column {} on base table {name} with materialized views",
+                        c.name
+                    )));
+                }
+                t.dropped_columns.insert(id, at);
+            }
         }
         ast::AlterTableAction::AlterColumnType { .. } => {
             return Err(invalid("Altering column types is no longer supported"));
@@ -1049,6 +1098,188 @@ pub fn drop_type(
             name,
         },
     ))
+}
+
+/// `ALTER TYPE … ADD / RENAME` (Cassandra's checks and messages); every column, field and
+/// view or index table using the type gets the new definition.
+pub fn alter_type(
+    s: &Schema,
+    st: &ast::AlterType,
+    current_ks: Option<&str>,
+) -> Result<DdlOutcome, QueryError> {
+    let ks_name = resolve_keyspace(&st.name, current_ks)?;
+    if is_system_keyspace(&ks_name) {
+        return Err(QueryError::Unauthorized(format!(
+            "{ks_name} keyspace is not user-modifiable"
+        )));
+    }
+    let name = st.name.name.name.clone();
+    let Some((ks, old)) = s
+        .keyspace(&ks_name)
+        .and_then(|k| k.types.get(&name).map(|u| (k, u)))
+    else {
+        if st.if_exists {
+            return Ok(unchanged(s));
+        }
+        return Err(invalid(format!("Type {ks_name}.{name} doesn't exist")));
+    };
+    let full_name = format!("{ks_name}.{name}");
+    let mut def = (**old).clone();
+    match &st.action {
+        ast::AlterTypeAction::AlterField { .. } => {
+            return Err(invalid("Altering field types is no longer supported"));
+        }
+        ast::AlterTypeAction::Add {
+            if_not_exists,
+            field,
+            ty,
+        } => {
+            if matches!(ty, ast::TypeExpr::Native(ast::NativeType::Counter)) {
+                return Err(invalid("A user type cannot contain counters"));
+            }
+            if matches!(ty, ast::TypeExpr::User(_)) {
+                return Err(invalid("A user type cannot contain non-frozen UDTs"));
+            }
+            if def.field_names.contains(&field.name) {
+                if *if_not_exists {
+                    return Ok(unchanged(s));
+                }
+                return Err(invalid(format!(
+                    "Cannot add field {} to type {full_name}: a field with name {} already exists",
+                    field.name, field.name
+                )));
+            }
+            let fty = resolve_type(ty, ks, true)?;
+            if type_uses(&fty, &name) {
+                return Err(invalid(format!(
+                    "Cannot add new field {} of type {fty} to user type {full_name} as it would create a circular reference",
+                    field.name
+                )));
+            }
+            let in_pk: Vec<String> = ks
+                .tables
+                .values()
+                .chain(ks.views.values().map(|v| &v.table))
+                .filter(|t| {
+                    t.partition_key
+                        .iter()
+                        .any(|id| type_uses(&t.columns[*id as usize].ty, &name))
+                })
+                .map(|t| format!("{}.{}", t.keyspace, t.name))
+                .collect();
+            if !in_pk.is_empty() {
+                return Err(invalid(format!(
+                    "Cannot add new field {} of type {fty} to user type {full_name} as the type is being used in partition key by the following tables: {}",
+                    field.name,
+                    in_pk.join(", ")
+                )));
+            }
+            def.field_names.push(field.name.clone());
+            def.field_types.push(fty);
+        }
+        ast::AlterTypeAction::Rename { if_exists, renames } => {
+            for (from, to) in renames {
+                match def.field_names.iter().position(|f| *f == from.name) {
+                    Some(i) => def.field_names[i] = to.name.clone(),
+                    None if *if_exists => {}
+                    None => {
+                        return Err(invalid(format!(
+                            "Unkown field {} in user type {full_name}",
+                            from.name
+                        )));
+                    }
+                }
+            }
+            for n in &def.field_names {
+                if def.field_names.iter().filter(|x| *x == n).count() > 1 {
+                    return Err(invalid(format!(
+                        "Duplicate field name {n} in type {ks_name}"
+                    )));
+                }
+            }
+        }
+    }
+    let def = Arc::new(def);
+    let mut next = s.clone();
+    if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        let fix = |t: &Arc<TableSchema>| -> Arc<TableSchema> {
+            if !t.columns.iter().any(|c| type_uses(&c.ty, &name)) {
+                return t.clone();
+            }
+            let mut n = (**t).clone();
+            for c in &mut n.columns {
+                c.ty = replace_udt(&c.ty, &def);
+            }
+            Arc::new(n)
+        };
+        for t in k.tables.values_mut() {
+            *t = fix(t);
+        }
+        for v in k.views.values_mut() {
+            v.table = fix(&v.table);
+        }
+        for i in k.indexes.values_mut() {
+            i.backing = fix(&i.backing);
+        }
+        for u in k.types.values_mut() {
+            if u.name == name {
+                *u = def.clone();
+            } else if u.field_types.iter().any(|f| type_uses(f, &name)) {
+                let mut n = (**u).clone();
+                for f in &mut n.field_types {
+                    *f = replace_udt(f, &def);
+                }
+                *u = Arc::new(n);
+            }
+        }
+    }
+    Ok(changed(
+        next,
+        SchemaChangeKind::Updated,
+        SchemaChangeTarget::Type {
+            keyspace: ks_name,
+            name,
+        },
+    ))
+}
+
+/// `t` with every use of user type `new` (same keyspace and name) replaced by `new`,
+/// keeping each use's frozenness.
+fn replace_udt(t: &CqlType, new: &Arc<UdtDef>) -> CqlType {
+    let elem = |e: &CqlType| Box::new(replace_udt(e, new));
+    match t {
+        CqlType::Udt(d) if d.name == new.name && d.keyspace == new.keyspace => {
+            let mut n = (**new).clone();
+            n.frozen = d.frozen;
+            CqlType::Udt(Arc::new(n))
+        }
+        CqlType::Udt(d) => {
+            let mut n = (**d).clone();
+            for f in &mut n.field_types {
+                *f = replace_udt(f, new);
+            }
+            CqlType::Udt(Arc::new(n))
+        }
+        CqlType::List { elem: e, frozen } => CqlType::List {
+            elem: elem(e),
+            frozen: *frozen,
+        },
+        CqlType::Set { elem: e, frozen } => CqlType::Set {
+            elem: elem(e),
+            frozen: *frozen,
+        },
+        CqlType::Map { key, value, frozen } => CqlType::Map {
+            key: elem(key),
+            value: elem(value),
+            frozen: *frozen,
+        },
+        CqlType::Vector { elem: e, dim } => CqlType::Vector {
+            elem: elem(e),
+            dim: *dim,
+        },
+        CqlType::Tuple(ts) => CqlType::Tuple(ts.iter().map(|x| replace_udt(x, new)).collect()),
+        other => other.clone(),
+    }
 }
 
 fn type_uses(t: &CqlType, udt: &str) -> bool {

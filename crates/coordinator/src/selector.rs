@@ -64,7 +64,7 @@ pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
     out.extend(&t.clustering_key);
     let by_kind = |k: ColumnKind| {
         let mut v: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
-            .filter(|i| t.columns[*i as usize].kind == k)
+            .filter(|i| t.columns[*i as usize].kind == k && !t.is_dropped(*i))
             .collect();
         v.sort_by(|a, b| {
             t.columns[*a as usize]

@@ -229,7 +229,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("kind", "text", 'r'),
                 ("type", "text", 'r'),
             ],
-            no_rows,
+            dropped_column_rows,
         );
         add(
             "system_schema",
@@ -579,6 +579,43 @@ fn index_rows(s: &Schema, _: &NodeInfo) -> Rows {
     rows.into_iter().map(|r| r.3).collect()
 }
 
+fn dropped_column_rows(s: &Schema, _: &NodeInfo) -> Rows {
+    let mut rows = Vec::new();
+    for t in s.user_tables() {
+        let mut cols: Vec<(&str, i64, &amphora_types::schema::ColumnDef)> = t
+            .dropped_columns
+            .iter()
+            .filter_map(|(id, at)| t.column_by_id(*id).map(|c| (c.name.as_str(), *at, c)))
+            .collect();
+        cols.sort_by(|a, b| a.0.cmp(b.0));
+        // A name dropped twice shows its latest drop.
+        cols.dedup_by(|a, b| {
+            if a.0 == b.0 {
+                b.1 = b.1.max(a.1);
+                true
+            } else {
+                false
+            }
+        });
+        for (name, at, c) in cols {
+            rows.push(vec![
+                Some(text(&t.keyspace)),
+                Some(text(&t.name)),
+                Some(text(name)),
+                Some(Bytes::copy_from_slice(&(at / 1000).to_be_bytes())),
+                Some(text(if c.kind == ColumnKind::Static {
+                    "static"
+                } else {
+                    "regular"
+                })),
+                Some(text(&c.ty.to_string())),
+            ]);
+        }
+    }
+    rows.sort_by(|a, b| (&a[0], &a[1]).cmp(&(&b[0], &b[1])));
+    rows
+}
+
 fn view_rows(s: &Schema, _: &NodeInfo) -> Rows {
     let mut rows = Vec::new();
     for ks in s.keyspaces.values() {
@@ -668,7 +705,7 @@ fn column_rows(s: &Schema, _: &NodeInfo) -> Rows {
         (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str()))
     });
     for t in tables {
-        for c in &t.columns {
+        for (_, c) in t.live_columns() {
             let (kind, position, order) = match c.kind {
                 ColumnKind::PartitionKey => ("partition_key", c.position as i32, "none"),
                 ColumnKind::Clustering => (

@@ -120,7 +120,9 @@ pub fn create_view(
         ast::Selection::Wildcard => (
             true,
             (0..base.columns.len() as ColumnId)
-                .filter(|i| base.columns[*i as usize].kind != ColumnKind::Static)
+                .filter(|i| {
+                    base.columns[*i as usize].kind != ColumnKind::Static && !base.is_dropped(*i)
+                })
                 .collect(),
         ),
         ast::Selection::List(items) => {

@@ -655,10 +655,8 @@ fn plan_insert_json(
             None => BoundValue::Null,
         });
     }
-    for (i, def) in t.columns.iter().enumerate() {
-        if !named.contains(&(i as ColumnId))
-            && matches!(def.kind, ColumnKind::Regular | ColumnKind::Static)
-        {
+    for (i, def) in t.live_columns() {
+        if !named.contains(&i) && matches!(def.kind, ColumnKind::Regular | ColumnKind::Static) {
             columns.push(ast::Ident::quoted(def.name.clone()));
             values.push(ast::Expr::Bind(ast::BindMarker {
                 index: binds.len(),

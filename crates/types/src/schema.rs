@@ -196,6 +196,12 @@ pub struct TableSchema {
     pub clustering_key: Vec<ColumnId>,
     pub is_counter: bool,
     pub options: TableOptions,
+    /// Columns removed by `ALTER TABLE … DROP`, by id, with the drop time (microseconds).
+    /// Their ids stay reserved (stored cells still carry them) and they are hidden from
+    /// every lookup; a column added again under the same name gets a new id, so data
+    /// written before the drop never reappears (Cassandra's dropped_columns).
+    #[serde(default)]
+    pub dropped_columns: BTreeMap<ColumnId, i64>,
 }
 
 impl TableSchema {
@@ -228,15 +234,31 @@ impl TableSchema {
             clustering_key: ck,
             is_counter,
             options,
+            dropped_columns: BTreeMap::new(),
         }
     }
 
+    /// A live (not dropped) column by name.
     pub fn column(&self, name: &str) -> Option<(ColumnId, &ColumnDef)> {
         self.columns
             .iter()
             .enumerate()
-            .find(|(_, c)| c.name == name)
+            .find(|(i, c)| c.name == name && !self.is_dropped(*i as ColumnId))
             .map(|(i, c)| (i as ColumnId, c))
+    }
+
+    /// Whether column `id` was dropped.
+    pub fn is_dropped(&self, id: ColumnId) -> bool {
+        !self.dropped_columns.is_empty() && self.dropped_columns.contains_key(&id)
+    }
+
+    /// Live columns with their ids, in id order.
+    pub fn live_columns(&self) -> impl Iterator<Item = (ColumnId, &ColumnDef)> {
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i as ColumnId, c))
+            .filter(|(i, _)| !self.is_dropped(*i))
     }
 
     pub fn column_by_id(&self, id: ColumnId) -> Option<&ColumnDef> {

@@ -430,3 +430,67 @@ def test_list_index_operations(session, keyspace):
     with pytest.raises(InvalidRequest, match="Attempted to delete an element from a list which is null"):
         session.execute(f"DELETE n[0] FROM {t} WHERE k = 1")
     assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l == ["C"]
+
+
+def test_alter_table_drop_column(session, keyspace):
+    t = f"{keyspace}.alter_drop"
+    session.execute(f"CREATE TABLE {t} (k int, c int, a int, b text, PRIMARY KEY (k, c))")
+    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (1, 1, 10, 'x')")
+    session.execute(f"ALTER TABLE {t} DROP b")
+    row = session.execute(f"SELECT * FROM {t} WHERE k = 1").one()
+    assert row._fields == ("k", "c", "a") and row.a == 10
+    with pytest.raises(InvalidRequest, match="Undefined column name b"):
+        session.execute(f"SELECT b FROM {t}")
+    with pytest.raises(InvalidRequest, match="Cannot drop PRIMARY KEY column c"):
+        session.execute(f"ALTER TABLE {t} DROP c")
+    with pytest.raises(InvalidRequest, match="Column nope was not found in table"):
+        session.execute(f"ALTER TABLE {t} DROP nope")
+    session.execute(f"ALTER TABLE {t} DROP IF EXISTS nope")
+    r = session.execute(f"SELECT * FROM system_schema.dropped_columns WHERE keyspace_name = '{keyspace}' AND table_name = 'alter_drop'").one()
+    assert r.column_name == "b" and r.type == "text" and r.kind == "regular"
+    cols = {r.column_name for r in session.execute(
+        f"SELECT column_name FROM system_schema.columns WHERE keyspace_name = '{keyspace}' AND table_name = 'alter_drop'")}
+    assert cols == {"k", "c", "a"}
+    # Re-adding the name does not bring the old data back.
+    session.execute(f"ALTER TABLE {t} ADD b text")
+    assert session.execute(f"SELECT b FROM {t} WHERE k = 1").one().b is None
+    session.execute(f"UPDATE {t} SET b = 'new' WHERE k = 1 AND c = 1")
+    assert session.execute(f"SELECT b FROM {t} WHERE k = 1").one().b == "new"
+    # A column an index depends on cannot be dropped.
+    session.execute(f"CREATE INDEX alter_drop_a ON {t} (a)")
+    with pytest.raises(InvalidRequest, match="dependent secondary indexes"):
+        session.execute(f"ALTER TABLE {t} DROP a")
+    # RENAME works on key columns only.
+    with pytest.raises(InvalidRequest, match="Cannot rename non PRIMARY KEY column a"):
+        session.execute(f"ALTER TABLE {t} RENAME a TO aa")
+    session.execute(f"ALTER TABLE {t} RENAME c TO cc")
+    assert session.execute(f"SELECT cc, a FROM {t} WHERE k = 1 AND cc = 1").one().a == 10
+    assert [r.k for r in session.execute(f"SELECT k FROM {t} WHERE a = 10")] == [1]
+
+
+def test_alter_type_add_and_rename(session, keyspace):
+    session.execute(f"CREATE TYPE {keyspace}.addr (street text, num int)")
+    t = f"{keyspace}.alter_type_t"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, f frozen<addr>, u addr)")
+    session.execute(f"INSERT INTO {t} (k, f, u) VALUES (1, {{street: 'a', num: 1}}, {{street: 'b', num: 2}})")
+    session.execute(f"ALTER TYPE {keyspace}.addr ADD zip text")
+    session.execute(f"UPDATE {t} SET u.zip = 'z9' WHERE k = 1")
+    session.execute(f"INSERT INTO {t} (k, f) VALUES (2, {{street: 'c', num: 3, zip: 'z3'}})")
+    session.cluster.refresh_schema_metadata()
+    r1 = session.execute(f"SELECT f, u FROM {t} WHERE k = 1").one()
+    assert (r1.f.street, r1.f.num, r1.f.zip) == ("a", 1, None)
+    assert (r1.u.street, r1.u.zip) == ("b", "z9")
+    assert session.execute(f"SELECT f FROM {t} WHERE k = 2").one().f.zip == "z3"
+    with pytest.raises(InvalidRequest, match="a field with name zip already exists"):
+        session.execute(f"ALTER TYPE {keyspace}.addr ADD zip int")
+    session.execute(f"ALTER TYPE {keyspace}.addr ADD IF NOT EXISTS zip int")
+    session.execute(f"ALTER TYPE {keyspace}.addr RENAME num TO number")
+    r = session.execute(f"SELECT field_names FROM system_schema.types WHERE keyspace_name = '{keyspace}' AND type_name = 'addr'").one()
+    assert r.field_names == ["street", "number", "zip"]
+    assert session.execute(f"SELECT u.number AS n FROM {t} WHERE k = 1").one().n == 2
+    with pytest.raises(InvalidRequest, match="Unkown field nope in user type"):
+        session.execute(f"ALTER TYPE {keyspace}.addr RENAME nope TO x")
+    with pytest.raises(InvalidRequest, match="doesn't exist"):
+        session.execute(f"ALTER TYPE {keyspace}.nope ADD x int")
+    with pytest.raises(InvalidRequest, match="Altering field types is no longer supported"):
+        session.execute(f"ALTER TYPE {keyspace}.addr ALTER zip TYPE blob")
