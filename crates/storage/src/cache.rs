@@ -10,6 +10,7 @@
 //! PERF-CRITICAL: `get` is on every SSTable point read.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use bytes::Bytes;
 
@@ -45,9 +46,45 @@ pub struct BlockCacheStats {
     pub capacity: u64,
 }
 
+/// Hashes the few integers of a [`Key`] (no need for SipHash's flooding resistance: keys
+/// are not chosen by clients).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        // Final avalanche so the low bits the table uses depend on every input bit.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_isize(&mut self, i: isize) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(23) ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// A byte-bounded CLOCK cache of SSTable blocks. A capacity of 0 disables it.
 pub struct BlockCache {
-    map: HashMap<Key, usize>,
+    map: HashMap<Key, usize, BuildHasherDefault<KeyHasher>>,
     slots: Vec<Slot>,
     hand: usize,
     bytes: usize,
@@ -62,7 +99,7 @@ const ENTRY_OVERHEAD: usize = 96;
 impl BlockCache {
     pub fn new(capacity_bytes: u64) -> Self {
         BlockCache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             slots: Vec::new(),
             hand: 0,
             bytes: 0,

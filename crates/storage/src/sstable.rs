@@ -1026,25 +1026,11 @@ impl SSTableReader {
 
     /// Reads index block `b` of the summary.
     /// Reads and verifies index block `b`; returns its body (without the CRC).
-    fn index_block_bytes(
-        &self,
-        b: usize,
-        cache: Option<&mut BlockCache>,
-    ) -> Result<Option<(Bytes, u64)>> {
-        let Some(s) = self.summary.get(b) else {
-            return Ok(None);
-        };
-        let Some(cache) = cache else {
-            return self.read_index_block(s);
-        };
-        if let Some(body) = cache.get(self.id, BlockKind::IndexBlock, b as u64) {
-            return Ok(Some((body, s.offset)));
+    fn index_block_bytes(&self, b: usize) -> Result<Option<(Bytes, u64)>> {
+        match self.summary.get(b) {
+            Some(s) => self.read_index_block(s),
+            None => Ok(None),
         }
-        let r = self.read_index_block(s)?;
-        if let Some((body, _)) = &r {
-            cache.insert(self.id, BlockKind::IndexBlock, b as u64, body.clone());
-        }
-        Ok(r)
     }
 
     fn read_index_block(&self, s: &SummaryEntry) -> Result<Option<(Bytes, u64)>> {
@@ -1078,7 +1064,7 @@ impl SSTableReader {
 
     /// Reads index block `b` of the summary.
     fn index_block(&self, b: usize) -> Result<Vec<(PartitionKey, IndexEntry)>> {
-        let Some((body, offset)) = self.index_block_bytes(b, None)? else {
+        let Some((body, offset)) = self.index_block_bytes(b)? else {
             return Ok(Vec::new());
         };
         let mut r = Reader::with_offset(body, offset as usize);
@@ -1097,14 +1083,94 @@ impl SSTableReader {
         Ok(out)
     }
 
-    /// Looks `key` up in index block `b` without materializing the entries.
+    /// Looks `key` up in index block `b`: by binary search in the block's searchable form
+    /// from `cache` (made and cached on a miss), else by a scan of the raw block.
     fn find_in_block(
         &self,
         b: usize,
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
     ) -> Result<Option<IndexEntry>> {
-        let Some((body, offset)) = self.index_block_bytes(b, cache)? else {
+        let Some(cache) = cache else {
+            return self.scan_index_block(b, key);
+        };
+        let table = match cache.get(self.id, BlockKind::IndexBlock, b as u64) {
+            Some(t) => t,
+            None => {
+                let Some((body, offset)) = self.index_block_bytes(b)? else {
+                    return Ok(None);
+                };
+                let t = self.searchable_index_block(&body, offset)?;
+                cache.insert(self.id, BlockKind::IndexBlock, b as u64, t.clone());
+                t
+            }
+        };
+        Ok(search_index_table(&table, key))
+    }
+
+    /// An index block body re-encoded for binary search:
+    /// `n: u32 LE`, then n records of [`INDEX_RECORD`] bytes (token i64, key offset u32,
+    /// key length u32, position u64, length u64, all LE), then the keys.
+    fn searchable_index_block(&self, body: &[u8], offset: u64) -> Result<Bytes> {
+        let bad = |at: usize| {
+            StorageError::corrupt(
+                &self.index_path,
+                offset + at as u64,
+                "malformed index entry",
+            )
+        };
+        let n = u32::from_le_bytes(
+            body.get(0..4)
+                .and_then(|x| x.try_into().ok())
+                .ok_or_else(|| bad(0))?,
+        ) as usize;
+        if n > body.len() {
+            return Err(bad(0));
+        }
+        let keys_at = 4 + n * INDEX_RECORD;
+        let mut out = vec![0u8; keys_at];
+        out.reserve(body.len());
+        if let Some(h) = out.get_mut(0..4) {
+            h.copy_from_slice(&(n as u32).to_le_bytes());
+        }
+        let mut pos = 4usize;
+        let mut prev: Option<(i64, &[u8])> = None;
+        for i in 0..n {
+            let token = i64::from_le_bytes(
+                body.get(pos..pos + 8)
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| bad(pos))?,
+            );
+            pos += 8;
+            let klen = read_var(body, &mut pos).ok_or_else(|| bad(pos))? as usize;
+            let k = body
+                .get(pos..pos.saturating_add(klen))
+                .ok_or_else(|| bad(pos))?;
+            pos += klen;
+            let position = read_var(body, &mut pos).ok_or_else(|| bad(pos))?;
+            let len = read_var(body, &mut pos).ok_or_else(|| bad(pos))?;
+            if prev.is_some_and(|p| p >= (token, k)) {
+                return Err(bad(pos));
+            }
+            prev = Some((token, k));
+            let koff = u32::try_from(out.len()).map_err(|_| bad(pos))?;
+            let rec = 4 + i * INDEX_RECORD;
+            let Some(r) = out.get_mut(rec..rec + INDEX_RECORD) else {
+                return Err(bad(pos));
+            };
+            r[0..8].copy_from_slice(&token.to_le_bytes());
+            r[8..12].copy_from_slice(&koff.to_le_bytes());
+            r[12..16].copy_from_slice(&(klen as u32).to_le_bytes());
+            r[16..24].copy_from_slice(&position.to_le_bytes());
+            r[24..32].copy_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(k);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Looks `key` up in index block `b` by scanning it, without materializing the entries.
+    fn scan_index_block(&self, b: usize, key: &PartitionKey) -> Result<Option<IndexEntry>> {
+        let Some((body, offset)) = self.index_block_bytes(b)? else {
             return Ok(None);
         };
         let bad = |at: usize| {
@@ -1304,6 +1370,55 @@ fn decode_partition(
         ));
     }
     Ok((PartitionKey { token, key }, u))
+}
+
+/// Bytes of one record of a searchable index block (see
+/// `SSTableReader::searchable_index_block`).
+const INDEX_RECORD: usize = 32;
+
+/// LEB128 varint at `*pos` (as written by `put_var`); None if truncated or too long.
+fn read_var(body: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let byte = *body.get(*pos)?;
+        *pos += 1;
+        v |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Binary search of a searchable index block (built by this module, so well formed).
+fn search_index_table(t: &[u8], key: &PartitionKey) -> Option<IndexEntry> {
+    let n = u32::from_le_bytes(t.get(0..4)?.try_into().ok()?) as usize;
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(t.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(t.get(at..at + 8)?.try_into().ok()?))
+    };
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let rec = 4 + mid * INDEX_RECORD;
+        let token = u64_at(rec)? as i64;
+        let koff = u32_at(rec + 8)? as usize;
+        let klen = u32_at(rec + 12)? as usize;
+        let k = t.get(koff..koff + klen)?;
+        match (token, k).cmp(&(key.token, &key.key[..])) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => {
+                return Some(IndexEntry {
+                    position: u64_at(rec + 16)?,
+                    len: u64_at(rec + 24)?,
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Sequential reader over partitions in ring order.

@@ -25,6 +25,11 @@ fn check_all(s: &ShardStorage, model: &BTreeMap<(String, i32), String>, keys: &[
     for k in keys {
         assert_eq!(read_key(s, k), expected(model, k), "key {k}");
     }
+    // Keys that were never written (their tokens fall between the written ones).
+    for n in 0..50 {
+        let k = format!("absent{n}");
+        assert_eq!(read_key(s, &k), vec![], "key {k}");
+    }
 }
 
 async fn write(
