@@ -34,7 +34,7 @@ test-compat: build
 # are allowed (docs/dev/testing.md, "CQL golden files").
 test-cql: build
 	tests/compat/install.sh python
-	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh --jobs 2
+	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh
 
 # The same golden files against Apache Cassandra 5.0.9 (installed from Maven Central by
 # bench/cassandra/install.sh, started on free ports, stopped afterwards): every statement

@@ -429,6 +429,17 @@ ERROR_CLASSES = {
 }
 
 
+def unwrap(e):
+    """The server's error inside the driver's NoHostAvailable (it retries a ServerError on
+    the next host; with one host that ends in NoHostAvailable carrying the real error)."""
+    inner = getattr(e, "errors", None)
+    if type(e).__name__ == "NoHostAvailable" and isinstance(inner, dict) and len(inner) == 1:
+        only = next(iter(inner.values()))
+        if isinstance(only, Exception):
+            return only
+    return e
+
+
 def error_name(e):
     code = getattr(e, "code", None)
     if isinstance(code, int) and code in ERROR_NAMES:
@@ -501,6 +512,7 @@ def run_statement(session, st):
                     render(t, v, ttl) for t, v, ttl in zip(types, row, ttl_cols)))
         out.append("(%d rows)" % count)
     except Exception as e:  # every server error is an outcome to render
+        e = unwrap(e)
         out.append("ERROR " + error_name(e))
         out.append("msg: " + error_message(e))
     return out
