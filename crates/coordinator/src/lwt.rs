@@ -1,15 +1,16 @@
-//! Conditional writes (LWT) on a single node: the owning shard reads the row and applies
-//! the write with no await in between, which makes the check-and-set linearizable there.
+//! Conditional writes (LWT) on a single node: the owning shard reads the partition and
+//! applies the write with no await in between, which makes the check-and-set
+//! linearizable there. Conditional batches work the same way (one partition).
 //! Paxos across replicas comes with the cluster.
 
 use std::rc::Rc;
 use std::sync::Arc;
 
 use amphora_cql as ast;
-use amphora_storage::{PartitionRange, ReadCommand};
+use amphora_storage::{PartitionData, PartitionRange, ReadCommand};
 use amphora_types::CqlType;
-use amphora_types::data::{ClusteringBound, ClusteringSlice, ColumnData};
-use amphora_types::schema::{ColumnId, TableSchema};
+use amphora_types::data::{Clustering, ClusteringBound, ClusteringSlice, Mutation, Row};
+use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
 use amphora_types::token::shard_of;
 use bytes::Bytes;
 
@@ -18,15 +19,345 @@ use crate::exec::Inner;
 use crate::values::{EvalCtx, Value, eval};
 use crate::write::Planned;
 
+/// Which part of a column a condition compares.
+#[derive(Clone, Debug)]
+enum Part {
+    Whole,
+    /// A map key or a list index (`IF m['k'] = …`, `IF l[0] = …`).
+    MapKey(Bytes),
+    ListIndex(i32),
+    /// A UDT field by position (`IF u.f = …`).
+    Field(usize),
+}
+
+#[derive(Clone, Debug)]
+struct ColumnCheck {
+    column: ColumnId,
+    part: Part,
+    op: ast::Operator,
+    /// The operand (several for IN); None is null.
+    want: Vec<Option<Bytes>>,
+    /// The type of the compared value.
+    ty: CqlType,
+}
+
 #[derive(Clone, Debug)]
 enum Check {
     NotExists,
     Exists,
-    Columns(Vec<(ColumnId, ast::Operator, Option<Bytes>, CqlType)>),
+    Columns(Vec<ColumnCheck>),
+}
+
+/// One conditional statement: its check on one row (None: the static row / partition).
+#[derive(Clone, Debug)]
+struct RowCheck {
+    clustering: Option<Clustering>,
+    check: Check,
 }
 
 fn invalid(m: impl Into<String>) -> QueryError {
     QueryError::Invalid(m.into())
+}
+
+fn operand(
+    e: &ast::Expr,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    name: &str,
+) -> Result<Option<Bytes>, QueryError> {
+    Ok(match eval(e, ty, ctx, name)? {
+        Value::Set(b) => Some(b),
+        _ => None,
+    })
+}
+
+fn build_check(
+    table: &TableSchema,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+) -> Result<Check, QueryError> {
+    let conds = match st {
+        ast::Statement::Insert(_) => return Ok(Check::NotExists),
+        ast::Statement::Update(s) => s.conditions.as_ref(),
+        ast::Statement::Delete(s) => s.conditions.as_ref(),
+        _ => None,
+    };
+    let cs = match conds {
+        Some(ast::Conditions::Exists) => return Ok(Check::Exists),
+        Some(ast::Conditions::Columns(cs)) => cs,
+        None => {
+            return Err(QueryError::Server(
+                "conditional write without conditions".into(),
+            ));
+        }
+    };
+    let mut out = Vec::new();
+    for c in cs {
+        let col = match &c.target {
+            ast::ConditionTarget::Column(col)
+            | ast::ConditionTarget::Element { column: col, .. }
+            | ast::ConditionTarget::Field { column: col, .. } => col,
+        };
+        let (id, def) = table
+            .column(&col.name)
+            .ok_or_else(|| invalid(format!("Undefined column name {}", col.name)))?;
+        if matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+            return Err(invalid(format!(
+                "PRIMARY KEY column '{}' cannot have IF conditions",
+                def.name
+            )));
+        }
+        let (part, ty) = match (&c.target, &def.ty) {
+            (ast::ConditionTarget::Column(_), t) => (Part::Whole, t.clone()),
+            (ast::ConditionTarget::Element { key, .. }, CqlType::Map { key: kt, value, .. }) => {
+                let k = operand(key, kt, ctx, &def.name)?.ok_or_else(|| {
+                    invalid(format!(
+                        "Invalid null value for map element access on {}",
+                        def.name
+                    ))
+                })?;
+                (Part::MapKey(k), (**value).clone())
+            }
+            (ast::ConditionTarget::Element { key, .. }, CqlType::List { elem, .. }) => {
+                let i = operand(key, &CqlType::Int, ctx, &def.name)?.ok_or_else(|| {
+                    invalid(format!("Invalid null value for list index on {}", def.name))
+                })?;
+                let arr: [u8; 4] = i[..]
+                    .try_into()
+                    .map_err(|_| invalid("Invalid list index"))?;
+                (Part::ListIndex(i32::from_be_bytes(arr)), (**elem).clone())
+            }
+            (ast::ConditionTarget::Element { .. }, _) => {
+                return Err(invalid(format!(
+                    "Invalid element access syntax for non-collection column {}",
+                    def.name
+                )));
+            }
+            (ast::ConditionTarget::Field { field, .. }, CqlType::Udt(u)) => {
+                let i = u
+                    .field_names
+                    .iter()
+                    .position(|f| *f == field.name)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "Unknown field {} for column {}",
+                            field.name, def.name
+                        ))
+                    })?;
+                (Part::Field(i), u.field_types[i].clone())
+            }
+            (ast::ConditionTarget::Field { .. }, _) => {
+                return Err(invalid(format!(
+                    "Invalid field selection: {} of type {} is not a user type",
+                    def.name, def.ty
+                )));
+            }
+        };
+        let want = match (&c.value, c.op) {
+            (ast::RelationValue::Single(e), ast::Operator::In) => {
+                let list_ty = CqlType::List {
+                    elem: Box::new(ty.clone()),
+                    frozen: true,
+                };
+                match operand(e, &list_ty, ctx, &def.name)? {
+                    Some(b) => amphora_types::cql_type::split_collection(&b, 1)
+                        .map_err(|e| invalid(format!("Invalid IN list: {e}")))?
+                        .into_iter()
+                        .map(|x| x.map(Bytes::copy_from_slice))
+                        .collect(),
+                    None => return Err(invalid("Invalid null list in IN condition")),
+                }
+            }
+            (ast::RelationValue::List(items), ast::Operator::In) => items
+                .iter()
+                .map(|e| operand(e, &ty, ctx, &def.name))
+                .collect::<Result<_, _>>()?,
+            (ast::RelationValue::Single(e), _) => vec![operand(e, &ty, ctx, &def.name)?],
+            _ => return Err(invalid(format!("Invalid condition on {}", def.name))),
+        };
+        out.push(ColumnCheck {
+            column: id,
+            part,
+            op: c.op,
+            want,
+            ty,
+        });
+    }
+    Ok(Check::Columns(out))
+}
+
+/// The current value a condition compares.
+fn current_value(
+    t: &TableSchema,
+    c: &ColumnCheck,
+    p: &PartitionData,
+    row: Option<&Row>,
+) -> Option<Bytes> {
+    let def = t.column_by_id(c.column)?;
+    let data = if def.kind == ColumnKind::Static {
+        p.static_row.as_ref()?.cell(c.column)?
+    } else {
+        row?.cell(c.column)?
+    };
+    let whole = crate::selector::data_value(&def.ty, data)?;
+    match (&c.part, &def.ty) {
+        (Part::Whole, _) => Some(whole),
+        (Part::MapKey(k), CqlType::Map { key, .. }) => {
+            let items = amphora_types::cql_type::split_collection(&whole, 2).ok()?;
+            items
+                .chunks(2)
+                .find_map(|kv| match (kv.first(), kv.get(1)) {
+                    (Some(Some(x)), Some(Some(v))) if key.compare(x, k).is_eq() => {
+                        Some(Bytes::copy_from_slice(v))
+                    }
+                    _ => None,
+                })
+        }
+        (Part::ListIndex(i), _) => {
+            let items = amphora_types::cql_type::split_collection(&whole, 1).ok()?;
+            let i = usize::try_from(*i).ok()?;
+            items.get(i).copied().flatten().map(Bytes::copy_from_slice)
+        }
+        (Part::Field(i), _) => {
+            let fields = amphora_types::cql_type::split_tuple(&whole).ok()?;
+            fields
+                .get(*i)
+                .copied()
+                .flatten()
+                .map(Bytes::copy_from_slice)
+        }
+        _ => None,
+    }
+}
+
+fn row_of<'a>(p: Option<&'a PartitionData>, clustering: &Option<Clustering>) -> Option<&'a Row> {
+    let p = p?;
+    match clustering {
+        Some(c) => p.rows.iter().find(|r| r.clustering == *c),
+        None => None,
+    }
+}
+
+fn holds(t: &TableSchema, rc: &RowCheck, p: Option<&PartitionData>) -> bool {
+    let row = row_of(p, &rc.clustering);
+    let exists = row.is_some()
+        || (rc.clustering.is_none()
+            && p.is_some_and(|p| p.static_row.is_some() || !p.rows.is_empty()));
+    match &rc.check {
+        Check::NotExists => !exists,
+        Check::Exists => exists,
+        Check::Columns(cs) => cs.iter().all(|c| {
+            let have = p.and_then(|p| current_value(t, c, p, row));
+            if c.op == ast::Operator::In {
+                return c
+                    .want
+                    .iter()
+                    .any(|w| compare(ast::Operator::Eq, have.as_ref(), w.as_ref(), &c.ty));
+            }
+            let want = c.want.first().cloned().flatten();
+            compare(c.op, have.as_ref(), want.as_ref(), &c.ty)
+        }),
+    }
+}
+
+/// Checks, then applies, on the shard owning `key`, with no await in between.
+/// Returns whether the write applied and the partition as it was read.
+async fn check_and_apply(
+    inner: &Rc<Inner>,
+    table: &Arc<TableSchema>,
+    key: amphora_types::data::PartitionKey,
+    slices: Vec<ClusteringSlice>,
+    checks: Vec<RowCheck>,
+    mutations: Vec<Mutation>,
+) -> Result<(bool, Option<PartitionData>), QueryError> {
+    let info = &inner.shared.info;
+    let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
+    let table_for_shard = table.clone();
+    inner
+        .shared
+        .shards
+        .submit_to(shard, move || async move {
+            let db = amphora_replica::local().map_err(|e| e.to_string())?;
+            let mut cmd = ReadCommand::new(
+                table_for_shard.id,
+                PartitionRange::Single(key),
+                (crate::exec::now_micros() / 1_000_000) as i32,
+            );
+            cmd.slices = slices;
+            let cur = db.read(&cmd).map_err(|e| e.to_string())?;
+            let part = cur.partitions.into_iter().next();
+            let ok = checks
+                .iter()
+                .all(|c| holds(&table_for_shard, c, part.as_ref()));
+            if ok {
+                let mut acks = Vec::with_capacity(mutations.len());
+                for m in &mutations {
+                    acks.push(db.storage().apply(m).map_err(|e| e.to_string())?);
+                }
+                for a in acks {
+                    a.await.map_err(|e| e.to_string())?;
+                }
+            }
+            Ok::<(bool, Option<PartitionData>), String>((ok, part))
+        })
+        .await
+        .map_err(|e| QueryError::Server(e.to_string()))?
+        .map_err(QueryError::Server)
+}
+
+/// Index entries and view updates of an applied conditional write.
+async fn apply_derived(
+    inner: &Rc<Inner>,
+    mutations: &[Mutation],
+    pending: Option<(Vec<Mutation>, crate::view::Pending)>,
+) -> Result<(), QueryError> {
+    let _ = mutations;
+    if let Some((entries, pending)) = pending {
+        let schema = inner.schema();
+        crate::write::apply_planned(inner, entries.into_iter().map(Planned::Mutation).collect())
+            .await?;
+        crate::view::finish(inner, &schema, pending).await?;
+    }
+    Ok(())
+}
+
+async fn prepare_derived(
+    inner: &Rc<Inner>,
+    mutations: &[Mutation],
+) -> Result<Option<(Vec<Mutation>, crate::view::Pending)>, QueryError> {
+    let schema = inner.schema();
+    if !schema.has_derived() {
+        return Ok(None);
+    }
+    let refs: Vec<&Mutation> = mutations.iter().collect();
+    let pending = crate::view::prepare(inner, &schema, &refs).await?;
+    Ok(Some((
+        crate::index::derived_mutations(&schema, &refs),
+        pending,
+    )))
+}
+
+fn applied_column(table: &TableSchema) -> ResultColumn {
+    ResultColumn {
+        keyspace: table.keyspace.clone(),
+        table: table.name.clone(),
+        name: "[applied]".into(),
+        ty: CqlType::Boolean,
+    }
+}
+
+fn result_column(table: &TableSchema, id: ColumnId) -> ResultColumn {
+    let def = &table.columns[id as usize];
+    ResultColumn {
+        keyspace: table.keyspace.clone(),
+        table: table.name.clone(),
+        name: def.name.clone(),
+        ty: def.ty.clone(),
+    }
+}
+
+fn applied_cell(applied: bool) -> Option<Bytes> {
+    Some(Bytes::from_static(if applied { &[1] } else { &[0] }))
 }
 
 pub async fn run_conditional(
@@ -36,43 +367,7 @@ pub async fn run_conditional(
     ctx: &EvalCtx<'_>,
     planned: Vec<Planned>,
 ) -> Result<QueryResult, QueryError> {
-    let conds = match st {
-        ast::Statement::Insert(_) => Some(&ast::Conditions::Exists),
-        ast::Statement::Update(s) => s.conditions.as_ref(),
-        ast::Statement::Delete(s) => s.conditions.as_ref(),
-        _ => None,
-    };
-    let check = match (st, conds) {
-        (ast::Statement::Insert(_), _) => Check::NotExists,
-        (_, Some(ast::Conditions::Exists)) => Check::Exists,
-        (_, Some(ast::Conditions::Columns(cs))) => {
-            let mut out = Vec::new();
-            for c in cs {
-                let ast::ConditionTarget::Column(col) = &c.target else {
-                    return Err(invalid(
-                        "Conditions on collection elements and UDT fields are not supported by Amphora yet",
-                    ));
-                };
-                let (id, def) = table
-                    .column(&col.name)
-                    .ok_or_else(|| invalid(format!("Undefined column name {}", col.name)))?;
-                let ast::RelationValue::Single(e) = &c.value else {
-                    return Err(invalid("IN conditions are not supported by Amphora yet"));
-                };
-                let v = match eval(e, &def.ty, ctx, &def.name)? {
-                    Value::Set(b) => Some(b),
-                    _ => None,
-                };
-                out.push((id, c.op, v, def.ty.clone()));
-            }
-            Check::Columns(out)
-        }
-        _ => {
-            return Err(QueryError::Server(
-                "conditional write without conditions".into(),
-            ));
-        }
-    };
+    let check = build_check(table, st, ctx)?;
     if planned.len() != 1 {
         return Err(invalid(
             "IN on the partition key is not supported with conditional updates",
@@ -89,118 +384,205 @@ pub async fn run_conditional(
         ));
     }
     let clustering = m.update.rows.first().map(|r| r.clustering.clone());
-    let info = &inner.shared.info;
-    let shard = shard_of(m.key.token, info.nr_shards, info.ignore_msb);
-    let table_id = table.id;
-    let has_clustering = !table.clustering_key.is_empty();
+    let slices = match (&clustering, table.clustering_key.is_empty()) {
+        (Some(c), false) => vec![ClusteringSlice {
+            start: ClusteringBound::inclusive(c.0.clone()),
+            end: ClusteringBound::inclusive(c.0.clone()),
+        }],
+        _ => Vec::new(),
+    };
     // Columns shown with [applied] = false: the whole row for IF NOT EXISTS / IF EXISTS,
     // the condition columns otherwise (Cassandra's layout).
     let shown: Vec<ColumnId> = match &check {
         Check::Columns(cs) => {
             let mut v: Vec<ColumnId> = Vec::new();
-            for (id, ..) in cs {
-                if !v.contains(id) {
-                    v.push(*id);
+            for c in cs {
+                if !v.contains(&c.column) {
+                    v.push(c.column);
                 }
             }
             v
         }
         _ => crate::select::wildcard_columns(table),
     };
-    // Index entries and view updates of the write, applied once it is known to apply.
-    let schema = inner.schema();
-    let derived = if schema.has_derived() {
-        let pending = crate::view::prepare(inner, &schema, &[&m]).await?;
-        Some((crate::index::derived_mutations(&schema, &[&m]), pending))
-    } else {
-        None
+    let row_check = RowCheck {
+        clustering: clustering.clone(),
+        check,
     };
-    let shown_for_shard = shown.clone();
-    let table_for_shard = table.clone();
-    let (applied, current) = inner
-        .shared
-        .shards
-        .submit_to(shard, move || async move {
-            let db = amphora_replica::local().map_err(|e| e.to_string())?;
-            let mut cmd = ReadCommand::new(
-                table_id,
-                PartitionRange::Single(m.key.clone()),
-                (crate::exec::now_micros() / 1_000_000) as i32,
-            );
-            if let (true, Some(c)) = (has_clustering, &clustering) {
-                cmd.slices = vec![ClusteringSlice {
-                    start: ClusteringBound::inclusive(c.0.clone()),
-                    end: ClusteringBound::inclusive(c.0.clone()),
-                }];
-            }
-            let cur = db.read(&cmd).map_err(|e| e.to_string())?;
-            let part = cur.partitions.first();
-            let row = part.and_then(|p| p.rows.first());
-            let exists = row.is_some()
-                || (clustering.is_none() && part.is_some_and(|p| p.static_row.is_some()));
-            let ok = match &check {
-                Check::NotExists => !exists,
-                Check::Exists => exists,
-                Check::Columns(cs) => cs.iter().all(|(id, op, want, ty)| {
-                    let have = row
-                        .and_then(|r| r.cell(*id))
-                        .or_else(|| {
-                            part.and_then(|p| p.static_row.as_ref())
-                                .and_then(|r| r.cell(*id))
-                        })
-                        .and_then(|d| match d {
-                            ColumnData::Simple(c) => Some(c.value.clone()),
-                            _ => None,
-                        });
-                    compare(*op, have.as_ref(), want.as_ref(), ty)
-                }),
-            };
-            let current: Option<Vec<Option<Bytes>>> = match (ok, part, row) {
-                (false, Some(p), Some(r)) => Some(
-                    shown_for_shard
-                        .iter()
-                        .map(|id| crate::select::column_value(&table_for_shard, *id, p, r, false))
-                        .collect(),
-                ),
-                _ => None,
-            };
-            if ok {
-                let ack = db.storage().apply(&m).map_err(|e| e.to_string())?;
-                ack.await.map_err(|e| e.to_string())?;
-            }
-            Ok::<(bool, Option<Vec<Option<Bytes>>>), String>((ok, current))
-        })
-        .await
-        .map_err(|e| QueryError::Server(e.to_string()))?
-        .map_err(QueryError::Server)?;
-    if applied && let Some((entries, pending)) = derived {
-        crate::write::apply_planned(inner, entries.into_iter().map(Planned::Mutation).collect())
-            .await?;
-        crate::view::finish(inner, &schema, pending).await?;
+    let key = m.key.clone();
+    let mutations = vec![m];
+    let derived = prepare_derived(inner, &mutations).await?;
+    let (applied, part) = check_and_apply(
+        inner,
+        table,
+        key,
+        slices,
+        vec![row_check.clone()],
+        mutations.clone(),
+    )
+    .await?;
+    if applied {
+        apply_derived(inner, &mutations, derived).await?;
     }
-    let mut columns = vec![ResultColumn {
-        keyspace: table.keyspace.clone(),
-        table: table.name.clone(),
-        name: "[applied]".into(),
-        ty: CqlType::Boolean,
-    }];
-    let mut cells = vec![Some(Bytes::from_static(if applied { &[1] } else { &[0] }))];
-    if let Some(values) = current {
-        for (id, v) in shown.iter().zip(values) {
-            let def = &table.columns[*id as usize];
-            columns.push(ResultColumn {
-                keyspace: table.keyspace.clone(),
-                table: table.name.clone(),
-                name: def.name.clone(),
-                ty: def.ty.clone(),
-            });
-            cells.push(v);
+    let mut columns = vec![applied_column(table)];
+    let mut cells = vec![applied_cell(applied)];
+    let row = row_of(part.as_ref(), &row_check.clustering);
+    if !applied && let (Some(p), Some(r)) = (&part, row) {
+        for id in &shown {
+            columns.push(result_column(table, *id));
+            cells.push(crate::select::column_value(table, *id, p, r, false));
         }
     }
     Ok(QueryResult::Rows(ResultRows::single_row(
         Arc::new(columns),
         cells,
     )))
+}
+
+/// One statement of a conditional batch: its table, the statement, whether it has a
+/// condition, its planned writes and its bound values.
+pub type BatchItem = (
+    Arc<TableSchema>,
+    ast::Statement,
+    bool,
+    Vec<Planned>,
+    Vec<BoundValue>,
+);
+
+/// A conditional BATCH: every statement on one partition of one table; all conditions
+/// are checked and all statements applied together, or none.
+pub async fn run_conditional_batch(
+    inner: &Rc<Inner>,
+    items: Vec<BatchItem>,
+    now_micros: i64,
+) -> Result<QueryResult, QueryError> {
+    let Some(table) = items.first().map(|i| i.0.clone()) else {
+        return Ok(QueryResult::Void);
+    };
+    let mut key = None;
+    let mut mutations: Vec<Mutation> = Vec::new();
+    let mut checks: Vec<RowCheck> = Vec::new();
+    for (t, st, conditional, planned, binds) in &items {
+        if t.id != table.id {
+            return Err(invalid("Batch with conditions cannot span multiple tables"));
+        }
+        let ctx = EvalCtx { binds, now_micros };
+        for p in planned {
+            let Planned::Mutation(m) = p else {
+                return Err(invalid(
+                    "Conditional updates are not supported on counter tables",
+                ));
+            };
+            match &key {
+                None => key = Some(m.key.clone()),
+                Some(k) if *k != m.key => {
+                    return Err(invalid(
+                        "Batch with conditions cannot span multiple partitions",
+                    ));
+                }
+                _ => {}
+            }
+            mutations.push(m.clone());
+        }
+        if *conditional {
+            let m = planned.iter().find_map(|p| match p {
+                Planned::Mutation(m) => Some(m),
+                _ => None,
+            });
+            if m.is_some_and(|m| m.update.rows.len() > 1) {
+                return Err(invalid(
+                    "IN on the clustering key columns is not supported with conditional updates",
+                ));
+            }
+            let clustering = m
+                .and_then(|m| m.update.rows.first())
+                .map(|r| r.clustering.clone());
+            checks.push(RowCheck {
+                clustering,
+                check: build_check(t, st, &ctx)?,
+            });
+        }
+    }
+    let Some(key) = key else {
+        return Ok(QueryResult::Void);
+    };
+    let derived = prepare_derived(inner, &mutations).await?;
+    let (applied, part) = check_and_apply(
+        inner,
+        &table,
+        key,
+        Vec::new(),
+        checks.clone(),
+        mutations.clone(),
+    )
+    .await?;
+    if applied {
+        apply_derived(inner, &mutations, derived).await?;
+    }
+    let mut columns = vec![applied_column(&table)];
+    if applied {
+        return Ok(QueryResult::Rows(ResultRows::single_row(
+            Arc::new(columns),
+            vec![applied_cell(true)],
+        )));
+    }
+    // Not applied: one row per checked row that exists, with the key columns and the
+    // columns of the conditions (every column for IF [NOT] EXISTS).
+    let whole = checks
+        .iter()
+        .any(|c| matches!(c.check, Check::Exists | Check::NotExists));
+    let mut shown: Vec<ColumnId> = table.partition_key.clone();
+    shown.extend(&table.clustering_key);
+    for id in crate::select::wildcard_columns(&table) {
+        let used = whole
+            || checks.iter().any(|c| match &c.check {
+                Check::Columns(cs) => cs.iter().any(|x| x.column == id),
+                _ => false,
+            });
+        if used && !shown.contains(&id) {
+            shown.push(id);
+        }
+    }
+    columns.extend(shown.iter().map(|id| result_column(&table, *id)));
+    let mut cells = Vec::new();
+    let mut rows = 0;
+    let mut seen: Vec<Option<Clustering>> = Vec::new();
+    if let Some(p) = &part {
+        let empty = Row::new(Clustering::empty());
+        for c in &checks {
+            if seen.contains(&c.clustering) {
+                continue;
+            }
+            seen.push(c.clustering.clone());
+            let row = match &c.clustering {
+                Some(_) => row_of(Some(p), &c.clustering),
+                None => p
+                    .rows
+                    .first()
+                    .filter(|_| table.clustering_key.is_empty())
+                    .or(p.static_row.as_ref().map(|_| &empty)),
+            };
+            let Some(r) = row else { continue };
+            let static_only = std::ptr::eq(r, &empty);
+            cells.push(applied_cell(false));
+            for id in &shown {
+                cells.push(crate::select::column_value(&table, *id, p, r, static_only));
+            }
+            rows += 1;
+        }
+    }
+    if rows == 0 {
+        columns.truncate(1);
+        cells = vec![applied_cell(false)];
+        rows = 1;
+    }
+    Ok(QueryResult::Rows(ResultRows {
+        columns: Arc::new(columns),
+        cells,
+        row_count: rows,
+        paging_state: None,
+        no_metadata: false,
+    }))
 }
 
 fn compare(op: ast::Operator, have: Option<&Bytes>, want: Option<&Bytes>, ty: &CqlType) -> bool {

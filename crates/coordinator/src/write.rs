@@ -1158,6 +1158,12 @@ pub async fn run_batch(
     let default_ts = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
     let now = crate::exec::now_micros();
     let mut planned = Vec::new();
+    let any_conditional = children.iter().any(|(_, c, _)| match c {
+        ast::BatchChild::Insert(s) => s.if_not_exists,
+        ast::BatchChild::Update(s) => s.conditions.is_some(),
+        ast::BatchChild::Delete(s) => s.conditions.is_some(),
+    });
+    let mut conditional_items = Vec::new();
     for (ks, child, values) in &children {
         let ctx = EvalCtx {
             binds: values,
@@ -1180,11 +1186,6 @@ pub async fn run_batch(
                 s.conditions.is_some(),
             ),
         };
-        if conditional {
-            return Err(invalid(
-                "Conditional batches are not supported by Amphora yet",
-            ));
-        }
         let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
         check_writable(&table)?;
         check_not_view(&schema, &table)?;
@@ -1207,7 +1208,24 @@ pub async fn run_batch(
         } else {
             ListState::new()
         };
-        planned.extend(plan_write_with(&table, &st, &ctx, default_ts, &lists)?);
+        let p = plan_write_with(&table, &st, &ctx, default_ts, &lists)?;
+        if any_conditional {
+            if kind == BatchType::Counter {
+                return Err(invalid(
+                    "Cannot include a counter statement in a conditional batch",
+                ));
+            }
+            let serial = opts
+                .serial_consistency
+                .unwrap_or(crate::consistency::SERIAL);
+            crate::consistency::check(schema.keyspace(&table.keyspace), serial, false)?;
+            conditional_items.push((table.clone(), st.clone(), conditional, p, values.clone()));
+            continue;
+        }
+        planned.extend(p);
+    }
+    if any_conditional {
+        return crate::lwt::run_conditional_batch(inner, conditional_items, now).await;
     }
     apply_all(inner, planned).await?;
     Ok(QueryResult::Void)

@@ -494,3 +494,60 @@ def test_alter_type_add_and_rename(session, keyspace):
         session.execute(f"ALTER TYPE {keyspace}.nope ADD x int")
     with pytest.raises(InvalidRequest, match="Altering field types is no longer supported"):
         session.execute(f"ALTER TYPE {keyspace}.addr ALTER zip TYPE blob")
+
+
+def test_conditional_batch(session, keyspace):
+    t = f"{keyspace}.cas_batch"
+    session.execute(f"CREATE TABLE {t} (p int, c int, v int, s int static, PRIMARY KEY (p, c))")
+    session.execute(f"INSERT INTO {t} (p, c, v) VALUES (1, 1, 10)")
+    r = session.execute(f"BEGIN BATCH UPDATE {t} SET v = 11 WHERE p = 1 AND c = 1 IF v = 10 "
+                        f"INSERT INTO {t} (p, c, v) VALUES (1, 2, 20) APPLY BATCH").one()
+    assert r.applied is True
+    assert sorted((x.c, x.v) for x in session.execute(f"SELECT c, v FROM {t} WHERE p = 1")) == [(1, 11), (2, 20)]
+    # A failed condition applies nothing and shows the row it checked.
+    rs = session.execute(f"BEGIN BATCH UPDATE {t} SET v = 99 WHERE p = 1 AND c = 1 IF v = 10 "
+                         f"UPDATE {t} SET v = 98 WHERE p = 1 AND c = 2 APPLY BATCH")
+    row = rs.one()
+    assert row[0] is False and (row.p, row.c, row.v) == (1, 1, 11)
+    assert sorted((x.c, x.v) for x in session.execute(f"SELECT c, v FROM {t} WHERE p = 1")) == [(1, 11), (2, 20)]
+    # IF NOT EXISTS in a batch.
+    r = session.execute(f"BEGIN BATCH INSERT INTO {t} (p, c, v) VALUES (1, 3, 30) IF NOT EXISTS "
+                        f"INSERT INTO {t} (p, c, v) VALUES (1, 4, 40) IF NOT EXISTS APPLY BATCH").one()
+    assert r[0] is True
+    r = session.execute(f"BEGIN BATCH INSERT INTO {t} (p, c, v) VALUES (1, 3, 31) IF NOT EXISTS "
+                        f"INSERT INTO {t} (p, c, v) VALUES (1, 5, 50) IF NOT EXISTS APPLY BATCH").one()
+    assert r[0] is False and r.c == 3 and r.v == 30
+    assert list(session.execute(f"SELECT v FROM {t} WHERE p = 1 AND c = 5")) == []
+    # Prepared statements in a conditional batch.
+    from cassandra.query import BatchStatement
+    upd = session.prepare(f"UPDATE {t} SET v = ? WHERE p = ? AND c = ? IF v = ?")
+    b = BatchStatement()
+    b.add(upd, [12, 1, 1, 11])
+    b.add(upd, [21, 1, 2, 20])
+    assert session.execute(b).one()[0] is True
+    assert sorted((x.c, x.v) for x in session.execute(f"SELECT c, v FROM {t} WHERE p = 1 AND c < 3")) == [(1, 12), (2, 21)]
+    with pytest.raises(InvalidRequest, match="cannot span multiple partitions"):
+        session.execute(f"BEGIN BATCH UPDATE {t} SET v = 1 WHERE p = 1 AND c = 1 IF v = 12 "
+                        f"UPDATE {t} SET v = 1 WHERE p = 2 AND c = 1 APPLY BATCH")
+    session.execute(f"CREATE TABLE {t}_other (p int, c int, v int, PRIMARY KEY (p, c))")
+    with pytest.raises(InvalidRequest, match="cannot span multiple tables"):
+        session.execute(f"BEGIN BATCH UPDATE {t} SET v = 1 WHERE p = 1 AND c = 1 IF v = 12 "
+                        f"INSERT INTO {t}_other (p, c, v) VALUES (1, 1, 1) APPLY BATCH")
+
+
+def test_conditions_on_elements_and_fields(session, keyspace):
+    session.execute(f"CREATE TYPE IF NOT EXISTS {keyspace}.point (x int, y int)")
+    t = f"{keyspace}.cas_elems"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, m map<text, int>, l list<int>, u point, fu frozen<point>, v int)")
+    session.execute(f"INSERT INTO {t} (k, m, l, u, fu, v) VALUES (1, {{'a': 1}}, [5, 6], {{x: 1, y: 2}}, {{x: 3, y: 4}}, 0)")
+    assert session.execute(f"UPDATE {t} SET v = 1 WHERE k = 1 IF m['a'] = 1").one()[0] is True
+    r = session.execute(f"UPDATE {t} SET v = 2 WHERE k = 1 IF m['a'] = 2").one()
+    assert r[0] is False and r.m == {"a": 1}
+    assert session.execute(f"UPDATE {t} SET v = 3 WHERE k = 1 IF m['zz'] = null").one()[0] is True
+    assert session.execute(f"UPDATE {t} SET v = 4 WHERE k = 1 IF l[1] = 6").one()[0] is True
+    assert session.execute(f"UPDATE {t} SET v = 5 WHERE k = 1 IF l[0] > 5").one()[0] is False
+    assert session.execute(f"UPDATE {t} SET v = 6 WHERE k = 1 IF u.y = 2 AND fu.x = 3").one()[0] is True
+    assert session.execute(f"UPDATE {t} SET v = 7 WHERE k = 1 IF u.x = 9").one()[0] is False
+    assert session.execute(f"UPDATE {t} SET v = 8 WHERE k = 1 IF v IN (1, 6, 9)").one()[0] is True
+    assert session.execute(f"UPDATE {t} SET v = 9 WHERE k = 1 IF l = [5, 6]").one()[0] is True
+    assert session.execute(f"SELECT v FROM {t} WHERE k = 1").one().v == 9
