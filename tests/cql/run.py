@@ -36,6 +36,9 @@ Directives: a comment line `-- @name args` between statements applies to the nex
   @consistency CL    consistency level (default ONE)
   @serial CL         serial consistency level for conditional statements
   @prepared          prepare the statement, then execute it (no bind values)
+  @bind [v, ...]     prepare, then execute with these values: Python literals (ints,
+                     floats, strings, bytes b'..', lists, sets, dicts, tuples, None), UNSET
+                     (an unset value) and Decimal('1.5') / UUID('...') / Date(days)
   @types_only        print columns and the row count, not the values (now(), uuid() ...)
   @sleep S           wait S seconds (a float) before the statement (TTL expiry)
 Inside a statement, @@REPEAT(N,text)@@ expands to text repeated N times before it is sent
@@ -45,6 +48,7 @@ Exit status: 0 if every statement matched (or is a listed known difference), 1 o
 """
 
 import argparse
+import ast
 import concurrent.futures
 import datetime
 import difflib
@@ -61,7 +65,8 @@ from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.policies import RoundRobinPolicy
 from cassandra.protocol import ResultMessage, _ProtocolHandler, read_int
-from cassandra.query import SimpleStatement, tuple_factory
+from cassandra import util
+from cassandra.query import UNSET_VALUE, SimpleStatement, tuple_factory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KNOWN_FILE = os.path.join(HERE, "known-differences.txt")
@@ -92,6 +97,12 @@ def type_name(t):
     """The CQL name of a driver type class, as the result metadata describes it."""
     if getattr(t, "typename", "").endswith("VectorType") and getattr(t, "subtype", None):
         return "vector<%s, %d>" % (type_name(t.subtype), t.vector_size)
+    name = getattr(t, "typename", "")
+    sub = getattr(t, "subtypes", ())
+    if name in ("list", "set", "map") and sub:
+        return "%s<%s>" % (name, ", ".join(type_name(x) for x in sub))
+    if name == "tuple" and sub:
+        return "frozen<tuple<%s>>" % ", ".join(type_name(x) for x in sub)
     try:
         return t.cql_parameterized_type()
     except Exception:  # an unknown custom type
@@ -471,6 +482,41 @@ def header(st):
     return out
 
 
+BIND_CALLS = {"Decimal": Decimal, "UUID": uuid.UUID}
+
+
+def bind_value(node):
+    """A bind value from the AST of an @bind list: literals only, no evaluation."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -bind_value(node.operand)
+    if isinstance(node, ast.List):
+        return [bind_value(e) for e in node.elts]
+    if isinstance(node, ast.Tuple):
+        return tuple(bind_value(e) for e in node.elts)
+    if isinstance(node, ast.Set):
+        return {bind_value(e) for e in node.elts}
+    if isinstance(node, ast.Dict):
+        return {bind_value(k): bind_value(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Name) and node.id == "UNSET":
+        return UNSET_VALUE
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in BIND_CALLS and len(node.args) == 1 and not node.keywords):
+        return BIND_CALLS[node.func.id](bind_value(node.args[0]))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "Date" and len(node.args) == 1):
+        return util.Date(bind_value(node.args[0]))
+    raise ValueError("unsupported @bind value: %s" % ast.dump(node))
+
+
+def bind_values(text):
+    tree = ast.parse(text, mode="eval").body
+    if not isinstance(tree, ast.List):
+        raise ValueError("@bind wants a list")
+    return [bind_value(e) for e in tree.elts]
+
+
 def run_statement(session, st):
     d = st.directives
     text = expand(st.text)
@@ -483,14 +529,15 @@ def run_statement(session, st):
     if "sleep" in d:
         time.sleep(float(d["sleep"]))
     try:
-        if "prepared" in d:
+        if "prepared" in d or "bind" in d:
+            values = bind_values(d["bind"]) if "bind" in d else ()
             stmt = session.prepare(text)
             stmt.consistency_level = cl
             if serial is not None:
                 stmt.serial_consistency_level = serial
             if "fetch_size" in kwargs:
                 stmt.fetch_size = kwargs["fetch_size"]
-            rs = session.execute(stmt.bind(()), timeout=30)
+            rs = session.execute(stmt.bind(values), timeout=30)
         else:
             stmt = SimpleStatement(text, consistency_level=cl, serial_consistency_level=serial,
                                    **kwargs)
