@@ -295,11 +295,6 @@ pub fn resolve(
                             "Invalid call to function {fname}, none of its type signatures match (known type signatures: system.{fname} : (int) -> int, ...)"
                         )));
                     }
-                    if matches!(arg.ty, CqlType::Decimal) && matches!(f, AggFn::Sum | AggFn::Avg) {
-                        return Err(invalid(
-                            "sum/avg over decimal is not supported by Amphora yet",
-                        ));
-                    }
                     let ty = match f {
                         AggFn::Count => CqlType::Bigint,
                         AggFn::Sum | AggFn::Avg if arg.ty == CqlType::Counter => CqlType::Bigint,
@@ -769,7 +764,14 @@ pub enum AggState {
     Count(i64),
     Best(Option<Bytes>),
     SumInt(i128, i64),
-    SumFloat(f64, i64),
+    /// Kahan summation as Cassandra does it: sum, compensation, plain sum, count.
+    SumFloat(f64, f64, f64, i64),
+    /// Exact varint sum and count.
+    SumVarint(crate::bignum::BigInt, i64),
+    /// Exact decimal sum.
+    SumDecimal(crate::bignum::BigDecimal),
+    /// Cassandra's running decimal average: avg += (x - avg) / n, HALF_EVEN.
+    AvgDecimal(crate::bignum::BigDecimal, u32),
     First(Option<Option<Bytes>>),
 }
 
@@ -788,7 +790,21 @@ pub fn new_states(items: &[SelItem]) -> Vec<AggState> {
             Sel::Agg {
                 f: AggFn::Sum | AggFn::Avg,
                 arg: Some(a),
-            } if matches!(a.ty, CqlType::Float | CqlType::Double) => AggState::SumFloat(0.0, 0),
+            } if matches!(a.ty, CqlType::Float | CqlType::Double) => {
+                AggState::SumFloat(0.0, 0.0, 0.0, 0)
+            }
+            Sel::Agg {
+                f: AggFn::Sum | AggFn::Avg,
+                arg: Some(a),
+            } if a.ty == CqlType::Varint => AggState::SumVarint(crate::bignum::BigInt::zero(), 0),
+            Sel::Agg {
+                f: AggFn::Sum,
+                arg: Some(a),
+            } if a.ty == CqlType::Decimal => AggState::SumDecimal(Default::default()),
+            Sel::Agg {
+                f: AggFn::Avg,
+                arg: Some(a),
+            } if a.ty == CqlType::Decimal => AggState::AvgDecimal(Default::default(), 0),
             Sel::Agg {
                 f: AggFn::Sum | AggFn::Avg,
                 ..
@@ -849,12 +865,37 @@ pub fn accumulate(
                     *n += 1;
                 }
             }
-            (AggState::SumFloat(s, n), Sel::Agg { arg: Some(a), .. }) => {
+            (AggState::SumFloat(s, comp, simple, n), Sel::Agg { arg: Some(a), .. }) => {
                 if let Some(x) =
                     eval_row(t, a, p, row, now_s, static_only).and_then(|v| as_f64(&a.ty, &v))
                 {
-                    *s += x;
+                    *simple += x;
+                    let y = x - *comp;
+                    let rounded = *s + y;
+                    *comp = (rounded - *s) - y;
+                    *s = rounded;
                     *n += 1;
+                }
+            }
+            (AggState::SumVarint(s, n), Sel::Agg { arg: Some(a), .. }) => {
+                if let Some(v) = eval_row(t, a, p, row, now_s, static_only) {
+                    *s = s.add(&crate::bignum::BigInt::from_be_bytes(&v));
+                    *n += 1;
+                }
+            }
+            (AggState::SumDecimal(s), Sel::Agg { arg: Some(a), .. }) => {
+                if let Some(x) = eval_row(t, a, p, row, now_s, static_only)
+                    .and_then(|v| crate::bignum::BigDecimal::from_cql(&v))
+                {
+                    *s = s.add(&x);
+                }
+            }
+            (AggState::AvgDecimal(avg, n), Sel::Agg { arg: Some(a), .. }) => {
+                if let Some(x) = eval_row(t, a, p, row, now_s, static_only)
+                    .and_then(|v| crate::bignum::BigDecimal::from_cql(&v))
+                {
+                    *n = n.saturating_add(1);
+                    *avg = avg.add(&x.sub(avg).div_half_even(*n));
                 }
             }
             (AggState::First(slot @ None), _) => {
@@ -877,10 +918,41 @@ pub fn finish(states: Vec<AggState>, items: &[SelItem]) -> Vec<Option<Bytes>> {
                 from_i128(&it.ty, if n == 0 { 0 } else { s / n as i128 })
             }
             (AggState::SumInt(s, _), _) => from_i128(&it.ty, s),
-            (AggState::SumFloat(s, n), Sel::Agg { f: AggFn::Avg, .. }) => {
-                from_f64(&it.ty, if n == 0 { 0.0 } else { s / n as f64 })
+            (AggState::SumFloat(s, comp, simple, n), sel) => {
+                let f = match sel {
+                    Sel::Agg { f, .. } => f,
+                    _ => &AggFn::Sum,
+                };
+                // Same-signed infinities make the compensated sum NaN: use the plain sum.
+                let mut total = s + comp;
+                if total.is_nan() && simple.is_infinite() {
+                    total = simple;
+                }
+                if *f == AggFn::Avg {
+                    from_f64(&it.ty, if n == 0 { 0.0 } else { total / n as f64 })
+                } else {
+                    from_f64(&it.ty, total)
+                }
             }
-            (AggState::SumFloat(s, _), _) => from_f64(&it.ty, s),
+            (AggState::SumVarint(s, n), sel) => {
+                let f = match sel {
+                    Sel::Agg { f, .. } => f,
+                    _ => &AggFn::Sum,
+                };
+                let v = if *f == AggFn::Avg && n > 0 {
+                    match u32::try_from(n) {
+                        Ok(d) => s.div_small(d).0,
+                        Err(_) => s,
+                    }
+                } else if *f == AggFn::Avg {
+                    crate::bignum::BigInt::zero()
+                } else {
+                    s
+                };
+                Some(Bytes::from(v.to_be_bytes()))
+            }
+            (AggState::SumDecimal(s), _) => Some(s.to_cql()),
+            (AggState::AvgDecimal(avg, _), _) => Some(avg.to_cql()),
             (AggState::First(v), _) => v.flatten(),
         })
         .collect()
