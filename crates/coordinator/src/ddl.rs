@@ -65,7 +65,14 @@ pub async fn run_ddl(
             crate::exec::invalidate_prepared(&inner.shared, k, None)
         }
         SchemaChangeTarget::Table { keyspace, table } => {
-            crate::exec::invalidate_prepared(&inner.shared, keyspace, Some(table))
+            // A base table change can change its views (columns added to `SELECT *` views).
+            let has_views = new.keyspace(keyspace).is_some_and(|k| !k.views.is_empty());
+            let only = if has_views {
+                None
+            } else {
+                Some(table.as_str())
+            };
+            crate::exec::invalidate_prepared(&inner.shared, keyspace, only)
         }
         _ => {}
     }
@@ -117,21 +124,38 @@ pub async fn truncate(
         .or_else(|| keyspace.map(str::to_string))
         .ok_or_else(|| QueryError::invalid("No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename"))?;
     let schema = inner.schema();
+    if schema.view(&ks, &name.name.name).is_some() {
+        return Err(QueryError::invalid(
+            "Cannot TRUNCATE materialized view directly; must truncate base table instead",
+        ));
+    }
     let table = schema
         .table(&ks, &name.name.name)
         .ok_or_else(|| QueryError::invalid(format!("unconfigured table {}", name.name.name)))?;
-    let id = table.id;
-    let results = inner
-        .shared
-        .shards
-        .submit_to_all(move |_| async move {
-            let db = amphora_replica::local().map_err(|e| e.to_string())?;
-            db.truncate(id).await.map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| QueryError::Truncate(e.to_string()))?;
-    for r in results {
-        r.map_err(QueryError::Truncate)?;
+    // The table's index entries and views go with it.
+    let mut ids = vec![table.id];
+    if let Some(k) = schema.keyspace(&ks) {
+        ids.extend(crate::index::indexes_of(k, table.id).map(|i| i.backing.id));
+        ids.extend(
+            k.views
+                .values()
+                .filter(|v| v.base == table.id)
+                .map(|v| v.table.id),
+        );
+    }
+    for id in ids {
+        let results = inner
+            .shared
+            .shards
+            .submit_to_all(move |_| async move {
+                let db = amphora_replica::local().map_err(|e| e.to_string())?;
+                db.truncate(id).await.map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| QueryError::Truncate(e.to_string()))?;
+        for r in results {
+            r.map_err(QueryError::Truncate)?;
+        }
     }
     Ok(QueryResult::Void)
 }

@@ -938,6 +938,25 @@ pub fn alter_table(
     }
     let mut next = s.clone();
     if let Some(k) = next.keyspaces.get_mut(&ks_name) {
+        // Views selecting every column (`SELECT *`) get the added columns too.
+        if let ast::AlterTableAction::Add { .. } = &st.action {
+            for v in k
+                .views
+                .values_mut()
+                .filter(|v| v.base == t.id && v.include_all)
+            {
+                let mut vt = (*v.table).clone();
+                for (id, c) in t.live_columns() {
+                    if c.kind == ColumnKind::Regular
+                        && vt.column(&c.name).is_none()
+                        && !table.column_by_id(id).is_some_and(|o| o.name == c.name)
+                    {
+                        vt.columns.push(c.clone());
+                    }
+                }
+                v.table = Arc::new(vt);
+            }
+        }
         k.tables.insert(name.clone(), Arc::new(t));
     }
     Ok(changed(

@@ -576,3 +576,24 @@ def test_sum_avg_decimal_and_varint_exact(session, keyspace):
     assert r.ad == Decimal("1") and r.av == -1 and r.sd == Decimal("3")
     r = session.execute(f"SELECT sum(d) AS sd, avg(v) AS av FROM {t} WHERE p = 3").one()
     assert r.sd == Decimal("0") and r.av == 0
+
+
+def test_truncate_and_alter_base_of_views_and_indexes(session, keyspace):
+    t = f"{keyspace}.mv_trunc"
+    v = f"{keyspace}.mv_trunc_by_a"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, a int, b int)")
+    session.execute(f"CREATE INDEX mv_trunc_b ON {t} (b)")
+    session.execute(f"CREATE MATERIALIZED VIEW {v} AS SELECT * FROM {t} WHERE a IS NOT NULL AND k IS NOT NULL PRIMARY KEY (a, k)")
+    session.execute(f"INSERT INTO {t} (k, a, b) VALUES (1, 10, 100)")
+    # A column added to the base shows in a SELECT * view.
+    session.execute(f"ALTER TABLE {t} ADD extra text")
+    session.execute(f"UPDATE {t} SET extra = 'e' WHERE k = 1")
+    assert session.execute(f"SELECT extra FROM {v} WHERE a = 10").one().extra == "e"
+    with pytest.raises(InvalidRequest, match="Cannot TRUNCATE materialized view directly"):
+        session.execute(f"TRUNCATE {v}")
+    session.execute(f"TRUNCATE {t}")
+    assert list(session.execute(f"SELECT * FROM {v}")) == []
+    assert list(session.execute(f"SELECT * FROM {t} WHERE b = 100")) == []
+    session.execute(f"INSERT INTO {t} (k, a, b) VALUES (2, 20, 100)")
+    assert [r.k for r in session.execute(f"SELECT k FROM {t} WHERE b = 100")] == [2]
+    assert [r.k for r in session.execute(f"SELECT k FROM {v} WHERE a = 20")] == [2]
