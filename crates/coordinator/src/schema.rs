@@ -949,7 +949,7 @@ pub fn alter_table(
                 for (id, c) in t.live_columns() {
                     if c.kind == ColumnKind::Regular
                         && vt.column(&c.name).is_none()
-                        && !table.column_by_id(id).is_some_and(|o| o.name == c.name)
+                        && table.column_by_id(id).is_none_or(|o| o.name != c.name)
                     {
                         vt.columns.push(c.clone());
                     }
