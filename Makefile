@@ -34,6 +34,7 @@ test-compat: build
 # are allowed (docs/dev/testing.md, "CQL golden files").
 test-cql: build
 	tests/compat/install.sh python
+	tests/compat/.venv-datastax/bin/python -m pytest -q -p no:cacheprovider tests/cql/test_run.py
 	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh
 
 # The same golden files against Apache Cassandra 5.0.9 (installed from Maven Central by
