@@ -21,6 +21,8 @@
 #   BENCH_AMPHORA_PORT=29042 BENCH_AMPHORA_SHARD_PORT=29043 BENCH_AMPHORA_PROMETHEUS_PORT=29180
 #   BENCH_WORK=bench/work             server data dirs (wiped per system; BENCH_KEEP_DATA=1 keeps)
 #   BENCH_SKIP_BUILD=1                use the existing target/release/amphora (AMPHORA_BIN=...)
+#   BENCH_NO_LATTE=1                  skip latte (bench/latte/install.sh installs it otherwise)
+#   BENCH_LATTE_ROWS, BENCH_LATTE_S   latte's table size and run length
 #   BENCH_NO_DOCS=1                   do not touch docs/benchmarks.md
 set -euo pipefail
 mode="${1:-quick}"
@@ -46,6 +48,11 @@ fi
 
 if [[ ",${BENCH_SYSTEMS:-cassandra,amphora}," == *,cassandra,* ]]; then
   bench/cassandra/install.sh
+fi
+if [[ "${BENCH_NO_LATTE:-0}" != 1 ]]; then
+  bench/latte/install.sh || echo "[bench] latte could not be installed: its runs are recorded as not available" >&2
+else
+  export LATTE_BIN=/nonexistent
 fi
 
 # A private copy: another engineer's `cargo build` must not swap the binary mid-run.

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 CASSANDRA_DIR = BENCH / "cassandra"
 IOT_PROFILE = BENCH / "profiles" / "iot.yaml"
+LATTE_WORKLOAD = BENCH / "latte" / "standard1.rn"
+LATTE_VERSION = "0.29.0"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -51,6 +53,8 @@ MODES = {
         rdw_read_threads=40,  # the seed's latency-oriented reader
         iot_partitions=2_000,  # machines; 100 rows each are inserted before the mixes
         iot_s=15,
+        latte_rows=200_000,  # latte's own standard1-shaped table (latte1.standard1)
+        latte_s=10,  # each latte run at saturation
         threads=128,
     ),
     "full": dict(
@@ -67,11 +71,19 @@ MODES = {
         rdw_read_threads=40,
         iot_partitions=20_000,
         iot_s=120,
+        latte_rows=1_000_000,
+        latte_s=60,
         threads=128,
     ),
 }
 
 IOT_MIXES = [("90/10", 9, 1), ("50/50", 5, 5), ("10/90", 1, 9)]
+# latte functions of bench/latte/standard1.rn run at saturation: (name, function).
+LATTE_RUNS = [("read-uniform", "read"), ("read-gaussian", "read_gaussian"),
+              ("write-uniform", "write"), ("mixed-uniform", "mixed")]
+# Order of latte's percentile array (its `Percentile` enum).
+LATTE_PERCENTILES = ["min", "p1", "p2", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p98",
+                     "p99", "p999", "p9999", "max"]
 
 
 def env(name, default):
@@ -448,9 +460,15 @@ def amphora_version(binary):
 
 
 class Stress:
+    name = "amphora stress"
+
     def __init__(self, cfg, raw):
         self.cfg = cfg
         self.raw = raw
+
+    @staticmethod
+    def figures(js):
+        return figures(js)
 
     def cmd(self, server, tag, args):
         return [
@@ -493,6 +511,101 @@ class Stress:
         return res
 
 
+class Latte:
+    """latte (`cargo install latte-cli`), the independent load generator of issue 5 item 3,
+    running bench/latte/standard1.rn against its own standard1-shaped table."""
+
+    name = "latte"
+
+    def __init__(self, cfg, raw):
+        self.cfg = cfg
+        self.raw = raw
+        self.bin = cfg.get("latte")
+
+    def available(self):
+        return bool(self.bin) and Path(self.bin).exists()
+
+    def base(self, server):
+        return ["taskset", "-c", self.cfg["client_cpus"], self.bin]
+
+    def conn(self, server):
+        return ["--consistency", "ONE", f"127.0.0.1:{server.port}"]
+
+    def setup(self, server, rows, timeout):
+        """`latte schema` then `latte load` (rows partitions); returns (seconds, error)."""
+        t0 = time.monotonic()
+        for sub, extra in (("schema", []), ("load", ["-P", f"rows={rows}", "-t", "1",
+                                                     "--concurrency", str(self.cfg["threads"])])):
+            cmd = [*self.base(server), sub, str(LATTE_WORKLOAD), *extra, *self.conn(server)]
+            with open(self.raw / f"{server.name}-latte-{sub}.out", "w") as out:
+                try:
+                    rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                        timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    return time.monotonic() - t0, f"latte {sub} timed out"
+            if rc != 0:
+                return time.monotonic() - t0, f"latte {sub} exit {rc}"
+        return time.monotonic() - t0, None
+
+    def spawn(self, server, tag, args):
+        jf = self.raw / (tag + ".json")
+        if jf.exists():
+            jf.unlink()
+        out = open(self.raw / (tag + ".out"), "w")
+        cmd = [*self.base(server), *args, "-o", str(jf), *self.conn(server)]
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        p._bench_out = out  # noqa: SLF001
+        p._bench_tag = tag  # noqa: SLF001
+        return p
+
+    def collect(self, p, timeout):
+        return Stress.collect(self, p, timeout)
+
+    @staticmethod
+    def figures(js):
+        """The report's figures from a latte JSON report (latencies are in ms there)."""
+        r = js.get("result", {})
+
+        def mean(x):
+            return x.get("value") if isinstance(x, dict) else x
+
+        def lat(dist):
+            if not dist:
+                return {}
+            pct = dist.get("percentiles") or []
+            vals = {k: mean(pct[i]) for i, k in enumerate(LATTE_PERCENTILES) if i < len(pct)}
+            return {"mean": mean(dist.get("mean")), "p50": vals.get("p50"), "p90": vals.get("p90"),
+                    "p95": vals.get("p95"), "p99": vals.get("p99"), "p999": vals.get("p999"),
+                    "max": vals.get("max")}
+
+        ops = r.get("cycle_count")
+        return {
+            "elapsed_s": r.get("elapsed_time_s"),
+            "ops": ops,
+            "op_rate": mean(r.get("cycle_throughput")),
+            "row_rate": mean(r.get("row_throughput")),
+            "errors": r.get("error_count"),
+            "latency_ms": lat(r.get("cycle_latency")),
+            "per_op": {},
+            # latte stamps a sample with its start; the report plots interval ends.
+            "intervals": [[(sm.get("time_s") or 0) + (sm.get("duration_s") or 0),
+                           sm.get("cycle_throughput"), lat(sm.get("cycle_latency")).get("p99")]
+                          for sm in r.get("log", [])],
+            "aborted": None if not r.get("error_count") else f"{r.get('error_count')} errors",
+        }
+
+
+def find_latte():
+    """latte from bench/.tools (bench/latte/install.sh) or PATH, else None."""
+    given = os.environ.get("LATTE_BIN")
+    if given is not None:
+        return given if Path(given).exists() else None
+    for cand in (str(BENCH / ".tools" / "bin" / "latte"), shutil.which("latte")):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
 def figures(js):
     """The figures the report uses from one `amphora stress -log json=` result."""
     def lat(f):
@@ -530,10 +643,12 @@ class Runner:
         self.runs = []
         self.t0 = time.monotonic()
 
-    def run(self, scenario, name, args, timeout, extra=None, concurrent=None):
-        """One stress run (plus, optionally, `concurrent` = (name, args) started alongside)."""
+    def run(self, scenario, name, args, timeout, extra=None, concurrent=None, client=None):
+        """One load-generator run (plus, optionally, `concurrent` = (name, args) started
+        alongside); `client` is `amphora stress` unless given (latte)."""
+        client = client or self.stress
         tag = f"{self.s.name}-{scenario}-{name}".replace("/", "_").replace(" ", "_")
-        log(f"{self.s.name}: {scenario} {name}: amphora stress {' '.join(args)}")
+        log(f"{self.s.name}: {scenario} {name}: {client.name} {' '.join(args)}")
         pid = self.s.pid
         cpu0 = proc_cpu_s(pid)
         busy0 = cpu_busy_s()
@@ -546,10 +661,10 @@ class Runner:
             # The background stream (the writer) starts first and gets a head start.
             bg = self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1])
             time.sleep(concurrent[2])
-            procs = [self.stress.spawn(self.s, tag, args), bg]
+            procs = [client.spawn(self.s, tag, args), bg]
         else:
-            procs = [self.stress.spawn(self.s, tag, args)]
-        results = [self.stress.collect(p, timeout) for p in procs]
+            procs = [client.spawn(self.s, tag, args)]
+        results = [client.collect(p, timeout) for p in procs]
         wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
         busy1 = cpu_busy_s()
@@ -558,7 +673,8 @@ class Runner:
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rec = {
             "system": self.s.name, "scenario": scenario, "name": name,
-            "command": "amphora stress " + " ".join(args),
+            "command": (client.name + " " + " ".join(args)).replace(str(ROOT) + "/", ""),
+            "client": client.name,
             "wall_s": wall, "load_before": la0, "load_after": loadavg(),
             "server_cpu_s": (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
             "client_cpu_s": (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
@@ -579,7 +695,7 @@ class Runner:
         main = results[0]
         if "json" in main:
             rec["status"] = "ok"
-            rec.update(figures(main["json"]))
+            rec.update(client.figures(main["json"]))
             if main["exit"] != 0:
                 rec["status"] = f"exit {main['exit']}"
             if rec.get("aborted"):
@@ -733,6 +849,26 @@ class Runner:
                                     f"duration={c['iot_s']}s", *self.common(), *self.rate(), *iot],
                      timeout=self.sat_timeout(c["iot_s"]))
 
+        # 8. The standard1 workloads again with latte, an independent load generator (issue 5
+        #    item 3), on its own table: load, then read uniform/gaussian, write, mixed.
+        latte = Latte(c, self.stress.raw)
+        if not latte.available():
+            out["latte"] = {"status": "not available",
+                            "reason": "latte not installed (bench/latte/install.sh)"}
+        else:
+            rows = c["latte_rows"]
+            log(f"{self.s.name}: latte schema + load of {rows} rows")
+            secs, err = latte.setup(self.s, rows, timeout=max(600, rows // 500))
+            out["latte"] = {"status": "ok" if not err else "failed", "load_s": secs,
+                            "rows": rows, "reason": err}
+            if not err:
+                out["latte"]["load_rate"] = rows / max(secs, 1e-9)
+                for name, fn in LATTE_RUNS:
+                    self.run("latte", name,
+                             ["run", str(LATTE_WORKLOAD), "-f", fn, "-d", f"{c['latte_s']}s",
+                              "-w", "0s", "-t", "1", "-p", str(c["threads"]), "-P", f"rows={rows}"],
+                             timeout=self.sat_timeout(c["latte_s"]), client=latte)
+
         out["final_rss_mb"] = (proc_status_kb(self.s.pid, "VmRSS") or 0) / 1024
         out["final_peak_rss_mb"] = (proc_status_kb(self.s.pid, "VmHWM") or 0) / 1024
         out["seconds"] = time.monotonic() - self.t0
@@ -772,7 +908,7 @@ def main():
 
     cfg = dict(MODES[mode])
     for k in ("partitions", "warmup_s", "sat_s", "step_s", "iot_partitions", "iot_s", "rdw_s",
-              "threads"):
+              "latte_rows", "latte_s", "threads"):
         if f"BENCH_{k.upper()}" in os.environ:
             cfg[k] = int(os.environ[f"BENCH_{k.upper()}"])
     cfg.update(
@@ -782,6 +918,7 @@ def main():
         server_cpus=env("BENCH_SERVER_CPUS", "0"),
         client_cpus=env("BENCH_CLIENT_CPUS", "1"),
         amphora=str(Path(env("AMPHORA_BIN", str(ROOT / "target" / "release" / "amphora"))).resolve()),
+        latte=find_latte(),
     )
     systems = env("BENCH_SYSTEMS", "cassandra,amphora").split(",")
     results = {

@@ -527,6 +527,34 @@ def generate(out_dir, docs=True):
                                f"IoT {name}: throughput over time", pair)
             L.append(f"![IoT {name}]({f})\n")
 
+    lat_runs = [(n, p) for (s, n), p in by.items() if s == "latte"]
+    lsys = {s: (sysinfo.get(s) or {}).get("latte") or {} for s in SYSTEMS}
+    if lat_runs or any(lsys.values()):
+        L.append("## latte (independent load generator)\n")
+        L.append("The standard1 workloads again, driven by latte "
+                 f"{cfg.get('latte_version', '0.29.0')} (`bench/latte/standard1.rn`: its own "
+                 "`latte1.standard1` table, 10-byte blob key, five 34-byte blob cells), so the "
+                 "figures do not depend on `amphora stress`. Loaded with `latte load` "
+                 f"({cfg.get('latte_rows', 0):,} rows), then each function for "
+                 f"{cfg.get('latte_s')} s at {cfg.get('threads')} in flight, CL ONE.\n")
+
+        def load_cell(x):
+            if not x:
+                return "not run"
+            if x.get("status") == "ok":
+                return f"{fnum(x.get('load_s'), ' s')} ({fnum(x.get('load_rate'))} rows/s)"
+            return f"{x.get('status', 'not run')}: {x.get('reason') or ''}".strip()
+        L.append(f"Load: Cassandra {load_cell(lsys.get('cassandra', {}))}; "
+                 f"Amphora {load_cell(lsys.get('amphora', {}))}.\n")
+        for name, pair in lat_runs:
+            any_run = next(iter(pair.values()))
+            L.append(f"### latte {name}\n\n`{any_run['command']}`\n")
+            L.append(scenario_table(pair) + "\n")
+            L.append(notes_for(pair) + "\n")
+            f = throughput_svg(out_dir, f"throughput-latte-{name}.svg",
+                               f"latte {name}: throughput over time", pair)
+            L.append(f"![latte {name}]({f})\n")
+
     L.append("## RSS\n")
     L.append(md_table(["", "Cassandra", "Amphora", "Amphora/Cassandra"], [
         ["RSS at the end (MB)", fnum(sysinfo.get("cassandra", {}).get("final_rss_mb")),
