@@ -582,9 +582,20 @@ def run_file(cluster, path):
     session = cluster.connect()
     session.client_protocol_handler = RawProtocolHandler
     blocks = []
+    unresponsive = 0
     try:
         for st in stmts:
-            blocks.append((st, header(st), run_statement(session, st)))
+            if unresponsive >= 3:
+                # A hung or dead server: do not wait 30 s for each remaining statement.
+                blocks.append((st, header(st), ["ERROR client:skipped",
+                                                "msg: server unresponsive"]))
+                continue
+            body = run_statement(session, st)
+            if body[0] in ("ERROR client:OperationTimedOut", "ERROR client:NoHostAvailable"):
+                unresponsive += 1
+            else:
+                unresponsive = 0
+            blocks.append((st, header(st), body))
     finally:
         session.shutdown()
     return blocks
