@@ -379,6 +379,30 @@ pub async fn run(
                 ast::BatchKind::Unlogged => BatchType::Unlogged,
                 ast::BatchKind::Counter => BatchType::Counter,
             };
+            if b.using.ttl.is_some() {
+                return Err(QueryError::invalid(
+                    "Global TTL on the BATCH statement is not supported.",
+                ));
+            }
+            if b.using.timestamp.is_some() {
+                for c in &b.statements {
+                    let (u, conditional) = match c {
+                        ast::BatchChild::Insert(s) => (&s.using, s.if_not_exists),
+                        ast::BatchChild::Update(s) => (&s.using, s.conditions.is_some()),
+                        ast::BatchChild::Delete(s) => (&s.using, s.conditions.is_some()),
+                    };
+                    if conditional {
+                        return Err(QueryError::invalid(
+                            "Cannot provide custom timestamp for conditional BATCH",
+                        ));
+                    }
+                    if u.timestamp.is_some() {
+                        return Err(QueryError::invalid(
+                            "Timestamp must be set either on BATCH or individual statements",
+                        ));
+                    }
+                }
+            }
             let children = b
                 .statements
                 .iter()

@@ -40,6 +40,13 @@ pub const INDEX_VALUE_SIZE_MAX: usize = 65535;
 
 const SAI_CLASS: &str = "org.apache.cassandra.index.sai.StorageAttachedIndex";
 
+/// Whether a `USING` class names Storage-Attached Indexing.
+pub fn is_sai(class: &str) -> bool {
+    class.eq_ignore_ascii_case("sai")
+        || class.eq_ignore_ascii_case("StorageAttachedIndex")
+        || class == SAI_CLASS
+}
+
 fn invalid(m: impl Into<String>) -> QueryError {
     QueryError::Invalid(m.into())
 }
@@ -222,12 +229,20 @@ pub fn create_index(
             return Err(invalid("Must specify index implementation via USING"));
         }
         None => None,
+        // The class as written is what system_schema.indexes shows.
         Some(c) => match c.as_str() {
             "legacy_local_table" => None,
-            c if c.eq_ignore_ascii_case("sai") || c == "StorageAttachedIndex" || c == SAI_CLASS => {
-                Some(SAI_CLASS.to_string())
+            c if is_sai(c) => Some(c.to_string()),
+            "org.apache.cassandra.index.sasi.SASIIndex" | "SASIIndex" => {
+                return Err(invalid(
+                    "SASI indexes are disabled. Enable in cassandra.yaml to use.",
+                ));
             }
-            other => Some(other.to_string()),
+            other => {
+                return Err(QueryError::Config(format!(
+                    "Unable to find custom indexer class '{other}'"
+                )));
+            }
         },
     };
     if st.targets.is_empty() {
@@ -572,10 +587,12 @@ pub fn entries_for(
     }
     let cmp = idx.backing.clustering_comparator();
     let mut by_value: BTreeMap<Bytes, Vec<Row>> = BTreeMap::new();
+    let folding = folds_case(idx);
     for (v, c, l) in found {
         if v.len() > INDEX_VALUE_SIZE_MAX {
             continue;
         }
+        let v = if folding { fold(&v) } else { v };
         let mut row = Row::new(c);
         row.marker = Some(l);
         by_value.entry(v).or_default().push(row);
@@ -663,26 +680,97 @@ fn serves(idx: &IndexDef, def: &ColumnDef, f: &Filter) -> Option<Bytes> {
     }
 }
 
-/// Picks an index for one of the row filters, if any serves one.
-pub fn choose(schema: &Schema, t: &TableSchema, r: &Restrictions) -> Option<IndexQuery> {
-    let ks = schema.keyspace(&t.keyspace)?;
+/// Whether an index has SAI's `case_sensitive: false` (text compared ignoring case).
+fn folds_case(idx: &IndexDef) -> bool {
+    idx.class.as_deref().is_some_and(is_sai)
+        && idx
+            .options
+            .get("case_sensitive")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+}
+
+fn fold(v: &[u8]) -> Bytes {
+    Bytes::from(String::from_utf8_lossy(v).to_lowercase())
+}
+
+/// Whether an SAI index answers a range restriction on its (non-collection) column; such
+/// queries scan with the restriction as a filter, without ALLOW FILTERING.
+fn sai_range(idx: &IndexDef, f: &Filter) -> bool {
+    idx.column == f.column
+        && idx.target == IndexTarget::Simple
+        && idx.class.as_deref().is_some_and(is_sai)
+        && f.element_key.is_none()
+        && matches!(
+            f.op,
+            ast::Operator::Lt | ast::Operator::Lte | ast::Operator::Gt | ast::Operator::Gte
+        )
+}
+
+/// Whether an index on a restricted clustering column serves a query that restricts
+/// clustering columns without the partition key (the scan then needs no ALLOW FILTERING).
+pub fn clustering_indexed(schema: &Schema, t: &TableSchema, r: &Restrictions) -> bool {
+    let Some(ks) = schema.keyspace(&t.keyspace) else {
+        return false;
+    };
+    let restricted = r.ck_prefix.len() + usize::from(r.ck_lower.is_some() || r.ck_upper.is_some());
+    t.clustering_key
+        .iter()
+        .take(restricted)
+        .any(|id| indexes_of(ks, t.id).any(|i| i.column == *id))
+}
+
+/// Which restrictions indexes serve: the index that drives the query (looked up by
+/// value), and whether the other restrictions still need ALLOW FILTERING. SAI indexes
+/// serve any number of restrictions (they intersect); a legacy index serves one.
+pub fn plan(schema: &Schema, t: &TableSchema, r: &mut Restrictions) -> (Option<IndexQuery>, bool) {
+    let Some(ks) = schema.keyspace(&t.keyspace) else {
+        return (None, r.needs_filtering);
+    };
     if ks.indexes.is_empty() || r.filters.is_empty() {
-        return None;
+        return (None, r.needs_filtering);
     }
-    for (i, f) in r.filters.iter().enumerate() {
-        let def = t.column_by_id(f.column)?;
+    let mut driver: Option<IndexQuery> = None;
+    let mut legacy_used = false;
+    let mut unserved = 0;
+    for i in 0..r.filters.len() {
+        let f = r.filters[i].clone();
+        let Some(def) = t.column_by_id(f.column) else {
+            unserved += 1;
+            continue;
+        };
+        let mut served = false;
         for idx in indexes_of(ks, t.id) {
-            if let Some(v) = serves(idx, def, f) {
-                return Some(IndexQuery {
+            let sai = idx.class.as_deref().is_some_and(is_sai);
+            if !sai && legacy_used {
+                continue;
+            }
+            let value = serves(idx, def, &f);
+            if value.is_none() && !sai_range(idx, &f) {
+                continue;
+            }
+            served = true;
+            if !sai {
+                legacy_used = true;
+            }
+            let folded = folds_case(idx) && f.op == ast::Operator::Eq;
+            if folded {
+                r.filters[i].fold_case = true;
+            }
+            if let (None, Some(v)) = (&driver, value) {
+                driver = Some(IndexQuery {
                     index: idx.clone(),
-                    value: v,
+                    value: if folded { fold(&v) } else { v },
                     filter: i,
                     partition_level: partition_level(t, idx),
                 });
             }
+            break;
+        }
+        if !served {
+            unserved += 1;
         }
     }
-    None
+    (driver, unserved > 0)
 }
 
 fn parse_entry(c: &Clustering) -> Option<(PartitionKey, Clustering)> {

@@ -153,6 +153,24 @@ fn build_check(
                 )));
             }
         };
+        // `IF l CONTAINS x` / `IF m CONTAINS KEY k`: the operand is an element.
+        let ty = match (c.op, &part, &ty) {
+            (
+                ast::Operator::Contains,
+                Part::Whole,
+                CqlType::List { elem, .. } | CqlType::Set { elem, .. },
+            ) => (**elem).clone(),
+            (ast::Operator::Contains, Part::Whole, CqlType::Map { value, .. }) => (**value).clone(),
+            (ast::Operator::ContainsKey, Part::Whole, CqlType::Map { key, .. }) => (**key).clone(),
+            (ast::Operator::Contains | ast::Operator::ContainsKey, _, t) => {
+                return Err(invalid(format!(
+                    "Cannot use {} on non-collection column {} of type {t}",
+                    c.op.as_str(),
+                    def.name
+                )));
+            }
+            _ => ty,
+        };
         let want = match (&c.value, c.op) {
             (ast::RelationValue::Single(e), ast::Operator::In) => {
                 let list_ty = CqlType::List {
@@ -248,6 +266,12 @@ fn holds(t: &TableSchema, rc: &RowCheck, p: Option<&PartitionData>) -> bool {
         Check::Exists => exists,
         Check::Columns(cs) => cs.iter().all(|c| {
             let have = p.and_then(|p| current_value(t, c, p, row));
+            if matches!(c.op, ast::Operator::Contains | ast::Operator::ContainsKey) {
+                let Some(want) = c.want.first().cloned().flatten() else {
+                    return false;
+                };
+                return have.is_some_and(|h| contains(t, c, &h, &want));
+            }
             if c.op == ast::Operator::In {
                 return c
                     .want
@@ -383,7 +407,11 @@ pub async fn run_conditional(
             "IN on the clustering key columns is not supported with conditional updates",
         ));
     }
-    let clustering = m.update.rows.first().map(|r| r.clustering.clone());
+    let clustering = if table.clustering_key.is_empty() {
+        Some(Clustering::empty())
+    } else {
+        m.update.rows.first().map(|r| r.clustering.clone())
+    };
     let slices = match (&clustering, table.clustering_key.is_empty()) {
         (Some(c), false) => vec![ClusteringSlice {
             start: ClusteringBound::inclusive(c.0.clone()),
@@ -426,11 +454,32 @@ pub async fn run_conditional(
     }
     let mut columns = vec![applied_column(table)];
     let mut cells = vec![applied_cell(applied)];
-    let row = row_of(part.as_ref(), &row_check.clustering);
-    if !applied && let (Some(p), Some(r)) = (&part, row) {
+    let empty = Row::new(Clustering::empty());
+    let (row, static_only) = match row_of(part.as_ref(), &row_check.clustering) {
+        Some(r) => (Some(r), false),
+        // The row is absent but the partition has statics: show those.
+        None => (
+            part.as_ref()
+                .and_then(|p| p.static_row.as_ref())
+                .map(|_| &empty),
+            true,
+        ),
+    };
+    let statics_only_check = match &row_check.check {
+        Check::Columns(cs) => cs.iter().all(|c| {
+            table
+                .column_by_id(c.column)
+                .is_some_and(|d| d.kind == ColumnKind::Static)
+        }),
+        _ => row_check.clustering.is_none(),
+    };
+    if !applied
+        && let (Some(p), Some(r)) = (&part, row)
+        && (!static_only || statics_only_check)
+    {
         for id in &shown {
             columns.push(result_column(table, *id));
-            cells.push(crate::select::column_value(table, *id, p, r, false));
+            cells.push(crate::select::column_value(table, *id, p, r, static_only));
         }
     }
     Ok(QueryResult::Rows(ResultRows::single_row(
@@ -494,13 +543,23 @@ pub async fn run_conditional_batch(
                     "IN on the clustering key columns is not supported with conditional updates",
                 ));
             }
-            let clustering = m
-                .and_then(|m| m.update.rows.first())
-                .map(|r| r.clustering.clone());
-            checks.push(RowCheck {
-                clustering,
-                check: build_check(t, st, &ctx)?,
+            let clustering = if table.clustering_key.is_empty() {
+                Some(Clustering::empty())
+            } else {
+                m.and_then(|m| m.update.rows.first())
+                    .map(|r| r.clustering.clone())
+            };
+            let check = build_check(t, st, &ctx)?;
+            let mixes = checks.iter().any(|c: &RowCheck| {
+                c.clustering == clustering
+                    && (matches!(c.check, Check::NotExists) != matches!(check, Check::NotExists))
             });
+            if mixes {
+                return Err(invalid(
+                    "Cannot mix IF conditions and IF NOT EXISTS for the same row",
+                ));
+            }
+            checks.push(RowCheck { clustering, check });
         }
     }
     let Some(key) = key else {
@@ -583,6 +642,29 @@ pub async fn run_conditional_batch(
         paging_state: None,
         no_metadata: false,
     }))
+}
+
+/// Whether a collection value contains an element (CONTAINS) or a map key (CONTAINS KEY).
+fn contains(t: &TableSchema, c: &ColumnCheck, have: &[u8], want: &[u8]) -> bool {
+    let Some(def) = t.column_by_id(c.column) else {
+        return false;
+    };
+    let per = if matches!(def.ty, CqlType::Map { .. }) {
+        2
+    } else {
+        1
+    };
+    let Ok(items) = amphora_types::cql_type::split_collection(have, per) else {
+        return false;
+    };
+    let pick = match (c.op, per) {
+        (ast::Operator::ContainsKey, _) | (_, 1) => 0,
+        _ => 1,
+    };
+    items
+        .chunks(per)
+        .filter_map(|kv| kv.get(pick).copied().flatten())
+        .any(|x| c.ty.compare(x, want).is_eq())
 }
 
 fn compare(op: ast::Operator, have: Option<&Bytes>, want: Option<&Bytes>, ty: &CqlType) -> bool {

@@ -21,6 +21,8 @@ pub struct Filter {
     pub values: Vec<Bytes>,
     /// For `m[k] = v`: the map key.
     pub element_key: Option<Bytes>,
+    /// Text equality ignoring case (an SAI index with `case_sensitive: false` serves it).
+    pub fold_case: bool,
 }
 
 /// Whether `ordering` (a value compared with the restriction's operand) satisfies `op`
@@ -242,6 +244,7 @@ pub fn analyze(
                             op,
                             values,
                             element_key: None,
+                            fold_case: false,
                         });
                         r.needs_filtering = true;
                     }
@@ -353,6 +356,7 @@ pub fn analyze(
                     op: rel.op,
                     values: vec![v],
                     element_key: Some(k),
+                    fold_case: false,
                 });
                 r.needs_filtering = true;
             }
@@ -371,6 +375,7 @@ pub fn analyze(
                     op: ast::Operator::In,
                     values: v,
                     element_key: None,
+                    fold_case: false,
                 });
             }
         }
@@ -389,6 +394,7 @@ pub fn analyze(
                 op: ast::Operator::In,
                 values: v.clone(),
                 element_key: None,
+                fold_case: false,
             });
         }
     }
@@ -420,6 +426,7 @@ pub fn analyze(
                     },
                     values: vec![v],
                     element_key: None,
+                    fold_case: false,
                 });
             }
             if let Some((v, inc)) = hi {
@@ -432,6 +439,7 @@ pub fn analyze(
                     },
                     values: vec![v],
                     element_key: None,
+                    fold_case: false,
                 });
             }
         }

@@ -199,13 +199,18 @@ pub async fn run_select(
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
     }
     crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, false)?;
-    let r = restrict::analyze(table, &s.where_clause, &ctx)?;
-    // A secondary index serves one restriction; the others still need filtering.
-    let index_query = crate::index::choose(&schema, table, &r);
-    let needs_filtering = match &index_query {
-        Some(_) => r.filters.len() > 1,
-        None => r.needs_filtering,
-    };
+    let mut r = restrict::analyze(table, &s.where_clause, &ctx)?;
+    // Secondary indexes serve some restrictions; the others still need filtering.
+    let (index_query, mut needs_filtering) = crate::index::plan(&schema, table, &mut r);
+    // Clustering restrictions without the partition key scan every partition.
+    let has_ck = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+    if has_ck
+        && r.pk_values.is_none()
+        && index_query.is_none()
+        && !crate::index::clustering_indexed(&schema, table, &r)
+    {
+        needs_filtering = true;
+    }
     if needs_filtering && !s.allow_filtering {
         return Err(invalid(
             "Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING",
@@ -647,6 +652,10 @@ pub(crate) fn filter_row(
         ast::Operator::NotIn => {
             v.is_none_or(|v| !f.values.iter().any(|w| def.ty.compare(&v, w) == Equal))
         }
+        ast::Operator::Eq if f.fold_case => v.is_some_and(|v| {
+            String::from_utf8_lossy(&v).to_lowercase()
+                == String::from_utf8_lossy(&f.values[0]).to_lowercase()
+        }),
         op => {
             let Some(v) = v else { return false };
             let o = def.ty.compare(&v, &f.values[0]);

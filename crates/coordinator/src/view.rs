@@ -294,12 +294,20 @@ pub fn create_view(
             });
         }
     }
-    for (i, (col, order)) in st.options.clustering_order.iter().enumerate() {
-        if ck_names.get(i) != Some(&col.name.as_str()) {
-            return Err(invalid(
-                "The order of columns in the CLUSTERING ORDER directive must match that of the clustering columns",
-            ));
-        }
+    if !st.options.clustering_order.is_empty()
+        && (st.options.clustering_order.len() != ck_names.len()
+            || st
+                .options
+                .clustering_order
+                .iter()
+                .zip(&ck_names)
+                .any(|((c, _), n)| c.name != *n))
+    {
+        return Err(invalid(
+            "Clustering key columns must exactly match columns in CLUSTERING ORDER BY directive",
+        ));
+    }
+    for (col, order) in &st.options.clustering_order {
         if let Some(c) = columns
             .iter_mut()
             .find(|c| c.name == col.name && c.kind == ColumnKind::Clustering)

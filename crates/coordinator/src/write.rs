@@ -61,6 +61,9 @@ pub async fn run_write(
     let table = crate::plan::resolve_table(&schema, keyspace, table_name)?;
     check_writable(&table)?;
     check_not_view(&schema, &table)?;
+    if conditional {
+        check_conditional(&table, st, &ctx)?;
+    }
     let ks = schema.keyspace(&table.keyspace);
     crate::consistency::check(ks, opts.consistency, true)?;
     if conditional {
@@ -88,6 +91,59 @@ pub fn check_writable(t: &TableSchema) -> Result<(), QueryError> {
             "{} keyspace is not user-modifiable.",
             t.keyspace
         )));
+    }
+    Ok(())
+}
+
+/// Cassandra's restrictions on conditional statements.
+fn check_conditional(
+    t: &TableSchema,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+) -> Result<(), QueryError> {
+    let using = match st {
+        ast::Statement::Insert(s) => &s.using,
+        ast::Statement::Update(s) => &s.using,
+        ast::Statement::Delete(s) => &s.using,
+        _ => return Ok(()),
+    };
+    if using.timestamp.is_some() {
+        return Err(invalid(
+            "Cannot provide custom timestamp for conditional updates",
+        ));
+    }
+    if let ast::Statement::Delete(s) = st
+        && !t.clustering_key.is_empty()
+    {
+        let r = restrict::analyze(t, &s.where_clause, ctx)?;
+        if !r.full_clustering(t) {
+            let is_static = |name: &str| {
+                t.column(name)
+                    .is_some_and(|(_, d)| d.kind == ColumnKind::Static)
+            };
+            let regular_deleted = s.columns.is_empty()
+                || s.columns.iter().any(|d| match d {
+                    ast::Deletion::Column(c)
+                    | ast::Deletion::Element { column: c, .. }
+                    | ast::Deletion::Field { column: c, .. } => !is_static(&c.name),
+                });
+            if regular_deleted {
+                return Err(invalid(
+                    "DELETE statements must restrict all PRIMARY KEY columns with equality relations in order to delete non static columns",
+                ));
+            }
+            if let Some(ast::Conditions::Columns(cs)) = &s.conditions
+                && cs.iter().any(|c| match &c.target {
+                    ast::ConditionTarget::Column(col)
+                    | ast::ConditionTarget::Element { column: col, .. }
+                    | ast::ConditionTarget::Field { column: col, .. } => !is_static(&col.name),
+                })
+            {
+                return Err(invalid(
+                    "DELETE statements must restrict all PRIMARY KEY columns with equality relations in order to use IF condition on non static columns",
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -908,6 +964,12 @@ fn plan_update(
         }
     }
     let needs_rows = !b.regular.is_empty() || b.counters.iter().any(|c| !c.2);
+    let has_ck = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+    if !needs_rows && has_ck && (!b.statics.is_empty() || b.counters.iter().any(|c| c.2)) {
+        return Err(invalid(
+            "Invalid restrictions on clustering columns since the UPDATE statement modifies only static columns",
+        ));
+    }
     if needs_rows && !r.full_clustering(t) {
         return Err(invalid(format!(
             "Some clustering keys are missing: {}",
@@ -1118,6 +1180,12 @@ fn plan_delete(
             }
             statics.sort_by_key(|c| c.0);
             regular.sort_by_key(|c| c.0);
+            let has_ck = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+            if regular.is_empty() && !statics.is_empty() && has_ck {
+                return Err(invalid(
+                    "Invalid restrictions on clustering columns since the DELETE statement modifies only static columns",
+                ));
+            }
             if !statics.is_empty() {
                 let mut row = Row::new(Clustering::empty());
                 row.cells = statics;
@@ -1189,6 +1257,9 @@ pub async fn run_batch(
         let table = crate::plan::resolve_table(&schema, ks.as_deref(), table_name)?;
         check_writable(&table)?;
         check_not_view(&schema, &table)?;
+        if conditional {
+            check_conditional(&table, &st, &ctx)?;
+        }
         crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, true)?;
         match (kind, table.is_counter) {
             (BatchType::Counter, false) => {

@@ -301,11 +301,14 @@ def test_index_ddl_errors_schema_and_describe(session, keyspace):
     assert set(rows) == {"idx_ddl_v", "idx_ddl_sai", "idx_ddl_l"}
     assert rows["idx_ddl_v"].kind == "COMPOSITES" and rows["idx_ddl_v"].options == {"target": "v"}
     assert rows["idx_ddl_sai"].kind == "CUSTOM"
-    assert rows["idx_ddl_sai"].options == {"target": "values(m)", "class_name": "org.apache.cassandra.index.sai.StorageAttachedIndex"}
+    assert rows["idx_ddl_sai"].options == {"target": "values(m)", "class_name": "StorageAttachedIndex"}
     assert rows["idx_ddl_l"].options["target"] == "values(l)"
     desc = [r.create_statement for r in session.execute(f"DESCRIBE TABLE {t}")]
     assert f"CREATE INDEX idx_ddl_v ON {t} (v);" in desc
-    assert f"CREATE CUSTOM INDEX idx_ddl_sai ON {t} (values(m)) USING 'org.apache.cassandra.index.sai.StorageAttachedIndex';" in desc
+    assert f"CREATE CUSTOM INDEX idx_ddl_sai ON {t} (values(m)) USING 'StorageAttachedIndex';" in desc
+    from cassandra.protocol import ConfigurationException
+    with pytest.raises(ConfigurationException, match="Unable to find custom indexer class 'org.example.Nope'"):
+        session.execute(f"CREATE CUSTOM INDEX nope ON {t} (v) USING 'org.example.Nope'")
     assert [r.create_statement for r in session.execute(f"DESCRIBE INDEX {keyspace}.idx_ddl_v")] == [f"CREATE INDEX idx_ddl_v ON {t} (v);"]
     session.execute(f"INSERT INTO {t} (p, c, v) VALUES (1, 1, 1)")
     assert [r.p for r in session.execute(f"SELECT p FROM {t} WHERE v = 1")] == [1]
