@@ -10,13 +10,20 @@ use crate::api::*;
 use crate::exec::{Inner, publish_schema};
 use crate::schema::{self, DdlOutcome};
 
+/// Serialises DDL node-wide, from computing the next schema to publishing it on every shard,
+/// so two concurrent statements (on different shards or connections) never compute from the
+/// same old schema (one change would be lost) nor write `schema.json` at once. DDL is rare;
+/// requests never take this lock.
+static DDL_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub async fn run_ddl(
     inner: &Rc<Inner>,
     keyspace: Option<&str>,
     st: &ast::Statement,
 ) -> Result<QueryResult, QueryError> {
     use ast::Statement as S;
-    // DDL is rare: one lock serializes it node-wide; requests never take this lock.
+    let _serial = DDL_SERIAL.lock().await;
+    // The schema lock only guards the pointer swap; DDL_SERIAL orders whole statements.
     let (old, outcome) = {
         let guard = inner
             .shared
