@@ -32,7 +32,8 @@ an unlisted statement that differs fails. `--no-known` ignores the list (every s
 must match: what `make compat-cassandra` runs against Apache Cassandra).
 
 Directives: a comment line `-- @name args` between statements applies to the next one:
-  @fetch_size N      page size for this statement (the runner fetches every page)
+  @fetch_size N      page size for this statement (the runner fetches every page);
+                     0 disables paging
   @consistency CL    consistency level (default ONE)
   @serial CL         serial consistency level for conditional statements
   @prepared          prepare the statement, then execute it (no bind values)
@@ -522,7 +523,8 @@ def run_statement(session, st):
     text = expand(st.text)
     kwargs = {}
     if "fetch_size" in d:
-        kwargs["fetch_size"] = int(d["fetch_size"])
+        # 0: no paging at all (the driver sends no page size)
+        kwargs["fetch_size"] = int(d["fetch_size"]) or None
     cl = CONSISTENCY[d.get("consistency", "ONE").upper()]
     serial = CONSISTENCY[d["serial"].upper()] if "serial" in d else None
     out = []
