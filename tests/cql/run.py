@@ -578,6 +578,10 @@ def connect(host, port):
     return cluster
 
 
+UNRESPONSIVE = {"ERROR client:" + n for n in (
+    "OperationTimedOut", "NoHostAvailable", "ConnectionShutdown", "ConnectionException")}
+
+
 def run_file(cluster, path):
     with open(path, encoding="utf-8") as f:
         stmts = split_statements(f.read())
@@ -593,7 +597,7 @@ def run_file(cluster, path):
                                                 "msg: server unresponsive"]))
                 continue
             body = run_statement(session, st)
-            if body[0] in ("ERROR client:OperationTimedOut", "ERROR client:NoHostAvailable"):
+            if body[0] in UNRESPONSIVE:
                 unresponsive += 1
             else:
                 unresponsive = 0
@@ -726,6 +730,10 @@ def main():
             continue
         with open(rpath, encoding="utf-8") as f:
             expected = parse_result(f.read())
+        if len(expected) > len(blocks):
+            print("%s: %s holds %d statements, the file %d: re-record it" %
+                  (name, os.path.basename(rpath), len(expected), len(blocks)))
+            differ += len(expected) - len(blocks)
         for st, head, body in blocks:
             exp_head, exp_body = expected.get(st.index, ([], ["<not recorded>"]))
             same = exp_head == head and comparable(exp_body) == comparable(body)
