@@ -414,8 +414,10 @@ pub fn drop_keyspace(s: &Schema, st: &ast::Drop) -> Result<DdlOutcome, QueryErro
 }
 
 fn validate_name(name: &str, what: &str) -> Result<(), QueryError> {
+    // Cassandra 5.0: keyspace names up to 48 characters, table names up to 222.
+    let max = if what == "Keyspace" { 48 } else { 222 };
     if name.is_empty()
-        || name.len() > 48
+        || name.len() > max
         || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
         return Err(invalid(format!(
@@ -467,16 +469,16 @@ pub fn resolve_type(
             N::Varint => CqlType::Varint,
         },
         ast::TypeExpr::List(e) => CqlType::List {
-            elem: Box::new(resolve_type(e, ks, true)?),
+            elem: Box::new(collection_element(ty, e, ks)?),
             frozen,
         },
         ast::TypeExpr::Set(e) => CqlType::Set {
-            elem: Box::new(resolve_type(e, ks, true)?),
+            elem: Box::new(collection_element(ty, e, ks)?),
             frozen,
         },
         ast::TypeExpr::Map(k, v) => CqlType::Map {
-            key: Box::new(resolve_type(k, ks, true)?),
-            value: Box::new(resolve_type(v, ks, true)?),
+            key: Box::new(collection_element(ty, k, ks)?),
+            value: Box::new(collection_element(ty, v, ks)?),
             frozen,
         },
         ast::TypeExpr::Tuple(ts) => CqlType::Tuple(
@@ -508,6 +510,20 @@ pub fn resolve_type(
         }
         ast::TypeExpr::Custom(c) => CqlType::Custom(c.clone()),
     })
+}
+
+/// An element type of a collection: frozen, and not a bare (non-frozen) user type.
+fn collection_element(
+    outer: &ast::TypeExpr,
+    e: &ast::TypeExpr,
+    ks: &KeyspaceDef,
+) -> Result<CqlType, QueryError> {
+    if matches!(e, ast::TypeExpr::User(_)) {
+        return Err(invalid(format!(
+            "Non-frozen UDTs are not allowed inside collections: {outer}"
+        )));
+    }
+    resolve_type(e, ks, true)
 }
 
 pub fn create_table(
@@ -583,6 +599,25 @@ pub fn create_table(
             (ColumnKind::Regular, 0)
         };
         let is_key = matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering);
+        if is_key {
+            let declared = resolve_type(&c.ty, ks, false)?;
+            match &declared {
+                CqlType::List { .. } | CqlType::Set { .. } | CqlType::Map { .. }
+                    if declared.is_multi_cell() =>
+                {
+                    return Err(invalid(format!(
+                        "Invalid non-frozen collection type {declared} for PRIMARY KEY column '{cname}'"
+                    )));
+                }
+                CqlType::Udt(u) if !u.frozen => {
+                    return Err(invalid(format!(
+                        "Invalid non-frozen user-defined type \"{}.{}\" for PRIMARY KEY column '{cname}'",
+                        u.keyspace, u.name
+                    )));
+                }
+                _ => {}
+            }
+        }
         let ty = resolve_type(&c.ty, ks, is_key)?;
         if is_key && ty.is_counter() {
             return Err(invalid(format!(
@@ -642,6 +677,16 @@ pub fn create_table(
     if counters > 0 && counters != regular {
         return Err(invalid(
             "Cannot mix counter and non counter columns in the same table",
+        ));
+    }
+    if st.options.compact_storage {
+        if regular == 0 {
+            return Err(invalid(
+                "No definition found that is not part of the PRIMARY KEY",
+            ));
+        }
+        return Err(invalid(
+            "Compact tables are not allowed in Cassandra starting with 4.0 version",
         ));
     }
     let mut options = TableOptions::default();
@@ -707,7 +752,26 @@ pub fn apply_table_properties(
                 } else {
                     format!("org.apache.cassandra.db.compaction.{class}")
                 };
+                const KNOWN: &[&str] = &[
+                    "SizeTieredCompactionStrategy",
+                    "LeveledCompactionStrategy",
+                    "TimeWindowCompactionStrategy",
+                    "UnifiedCompactionStrategy",
+                    "IncrementalCompactionStrategy",
+                ];
+                let short = full.rsplit('.').next().unwrap_or_default();
+                if !full.starts_with("org.apache.cassandra.db.compaction.")
+                    || !KNOWN.contains(&short)
+                {
+                    return Err(QueryError::Config(format!(
+                        "Unable to find compaction strategy class '{full}'"
+                    )));
+                }
                 m.insert("class".into(), full);
+                m.entry("max_threshold".into())
+                    .or_insert_with(|| "32".into());
+                m.entry("min_threshold".into())
+                    .or_insert_with(|| "4".into());
                 o.compaction = m;
             }
             "compression" => {
@@ -732,7 +796,15 @@ pub fn apply_table_properties(
             }
             "caching" => o.caching = map_prop(p)?,
             "comment" => o.comment = text_prop(p)?,
-            "gc_grace_seconds" => o.gc_grace_seconds = num_prop(p)?,
+            "gc_grace_seconds" => {
+                let v: i32 = num_prop(p)?;
+                if v < 0 {
+                    return Err(QueryError::Config(format!(
+                        "gc_grace_seconds must be greater than or equal to 0 (got {v})"
+                    )));
+                }
+                o.gc_grace_seconds = v;
+            }
             "default_time_to_live" => {
                 let v: i32 = num_prop(p)?;
                 if v < 0 {
@@ -744,7 +816,15 @@ pub fn apply_table_properties(
                 }
                 o.default_time_to_live = v;
             }
-            "bloom_filter_fp_chance" => o.bloom_filter_fp_chance = num_prop(p)?,
+            "bloom_filter_fp_chance" => {
+                let v: f64 = num_prop(p)?;
+                if v <= 6.71e-5 || v > 1.0 {
+                    return Err(QueryError::Config(format!(
+                        "bloom_filter_fp_chance must be larger than 6.71E-5 and less than or equal to 1.0 (got {v})"
+                    )));
+                }
+                o.bloom_filter_fp_chance = v;
+            }
             "crc_check_chance" => o.crc_check_chance = num_prop(p)?,
             "speculative_retry" => o.speculative_retry = text_prop(p)?,
             "additional_write_policy" => o.additional_write_policy = text_prop(p)?,
@@ -819,6 +899,18 @@ pub fn alter_table(
                     )));
                 }
                 let ty = resolve_type(&c.ty, ks, false)?;
+                if let Some(old) = t
+                    .dropped_columns
+                    .keys()
+                    .rev()
+                    .find_map(|id| t.column_by_id(*id).filter(|d| d.name == c.name.name))
+                    && old.ty != ty
+                {
+                    return Err(invalid(format!(
+                        "Cannot add a column '{}' of type {ty}, incompatible with previously dropped column '{}' of type {}",
+                        c.name.name, c.name.name, old.ty
+                    )));
+                }
                 if c.is_static && t.clustering_key.is_empty() {
                     return Err(invalid(
                         "Static columns are only useful (and thus allowed) if the table has at least one clustering column",
@@ -1037,11 +1129,9 @@ pub fn create_type(
         if st.if_not_exists {
             return Ok(unchanged(s));
         }
-        return Err(QueryError::AlreadyExists {
-            keyspace: ks_name.clone(),
-            table: name.clone(),
-            message: format!("A user type with name '{name}' already exists"),
-        });
+        return Err(invalid(format!(
+            "A user type with name '{name}' already exists"
+        )));
     }
     let mut field_names = Vec::new();
     let mut field_types = Vec::new();
@@ -1053,7 +1143,11 @@ pub fn create_type(
             )));
         }
         field_names.push(f.name.clone());
-        field_types.push(resolve_type(t, ks, true)?);
+        let fty = resolve_type(t, ks, true)?;
+        if fty.is_counter() {
+            return Err(invalid("A user type cannot contain counters"));
+        }
+        field_types.push(fty);
     }
     let def = UdtDef {
         keyspace: ks_name.clone(),

@@ -366,6 +366,30 @@ pub async fn run_select(
         }
         partitions.sort_by(|a, b| a.key.cmp(&b.key));
     }
+    // ORDER BY over several partitions (IN on the partition key): rows are merged across
+    // partitions in the requested clustering order, each as its own one-row partition.
+    if !s.order_by.is_empty() && partitions.len() > 1 {
+        let cmp = table.clustering_comparator();
+        let mut rows: Vec<PartitionData> = Vec::new();
+        for p in partitions.drain(..) {
+            for row in &p.rows {
+                rows.push(PartitionData {
+                    key: p.key.clone(),
+                    partition_deletion: p.partition_deletion,
+                    static_row: p.static_row.clone(),
+                    rows: vec![row.clone()],
+                });
+            }
+        }
+        rows.sort_by(|a, b| {
+            let (Some(x), Some(y)) = (a.rows.first(), b.rows.first()) else {
+                return std::cmp::Ordering::Equal;
+            };
+            let o = cmp.compare(&x.clustering.0, &y.clustering.0);
+            if reversed { o.reverse() } else { o }
+        });
+        partitions = rows;
+    }
     // Build result rows.
     let now_s = (ctx.now_micros / 1_000_000) as i32;
     let mut out = ResultBuilder {
