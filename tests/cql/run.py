@@ -465,7 +465,7 @@ def error_message(e):
     if not isinstance(msg, str) or not msg:
         msg = str(e)
     msg = " ".join(msg.split())
-    m = re.match(r'^Error from server: code=\w+ \[[^\]]*\] message="(.*)"$', msg)
+    m = re.match(r'^Error from server: code=\w+ \[[^\]]*\] message="(.*)"( info=.*)?$', msg)
     if m:
         msg = m.group(1)
     return msg[:300]
