@@ -138,10 +138,23 @@ where
     if amphora_rt::current_shard() == Some(shard) {
         return Ok(f().await);
     }
+    // A traced request's session follows it to the other shard (task-locals do not).
+    let trace = amphora_trace::current();
+    if trace.is_some() {
+        amphora_trace::event(|| format!("Sending the request to shard {shard}"));
+    }
     inner
         .shared
         .shards
-        .submit_to(shard, f)
+        .submit_to(shard, move || {
+            let traced = trace.is_some();
+            amphora_trace::scope(trace, format!("shard {shard}"), async move {
+                if traced {
+                    amphora_trace::event(|| format!("Received the request on shard {shard}"));
+                }
+                f().await
+            })
+        })
         .await
         .map_err(|e| QueryError::Server(e.to_string()))
 }
@@ -173,7 +186,16 @@ pub async fn query(
     query: &str,
     opts: QueryOptions,
 ) -> Result<QueryResult, QueryError> {
+    if let Some(t) = amphora_trace::current() {
+        t.set_parameter("query", query.to_string());
+        t.set_parameter(
+            "consistency_level",
+            crate::consistency::name(opts.consistency).to_string(),
+        );
+        amphora_trace::event(|| format!("Parsing {query}"));
+    }
     let parsed = ast::parse(query).map_err(syntax)?;
+    amphora_trace::event(|| "Preparing statement".into());
     let keyspace = opts.keyspace.clone().or_else(|| state.keyspace.clone());
     let binds = bind_by_name(
         &parsed
@@ -306,6 +328,14 @@ pub async fn execute(
     let p = lookup_prepared(inner, id).ok_or_else(|| QueryError::Unprepared {
         id: Bytes::copy_from_slice(id),
     })?;
+    if let Some(t) = amphora_trace::current() {
+        t.set_parameter("query", p.query.clone());
+        t.set_parameter(
+            "consistency_level",
+            crate::consistency::name(opts.consistency).to_string(),
+        );
+        amphora_trace::event(|| "Executing a prepared statement (not parsed again)".into());
+    }
     let binds = bind_by_name(&p.marker_names, &opts)?;
     if binds.len() != p.marker_names.len() {
         return Err(QueryError::invalid(format!(

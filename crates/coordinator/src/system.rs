@@ -363,7 +363,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("request", "text", 'r'),
                 ("started_at", "timestamp", 'r'),
             ],
-            no_rows,
+            trace_session_rows,
         );
         add(
             "system_traces",
@@ -377,7 +377,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("source_port", "int", 'r'),
                 ("thread", "text", 'r'),
             ],
-            no_rows,
+            trace_event_rows,
         );
         add(
             "system_auth",
@@ -469,6 +469,49 @@ pub fn node_tokens(info: &NodeInfo) -> Vec<i64> {
 
 fn no_rows(_: &Schema, _: &NodeInfo) -> Rows {
     Vec::new()
+}
+
+/// `system_traces.sessions`: the node's finished trace sessions (amphora_trace's store).
+fn trace_session_rows(_: &Schema, _: &NodeInfo) -> Rows {
+    amphora_trace::store()
+        .sessions()
+        .iter()
+        .map(|s| {
+            let i = &s.info;
+            vec![
+                Some(uuid16(i.session_id)),
+                Some(inet(i.client)),
+                Some(text(&i.command)),
+                Some(inet(i.coordinator)),
+                Some(int(i.coordinator_port)),
+                Some(int(s.duration_us)),
+                Some(text_map(
+                    i.parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )),
+                Some(text(&i.request)),
+                Some(Bytes::copy_from_slice(&i.started_at_ms.to_be_bytes())),
+            ]
+        })
+        .collect()
+}
+
+/// `system_traces.events`: every event of the finished sessions, in recording order.
+fn trace_event_rows(_: &Schema, _: &NodeInfo) -> Rows {
+    let mut rows = Vec::new();
+    for s in amphora_trace::store().sessions() {
+        for e in &s.events {
+            rows.push(vec![
+                Some(uuid16(s.info.session_id)),
+                Some(uuid16(e.event_id)),
+                Some(text(&e.activity)),
+                Some(inet(s.info.coordinator)),
+                Some(int(e.source_elapsed_us)),
+                Some(int(s.info.coordinator_port)),
+                Some(text(&e.thread)),
+            ]);
+        }
+    }
+    rows
 }
 
 fn local_rows(s: &Schema, n: &NodeInfo) -> Rows {
