@@ -24,6 +24,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::task::Poll;
 
 use amphora_coordinator::{ClientState, NodeEvent, PreparedInfo, QueryError, QueryResult};
 use amphora_protocol::{
@@ -946,7 +947,29 @@ impl<B: Backend> Conn<B> {
             version,
             answered: false,
         };
-        tokio::task::spawn_local(run_request(guard, tracing_id, msg));
+        // Most requests (local reads, writes acknowledged before a sync) finish without
+        // ever waiting: run them here, in the connection's task, and give only the ones
+        // that wait a task of their own. Saves a task allocation and two scheduler trips
+        // per request. The request's wakers may still point at this task after it moved
+        // to its own: that only costs this task a spurious poll. A panic is caught as a
+        // spawned task's would be: dropping the request then answers ServerError.
+        let mut request = Box::pin(run_request(guard, tracing_id, msg));
+        let first = std::future::poll_fn(|cx| {
+            Poll::Ready(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                || request.as_mut().poll(cx).is_ready(),
+            )))
+        })
+        .await;
+        match first {
+            Ok(true) => {}
+            Ok(false) => {
+                tokio::task::spawn_local(request);
+            }
+            Err(_) => {
+                tracing::error!("transport: a request panicked");
+                drop(request);
+            }
+        }
     }
 
     /// A time-based session id for a traced request.
