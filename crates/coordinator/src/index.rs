@@ -1044,3 +1044,166 @@ pub async fn build(
     let id = base.id;
     scan_table(inner, id, IndexBuild { idx, base }).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amphora_types::data::Cell;
+    use amphora_types::schema::ColumnId;
+
+    fn col(name: &str, ty: CqlType, kind: ColumnKind, position: u16) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty,
+            kind,
+            position,
+            order: ClusteringOrder::Asc,
+        }
+    }
+
+    fn base() -> TableSchema {
+        TableSchema::new(
+            TableId(1),
+            "ks",
+            "t",
+            vec![
+                col("p", CqlType::Int, ColumnKind::PartitionKey, 0),
+                col("c", CqlType::Int, ColumnKind::Clustering, 0),
+                col("v", CqlType::Text, ColumnKind::Regular, 0),
+                col(
+                    "m",
+                    CqlType::Map {
+                        key: Box::new(CqlType::Text),
+                        value: Box::new(CqlType::Int),
+                        frozen: false,
+                    },
+                    ColumnKind::Regular,
+                    0,
+                ),
+                col("s", CqlType::Int, ColumnKind::Static, 0),
+            ],
+            TableOptions::default(),
+        )
+    }
+
+    fn index(t: &TableSchema, column: ColumnId, target: IndexTarget) -> IndexDef {
+        let def = t.column_by_id(column).cloned().expect("column");
+        let vt = indexed_type(&def, target).expect("indexable");
+        let level = partition_level_kind(def.kind);
+        IndexDef {
+            name: "i".into(),
+            base: t.id,
+            column,
+            target,
+            class: None,
+            options: BTreeMap::new(),
+            backing: Arc::new(backing_table(t, "ks", "i", &def, vt, level)),
+        }
+    }
+
+    fn partition_level_kind(k: ColumnKind) -> bool {
+        matches!(k, ColumnKind::PartitionKey | ColumnKind::Static)
+    }
+
+    fn int(v: i32) -> Bytes {
+        Bytes::copy_from_slice(&v.to_be_bytes())
+    }
+
+    fn update() -> (PartitionKey, PartitionUpdate) {
+        let key = PartitionKey::new(int(7));
+        let mut row = Row::new(Clustering(vec![int(1)]));
+        row.cells = vec![
+            (
+                2,
+                ColumnData::Simple(Cell::expiring(10, 60, 1000, Bytes::from("x"))),
+            ),
+            (
+                3,
+                ColumnData::Complex {
+                    deletion: None,
+                    cells: vec![
+                        (Bytes::from("a"), Cell::live(10, int(1))),
+                        (Bytes::from("b"), Cell::tombstone(10, 1000)),
+                    ],
+                },
+            ),
+        ];
+        let mut st = Row::new(Clustering::empty());
+        st.cells = vec![(4, ColumnData::Simple(Cell::live(11, int(5))))];
+        let u = PartitionUpdate {
+            rows: vec![row],
+            static_row: Some(st),
+            ..PartitionUpdate::default()
+        };
+        (key, u)
+    }
+
+    #[test]
+    fn regular_entry_keeps_ttl_and_names_the_row() {
+        let t = base();
+        let idx = index(&t, 2, IndexTarget::Simple);
+        let (key, u) = update();
+        let ms = entries_for(&idx, &t, &key, &u);
+        assert_eq!(ms.len(), 1);
+        assert_eq!(ms[0].key, PartitionKey::new(Bytes::from("x")));
+        let row = &ms[0].update.rows[0];
+        assert_eq!(
+            row.clustering,
+            Clustering(vec![
+                Bytes::copy_from_slice(&key.token.to_be_bytes()),
+                key.key.clone(),
+                int(1)
+            ])
+        );
+        let m = row.marker.expect("marker");
+        assert_eq!((m.timestamp, m.ttl, m.local_expiry), (10, 60, 1060));
+        assert_eq!(
+            parse_entry(&row.clustering),
+            Some((key, Clustering(vec![int(1)])))
+        );
+    }
+
+    #[test]
+    fn map_targets_index_live_elements_only() {
+        let t = base();
+        let (key, u) = update();
+        let keys = entries_for(&index(&t, 3, IndexTarget::Keys), &t, &key, &u);
+        assert_eq!(
+            keys.iter().map(|m| m.key.key.clone()).collect::<Vec<_>>(),
+            vec![Bytes::from("a")],
+            "the tombstoned element b has no entry"
+        );
+        let values = entries_for(&index(&t, 3, IndexTarget::Values), &t, &key, &u);
+        assert_eq!(values[0].key.key, int(1));
+        let entries = entries_for(&index(&t, 3, IndexTarget::Entries), &t, &key, &u);
+        assert_eq!(
+            entries[0].key.key,
+            crate::values::serialize_tuple([Some(&b"a"[..]), Some(&int(1)[..])].into_iter())
+        );
+    }
+
+    #[test]
+    fn static_entries_are_per_partition() {
+        let t = base();
+        let (key, u) = update();
+        let ms = entries_for(&index(&t, 4, IndexTarget::Simple), &t, &key, &u);
+        assert_eq!(ms.len(), 1);
+        assert_eq!(ms[0].key.key, int(5));
+        assert_eq!(ms[0].update.rows[0].clustering.0.len(), 2);
+    }
+
+    #[test]
+    fn deletions_write_no_entries() {
+        let t = base();
+        let key = PartitionKey::new(int(7));
+        let mut row = Row::new(Clustering(vec![int(1)]));
+        row.cells = vec![(2, ColumnData::Simple(Cell::tombstone(10, 1000)))];
+        let u = PartitionUpdate {
+            rows: vec![row],
+            ..PartitionUpdate::default()
+        };
+        assert!(entries_for(&index(&t, 2, IndexTarget::Simple), &t, &key, &u).is_empty());
+        // A clustering-column index needs a live write in the row.
+        assert!(entries_for(&index(&t, 1, IndexTarget::Simple), &t, &key, &u).is_empty());
+    }
+}

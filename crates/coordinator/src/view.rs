@@ -855,3 +855,106 @@ pub async fn build(
     let id = base.id;
     crate::index::scan_table(inner, id, ViewBuild { base, view, rels }).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(name: &str, ty: CqlType, kind: ColumnKind, position: u16) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty,
+            kind,
+            position,
+            order: ClusteringOrder::Asc,
+        }
+    }
+
+    use amphora_types::CqlType;
+
+    fn int(v: i32) -> Bytes {
+        Bytes::copy_from_slice(&v.to_be_bytes())
+    }
+
+    /// Base (k PRIMARY KEY, v, w); view PRIMARY KEY (v, k) selecting w.
+    fn setup() -> (TableSchema, ViewDef) {
+        let base = TableSchema::new(
+            TableId(1),
+            "ks",
+            "t",
+            vec![
+                col("k", CqlType::Int, ColumnKind::PartitionKey, 0),
+                col("v", CqlType::Int, ColumnKind::Regular, 0),
+                col("w", CqlType::Int, ColumnKind::Regular, 0),
+            ],
+            TableOptions::default(),
+        );
+        let view = TableSchema::new(
+            TableId(2),
+            "ks",
+            "mv",
+            vec![
+                col("v", CqlType::Int, ColumnKind::PartitionKey, 0),
+                col("k", CqlType::Int, ColumnKind::Clustering, 0),
+                col("w", CqlType::Int, ColumnKind::Regular, 0),
+            ],
+            TableOptions::default(),
+        );
+        (
+            base,
+            ViewDef {
+                base: TableId(1),
+                include_all: true,
+                where_text: "v IS NOT NULL AND k IS NOT NULL".into(),
+                table: Arc::new(view),
+            },
+        )
+    }
+
+    fn base_row(v: Option<i32>, w: i32) -> Row {
+        let mut r = Row::new(Clustering::empty());
+        r.marker = Some(LivenessInfo::new(5));
+        if let Some(v) = v {
+            r.cells.push((1, ColumnData::Simple(Cell::live(5, int(v)))));
+        }
+        r.cells.push((2, ColumnData::Simple(Cell::live(5, int(w)))));
+        r
+    }
+
+    #[test]
+    fn key_change_deletes_the_old_view_row() {
+        let (base, v) = setup();
+        let key = PartitionKey::new(int(1));
+        let old = base_row(Some(10), 100);
+        let new = base_row(Some(20), 100);
+        let ms = view_update(&base, &v, &[], &key, Some(&old), Some(&new), 50, 1000);
+        assert_eq!(ms.len(), 2);
+        assert_eq!(ms[0].key, PartitionKey::new(int(10)));
+        let del = &ms[0].update.rows[0];
+        assert_eq!(del.clustering, Clustering(vec![int(1)]));
+        assert_eq!(del.deletion.map(|d| d.marked_for_delete_at), Some(50));
+        assert!(del.marker.is_none());
+        assert_eq!(ms[1].key, PartitionKey::new(int(20)));
+        let up = &ms[1].update.rows[0];
+        assert_eq!(up.deletion.map(|d| d.marked_for_delete_at), Some(49));
+        assert_eq!(up.marker.map(|m| m.timestamp), Some(50));
+        assert!(
+            matches!(up.cell(2), Some(ColumnData::Simple(c)) if c.value == int(100) && c.timestamp == 50)
+        );
+    }
+
+    #[test]
+    fn same_key_rewrites_in_place_and_null_key_removes() {
+        let (base, v) = setup();
+        let key = PartitionKey::new(int(1));
+        let old = base_row(Some(10), 100);
+        let same = base_row(Some(10), 200);
+        let ms = view_update(&base, &v, &[], &key, Some(&old), Some(&same), 50, 1000);
+        assert_eq!(ms.len(), 1, "no deletion when the view key is unchanged");
+        let gone = base_row(None, 200);
+        let ms = view_update(&base, &v, &[], &key, Some(&old), Some(&gone), 60, 1000);
+        assert_eq!(ms.len(), 1);
+        assert!(ms[0].update.rows[0].marker.is_none());
+        assert!(view_update(&base, &v, &[], &key, None, Some(&gone), 70, 1000).is_empty());
+    }
+}
