@@ -469,16 +469,16 @@ pub fn resolve_type(
             N::Varint => CqlType::Varint,
         },
         ast::TypeExpr::List(e) => CqlType::List {
-            elem: Box::new(collection_element(ty, e, ks)?),
+            elem: Box::new(collection_element(ty, e, ks, frozen)?),
             frozen,
         },
         ast::TypeExpr::Set(e) => CqlType::Set {
-            elem: Box::new(collection_element(ty, e, ks)?),
+            elem: Box::new(collection_element(ty, e, ks, frozen)?),
             frozen,
         },
         ast::TypeExpr::Map(k, v) => CqlType::Map {
-            key: Box::new(collection_element(ty, k, ks)?),
-            value: Box::new(collection_element(ty, v, ks)?),
+            key: Box::new(collection_element(ty, k, ks, frozen)?),
+            value: Box::new(collection_element(ty, v, ks, frozen)?),
             frozen,
         },
         ast::TypeExpr::Tuple(ts) => CqlType::Tuple(
@@ -490,7 +490,14 @@ pub fn resolve_type(
             elem: Box::new(resolve_type(e, ks, true)?),
             dim: *n,
         },
-        ast::TypeExpr::Frozen(inner) => resolve_type(inner, ks, true)?,
+        ast::TypeExpr::Frozen(inner) => {
+            if matches!(**inner, ast::TypeExpr::Native(_) | ast::TypeExpr::Custom(_)) {
+                return Err(QueryError::Syntax(format!(
+                    "frozen<> is only allowed on collections, tuples, and user-defined types (got {inner})"
+                )));
+            }
+            resolve_type(inner, ks, true)?
+        }
         ast::TypeExpr::User(q) => {
             if let Some(k) = &q.keyspace
                 && k.name != ks.name
@@ -517,11 +524,32 @@ fn collection_element(
     outer: &ast::TypeExpr,
     e: &ast::TypeExpr,
     ks: &KeyspaceDef,
+    frozen: bool,
 ) -> Result<CqlType, QueryError> {
-    if matches!(e, ast::TypeExpr::User(_)) {
+    let shown = if frozen {
+        format!("frozen<{outer}>")
+    } else {
+        outer.to_string()
+    };
+    if matches!(e, ast::TypeExpr::Native(ast::NativeType::Counter)) {
         return Err(invalid(format!(
-            "Non-frozen UDTs are not allowed inside collections: {outer}"
+            "Counters are not allowed inside collections: {shown}"
         )));
+    }
+    if !frozen {
+        if matches!(e, ast::TypeExpr::User(_)) {
+            return Err(invalid(format!(
+                "Non-frozen UDTs are not allowed inside collections: {outer}"
+            )));
+        }
+        if matches!(
+            e,
+            ast::TypeExpr::List(_) | ast::TypeExpr::Set(_) | ast::TypeExpr::Map(..)
+        ) {
+            return Err(invalid(format!(
+                "Non-frozen collections are not allowed inside collections: {outer}"
+            )));
+        }
     }
     resolve_type(e, ks, true)
 }

@@ -204,6 +204,27 @@ pub async fn run_select(
     let (index_query, mut needs_filtering) = crate::index::plan(&schema, table, &mut r);
     // Clustering restrictions without the partition key scan every partition.
     let has_ck = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+    if s.distinct
+        && (has_ck
+            || r.filters.iter().any(|f| {
+                table
+                    .column_by_id(f.column)
+                    .is_some_and(|d| matches!(d.kind, ColumnKind::Regular | ColumnKind::Clustering))
+            }))
+    {
+        return Err(invalid(
+            "SELECT DISTINCT with WHERE clause only supports restriction by partition key and/or static columns.",
+        ));
+    }
+    if index_query.is_some()
+        && r.pk_values
+            .as_ref()
+            .is_some_and(|v| v.iter().any(|c| c.len() > 1))
+    {
+        return Err(invalid(
+            "Select on indexed columns and with IN clause for the PRIMARY KEY are not supported",
+        ));
+    }
     if has_ck
         && r.pk_values.is_none()
         && index_query.is_none()

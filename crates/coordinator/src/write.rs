@@ -441,7 +441,10 @@ pub fn needs_list_read(t: &TableSchema, st: &ast::Statement) -> bool {
     };
     match st {
         ast::Statement::Update(s) => s.assignments.iter().any(|a| {
-            matches!(a.op, ast::AssignmentOp::SetElement { .. }) && is_list(&a.column.name)
+            matches!(
+                a.op,
+                ast::AssignmentOp::SetElement { .. } | ast::AssignmentOp::Subtract(_)
+            ) && is_list(&a.column.name)
         }),
         ast::Statement::Delete(s) => s.columns.iter().any(|d| match d {
             ast::Deletion::Element { column, .. } => is_list(&column.name),
@@ -503,6 +506,38 @@ pub fn plan_write_with(
         ast::Statement::Delete(s) => plan_delete(t, s, ctx, default_ts, lists),
         _ => Err(QueryError::Server("not a write".into())),
     }
+}
+
+/// The live elements (path, value) of list column `id` in each row a statement addresses.
+fn list_cells(
+    t: &TableSchema,
+    id: ColumnId,
+    keys: &[PartitionKey],
+    r: &restrict::Restrictions,
+    lists: &ListState,
+) -> Vec<(Bytes, Bytes)> {
+    let clusterings = if t.clustering_key.is_empty() {
+        vec![Clustering::empty()]
+    } else {
+        r.clusterings()
+    };
+    let mut out = Vec::new();
+    for key in keys {
+        for ck in &clusterings {
+            if let Some(ColumnData::Complex { cells, .. }) = lists
+                .get(&(key.key.clone(), ck.0.clone()))
+                .and_then(|row| row.cell(id))
+            {
+                out.extend(
+                    cells
+                        .iter()
+                        .filter(|(_, c)| !c.is_tombstone)
+                        .map(|(p, c)| (p.clone(), c.value.clone())),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// The live element paths of list column `id` in the one row a statement addresses, and
@@ -914,6 +949,38 @@ fn plan_update(
                     deletion: None,
                     cells: vec![(k, cell)],
                 })
+            }
+            (
+                ast::AssignmentOp::Subtract(e),
+                ty @ CqlType::List {
+                    frozen: false,
+                    elem,
+                },
+            ) => {
+                // Removes every element equal to one of the given values (a read before
+                // write, as in Cassandra).
+                let gone: Vec<Bytes> = match eval(e, ty, ctx, &def.name)? {
+                    Value::Set(v) => amphora_types::cql_type::split_collection(&v, 1)
+                        .map_err(invalid)?
+                        .into_iter()
+                        .flatten()
+                        .map(Bytes::copy_from_slice)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let cells: Vec<(Bytes, Cell)> = list_cells(t, id, &keys, &r, lists)
+                    .into_iter()
+                    .filter(|(_, v)| gone.iter().any(|g| elem.compare(g, v).is_eq()))
+                    .map(|(p, _)| (p, Cell::tombstone(ts, now_s)))
+                    .collect();
+                if cells.is_empty() {
+                    None
+                } else {
+                    Some(ColumnData::Complex {
+                        deletion: None,
+                        cells,
+                    })
+                }
             }
             (
                 ast::AssignmentOp::SetElement { key, value },

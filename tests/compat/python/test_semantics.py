@@ -600,3 +600,21 @@ def test_truncate_and_alter_base_of_views_and_indexes(session, keyspace):
     session.execute(f"INSERT INTO {t} (k, a, b) VALUES (2, 20, 100)")
     assert [r.k for r in session.execute(f"SELECT k FROM {t} WHERE b = 100")] == [2]
     assert [r.k for r in session.execute(f"SELECT k FROM {v} WHERE a = 20")] == [2]
+
+
+def test_list_remove_by_value_and_nested_type_rules(session, keyspace):
+    t = f"{keyspace}.list_rm"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, l list<int>, f list<frozen<list<int>>>)")
+    session.execute(f"INSERT INTO {t} (k, l, f) VALUES (1, [1, 2, 3, 2, 4], [[1], [3], [1]])")
+    session.execute(f"UPDATE {t} SET l = l - [2, 4], f = f - [[1]] WHERE k = 1")
+    r = session.execute(f"SELECT l, f FROM {t} WHERE k = 1").one()
+    assert r.l == [1, 3] and r.f == [[3]]
+    session.execute(f"UPDATE {t} SET l = l - [] WHERE k = 1")
+    session.execute(f"UPDATE {t} SET l = l - [1, 3] WHERE k = 1")
+    assert session.execute(f"SELECT l FROM {t} WHERE k = 1").one().l is None
+    with pytest.raises(InvalidRequest, match="Non-frozen collections are not allowed inside collections"):
+        session.execute(f"CREATE TABLE {t}_bad (k int PRIMARY KEY, m map<text, list<int>>)")
+    with pytest.raises(InvalidRequest, match="Counters are not allowed inside collections"):
+        session.execute(f"CREATE TABLE {t}_bad (k int PRIMARY KEY, m list<counter>)")
+    with pytest.raises(InvalidRequest, match="Invalid non-frozen collection type"):
+        session.execute(f"CREATE TABLE {t}_bad (k list<int> PRIMARY KEY, v int)")
