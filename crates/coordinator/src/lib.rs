@@ -20,6 +20,7 @@ pub mod coordinator;
 pub mod ddl;
 pub mod describe;
 pub mod exec;
+pub mod functions;
 pub mod index;
 pub mod json;
 pub mod lwt;

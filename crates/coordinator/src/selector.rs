@@ -10,22 +10,11 @@ use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
 use bytes::Bytes;
 
 use crate::api::QueryError;
-use crate::json;
-use crate::values::{EvalCtx, timeuuid_millis};
+use crate::functions::{as_f64, as_i128, from_f64, from_i128};
+use crate::values::EvalCtx;
 
 fn invalid(m: impl Into<String>) -> QueryError {
     QueryError::Invalid(m.into())
-}
-
-#[derive(Clone, Debug)]
-pub enum Scalar {
-    ToTimestamp,
-    ToDate,
-    ToUnixTimestamp,
-    /// blobAsX / XAsBlob: the bytes are unchanged, only the type.
-    Reinterpret,
-    Cast,
-    ToJson,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +34,24 @@ pub enum Sel {
     Ttl(ColumnId),
     Token,
     Const(Option<Bytes>),
-    Scalar { f: Scalar, arg: Box<SelItem> },
-    Field { base: Box<SelItem>, index: usize },
-    Element { base: Box<SelItem>, key: Bytes },
-    Agg { f: AggFn, arg: Option<Box<SelItem>> },
+    /// A native scalar function or CAST (`functions.rs`) over its argument selectors.
+    Native {
+        fname: String,
+        sig: crate::functions::Sig,
+        args: Vec<SelItem>,
+    },
+    Field {
+        base: Box<SelItem>,
+        index: usize,
+    },
+    Element {
+        base: Box<SelItem>,
+        key: Bytes,
+    },
+    Agg {
+        f: AggFn,
+        arg: Option<Box<SelItem>>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -157,6 +160,11 @@ pub fn resolve(
                     name: format!("ttl({})", d.name),
                     ty: CqlType::Int,
                 },
+                ast::CellMetadata::MaxWriteTime => SelItem {
+                    sel: Sel::WriteTime(id),
+                    name: format!("maxwritetime({})", d.name),
+                    ty: CqlType::Bigint,
+                },
                 _ => SelItem {
                     sel: Sel::WriteTime(id),
                     name: format!("writetime({})", d.name),
@@ -240,22 +248,21 @@ pub fn resolve(
                 views: Default::default(),
             };
             let to = crate::schema::resolve_type(ty, &ks, true)?;
-            let ok = (numeric(&base.ty)
-                && (numeric(&to) || matches!(to, CqlType::Text | CqlType::Ascii)))
-                || matches!(to, CqlType::Text | CqlType::Ascii)
-                || (matches!(
-                    base.ty,
-                    CqlType::Timeuuid | CqlType::Timestamp | CqlType::Date
-                ) && matches!(to, CqlType::Timestamp | CqlType::Date))
-                || base.ty == to;
-            if !ok {
-                return Err(invalid(format!("{} cannot be cast to {to}", base.ty)));
+            if base.ty == to {
+                // Cassandra's same-type cast is the selector itself (same name too).
+                return Ok(base);
             }
+            let input = crate::functions::cast_input(&base.ty, &to, &base.name)?;
             let name = format!("cast({} as {to})", base.name);
             Ok(SelItem {
-                sel: Sel::Scalar {
-                    f: Scalar::Cast,
-                    arg: Box::new(base),
+                sel: Sel::Native {
+                    fname: format!("cast_as_{to}"),
+                    sig: crate::functions::Sig {
+                        f: crate::functions::Native::Cast,
+                        params: vec![input],
+                        ret: to.clone(),
+                    },
+                    args: vec![base],
                 },
                 name,
                 ty: to,
@@ -268,11 +275,7 @@ pub fn resolve(
                 args.iter().map(expr_name).collect::<Vec<_>>().join(", ")
             );
             match (fname.as_str(), args.as_slice()) {
-                ("token", _) => Ok(SelItem {
-                    sel: Sel::Token,
-                    name: display,
-                    ty: CqlType::Bigint,
-                }),
+                ("token", _) => token_item(t, args, display, ctx_for_consts),
                 ("count", [ast::Expr::Literal(_)]) => Ok(SelItem {
                     sel: Sel::Agg {
                         f: AggFn::CountRows,
@@ -310,75 +313,6 @@ pub fn resolve(
                     })
                 }
                 (
-                    "totimestamp" | "todate" | "tounixtimestamp" | "dateof" | "unixtimestampof",
-                    [a],
-                ) => {
-                    let arg = resolve(t, a, ctx_for_consts)?;
-                    if !matches!(
-                        arg.ty,
-                        CqlType::Timeuuid | CqlType::Timestamp | CqlType::Date
-                    ) {
-                        return Err(invalid(format!(
-                            "Type error: {} cannot be passed as argument 0 of function system.{fname} of type timeuuid",
-                            arg.name
-                        )));
-                    }
-                    let (f, ty) = match fname.as_str() {
-                        "totimestamp" | "dateof" => (Scalar::ToTimestamp, CqlType::Timestamp),
-                        "todate" => (Scalar::ToDate, CqlType::Date),
-                        _ => (Scalar::ToUnixTimestamp, CqlType::Bigint),
-                    };
-                    Ok(SelItem {
-                        sel: Sel::Scalar {
-                            f,
-                            arg: Box::new(arg),
-                        },
-                        name: display,
-                        ty,
-                    })
-                }
-                ("tojson", [a]) => {
-                    let arg = resolve(t, a, ctx_for_consts)?;
-                    Ok(SelItem {
-                        sel: Sel::Scalar {
-                            f: Scalar::ToJson,
-                            arg: Box::new(arg),
-                        },
-                        name: display,
-                        ty: CqlType::Text,
-                    })
-                }
-                (n, [a]) if n.starts_with("blobas") => {
-                    let arg = resolve(t, a, ctx_for_consts)?;
-                    let to = CqlType::parse(&n["blobas".len()..], &|_| None)
-                        .map_err(|_| invalid(format!("Unknown function {n}")))?;
-                    if arg.ty != CqlType::Blob {
-                        return Err(invalid(format!(
-                            "Type error: {} cannot be passed as argument 0 of function system.{n} of type blob",
-                            arg.name
-                        )));
-                    }
-                    Ok(SelItem {
-                        sel: Sel::Scalar {
-                            f: Scalar::Reinterpret,
-                            arg: Box::new(arg),
-                        },
-                        name: display,
-                        ty: to,
-                    })
-                }
-                (n, [a]) if n.ends_with("asblob") => {
-                    let arg = resolve(t, a, ctx_for_consts)?;
-                    Ok(SelItem {
-                        sel: Sel::Scalar {
-                            f: Scalar::Reinterpret,
-                            arg: Box::new(arg),
-                        },
-                        name: display,
-                        ty: CqlType::Blob,
-                    })
-                }
-                (
                     "now" | "currenttimeuuid" | "uuid" | "currenttimestamp" | "currentdate"
                     | "currenttime",
                     [],
@@ -397,9 +331,7 @@ pub fn resolve(
                         ty,
                     })
                 }
-                _ => Err(invalid(format!(
-                    "Unknown function '{fname}' or wrong arguments (user-defined functions are disabled)"
-                ))),
+                _ => native_item(t, name, args, ctx_for_consts),
             }
         }
         ast::Expr::Literal(_) | ast::Expr::TypeHint { .. } => {
@@ -425,14 +357,134 @@ pub fn resolve(
                 _ => (CqlType::Text, e),
             };
             let v = crate::values::encode(inner, &ty, ctx_for_consts, "constant")?;
+            let name = match e {
+                ast::Expr::TypeHint { ty, expr } => format!("({ty}){expr}"),
+                _ => e.to_string(),
+            };
             Ok(SelItem {
                 sel: Sel::Const(Some(v)),
-                name: e.to_string(),
+                name,
                 ty,
             })
         }
         _ => Err(invalid(format!("Unsupported selector: {e}"))),
     }
+}
+
+/// Whether an argument is a constant term (typed by the signature that receives it).
+fn is_term(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Literal(_) | ast::Expr::Null => true,
+        ast::Expr::Negate(inner) => is_term(inner),
+        ast::Expr::List(items) | ast::Expr::Set(items) | ast::Expr::Tuple(items) => {
+            items.iter().all(is_term)
+        }
+        ast::Expr::Map(entries) => entries.iter().all(|(k, v)| is_term(k) && is_term(v)),
+        ast::Expr::Udt(fields) => fields.iter().all(|(_, v)| is_term(v)),
+        _ => false,
+    }
+}
+
+/// `token(...)`: the row's token for the partition key columns, a constant for constants.
+fn token_item(
+    t: &TableSchema,
+    args: &[ast::Expr],
+    display: String,
+    ctx: &EvalCtx<'_>,
+) -> Result<SelItem, QueryError> {
+    let pk = &t.partition_key;
+    if args.len() == pk.len() && !args.is_empty() && args.iter().all(is_term) {
+        let mut parts = Vec::with_capacity(args.len());
+        for (a, id) in args.iter().zip(pk) {
+            let def = &t.columns[*id as usize];
+            parts.push(crate::values::eval_set(a, &def.ty, ctx, &def.name)?);
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let key = amphora_types::token::serialize_composite_key(&refs);
+        let token = amphora_types::token::murmur3_token(&key);
+        return Ok(SelItem {
+            sel: Sel::Const(Some(Bytes::copy_from_slice(&token.to_be_bytes()))),
+            name: display,
+            ty: CqlType::Bigint,
+        });
+    }
+    Ok(SelItem {
+        sel: Sel::Token,
+        name: display,
+        ty: CqlType::Bigint,
+    })
+}
+
+/// A native scalar function call (`functions.rs`): arguments are selectors or constants.
+fn native_item(
+    t: &TableSchema,
+    name: &ast::QualifiedName,
+    args: &[ast::Expr],
+    ctx: &EvalCtx<'_>,
+) -> Result<SelItem, QueryError> {
+    use crate::functions::{self, Arg};
+    if name.keyspace.as_ref().is_none_or(|k| k.name == "system")
+        && matches!(name.name.name.as_str(), "fromjson" | "from_json")
+    {
+        return Err(invalid(format!(
+            "{}() cannot be used in the selection clause of a SELECT statement",
+            name.name.name
+        )));
+    }
+    let mut resolved = Vec::with_capacity(args.len());
+    let mut kinds = Vec::with_capacity(args.len());
+    let mut shown = Vec::with_capacity(args.len());
+    for a in args {
+        if is_term(a) {
+            resolved.push(None);
+            kinds.push(Arg::Term(a));
+            shown.push(a.to_string());
+        } else {
+            let it = resolve(t, a, ctx)?;
+            shown.push(it.name.clone());
+            kinds.push(Arg::Typed(it.ty.clone()));
+            resolved.push(Some(it));
+        }
+    }
+    let (fname, sig) = functions::resolve(name, &kinds, &shown, ctx)?;
+    let mut items = Vec::with_capacity(args.len());
+    for ((r, a), p) in resolved.into_iter().zip(args).zip(&sig.params) {
+        items.push(match r {
+            Some(it) => it,
+            None => SelItem {
+                sel: Sel::Const(crate::values::eval(a, p, ctx, "argument")?.bytes().cloned()),
+                name: a.to_string(),
+                ty: p.clone(),
+            },
+        });
+    }
+    let display = format!("system.{fname}({})", shown.join(", "));
+    let ty = sig.ret.clone();
+    // Constant arguments: evaluated once, and a failure is an InvalidRequest as in Cassandra.
+    if items.iter().all(|i| matches!(i.sel, Sel::Const(_))) {
+        let vals: Vec<Option<Bytes>> = items
+            .iter()
+            .map(|i| match &i.sel {
+                Sel::Const(v) => v.clone(),
+                _ => None,
+            })
+            .collect();
+        let v = functions::call(&fname, &sig, &vals, None)?;
+        return Ok(SelItem {
+            sel: Sel::Const(v),
+            name: display,
+            ty,
+        });
+    }
+    Ok(SelItem {
+        sel: Sel::Native {
+            fname,
+            sig,
+            args: items,
+        },
+        name: display,
+        ty,
+    })
 }
 
 pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelItem>, QueryError> {
@@ -646,116 +698,17 @@ pub fn eval_row(
                 _ => None,
             }
         }
-        Sel::Scalar { f, arg } => {
-            let v = eval_row(t, arg, p, row, now_s, static_only);
-            apply_scalar(f, &arg.ty, &it.ty, v)
+        Sel::Native { fname, sig, args } => {
+            let vals: Vec<Option<Bytes>> = args
+                .iter()
+                .map(|a| eval_row(t, a, p, row, now_s, static_only))
+                .collect();
+            crate::functions::call(fname, sig, &vals, None)
+                .ok()
+                .flatten()
         }
         Sel::Agg { .. } => None,
     }
-}
-
-fn millis_of(ty: &CqlType, v: &[u8]) -> Option<i64> {
-    match ty {
-        CqlType::Timeuuid => Some(timeuuid_millis(v)),
-        CqlType::Timestamp => Some(i64::from_be_bytes(v.try_into().ok()?)),
-        CqlType::Date => {
-            Some((u32::from_be_bytes(v.try_into().ok()?) as i64 - (1i64 << 31)) * 86_400_000)
-        }
-        _ => None,
-    }
-}
-
-fn apply_scalar(f: &Scalar, from: &CqlType, to: &CqlType, v: Option<Bytes>) -> Option<Bytes> {
-    if let Scalar::ToJson = f {
-        return Some(Bytes::from(json::to_json(from, v.as_deref())));
-    }
-    let v = v?;
-    match f {
-        Scalar::Reinterpret => Some(v),
-        Scalar::ToTimestamp | Scalar::ToUnixTimestamp => {
-            millis_of(from, &v).map(|ms| Bytes::copy_from_slice(&ms.to_be_bytes()))
-        }
-        Scalar::ToDate => millis_of(from, &v).map(|ms| {
-            Bytes::copy_from_slice(
-                &((ms.div_euclid(86_400_000) + (1i64 << 31)) as u32).to_be_bytes(),
-            )
-        }),
-        Scalar::Cast => cast(from, to, &v),
-        Scalar::ToJson => None,
-    }
-}
-
-/// A numeric value as f64 / i128 for casts and sums.
-fn as_f64(ty: &CqlType, v: &[u8]) -> Option<f64> {
-    Some(match ty {
-        CqlType::Float => f32::from_be_bytes(v.try_into().ok()?) as f64,
-        CqlType::Double => f64::from_be_bytes(v.try_into().ok()?),
-        CqlType::Decimal => json::value_text(ty, v)?.parse().ok()?,
-        _ => as_i128(ty, v)? as f64,
-    })
-}
-
-fn as_i128(ty: &CqlType, v: &[u8]) -> Option<i128> {
-    Some(match ty {
-        CqlType::Int => i32::from_be_bytes(v.try_into().ok()?) as i128,
-        CqlType::Bigint | CqlType::Counter => i64::from_be_bytes(v.try_into().ok()?) as i128,
-        CqlType::Smallint => i16::from_be_bytes(v.try_into().ok()?) as i128,
-        CqlType::Tinyint => i8::from_be_bytes(v.try_into().ok()?) as i128,
-        CqlType::Varint => json::value_text(ty, v)?.parse().ok()?,
-        CqlType::Float | CqlType::Double | CqlType::Decimal => as_f64(ty, v)? as i128,
-        _ => return None,
-    })
-}
-
-fn from_i128(ty: &CqlType, n: i128) -> Option<Bytes> {
-    Some(match ty {
-        CqlType::Int => Bytes::copy_from_slice(&(n as i32).to_be_bytes()),
-        CqlType::Bigint | CqlType::Counter => Bytes::copy_from_slice(&(n as i64).to_be_bytes()),
-        CqlType::Smallint => Bytes::copy_from_slice(&(n as i16).to_be_bytes()),
-        CqlType::Tinyint => Bytes::copy_from_slice(&(n as i8).to_be_bytes()),
-        CqlType::Varint => {
-            crate::values::encode_literal(&ast::Literal::Integer(n.to_string()), ty)?
-        }
-        CqlType::Float => Bytes::copy_from_slice(&(n as f32).to_be_bytes()),
-        CqlType::Double => Bytes::copy_from_slice(&(n as f64).to_be_bytes()),
-        CqlType::Decimal => {
-            crate::values::encode_literal(&ast::Literal::Integer(n.to_string()), ty)?
-        }
-        _ => return None,
-    })
-}
-
-fn from_f64(ty: &CqlType, x: f64) -> Option<Bytes> {
-    match ty {
-        CqlType::Float => Some(Bytes::copy_from_slice(&(x as f32).to_be_bytes())),
-        CqlType::Double => Some(Bytes::copy_from_slice(&x.to_be_bytes())),
-        CqlType::Decimal => {
-            crate::values::encode_literal(&ast::Literal::Float(format!("{x:?}")), ty)
-        }
-        _ => from_i128(ty, x as i128),
-    }
-}
-
-fn cast(from: &CqlType, to: &CqlType, v: &[u8]) -> Option<Bytes> {
-    if from == to {
-        return Some(Bytes::copy_from_slice(v));
-    }
-    if matches!(to, CqlType::Text | CqlType::Ascii) {
-        return json::value_text(from, v).map(Bytes::from);
-    }
-    if let Some(ms) = millis_of(from, v) {
-        return match to {
-            CqlType::Timestamp => Some(Bytes::copy_from_slice(&ms.to_be_bytes())),
-            CqlType::Date => Some(Bytes::copy_from_slice(
-                &((ms.div_euclid(86_400_000) + (1i64 << 31)) as u32).to_be_bytes(),
-            )),
-            _ => None,
-        };
-    }
-    if matches!(from, CqlType::Float | CqlType::Double | CqlType::Decimal) {
-        return from_f64(to, as_f64(from, v)?);
-    }
-    from_i128(to, as_i128(from, v)?)
 }
 
 /// Running state of one selector over a group of rows.

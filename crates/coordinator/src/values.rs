@@ -61,6 +61,12 @@ pub fn eval(
             })
         }
         ast::Expr::Null => Ok(Value::Null),
+        ast::Expr::Function { name, args } => {
+            Ok(match eval_function(name, args, ty, ctx, receiver)? {
+                Some(b) => Value::Set(b),
+                None => Value::Null,
+            })
+        }
         _ => Ok(Value::Set(encode(expr, ty, ctx, receiver)?)),
     }
 }
@@ -130,7 +136,8 @@ pub fn encode(
             E::Literal(L::Infinity) => encode(&E::Literal(L::NegInfinity), ty, ctx, receiver),
             _ => Err(mismatch()),
         },
-        E::Function { name, args } => eval_function(&name.name.name, args, ty, ctx, receiver),
+        E::Function { name, args } => eval_function(name, args, ty, ctx, receiver)?
+            .ok_or_else(|| invalid(format!("Invalid null value for {receiver}"))),
         E::Literal(lit) => encode_literal(lit, ty).ok_or_else(mismatch),
         E::List(items) => match ty {
             CqlType::List { elem, .. } => {
@@ -265,120 +272,108 @@ pub fn encode(
     }
 }
 
+/// Evaluates a function call term for a receiver of type `ty` (None = null result).
 fn eval_function(
-    name: &str,
+    name: &ast::QualifiedName,
     args: &[ast::Expr],
     ty: &CqlType,
     ctx: &EvalCtx<'_>,
     receiver: &str,
-) -> Result<Bytes, QueryError> {
-    let lname = name.to_ascii_lowercase();
-    let now_ms = ctx.now_micros.div_euclid(1000);
-    let want = |produced: CqlType, bytes: Bytes| -> Result<Bytes, QueryError> {
-        let compatible = produced == *ty
-            || matches!(
-                (&produced, ty),
-                (CqlType::Timeuuid, CqlType::Uuid) | (CqlType::Text, CqlType::Ascii)
-            );
-        if compatible {
-            Ok(bytes)
-        } else {
-            Err(invalid(format!(
-                "Type error: cannot assign result of function system.{lname} (type {produced}) to {receiver} (type {ty})"
-            )))
-        }
-    };
-    match (lname.as_str(), args.len()) {
-        ("now", 0) | ("currenttimeuuid", 0) => want(
-            CqlType::Timeuuid,
-            Bytes::copy_from_slice(&timeuuid(ctx.now_micros)),
-        ),
-        ("uuid", 0) => want(
-            CqlType::Uuid,
-            Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
-        ),
-        ("currenttimestamp", 0) => want(
-            CqlType::Timestamp,
-            Bytes::copy_from_slice(&now_ms.to_be_bytes()),
-        ),
-        ("currentdate", 0) => want(
-            CqlType::Date,
-            Bytes::copy_from_slice(&days_to_date(now_ms.div_euclid(86_400_000)).to_be_bytes()),
-        ),
-        ("currenttime", 0) => want(
-            CqlType::Time,
-            Bytes::copy_from_slice(&(now_ms.rem_euclid(86_400_000) * 1_000_000).to_be_bytes()),
-        ),
-        ("totimestamp", 1) | ("tounixtimestamp", 1) | ("todate", 1) => {
-            // Argument: a timeuuid, date or timestamp term.
-            let ms = arg_millis(&args[0], ctx, receiver)?;
-            match lname.as_str() {
-                "totimestamp" => want(
-                    CqlType::Timestamp,
-                    Bytes::copy_from_slice(&ms.to_be_bytes()),
-                ),
-                "tounixtimestamp" => {
-                    want(CqlType::Bigint, Bytes::copy_from_slice(&ms.to_be_bytes()))
-                }
-                _ => want(
-                    CqlType::Date,
-                    Bytes::copy_from_slice(&days_to_date(ms.div_euclid(86_400_000)).to_be_bytes()),
-                ),
-            }
-        }
-        ("mintimeuuid", 1) | ("maxtimeuuid", 1) => {
-            let ms = arg_millis(&args[0], ctx, receiver)?;
-            let mut u = timeuuid(ms * 1000);
-            // Lowest / highest clock sequence and node for that instant.
-            let fill = if lname == "mintimeuuid" {
-                [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80]
-            } else {
-                [0xbf, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f]
-            };
-            u[8..16].copy_from_slice(&fill);
-            want(CqlType::Timeuuid, Bytes::copy_from_slice(&u))
-        }
-        (n, 1) if n.starts_with("blobas") => {
-            let b = eval_set(&args[0], &CqlType::Blob, ctx, receiver)?;
-            ty.validate(&b).map_err(|e| invalid(format!("In call to function system.{n}, value 0x{} is not a valid binary representation for type {ty}: {e}", hex(&b))))?;
-            Ok(b)
-        }
-        (n, 1) if n.ends_with("asblob") => {
-            if *ty != CqlType::Blob {
-                return Err(invalid(format!(
-                    "Type error: cannot assign result of function system.{n} (type blob) to {receiver} (type {ty})"
-                )));
-            }
-            let src = n.trim_end_matches("asblob");
-            let src_ty = amphora_types::CqlType::parse(src, &|_| None)
-                .map_err(|_| invalid(format!("Unknown function {n}")))?;
-            eval_set(&args[0], &src_ty, ctx, receiver)
-        }
-        _ => Err(invalid(format!(
-            "Unknown function '{name}' or wrong number of arguments ({})",
-            args.len()
-        ))),
+) -> Result<Option<Bytes>, QueryError> {
+    let (v, produced, fname) = call_function(name, args, Some(ty), ctx, receiver)?;
+    let compatible = produced == *ty
+        || matches!(
+            (&produced, ty),
+            (CqlType::Timeuuid, CqlType::Uuid) | (CqlType::Ascii, CqlType::Text)
+        );
+    if !compatible {
+        return Err(invalid(format!(
+            "Type error: cannot assign result of function system.{fname} (type {produced}) to {receiver} (type {ty})"
+        )));
     }
+    Ok(v)
 }
 
-fn arg_millis(e: &ast::Expr, ctx: &EvalCtx<'_>, receiver: &str) -> Result<i64, QueryError> {
-    if let ast::Expr::Function { name, args } = e {
-        let n = name.name.name.to_ascii_lowercase();
-        if (n == "now" || n == "currenttimeuuid") && args.is_empty() {
-            return Ok(ctx.now_micros.div_euclid(1000));
-        }
-        if n == "currenttimestamp" && args.is_empty() {
-            return Ok(ctx.now_micros.div_euclid(1000));
+/// Calls a function: the value, the type it produced and the function's name.
+/// `fromJson` produces the receiver's type.
+fn call_function(
+    name: &ast::QualifiedName,
+    args: &[ast::Expr],
+    receiver_ty: Option<&CqlType>,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<(Option<Bytes>, CqlType, String), QueryError> {
+    use crate::functions::{self, Arg};
+    let lname = name.name.name.to_ascii_lowercase();
+    let now_ms = ctx.now_micros.div_euclid(1000);
+    let system = name.keyspace.as_ref().is_none_or(|k| k.name == "system");
+    if args.is_empty() && system {
+        let made = match lname.as_str() {
+            "now" | "currenttimeuuid" => Some((
+                Bytes::copy_from_slice(&timeuuid(ctx.now_micros)),
+                CqlType::Timeuuid,
+            )),
+            "uuid" => Some((
+                Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+                CqlType::Uuid,
+            )),
+            "currenttimestamp" => Some((
+                Bytes::copy_from_slice(&now_ms.to_be_bytes()),
+                CqlType::Timestamp,
+            )),
+            "currentdate" => Some((
+                Bytes::copy_from_slice(&days_to_date(now_ms.div_euclid(86_400_000)).to_be_bytes()),
+                CqlType::Date,
+            )),
+            "currenttime" => Some((
+                Bytes::copy_from_slice(&(now_ms.rem_euclid(86_400_000) * 1_000_000).to_be_bytes()),
+                CqlType::Time,
+            )),
+            _ => None,
+        };
+        if let Some((v, t)) = made {
+            return Ok((Some(v), t, lname));
         }
     }
-    if let Ok(b) = eval_set(e, &CqlType::Timeuuid, ctx, receiver)
-        && b.len() == 16
-    {
-        return Ok(timeuuid_millis(&b));
+    let mut pre: Vec<Option<Option<Bytes>>> = Vec::with_capacity(args.len());
+    let mut kinds = Vec::with_capacity(args.len());
+    let mut shown = Vec::with_capacity(args.len());
+    for a in args {
+        shown.push(a.to_string());
+        match a {
+            ast::Expr::Function { name, args } => {
+                let (v, t, _) = call_function(name, args, None, ctx, receiver)?;
+                kinds.push(Arg::Typed(t));
+                pre.push(Some(v));
+            }
+            ast::Expr::Bind(_) => {
+                kinds.push(Arg::Bind);
+                pre.push(None);
+            }
+            _ => {
+                kinds.push(Arg::Term(a));
+                pre.push(None);
+            }
+        }
     }
-    let b = eval_set(e, &CqlType::Timestamp, ctx, receiver)?;
-    let arr: [u8; 8] = b[..].try_into().map_err(|_| invalid("invalid timestamp"))?;
-    Ok(i64::from_be_bytes(arr))
+    let (fname, sig) = functions::resolve(name, &kinds, &shown, ctx)?;
+    let mut vals = Vec::with_capacity(args.len());
+    for ((p, a), param) in pre.into_iter().zip(args).zip(&sig.params) {
+        vals.push(match p {
+            Some(v) => v,
+            None => match eval(a, param, ctx, receiver)? {
+                Value::Set(b) => Some(b),
+                _ => None,
+            },
+        });
+    }
+    let v = functions::call(&fname, &sig, &vals, receiver_ty)?;
+    let produced = if sig.f == functions::Native::FromJson {
+        receiver_ty.cloned().unwrap_or(CqlType::Text)
+    } else {
+        sig.ret
+    };
+    Ok((v, produced, fname))
 }
 
 const UUID_EPOCH_OFFSET_100NS: i64 = 0x01B2_1DD2_1381_4000;
@@ -536,7 +531,6 @@ pub fn encode_literal(lit: &ast::Literal, ty: &CqlType) -> Option<Bytes> {
         (CqlType::Timeuuid, L::Uuid(s)) => {
             parse_uuid(s).filter(|u| u.len() == 16 && u[6] >> 4 == 1)
         }
-        (CqlType::Uuid | CqlType::Timeuuid, L::String(s)) => parse_uuid(s),
         (CqlType::Timestamp, L::Integer(s)) => s
             .parse::<i64>()
             .ok()
@@ -563,7 +557,7 @@ pub fn encode_literal(lit: &ast::Literal, ty: &CqlType) -> Option<Bytes> {
             std::net::IpAddr::V4(a) => b(&a.octets()),
             std::net::IpAddr::V6(a) => b(&a.octets()),
         },
-        (CqlType::Duration, L::Duration(s)) | (CqlType::Duration, L::String(s)) => {
+        (CqlType::Duration, L::Duration(s)) => {
             let (months, days, nanos) = parse_duration(s)?;
             let mut out = BytesMut::new();
             put_signed_vint(&mut out, months);
@@ -668,10 +662,19 @@ fn parse_date(s: &str) -> Option<i64> {
     let y: i64 = it.next()?.parse().ok()?;
     let m: u32 = it.next()?.parse().ok()?;
     let d: u32 = it.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+    if !(1..=12).contains(&m) || d < 1 || d > days_in_month(if neg { -y } else { y }, m) {
         return None;
     }
     Some(days_from_civil(if neg { -y } else { y }, m, d))
+}
+
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => 31,
+    }
 }
 
 fn parse_time(s: &str) -> Option<i64> {
@@ -770,14 +773,14 @@ pub fn parse_duration(s: &str) -> Option<(i64, i64, i64)> {
     };
     let (mut months, mut days, mut nanos) = (0i64, 0i64, 0i64);
     if let Some(iso) = body.strip_prefix('P').or_else(|| body.strip_prefix('p')) {
-        if let Some((date, time)) = iso.split_once(['T', 't']) {
+        if let Some((y, mo, d, h, mi, sec)) = iso_alternative(iso) {
+            // Alternative form PYYYY-MM-DDThh:mm:ss.
+            months += y * 12 + mo;
+            days += d;
+            nanos += ((h * 60 + mi) * 60 + sec) * 1_000_000_000;
+        } else if let Some((date, time)) = iso.split_once(['T', 't']) {
             iso_part(date, false, &mut months, &mut days, &mut nanos)?;
             iso_part(time, true, &mut months, &mut days, &mut nanos)?;
-        } else if iso.contains('-') {
-            // Alternative form P[YYYY]-[MM]-[DD]T[hh]:[mm]:[ss] (date part only here).
-            let mut it = iso.split('-');
-            months += it.next()?.parse::<i64>().ok()? * 12 + it.next()?.parse::<i64>().ok()?;
-            days += it.next()?.parse::<i64>().ok()?;
         } else {
             iso_part(iso, false, &mut months, &mut days, &mut nanos)?;
         }
@@ -785,6 +788,7 @@ pub fn parse_duration(s: &str) -> Option<(i64, i64, i64)> {
         let lower = body.to_ascii_lowercase();
         let bytes = lower.as_bytes();
         let mut i = 0;
+        let mut last_rank: Option<usize> = None;
         if bytes.is_empty() {
             return None;
         }
@@ -798,7 +802,14 @@ pub fn parse_duration(s: &str) -> Option<(i64, i64, i64)> {
             while i < bytes.len() && !bytes[i].is_ascii_digit() {
                 i += 1;
             }
-            match lower.get(ustart..i)? {
+            let unit = lower.get(ustart..i)?;
+            // Units must come in decreasing size, each at most once (Cassandra's Duration).
+            let rank = DURATION_UNITS.iter().position(|u| *u == unit)?;
+            if last_rank.is_some_and(|r| rank <= r) {
+                return None;
+            }
+            last_rank = Some(rank);
+            match unit {
                 "y" => months += n * 12,
                 "mo" => months += n,
                 "w" => days += n * 7,
@@ -818,6 +829,36 @@ pub fn parse_duration(s: &str) -> Option<(i64, i64, i64)> {
     } else {
         Some((months, days, nanos))
     }
+}
+
+const DURATION_UNITS: [&str; 11] = ["y", "mo", "w", "d", "h", "m", "s", "ms", "us", "µs", "ns"];
+
+/// `YYYY-MM-DDThh:mm:ss` (the part after `P`), with exactly those digit counts.
+fn iso_alternative(s: &str) -> Option<(i64, i64, i64, i64, i64, i64)> {
+    let b = s.as_bytes();
+    let shape = "dddd-dd-ddTdd:dd:dd";
+    if b.len() != shape.len() {
+        return None;
+    }
+    for (c, want) in b.iter().zip(shape.bytes()) {
+        let ok = if want == b'd' {
+            c.is_ascii_digit()
+        } else {
+            c.eq_ignore_ascii_case(&want)
+        };
+        if !ok {
+            return None;
+        }
+    }
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    Some((
+        n(0..4)?,
+        n(5..7)?,
+        n(8..10)?,
+        n(11..13)?,
+        n(14..16)?,
+        n(17..19)?,
+    ))
 }
 
 fn iso_part(s: &str, time: bool, months: &mut i64, days: &mut i64, nanos: &mut i64) -> Option<()> {
@@ -897,6 +938,19 @@ mod tests {
         assert_eq!(parse_duration("-2d"), Some((0, -2, 0)));
         assert_eq!(parse_duration("1y2mo"), Some((14, 0, 0)));
         assert_eq!(parse_duration("3x"), None);
+        assert_eq!(parse_duration("1h1y"), None);
+        assert_eq!(parse_duration("1d1d"), None);
+        assert_eq!(
+            parse_duration("P0001-02-03T04:05:06"),
+            Some((14, 3, 14_706_000_000_000))
+        );
+    }
+
+    #[test]
+    fn invalid_dates_are_refused() {
+        assert_eq!(parse_date("2021-02-29"), None);
+        assert_eq!(parse_date("2020-02-29"), Some(18_321));
+        assert_eq!(parse_date("2021-04-31"), None);
     }
 
     #[test]
