@@ -215,6 +215,14 @@ pub enum QueryError {
     },
     #[error("{0}")]
     Server(String),
+    /// A function failed while executing (CQL FunctionFailure).
+    #[error("{message}")]
+    FunctionFailure {
+        keyspace: String,
+        function: String,
+        arg_types: Vec<String>,
+        message: String,
+    },
 }
 
 fn hex(b: &[u8]) -> String {

@@ -559,10 +559,17 @@ pub enum FnError {
     Failure(String),
 }
 
-impl From<FnError> for QueryError {
-    fn from(e: FnError) -> Self {
-        match e {
-            FnError::Invalid(m) | FnError::Failure(m) => QueryError::Invalid(m),
+impl FnError {
+    /// The CQL error of a failed call to `system.<fname>` with signature `s`.
+    fn into_query_error(self, fname: &str, s: &Sig) -> QueryError {
+        match self {
+            FnError::Invalid(m) => QueryError::Invalid(m),
+            FnError::Failure(message) => QueryError::FunctionFailure {
+                keyspace: "system".into(),
+                function: fname.to_string(),
+                arg_types: s.params.iter().map(|p| p.to_string()).collect(),
+                message,
+            },
         }
     }
 }
@@ -577,7 +584,7 @@ pub fn call(
     s: &Sig,
     args: &[Option<Bytes>],
     receiver: Option<&CqlType>,
-) -> Result<Option<Bytes>, FnError> {
+) -> Result<Option<Bytes>, QueryError> {
     let arg0 = args.first().cloned().flatten();
     let p0 = s.params.first().cloned().unwrap_or(CqlType::Blob);
     match s.f {
@@ -592,6 +599,7 @@ pub fn call(
         _ => {
             let Some(v) = arg0 else { return Ok(None) };
             eval_non_null(fname, s, &p0, v, args, receiver)
+                .map_err(|e| e.into_query_error(fname, s))
         }
     }
 }

@@ -273,6 +273,10 @@ pub fn to_json(ty: &CqlType, v: Option<&[u8]>) -> String {
             }
             Err(_) => "null".into(),
         },
+        CqlType::Inet => match crate::functions::java_inet(v) {
+            Some(s) => json_string(&s),
+            None => "null".into(),
+        },
         _ => match value_text(ty, v) {
             Some(s) => json_string(&s),
             None => "null".into(),
@@ -302,10 +306,12 @@ fn split_vector<'a>(elem: &CqlType, dim: u32, v: &'a [u8]) -> Vec<&'a [u8]> {
 }
 
 /// Column names in JSON: case-sensitive names are double-quoted, as Cassandra does.
+/// Selectors that are function calls (`system.tojson(l)`, `writetime(v)`) keep their name.
 pub fn json_name(name: &str) -> String {
-    if name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    if name.contains('(')
+        || name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
     {
         name.to_string()
     } else {
@@ -339,9 +345,7 @@ pub fn from_json(ty: &CqlType, j: &serde_json::Value) -> Result<Option<Bytes>, Q
             | CqlType::Smallint
             | CqlType::Tinyint
             | CqlType::Varint
-            | CqlType::Timestamp
-            | CqlType::Date
-            | CqlType::Time,
+            | CqlType::Timestamp,
             J::Number(n),
         ) => lit(amphora_cql::Literal::Integer(n.to_string()))?,
         (CqlType::Float | CqlType::Double | CqlType::Decimal, J::Number(n)) => {
@@ -398,6 +402,17 @@ pub fn from_json(ty: &CqlType, j: &serde_json::Value) -> Result<Option<Bytes>, Q
             serialize_map(kvs.iter().map(|(k, v)| (&k[..], &v[..])))
         }
         (CqlType::Tuple(types), J::Array(items)) => {
+            if items.len() != types.len() {
+                let what = if items.len() < types.len() {
+                    "is missing items"
+                } else {
+                    "contains extra items"
+                };
+                return Err(QueryError::Invalid(format!(
+                    "Tuple {what} (expected {}): {j}",
+                    types.len()
+                )));
+            }
             let vals = types
                 .iter()
                 .zip(items)
@@ -422,6 +437,12 @@ pub fn from_json(ty: &CqlType, j: &serde_json::Value) -> Result<Option<Bytes>, Q
                 vals[i] = from_json(&d.field_types[i], v)?;
             }
             serialize_tuple(vals.iter().map(|v| v.as_deref()))
+        }
+        (CqlType::Date | CqlType::Time, J::Number(n)) => {
+            let what = if *ty == CqlType::Date { "date" } else { "time" };
+            return Err(QueryError::Invalid(format!(
+                "Expected a string representation of a {what} value, but got a number: {n}"
+            )));
         }
         _ => return Err(bad(ty, &j.to_string())),
     };

@@ -734,17 +734,24 @@ fn plan_insert_json(
                 "JSON values map contains unrecognized column: {name}"
             ))
         })?;
-        named.insert(id);
         let b = crate::json::from_json(&def.ty, v)?;
+        let bound = match b {
+            Some(b) => BoundValue::Set(b),
+            None => BoundValue::Null,
+        };
+        if !named.insert(id) {
+            // "k" and "K" name the same column: the later one wins, as in Cassandra.
+            if let Some(pos) = columns.iter().position(|c: &ast::Ident| c.name == name) {
+                binds[pos] = bound;
+            }
+            continue;
+        }
         columns.push(ast::Ident::quoted(name));
         values.push(ast::Expr::Bind(ast::BindMarker {
             index: binds.len(),
             name: None,
         }));
-        binds.push(match b {
-            Some(b) => BoundValue::Set(b),
-            None => BoundValue::Null,
-        });
+        binds.push(bound);
     }
     for (i, def) in t.live_columns() {
         if !named.contains(&i) && matches!(def.kind, ColumnKind::Regular | ColumnKind::Static) {

@@ -87,6 +87,16 @@ pub fn query_error(e: &QueryError) -> ErrorResponse {
             write_type: write_type(*write_kind),
         },
         QueryError::Server(_) => ErrorKind::ServerError,
+        QueryError::FunctionFailure {
+            keyspace,
+            function,
+            arg_types,
+            ..
+        } => ErrorKind::FunctionFailure {
+            keyspace: keyspace.clone(),
+            function: function.clone(),
+            arg_types: arg_types.clone(),
+        },
     };
     ErrorResponse::new(kind, message)
 }
@@ -181,6 +191,15 @@ mod tests {
                 ErrorCode::WriteFailure,
             ),
             (QueryError::Server("x".into()), ErrorCode::ServerError),
+            (
+                QueryError::FunctionFailure {
+                    keyspace: "system".into(),
+                    function: "fromjson".into(),
+                    arg_types: vec!["text".into()],
+                    message: "m".into(),
+                },
+                ErrorCode::FunctionFailure,
+            ),
         ];
         for (e, code) in cases {
             assert_eq!(query_error(&e).code(), code, "{e:?}");
