@@ -779,7 +779,7 @@ fn parse_entry(c: &Clustering) -> Option<(PartitionKey, Clustering)> {
     Some((PartitionKey { token, key }, Clustering(c.0[2..].to_vec())))
 }
 
-fn token_ok(r: &Restrictions, token: i64) -> bool {
+pub(crate) fn token_ok(r: &Restrictions, token: i64) -> bool {
     use std::ops::Bound::*;
     let lo = match r.token_start {
         Some(Included(t)) => token >= t,

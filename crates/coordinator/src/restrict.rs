@@ -80,8 +80,14 @@ fn list_values(
         ast::RelationValue::List(items) => {
             let mut out = Vec::new();
             for i in items {
-                if let Value::Set(b) = eval(i, ty, ctx, name)? {
-                    out.push(b);
+                match eval(i, ty, ctx, name)? {
+                    Value::Set(b) => out.push(b),
+                    Value::Null => {
+                        return Err(invalid(format!(
+                            "Invalid null value in condition for column {name}"
+                        )));
+                    }
+                    Value::Unset => {}
                 }
             }
             Ok(out)
@@ -154,6 +160,42 @@ pub fn analyze(
             ast::RelationTarget::Column(c) => {
                 let (id, def) = column(t, &c.name)?;
                 let name = def.name.clone();
+                // A key column restricted twice: Cassandra's error depends on the first
+                // restriction (= or IN refuse any other; a slice refuses = and IN).
+                if matches!(def.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                    let first = rels.iter().find(
+                        |x| matches!(&x.target, ast::RelationTarget::Column(o) if o.name == c.name),
+                    );
+                    if let Some(first) = first.filter(|f| !std::ptr::eq(*f, rel)) {
+                        let slice = |op: ast::Operator| {
+                            matches!(
+                                op,
+                                ast::Operator::Lt
+                                    | ast::Operator::Lte
+                                    | ast::Operator::Gt
+                                    | ast::Operator::Gte
+                            )
+                        };
+                        match first.op {
+                            ast::Operator::Eq => {
+                                return Err(invalid(format!(
+                                    "{name} cannot be restricted by more than one relation if it includes an Equal"
+                                )));
+                            }
+                            ast::Operator::In => {
+                                return Err(invalid(format!(
+                                    "{name} cannot be restricted by more than one relation if it includes a IN"
+                                )));
+                            }
+                            op if slice(op) && !slice(rel.op) => {
+                                return Err(invalid(format!(
+                                    "Column \"{name}\" cannot be restricted by both an equality and an inequality relation"
+                                )));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
                 match (def.kind, rel.op) {
                     (ColumnKind::PartitionKey, ast::Operator::Eq) => {
                         if let ast::RelationValue::Single(e) = &rel.value {
@@ -197,6 +239,13 @@ pub fn analyze(
                                 &mut ck_slices[last]
                             }
                         };
+                        let lower = matches!(op, ast::Operator::Gt | ast::Operator::Gte);
+                        if (lower && entry.1.is_some()) || (!lower && entry.2.is_some()) {
+                            return Err(invalid(format!(
+                                "More than one restriction was found for the {} bound on {name}",
+                                if lower { "start" } else { "end" }
+                            )));
+                        }
                         match op {
                             ast::Operator::Gt => entry.1 = Some((v, false)),
                             ast::Operator::Gte => entry.1 = Some((v, true)),
@@ -250,7 +299,34 @@ pub fn analyze(
                     }
                 }
             }
-            ast::RelationTarget::Token(_) => {
+            ast::RelationTarget::Token(cols) => {
+                for c in cols {
+                    let (_, d) = column(t, &c.name)?;
+                    if d.kind != ColumnKind::PartitionKey {
+                        return Err(invalid(
+                            "The token() function must contains only partition key components",
+                        ));
+                    }
+                }
+                if cols.len() != t.partition_key.len() {
+                    return Err(invalid(
+                        "The token() function must be applied to all partition key components or none of them",
+                    ));
+                }
+                let in_order = cols
+                    .iter()
+                    .zip(&t.partition_key)
+                    .all(|(c, id)| t.columns[*id as usize].name == c.name);
+                if !in_order {
+                    return Err(invalid(format!(
+                        "The token function arguments must be in the partition key order: {}",
+                        t.partition_key
+                            .iter()
+                            .map(|id| t.columns[*id as usize].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
                 let ast::RelationValue::Single(e) = &rel.value else {
                     return Err(invalid("Invalid token restriction"));
                 };

@@ -257,10 +257,9 @@ fn replication_from(
     };
     if full.ends_with("SimpleStrategy") {
         match out.get("replication_factor") {
+            // Cassandra 5.0 takes default_keyspace_rf (1) when none is given.
             None => {
-                return Err(QueryError::Config(
-                    "SimpleStrategy requires a replication_factor strategy option.".into(),
-                ));
+                out.insert("replication_factor".into(), "1".into());
             }
             Some(rf) if rf.parse::<u32>().is_err() => {
                 return Err(QueryError::Config(format!(
@@ -315,6 +314,11 @@ fn changed(mut schema: Schema, kind: SchemaChangeKind, target: SchemaChangeTarge
 
 pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcome, QueryError> {
     let name = st.name.name.clone();
+    if is_system_keyspace(&name) && !st.if_not_exists {
+        return Err(invalid(format!(
+            "System keyspace '{name}' is not user-modifiable"
+        )));
+    }
     if s.keyspaces.contains_key(&name) || is_system_keyspace(&name) {
         if st.if_not_exists {
             return Ok(unchanged(s));
@@ -327,7 +331,7 @@ pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcom
     }
     validate_name(&name, "Keyspace")?;
     let replication = replication_from(&st.properties)?
-        .ok_or_else(|| QueryError::Syntax("Missing mandatory option 'replication'".into()))?;
+        .ok_or_else(|| invalid("Missing mandatory option 'replication'"))?;
     let mut durable_writes = true;
     for p in &st.properties {
         match p.name.to_ascii_lowercase().as_str() {
@@ -367,9 +371,7 @@ pub fn alter_keyspace(s: &Schema, st: &ast::AlterKeyspace) -> Result<DdlOutcome,
         if st.if_exists {
             return Ok(unchanged(s));
         }
-        return Err(QueryError::Config(format!(
-            "Keyspace '{name}' doesn't exist"
-        )));
+        return Err(invalid(format!("Keyspace '{name}' doesn't exist")));
     };
     let mut ks = ks.clone();
     if let Some(r) = replication_from(&st.properties)? {
@@ -400,9 +402,7 @@ pub fn drop_keyspace(s: &Schema, st: &ast::Drop) -> Result<DdlOutcome, QueryErro
         if st.if_exists {
             return Ok(unchanged(s));
         }
-        return Err(QueryError::Config(format!(
-            "Cannot drop non existing keyspace '{name}'."
-        )));
+        return Err(invalid(format!("Keyspace '{name}' doesn't exist")));
     }
     let mut next = s.clone();
     next.keyspaces.remove(&name);
@@ -627,6 +627,11 @@ pub fn create_table(
             (ColumnKind::Regular, 0)
         };
         let is_key = matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering);
+        if is_key && c.is_static {
+            return Err(invalid(format!(
+                "Static column '{cname}' cannot be part of the PRIMARY KEY"
+            )));
+        }
         if is_key {
             let declared = resolve_type(&c.ty, ks, false)?;
             match &declared {

@@ -269,9 +269,50 @@ pub async fn run_select(
             let column_desc = d.order == amphora_types::schema::ClusteringOrder::Desc;
             // Reversed when the requested order of the first ordering column differs from its stored order.
             let _ = ck;
-            want_desc != column_desc
+            let reversed = want_desc != column_desc;
+            // Every ordering column in key order (columns restricted by = may be left
+            // out), all in stored order or all reversed.
+            let mut next_ck = 0;
+            for o in &s.order_by {
+                let (id, d) = table
+                    .column(&o.column.name)
+                    .ok_or_else(|| invalid(format!("Undefined column name {}", o.column.name)))?;
+                if d.kind != ColumnKind::Clustering {
+                    return Err(invalid(format!(
+                        "Order by is currently only supported on the clustered columns of the PRIMARY KEY, got {}",
+                        d.name
+                    )));
+                }
+                while table.clustering_key.get(next_ck) != Some(&id)
+                    && r.ck_prefix.get(next_ck).is_some_and(|v| v.len() == 1)
+                {
+                    next_ck += 1;
+                }
+                let in_order = table.clustering_key.get(next_ck) == Some(&id);
+                next_ck += 1;
+                if !in_order {
+                    return Err(invalid(
+                        "Order by currently only supports the ordering of columns following their declared order in the PRIMARY KEY",
+                    ));
+                }
+                let desc = d.order == amphora_types::schema::ClusteringOrder::Desc;
+                if ((o.order == ast::Order::Desc) != desc) != reversed {
+                    return Err(invalid("Unsupported order by relation"));
+                }
+            }
+            reversed
         }
     };
+    if !s.order_by.is_empty()
+        && opts.page_size.is_some_and(|p| p > 0)
+        && r.pk_values
+            .as_ref()
+            .is_some_and(|v| v.iter().any(|c| c.len() > 1))
+    {
+        return Err(invalid(
+            "Cannot page queries with both ORDER BY and a IN restriction on the partition key; you must either remove the ORDER BY or the IN and sort client side, or disable paging for this query",
+        ));
+    }
     let aggregate = is_aggregate(items);
     let grouping = group_by_len(table, s)?;
     // Aggregates and GROUP BY read the whole selection and answer in one page.
@@ -314,7 +355,14 @@ pub async fn run_select(
     let mut partitions: Vec<PartitionData> = Vec::new();
     let mut exhausted = true;
     if let Some(keys) = r.partition_keys() {
+        if keys.iter().any(|k| k.key.is_empty()) {
+            return Err(invalid("Key may not be empty"));
+        }
         for key in keys {
+            // `k = ? AND token(k) > ?`: the token restriction still applies.
+            if !crate::index::token_ok(&r, key.token) {
+                continue;
+            }
             if let Some(p) = &paging
                 && key < p.key
             {

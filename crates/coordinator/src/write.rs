@@ -415,9 +415,11 @@ fn key_of(t: &TableSchema, values: &[(ColumnId, Bytes)]) -> Result<PartitionKey,
         }
         parts.push(&v[..]);
     }
-    Ok(PartitionKey::new(Bytes::from(
-        amphora_types::token::serialize_composite_key(&parts),
-    )))
+    let key = amphora_types::token::serialize_composite_key(&parts);
+    if key.is_empty() {
+        return Err(invalid("Key may not be empty"));
+    }
+    Ok(PartitionKey::new(Bytes::from(key)))
 }
 
 pub fn plan_write(
@@ -804,6 +806,9 @@ fn where_keys(
     let keys = r
         .partition_keys()
         .ok_or_else(|| invalid("Some partition key parts are missing"))?;
+    if keys.iter().any(|k| k.key.is_empty()) {
+        return Err(invalid("Key may not be empty"));
+    }
     Ok((keys, r))
 }
 
