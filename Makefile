@@ -36,6 +36,7 @@ test-cql: build
 	tests/compat/install.sh python
 	tests/compat/.venv-datastax/bin/python -m pytest -q -p no:cacheprovider tests/cql/test_run.py
 	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh
+	AMPHORA_BIN=$(CURDIR)/target/debug/amphora tests/cql/run.sh --protocol 4 -q
 
 # The same golden files against Apache Cassandra 5.0.9 (installed from Maven Central by
 # bench/cassandra/install.sh, started on free ports, stopped afterwards): every statement

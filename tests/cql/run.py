@@ -567,14 +567,15 @@ def run_statement(session, st):
     return out
 
 
-def connect(host, port):
+def connect(host, port, protocol=None):
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(),
                                row_factory=tuple_factory, request_timeout=30,
                                consistency_level=ConsistencyLevel.ONE)
     cluster = Cluster([host], port=port, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
                       schema_metadata_enabled=False, token_metadata_enabled=False,
                       connect_timeout=20, control_connection_timeout=20,
-                      max_schema_agreement_wait=10)
+                      max_schema_agreement_wait=10,
+                      **({"protocol_version": protocol} if protocol else {}))
     return cluster
 
 
@@ -680,13 +681,15 @@ def main():
     ap.add_argument("--print-differences", action="store_true",
                     help="print every difference as a known-differences.txt line")
     ap.add_argument("--jobs", type=int, default=1, help="files run in parallel")
+    ap.add_argument("--protocol", type=int, default=None,
+                    help="native protocol version (default: the highest both sides speak)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no diffs, only the summary")
     args = ap.parse_args()
 
     files = args.files or sorted(
         os.path.join(HERE, f) for f in os.listdir(HERE) if f.endswith(".cql"))
     known = {} if args.no_known else load_known()
-    cluster = connect(args.host, args.port)
+    cluster = connect(args.host, args.port, args.protocol)
     probe = cluster.connect()  # fail fast when nothing listens
     try:
         local = probe.execute("SELECT cluster_name, release_version FROM system.local").one()
