@@ -51,6 +51,8 @@ pub enum Native {
     CollectionAvg,
     CollectionKeys,
     CollectionValues,
+    /// `a + b`, `a - b`, `a * b`, `a / b`, `a % b` (numbers; timestamp/date ± duration).
+    Operation(ast::BinaryOp),
 }
 
 /// One signature of a function.
@@ -744,12 +746,237 @@ fn eval_non_null(
                 items.chunks(2).map(|kv| kv.get(pick).copied().flatten()),
             )))
         }
+        Native::Operation(op) => {
+            let Some(r) = args.get(1).cloned().flatten() else {
+                return Ok(None);
+            };
+            let rt = s.params.get(1).cloned().unwrap_or(CqlType::Int);
+            operation(op, p0, &rt, &s.ret, &v, &r)
+        }
         Native::ToJson
         | Native::MaskNull
         | Native::MaskDefault
         | Native::MaskReplace
         | Native::MaskHash => Ok(None),
     }
+}
+
+/// The byte size Cassandra ranks numeric types by when it types an operation.
+fn numeric_size(t: &CqlType) -> Option<usize> {
+    Some(match t {
+        CqlType::Tinyint => 1,
+        CqlType::Smallint => 2,
+        CqlType::Int | CqlType::Float => 4,
+        CqlType::Bigint | CqlType::Counter | CqlType::Double => 8,
+        CqlType::Varint | CqlType::Decimal => usize::MAX,
+        _ => return None,
+    })
+}
+
+/// The result type of `l op r`, or None when Cassandra has no such operation.
+pub fn operation_type(op: ast::BinaryOp, l: &CqlType, r: &CqlType) -> Option<CqlType> {
+    use CqlType as T;
+    if let (Some(a), Some(b)) = (numeric_size(l), numeric_size(r)) {
+        let floating = matches!(l, T::Float | T::Double | T::Decimal)
+            || matches!(r, T::Float | T::Double | T::Decimal);
+        let size = a.max(b);
+        return Some(match (floating, size) {
+            (true, 4) => T::Float,
+            (true, 8) => T::Double,
+            (true, _) => T::Decimal,
+            (false, 1) => T::Tinyint,
+            (false, 2) => T::Smallint,
+            (false, 4) => T::Int,
+            (false, 8) => T::Bigint,
+            (false, _) => T::Varint,
+        });
+    }
+    match (l, r, op) {
+        (T::Timestamp | T::Date, T::Duration, ast::BinaryOp::Add | ast::BinaryOp::Sub) => {
+            Some(l.clone())
+        }
+        _ => None,
+    }
+}
+
+/// A decimal as (unscaled, scale), when the unscaled value fits an i128.
+fn decimal_parts(ty: &CqlType, v: &[u8]) -> Option<(i128, i32)> {
+    let text = match ty {
+        CqlType::Float => java_float(f32::from_be_bytes(v.try_into().ok()?)),
+        CqlType::Double => java_double(f64::from_be_bytes(v.try_into().ok()?)),
+        _ => crate::json::value_text(ty, v)?,
+    };
+    let (mant, exp) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i32>().ok()?),
+        None => (text.as_str(), 0),
+    };
+    let (int_part, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    let unscaled: i128 = format!("{int_part}{frac}").parse().ok()?;
+    Some((unscaled, frac.len() as i32 - exp))
+}
+
+fn decimal_bytes(unscaled: i128, scale: i32) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_i32(scale);
+    let be = unscaled.to_be_bytes();
+    let mut start = 0;
+    while start < 15 {
+        let (x, next) = (be[start], be[start + 1]);
+        if (x == 0 && next & 0x80 == 0) || (x == 0xff && next & 0x80 != 0) {
+            start += 1;
+        } else {
+            break;
+        }
+    }
+    out.put_slice(&be[start..]);
+    out.freeze()
+}
+
+fn rescale(u: i128, from: i32, to: i32) -> Option<i128> {
+    u.checked_mul(10i128.checked_pow(u32::try_from(to - from).ok()?)?)
+}
+
+fn operation(
+    op: ast::BinaryOp,
+    lt: &CqlType,
+    rt: &CqlType,
+    ret: &CqlType,
+    l: &[u8],
+    r: &[u8],
+) -> Result<Option<Bytes>, FnError> {
+    use CqlType as T;
+    use ast::BinaryOp as O;
+    let failed = |m: &str| {
+        FnError::Failure(format!(
+            "the operation '{lt} {} {rt}' failed: {m}",
+            op.as_str()
+        ))
+    };
+    match ret {
+        T::Timestamp | T::Date => {
+            let Some((months, days, nanos)) = duration_parts(r) else {
+                return Ok(None);
+            };
+            let sign = if op == O::Sub { -1 } else { 1 };
+            let (day, ms_of_day) = match ret {
+                T::Timestamp => {
+                    let ms = i64::from_be_bytes(l.try_into().map_err(|_| failed("bad value"))?);
+                    (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000))
+                }
+                _ => {
+                    let d = u32::from_be_bytes(l.try_into().map_err(|_| failed("bad value"))?);
+                    (d as i64 - (1i64 << 31), 0)
+                }
+            };
+            let (y, m, d) = crate::values::civil_from_days(day);
+            let total = y * 12 + (m as i64 - 1) + sign * months;
+            let (ny, nm) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+            let dim = days_in_month(ny, nm);
+            let day = crate::values::days_from_civil(ny, nm, d.min(dim)) + sign * days;
+            Ok(match ret {
+                T::Timestamp => {
+                    let ms = day * 86_400_000 + ms_of_day + sign * nanos / 1_000_000;
+                    b(&ms.to_be_bytes())
+                }
+                _ => b(&((day + (1i64 << 31)) as u32).to_be_bytes()),
+            })
+        }
+        T::Float => {
+            let (x, y) = (
+                as_f64(lt, l).unwrap_or(0.0) as f32,
+                as_f64(rt, r).unwrap_or(0.0) as f32,
+            );
+            let z = match op {
+                O::Add => x + y,
+                O::Sub => x - y,
+                O::Mul => x * y,
+                O::Div => x / y,
+                O::Rem => x % y,
+            };
+            Ok(b(&z.to_be_bytes()))
+        }
+        T::Double => {
+            let (x, y) = (as_f64(lt, l).unwrap_or(0.0), as_f64(rt, r).unwrap_or(0.0));
+            let z = match op {
+                O::Add => x + y,
+                O::Sub => x - y,
+                O::Mul => x * y,
+                O::Div => x / y,
+                O::Rem => x % y,
+            };
+            Ok(b(&z.to_be_bytes()))
+        }
+        T::Decimal => {
+            let (Some((a, sa)), Some((c, sc))) = (decimal_parts(lt, l), decimal_parts(rt, r))
+            else {
+                return Ok(None);
+            };
+            let s = sa.max(sc);
+            let (a2, c2) = (rescale(a, sa, s), rescale(c, sc, s));
+            let out = match op {
+                O::Add => a2
+                    .zip(c2)
+                    .and_then(|(x, y)| x.checked_add(y))
+                    .map(|u| (u, s)),
+                O::Sub => a2
+                    .zip(c2)
+                    .and_then(|(x, y)| x.checked_sub(y))
+                    .map(|u| (u, s)),
+                O::Mul => a.checked_mul(c).map(|u| (u, sa + sc)),
+                O::Rem => {
+                    if c == 0 {
+                        return Err(failed("Division by zero"));
+                    }
+                    a2.zip(c2)
+                        .and_then(|(x, y)| x.checked_rem(y))
+                        .map(|u| (u, s))
+                }
+                O::Div => {
+                    if c == 0 {
+                        return Err(failed("Division by zero"));
+                    }
+                    let q = as_f64(lt, l).unwrap_or(0.0) / as_f64(rt, r).unwrap_or(1.0);
+                    return Ok(from_f64(&T::Decimal, q));
+                }
+            };
+            Ok(out.map(|(u, sc)| decimal_bytes(u, sc)))
+        }
+        _ => {
+            let (Some(x), Some(y)) = (as_i128(lt, l), as_i128(rt, r)) else {
+                return Ok(None);
+            };
+            let z = match op {
+                O::Add => x.checked_add(y),
+                O::Sub => x.checked_sub(y),
+                O::Mul => x.checked_mul(y),
+                O::Div | O::Rem if y == 0 => return Err(failed("/ by zero")),
+                O::Div => x.checked_div(y),
+                O::Rem => x.checked_rem(y),
+            };
+            Ok(z.and_then(|z| from_i128(ret, z)))
+        }
+    }
+}
+
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
+/// A duration value's (months, days, nanoseconds).
+fn duration_parts(v: &[u8]) -> Option<(i64, i64, i64)> {
+    let mut rest = v;
+    let mut out = [0i64; 3];
+    for x in &mut out {
+        let (u, n) = amphora_types::cql_type::read_unsigned_vint(rest)?;
+        *x = ((u >> 1) as i64) ^ -((u & 1) as i64);
+        rest = rest.get(n..)?;
+    }
+    Some((out[0], out[1], out[2]))
 }
 
 /// Milliseconds since the epoch of a timeuuid, timestamp or date value.

@@ -367,8 +367,90 @@ pub fn resolve(
                 ty,
             })
         }
+        ast::Expr::Binary { op, left, right } => {
+            operation_item(t, *op, left, right, ctx_for_consts)
+        }
+        // Cassandra's selector grammar has no unary minus on a column or call.
+        ast::Expr::Negate(inner) if !is_term(inner) => Err(QueryError::Syntax(format!(
+            "no viable alternative at input '-' ({e})"
+        ))),
         _ => Err(invalid(format!("Unsupported selector: {e}"))),
     }
+}
+
+/// `a + b` and the other arithmetic operators: a native operation typed as Cassandra
+/// types it (the wider number type; timestamp/date ± duration).
+fn operation_item(
+    t: &TableSchema,
+    op: ast::BinaryOp,
+    left: &ast::Expr,
+    right: &ast::Expr,
+    ctx: &EvalCtx<'_>,
+) -> Result<SelItem, QueryError> {
+    let side = |e: &ast::Expr| -> Result<(Option<SelItem>, Option<CqlType>, String), QueryError> {
+        if is_term(e) {
+            Ok((None, crate::functions::term_type(e), e.to_string()))
+        } else {
+            let it = resolve(t, e, ctx)?;
+            let ty = it.ty.clone();
+            let name = it.name.clone();
+            Ok((Some(it), Some(ty), name))
+        }
+    };
+    let (l, lt, ln) = side(left)?;
+    let (r, rt, rn) = side(right)?;
+    let unsupported = || {
+        invalid(format!(
+            "the '{}' operation is not supported between {ln} and {rn}",
+            op.as_str()
+        ))
+    };
+    let (Some(lt), Some(rt)) = (lt, rt) else {
+        return Err(unsupported());
+    };
+    let ret = crate::functions::operation_type(op, &lt, &rt).ok_or_else(unsupported)?;
+    let mut items = Vec::with_capacity(2);
+    for ((it, e), ty) in [(l, left), (r, right)].into_iter().zip([&lt, &rt]) {
+        items.push(match it {
+            Some(it) => it,
+            None => SelItem {
+                sel: Sel::Const(crate::values::eval(e, ty, ctx, "operand")?.bytes().cloned()),
+                name: e.to_string(),
+                ty: ty.clone(),
+            },
+        });
+    }
+    let sig = crate::functions::Sig {
+        f: crate::functions::Native::Operation(op),
+        params: vec![lt, rt],
+        ret: ret.clone(),
+    };
+    let fname = format!("_{}", op.as_str());
+    let name = format!("{ln} {} {rn}", op.as_str());
+    if items.iter().all(|i| matches!(i.sel, Sel::Const(_))) {
+        let vals: Vec<Option<Bytes>> = items
+            .iter()
+            .map(|i| match &i.sel {
+                Sel::Const(v) => v.clone(),
+                _ => None,
+            })
+            .collect();
+        let v = crate::functions::call(&fname, &sig, &vals, None)?;
+        return Ok(SelItem {
+            sel: Sel::Const(v),
+            name,
+            ty: ret,
+        });
+    }
+    Ok(SelItem {
+        sel: Sel::Native {
+            fname,
+            sig,
+            args: items,
+        },
+        name,
+        ty: ret,
+    })
 }
 
 /// Whether an argument is a constant term (typed by the signature that receives it).
