@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::data::{
-    ColumnData, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
+    ColumnData, PartitionKey, PartitionUpdate, Row, apply_own_deletions, merge_partition_updates,
 };
 use amphora_types::schema::TableSchema;
 
@@ -567,7 +567,8 @@ fn compact_into(
         let Some(merged) = merged else { continue };
         // Apply shadowing inside the partition before purging tombstones (a single
         // source was never merged).
-        let mut merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
+        let mut merged = merged;
+        apply_own_deletions(schema, &mut merged);
         purge(&mut merged, &key, purge_ctx);
         if merged.is_empty() {
             continue;

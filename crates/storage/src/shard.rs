@@ -20,8 +20,8 @@ use std::sync::mpsc;
 
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, CounterShard, Mutation,
-    PartitionKey, PartitionUpdate, Row, decode_counter_shards, merge_partition_updates,
-    normalize_range_tombstones,
+    PartitionKey, PartitionUpdate, Row, apply_own_deletions, decode_counter_shards,
+    merge_partition_updates, normalize_range_tombstones,
 };
 use amphora_types::schema::{ColumnId, ColumnKind, TableId, TableSchema};
 use bytes::Bytes;
@@ -1335,7 +1335,7 @@ fn read_single(
         return Ok(result);
     };
     // A single source was never merged: apply its internal shadowing too.
-    merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
+    apply_own_deletions(schema, &mut merged);
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
             Some(c) => Some(c),
@@ -1476,7 +1476,7 @@ fn read_range(
             continue;
         }
         let Some(mut merged) = acc else { continue };
-        merged = merge_partition_updates(schema, &merged, &PartitionUpdate::default());
+        apply_own_deletions(schema, &mut merged);
         let after = match &cmd.start_after {
             Some((k, Some(c))) if *k == key => Some(c),
             _ => None,

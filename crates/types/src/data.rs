@@ -857,6 +857,49 @@ pub fn merge_partition_updates(
         };
         rows.push(row);
     }
+    apply_deletions(
+        &cmp,
+        partition_deletion,
+        &range_tombstones,
+        &mut rows,
+        &mut static_row,
+    );
+    PartitionUpdate {
+        partition_deletion,
+        static_row,
+        rows,
+        range_tombstones,
+    }
+}
+
+/// What `merge_partition_updates(schema, &u, &PartitionUpdate::default())` returns, done
+/// in place without copying rows: `u`'s own deletions (partition, range tombstones, row
+/// deletions) applied to its rows and static row, range tombstones normalized. `u`'s rows
+/// must be sorted by clustering without duplicates (as memtables and SSTables hold them).
+///
+/// PERF-CRITICAL: the read path's single-source case.
+pub fn apply_own_deletions(schema: &TableSchema, u: &mut PartitionUpdate) {
+    let cmp = schema.clustering_comparator();
+    u.range_tombstones =
+        normalize_range_tombstones(&cmp, &u.range_tombstones, u.partition_deletion);
+    apply_deletions(
+        &cmp,
+        u.partition_deletion,
+        &u.range_tombstones,
+        &mut u.rows,
+        &mut u.static_row,
+    );
+}
+
+/// Shadows rows and the static row by their own deletions and the partition's; drops what
+/// is left empty.
+fn apply_deletions(
+    cmp: &ClusteringComparator,
+    partition_deletion: Option<DeletionTime>,
+    range_tombstones: &[RangeTombstone],
+    rows: &mut Vec<Row>,
+    static_row: &mut Option<Row>,
+) {
     for row in rows.iter_mut() {
         if let Some(own) = row.deletion {
             row.shadow(own);
@@ -864,7 +907,7 @@ pub fn merge_partition_updates(
         }
         let covering = max_deletion(
             partition_deletion,
-            range_deletion_at(&cmp, &range_tombstones, &row.clustering),
+            range_deletion_at(cmp, range_tombstones, &row.clustering),
         );
         if let Some(d) = covering {
             row.shadow(d);
@@ -881,13 +924,7 @@ pub fn merge_partition_updates(
         }
     }
     if static_row.as_ref().is_some_and(Row::is_empty) {
-        static_row = None;
-    }
-    PartitionUpdate {
-        partition_deletion,
-        static_row,
-        rows,
-        range_tombstones,
+        *static_row = None;
     }
 }
 
@@ -1217,6 +1254,47 @@ pub(crate) mod proptests {
                 reconcile_cells(&reconcile_cells(&a, &b), &c),
                 reconcile_cells(&a, &reconcile_cells(&b, &c))
             );
+        }
+
+        #[test]
+        fn own_deletions_in_place_equal_the_merge_with_nothing(
+            pd in prop::option::weighted(0.3, deletion()),
+            sr in prop::option::weighted(0.3, row(true)),
+            rows in prop::collection::vec(row(false), 0..5),
+            rts in prop::collection::vec(
+                (0i32..5, 0i32..5, any::<bool>(), any::<bool>(), deletion()),
+                0..3,
+            ),
+        ) {
+            let s = test_schema();
+            let cmp = s.clustering_comparator();
+            // Raw (not canonical) data, sorted and unique by clustering as stored.
+            let mut rows = rows;
+            rows.sort_by(|x, y| cmp.compare(&x.clustering.0, &y.clustering.0));
+            rows.dedup_by(|x, y| cmp.compare(&x.clustering.0, &y.clustering.0).is_eq());
+            let u = PartitionUpdate {
+                partition_deletion: pd,
+                static_row: sr,
+                rows,
+                range_tombstones: rts
+                    .into_iter()
+                    .map(|(a, b, ia, ib, d)| RangeTombstone {
+                        start: ClusteringBound {
+                            prefix: Clustering(vec![i(a.min(b))]),
+                            inclusive: ia,
+                        },
+                        end: ClusteringBound {
+                            prefix: Clustering(vec![i(a.max(b))]),
+                            inclusive: ib,
+                        },
+                        deletion: d,
+                    })
+                    .collect(),
+            };
+            let expected = merge_partition_updates(&s, &u, &PartitionUpdate::default());
+            let mut got = u.clone();
+            apply_own_deletions(&s, &mut got);
+            prop_assert_eq!(got, expected);
         }
 
         #[test]
