@@ -1493,6 +1493,177 @@ mod tests {
         assert_eq!(round_half_up("-0.5").as_deref(), Some("-1"));
     }
 
+    fn ctx() -> EvalCtx<'static> {
+        EvalCtx {
+            binds: &[],
+            now_micros: 0,
+        }
+    }
+
+    fn name(n: &str) -> ast::QualifiedName {
+        ast::QualifiedName::new(None, ast::Ident::new(n))
+    }
+
+    fn int(s: &str) -> ast::Expr {
+        ast::Expr::Literal(ast::Literal::Integer(s.into()))
+    }
+
+    #[test]
+    fn overloads_prefer_the_literals_natural_type() {
+        let one = int("0");
+        let (_, s) = resolve(&name("exp"), &[Arg::Term(&one)], &["0".into()], &ctx())
+            .expect("exp(0) resolves");
+        assert_eq!(s.ret, CqlType::Int);
+        let half = ast::Expr::Literal(ast::Literal::Float("2.5".into()));
+        let (_, s) = resolve(&name("round"), &[Arg::Term(&half)], &["2.5".into()], &ctx())
+            .expect("round(2.5) resolves");
+        assert_eq!(s.ret, CqlType::Double);
+        let (_, s) = resolve(
+            &name("totimestamp"),
+            &[Arg::Typed(CqlType::Date)],
+            &["d".into()],
+            &ctx(),
+        )
+        .expect("toTimestamp(date) resolves");
+        assert_eq!(s.params, vec![CqlType::Date]);
+    }
+
+    #[test]
+    fn resolution_errors_match_cassandras_kinds() {
+        let err = |n: &str, args: &[Arg<'_>]| {
+            resolve(&name(n), args, &["a".into(), "b".into()], &ctx())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err("dateof", &[Arg::Typed(CqlType::Timeuuid)]).starts_with("Unknown function"));
+        assert!(err("blobasblob", &[Arg::Typed(CqlType::Blob)]).starts_with("Unknown function"));
+        assert!(
+            err("intasblob", &[Arg::Typed(CqlType::Bigint)]).starts_with("Type error: a cannot")
+        );
+        assert!(err("abs", &[Arg::Typed(CqlType::Text)]).contains("none of its type signatures"));
+        assert!(
+            err(
+                "intasblob",
+                &[Arg::Typed(CqlType::Int), Arg::Typed(CqlType::Int)]
+            )
+            .contains("1 required but 2 provided")
+        );
+        let ks = ast::QualifiedName::new(Some(ast::Ident::new("ks")), ast::Ident::new("abs"));
+        let e = resolve(&ks, &[Arg::Typed(CqlType::Int)], &["a".into()], &ctx())
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("Unknown function 'ks.abs'"));
+    }
+
+    #[test]
+    fn blob_conversions_validate_and_have_snake_case_names() {
+        let (f, s) = resolve(
+            &name("blob_as_int"),
+            &[Arg::Typed(CqlType::Blob)],
+            &["b".into()],
+            &ctx(),
+        )
+        .expect("blob_as_int resolves");
+        assert_eq!(s.ret, CqlType::Int);
+        assert!(call(&f, &s, &[Some(Bytes::from_static(&[1]))], None).is_err());
+        assert_eq!(
+            call(&f, &s, &[Some(Bytes::from_static(&[0, 0, 0, 42]))], None)
+                .expect("valid int")
+                .as_deref(),
+            Some(&[0u8, 0, 0, 42][..])
+        );
+    }
+
+    #[test]
+    fn casts_resolve_like_cassandra() {
+        assert_eq!(
+            cast_input(&CqlType::Timestamp, &CqlType::Bigint, "ts").ok(),
+            Some(CqlType::Varint)
+        );
+        assert_eq!(
+            cast_input(&CqlType::Int, &CqlType::Timestamp, "i").ok(),
+            Some(CqlType::Date)
+        );
+        assert!(cast_input(&CqlType::Text, &CqlType::Ascii, "t").is_err());
+        assert!(cast_input(&CqlType::Boolean, &CqlType::Int, "bo").is_err());
+        assert!(cast_input(&CqlType::Int, &CqlType::Blob, "i").is_err());
+    }
+
+    #[test]
+    fn operations_are_typed_and_computed_like_cassandra() {
+        use ast::BinaryOp as O;
+        assert_eq!(
+            operation_type(O::Add, &CqlType::Bigint, &CqlType::Int),
+            Some(CqlType::Bigint)
+        );
+        assert_eq!(
+            operation_type(O::Sub, &CqlType::Float, &CqlType::Double),
+            Some(CqlType::Double)
+        );
+        assert_eq!(
+            operation_type(O::Add, &CqlType::Decimal, &CqlType::Int),
+            Some(CqlType::Decimal)
+        );
+        assert_eq!(operation_type(O::Add, &CqlType::Text, &CqlType::Int), None);
+        let i = |x: i32| x.to_be_bytes().to_vec();
+        let r = operation(
+            O::Div,
+            &CqlType::Int,
+            &CqlType::Int,
+            &CqlType::Int,
+            &i(1),
+            &i(0),
+        );
+        assert!(matches!(r, Err(FnError::Failure(_))));
+        let r = operation(
+            O::Rem,
+            &CqlType::Int,
+            &CqlType::Int,
+            &CqlType::Int,
+            &i(-7),
+            &i(3),
+        )
+        .expect("remainder");
+        assert_eq!(r.as_deref(), Some(&(-1i32).to_be_bytes()[..]));
+        // 2020-05-06 - 1mo = 2020-04-06
+        let day = crate::values::days_from_civil(2020, 5, 6);
+        let date = ((day + (1i64 << 31)) as u32).to_be_bytes();
+        let month = [2u8, 0, 0]; // zig-zag vints: months 1, days 0, nanos 0
+        let r = operation(
+            O::Sub,
+            &CqlType::Date,
+            &CqlType::Duration,
+            &CqlType::Date,
+            &date,
+            &month,
+        )
+        .expect("date - duration")
+        .expect("not null");
+        let want =
+            ((crate::values::days_from_civil(2020, 4, 6) + (1i64 << 31)) as u32).to_be_bytes();
+        assert_eq!(&r[..], &want[..]);
+    }
+
+    #[test]
+    fn masks_hide_text() {
+        let s = sig(
+            Native::MaskInner,
+            vec![CqlType::Text, CqlType::Int, CqlType::Int],
+            CqlType::Text,
+        );
+        let one = Some(Bytes::copy_from_slice(&1i32.to_be_bytes()));
+        let args = [Some(Bytes::from_static(b"hello")), one.clone(), one];
+        let v = call("mask_inner", &s, &args, None).expect("mask_inner");
+        assert_eq!(v.as_deref(), Some(&b"h***o"[..]));
+        let s = Sig {
+            f: Native::MaskOuter,
+            ..s
+        };
+        let v = call("mask_outer", &s, &args, None).expect("mask_outer");
+        assert_eq!(v.as_deref(), Some(&b"*ell*"[..]));
+    }
+
     #[test]
     fn ipv6_text_is_javas() {
         let mut v = [0u8; 16];
