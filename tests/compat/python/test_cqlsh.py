@@ -160,3 +160,15 @@ def test_describe_keyspace_recreates_it(cqlsh_home, cluster, session):
     finally:
         for ks in (src, dst):
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+
+
+def test_tracing_on_shows_the_request_events(cqlsh_home, session, keyspace):
+    t = f"{keyspace}.traced"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, v text)")
+    session.execute(f"INSERT INTO {t} (k, v) VALUES (1, 'one')")
+    out = cqlsh(cqlsh_home, f"TRACING ON; SELECT v FROM {t} WHERE k = 1;")
+    assert "Tracing session:" in out, out
+    # cqlsh prints the events as a table: activity | timestamp | source | source_elapsed | client
+    assert "Parsing SELECT v FROM" in out, out
+    assert "Request complete" in out, out
+    assert "one" in out, out

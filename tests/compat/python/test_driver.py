@@ -535,3 +535,26 @@ def test_lwt_applied_column(session, keyspace):
     upd = session.execute(f"UPDATE {t} SET v = 'third' WHERE k = 1 IF v = 'first'")
     assert upd.was_applied
     assert session.execute(f"SELECT v FROM {t} WHERE k = 1").one().v == "third"
+
+
+def test_query_trace_lists_events_with_elapsed_time(session, keyspace):
+    t = f"{keyspace}.traced"
+    session.execute(f"CREATE TABLE IF NOT EXISTS {t} (k int PRIMARY KEY, v text)")
+    session.execute(f"INSERT INTO {t} (k, v) VALUES (7, 'x')")
+    rs = session.execute(f"SELECT v FROM {t} WHERE k = 7", trace=True)
+    assert rs.one().v == "x"
+    trace = rs.get_query_trace(max_wait_sec=10)
+    assert trace.request_type == "Execute CQL3 query"
+    assert trace.parameters["query"] == f"SELECT v FROM {t} WHERE k = 7"
+    assert trace.duration.total_seconds() > 0
+    activities = [e.description for e in trace.events]
+    assert any(a.startswith("Parsing SELECT v FROM") for a in activities), activities
+    assert activities[-1] == "Request complete", activities
+    elapsed = [e.source_elapsed.total_seconds() for e in trace.events]
+    assert elapsed == sorted(elapsed), elapsed
+    # A prepared statement is traced too, without being parsed again.
+    ps = session.prepare(f"SELECT v FROM {t} WHERE k = ?")
+    rs = session.execute(ps, [7], trace=True)
+    trace = rs.get_query_trace(max_wait_sec=10)
+    assert trace.request_type == "Execute CQL3 prepared query"
+    assert not any(e.description.startswith("Parsing") for e in trace.events)

@@ -429,6 +429,49 @@ fn trace_probability_and_slow_query_log() {
     }
     let out = ok(&node, &["gettraceprobability"]);
     assert_eq!(out.trim(), "Current trace probability: 0.25");
+
+    // Probability 1 traces every request into system_traces; 0 stops it.
+    write_rows(&node, 0, 1);
+    rt().block_on(async {
+        let s = session(&node).await;
+        ok(&node, &["settraceprobability", "1"]);
+        let before = trace_sessions(&s).await;
+        for k in 0..10 {
+            s.query_unpaged(format!("SELECT v FROM ks.t WHERE k = {k}"), &[])
+                .await
+                .expect("select");
+        }
+        let traced = trace_sessions(&s).await;
+        assert!(traced >= before + 10, "{before} -> {traced} sessions");
+        let events = s
+            .query_unpaged("SELECT activity FROM system_traces.events", &[])
+            .await
+            .expect("select events")
+            .into_rows_result()
+            .expect("rows");
+        let activities: Vec<String> = events
+            .rows::<(String,)>()
+            .expect("typed")
+            .map(|r| r.expect("row").0)
+            .collect();
+        assert!(
+            activities
+                .iter()
+                .any(|a| a.starts_with("Parsing SELECT v FROM ks.t")),
+            "{activities:?}"
+        );
+        assert!(activities.iter().any(|a| a == "Request complete"));
+        ok(&node, &["settraceprobability", "0"]);
+        let quiet = trace_sessions(&s).await;
+        for k in 0..10 {
+            s.query_unpaged(format!("SELECT v FROM ks.t WHERE k = {k}"), &[])
+                .await
+                .expect("select");
+        }
+        // Only the counting query itself (traced before the change took effect) may add one.
+        assert!(trace_sessions(&s).await <= quiet + 1);
+    });
+
     let c = amphora_nodetool::Client::new("127.0.0.1", node.api.port());
     let v = c
         .get("/storage_service/slow_query")
@@ -446,4 +489,17 @@ fn trace_probability_and_slow_query_log() {
         c.post("/storage_service/trace_probability?probability=2")
             .is_err()
     );
+}
+
+/// Rows of `system_traces.sessions`.
+async fn trace_sessions(s: &Session) -> usize {
+    s.query_unpaged(
+        "SELECT session_id, duration FROM system_traces.sessions",
+        &[],
+    )
+    .await
+    .expect("select sessions")
+    .into_rows_result()
+    .expect("rows")
+    .rows_num()
 }

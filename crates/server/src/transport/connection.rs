@@ -24,6 +24,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 
 use amphora_coordinator::{ClientState, NodeEvent, PreparedInfo, QueryError, QueryResult};
@@ -225,6 +226,9 @@ struct Conn<B: Backend> {
     /// Woken when an in-flight request ends or the writer drained the outbox.
     reader_wake: Notify,
     close: Rc<CloseSignal>,
+    /// The client's and our end of the socket (for `system_traces.sessions`).
+    peer: Option<std::net::SocketAddr>,
+    local: Option<std::net::SocketAddr>,
     inflight: Cell<usize>,
     streams: RefCell<StreamSet>,
     /// The writer exits once the outbox is empty.
@@ -244,6 +248,7 @@ pub async fn serve_connection_with<B: Backend>(
     backend: Rc<B>,
 ) {
     let peer = stream.peer_addr().ok();
+    let local = stream.local_addr().ok();
     let (mut rd, wr) = stream.into_split();
     let close = Rc::new(CloseSignal::default());
     let id = NEXT_ID.with(|n| {
@@ -273,6 +278,8 @@ pub async fn serve_connection_with<B: Backend>(
         writer_wake: Notify::new(),
         reader_wake: Notify::new(),
         close,
+        peer,
+        local,
         inflight: Cell::new(0),
         streams: RefCell::new(StreamSet::new()),
         closing: Cell::new(false),
@@ -940,7 +947,15 @@ impl<B: Backend> Conn<B> {
         self.inflight.set(self.inflight.get() + 1);
         SHARD_INFLIGHT.with(|c| c.set(c.get() + 1));
         metrics::inflight_add(1);
-        let tracing_id = tracing_requested.then(|| self.tracing_session_id());
+        // Traced when the client asks (the response carries the session id) or, at
+        // `nodetool settraceprobability`, by sampling (the client is not told).
+        let trace = (tracing_requested || amphora_trace::sample())
+            .then(|| self.new_trace(&msg))
+            .flatten();
+        let tracing_id = trace
+            .as_ref()
+            .filter(|_| tracing_requested)
+            .map(|t| t.session_id());
         let guard = InflightGuard {
             conn: self.clone(),
             stream,
@@ -953,7 +968,7 @@ impl<B: Backend> Conn<B> {
         // per request. The request's wakers may still point at this task after it moved
         // to its own: that only costs this task a spurious poll. A panic is caught as a
         // spawned task's would be: dropping the request then answers ServerError.
-        let mut request = Box::pin(run_request(guard, tracing_id, msg));
+        let mut request = Box::pin(run_request(guard, tracing_id, trace, msg));
         let first = std::future::poll_fn(|cx| {
             Poll::Ready(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
                 || request.as_mut().poll(cx).is_ready(),
@@ -972,12 +987,36 @@ impl<B: Backend> Conn<B> {
         }
     }
 
-    /// A time-based session id for a traced request.
-    // TODO(lead): record the session in system_traces.sessions/events.
-    fn tracing_session_id(&self) -> [u8; 16] {
+    /// A trace session for a request (`None` for messages that are not traced).
+    fn new_trace(&self, msg: &RequestMessage) -> Option<Arc<amphora_trace::Session>> {
+        let (command, request) = match msg {
+            RequestMessage::Query(_) => ("QUERY", "Execute CQL3 query"),
+            RequestMessage::Execute(_) => ("EXECUTE", "Execute CQL3 prepared query"),
+            RequestMessage::Batch(_) => ("BATCH", "Execute batch of CQL3 queries"),
+            RequestMessage::Prepare(_) => ("PREPARE", "Preparing CQL3 query"),
+            _ => return None,
+        };
         let h = self.backend.node_facts().host_id;
-        let node = [h[10], h[11], h[12], h[13], h[14], h[15]];
-        *uuid::Uuid::now_v1(&node).as_bytes()
+        let unspecified = std::net::IpAddr::from([0, 0, 0, 0]);
+        let session = amphora_trace::Session::new(amphora_trace::SessionInfo {
+            session_id: amphora_trace::new_session_id([h[10], h[11], h[12], h[13], h[14], h[15]]),
+            client: self.peer.map(|a| a.ip()).unwrap_or(unspecified),
+            coordinator: self.local.map(|a| a.ip()).unwrap_or(unspecified),
+            coordinator_port: self.local.map(|a| i32::from(a.port())).unwrap_or(0),
+            command: command.to_string(),
+            request: request.to_string(),
+            parameters: Vec::new(),
+            started_at_ms: amphora_trace::now_ms(),
+        });
+        let client = self
+            .peer
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "?".into());
+        session.record(
+            format!("{command} message received from {client}"),
+            format!("shard {}", self.shard),
+        );
+        Some(session)
     }
 
     fn encode_outcome(
@@ -1091,10 +1130,79 @@ impl<B: Backend> Drop for InflightGuard<B> {
     }
 }
 
+/// What the slow-query log needs of a request, kept only while that log is on (a copy of
+/// the text for QUERY and PREPARE; the prepared id, a shared slice, for EXECUTE).
+enum RequestSummary {
+    Text(&'static str, String),
+    Execute(bytes::Bytes),
+    Batch(usize),
+}
+
+impl RequestSummary {
+    fn of(msg: &RequestMessage) -> Option<RequestSummary> {
+        Some(match msg {
+            RequestMessage::Query(q) => RequestSummary::Text("QUERY", q.query.clone()),
+            RequestMessage::Prepare(p) => RequestSummary::Text("PREPARE", p.query.clone()),
+            RequestMessage::Execute(e) => RequestSummary::Execute(e.id.clone()),
+            RequestMessage::Batch(b) => RequestSummary::Batch(b.statements.len()),
+            _ => return None,
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            RequestSummary::Text(kind, q) => format!("{kind} {q}"),
+            RequestSummary::Execute(id) => {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                format!("EXECUTE of prepared statement 0x{hex}")
+            }
+            RequestSummary::Batch(n) => format!("BATCH of {n} statements"),
+        }
+    }
+}
+
 async fn run_request<B: Backend>(
+    guard: InflightGuard<B>,
+    tracing_id: Option<[u8; 16]>,
+    trace: Option<Arc<amphora_trace::Session>>,
+    msg: RequestMessage,
+) {
+    let started = std::time::Instant::now();
+    let summary = if amphora_trace::slow_query_threshold().is_zero() {
+        None
+    } else {
+        RequestSummary::of(&msg)
+    };
+    match trace {
+        // Boxed: the traced path is rare and must not grow every request's future.
+        Some(t) => {
+            let thread = format!("shard {}", guard.conn.shard);
+            let done = t.clone();
+            let thread2 = thread.clone();
+            Box::pin(amphora_trace::scope(
+                Some(t),
+                thread,
+                serve_request(guard, tracing_id, msg, move || {
+                    done.record("Request complete".into(), thread2);
+                    done.finish();
+                }),
+            ))
+            .await
+        }
+        None => serve_request(guard, tracing_id, msg, || {}).await,
+    }
+    if let Some(s) = summary {
+        amphora_trace::check_slow(started.elapsed(), || s.describe());
+    }
+}
+
+/// Runs the request and answers it; `before_answer` runs just before the response is queued
+/// (a trace session is finished there, so a driver that reads it at once finds it).
+async fn serve_request<B: Backend>(
     mut guard: InflightGuard<B>,
     tracing_id: Option<[u8; 16]>,
     msg: RequestMessage,
+    before_answer: impl FnOnce(),
 ) {
     let conn = guard.conn.clone();
     let (version, stream) = (guard.version, guard.stream);
@@ -1138,6 +1246,7 @@ async fn run_request<B: Backend>(
             )))
         }
     };
+    before_answer();
     let prefix = ResponsePrefix {
         tracing_id,
         ..ResponsePrefix::NONE
