@@ -56,6 +56,48 @@ pub struct Restrictions {
     pub filters: Vec<Filter>,
     /// Restrictions that need ALLOW FILTERING.
     pub needs_filtering: bool,
+    /// `(c1, c2) IN ((…), (…))`: the first column, the width and the value tuples; the
+    /// columns it covers hold empty value lists in `ck_prefix`.
+    pub ck_tuples: Option<(usize, usize, Vec<Vec<Bytes>>)>,
+    /// A multi-column slice over clustering columns of mixed ASC/DESC order: read by its
+    /// first column, then each row is compared with the tuple bounds by value.
+    pub tuple_filter: Option<TupleFilter>,
+}
+
+/// Tuple bounds checked row by row: `(first column, types, lower, upper)`.
+#[derive(Clone, Debug)]
+pub struct TupleFilter {
+    pub first: usize,
+    pub types: Vec<CqlType>,
+    pub lower: Option<(Vec<Bytes>, bool)>,
+    pub upper: Option<(Vec<Bytes>, bool)>,
+}
+
+impl TupleFilter {
+    /// Whether a clustering lies within the bounds (value order, each column's type).
+    pub fn holds(&self, c: &Clustering) -> bool {
+        let cmp = |b: &[Bytes]| -> std::cmp::Ordering {
+            for (i, (ty, v)) in self.types.iter().zip(b).enumerate() {
+                let Some(x) = c.0.get(self.first + i) else {
+                    return std::cmp::Ordering::Less;
+                };
+                let o = ty.compare(x, v);
+                if o != std::cmp::Ordering::Equal {
+                    return o;
+                }
+            }
+            std::cmp::Ordering::Equal
+        };
+        let lo = self.lower.as_ref().is_none_or(|(b, inc)| {
+            let o = cmp(b);
+            o.is_gt() || (*inc && o.is_eq())
+        });
+        let hi = self.upper.as_ref().is_none_or(|(b, inc)| {
+            let o = cmp(b);
+            o.is_lt() || (*inc && o.is_eq())
+        });
+        lo && hi
+    }
 }
 
 fn invalid(m: impl Into<String>) -> QueryError {
@@ -363,13 +405,21 @@ pub fn analyze(
                 }
                 let types: Vec<CqlType> = defs.iter().map(|d| d.1.ty.clone()).collect();
                 let tuple_ty = CqlType::Tuple(types.clone());
+                let n = types.len();
                 let to_vals = |e: &ast::Expr| -> Result<Vec<Bytes>, QueryError> {
                     match e {
+                        ast::Expr::Tuple(items) if items.len() != n => Err(invalid(format!(
+                            "Expected {n} elements in value tuple, but got {}: {e}",
+                            items.len()
+                        ))),
                         ast::Expr::Tuple(items) => items
                             .iter()
                             .zip(&types)
                             .map(|(i, ty)| eval_set(i, ty, ctx, "tuple"))
                             .collect(),
+                        ast::Expr::Literal(_) if n != 1 => Err(invalid(format!(
+                            "Expected {n} elements in value tuple, but got 1: ({e})"
+                        ))),
                         other => {
                             let b = eval_set(other, &tuple_ty, ctx, "tuple")?;
                             Ok(amphora_types::cql_type::split_tuple(&b)
@@ -394,6 +444,30 @@ pub fn analyze(
                         ast::RelationValue::Single(e),
                     ) => {
                         let v = to_vals(e)?;
+                        let orders: Vec<ClusteringOrder> = defs.iter().map(|d| d.1.order).collect();
+                        if orders.iter().any(|o| *o != orders[0]) {
+                            // Mixed ASC/DESC: no single clustering slice; read by the first
+                            // column's bound and compare whole tuples per row.
+                            let tf = r.tuple_filter.get_or_insert(TupleFilter {
+                                first,
+                                types: types.clone(),
+                                lower: None,
+                                upper: None,
+                            });
+                            let first_only = (vec![v[0].clone()], true);
+                            let m = multi.get_or_insert((first, None, None));
+                            match op {
+                                ast::Operator::Gt | ast::Operator::Gte => {
+                                    tf.lower = Some((v, op == ast::Operator::Gte));
+                                    m.1 = Some(first_only);
+                                }
+                                _ => {
+                                    tf.upper = Some((v, op == ast::Operator::Lte));
+                                    m.2 = Some(first_only);
+                                }
+                            }
+                            continue;
+                        }
                         let m = multi.get_or_insert((first, None, None));
                         match op {
                             ast::Operator::Gt => m.1 = Some((v, false)),
@@ -401,6 +475,42 @@ pub fn analyze(
                             ast::Operator::Lt => m.2 = Some((v, false)),
                             _ => m.2 = Some((v, true)),
                         }
+                    }
+                    (ast::Operator::In, value) => {
+                        let mut tuples: Vec<Vec<Bytes>> = match value {
+                            ast::RelationValue::List(items) => {
+                                items.iter().map(&to_vals).collect::<Result<_, _>>()?
+                            }
+                            ast::RelationValue::Single(e) => {
+                                let list_ty = CqlType::List {
+                                    elem: Box::new(tuple_ty.clone()),
+                                    frozen: true,
+                                };
+                                let b = eval_set(e, &list_ty, ctx, "tuple")?;
+                                let mut out = Vec::new();
+                                for item in amphora_types::cql_type::split_collection(&b, 1)
+                                    .map_err(|e| invalid(format!("Invalid IN list: {e}")))?
+                                    .into_iter()
+                                    .flatten()
+                                {
+                                    out.push(
+                                        amphora_types::cql_type::split_tuple(item)
+                                            .map_err(|e| invalid(format!("Invalid tuple: {e}")))?
+                                            .into_iter()
+                                            .map(|x| Bytes::copy_from_slice(x.unwrap_or_default()))
+                                            .collect(),
+                                    );
+                                }
+                                out
+                            }
+                            _ => return Err(invalid("Unsupported multi-column restriction")),
+                        };
+                        tuples.sort();
+                        tuples.dedup();
+                        for slot in ck_eq.iter_mut().skip(first).take(n) {
+                            *slot = Some(Vec::new());
+                        }
+                        r.ck_tuples = Some((first, n, tuples));
                     }
                     _ => return Err(invalid("Unsupported multi-column restriction")),
                 }
@@ -485,6 +595,21 @@ pub fn analyze(
         r.ck_slice_order = t.columns[t.clustering_key[pos] as usize].order;
     }
     for (pos, lo, hi) in ck_slices {
+        // A single-column bound next to a multi-column one on the same column: each fills
+        // the side the other leaves open.
+        let fits = pos == prefix_len
+            && r.tuple_filter.is_none()
+            && (r.ck_lower.is_none() || lo.is_none())
+            && (r.ck_upper.is_none() || hi.is_none());
+        if fits && (r.ck_lower.is_some() || r.ck_upper.is_some()) {
+            if let Some((v, inc)) = lo {
+                r.ck_lower = Some((vec![v], inc));
+            }
+            if let Some((v, inc)) = hi {
+                r.ck_upper = Some((vec![v], inc));
+            }
+            continue;
+        }
         if pos == prefix_len && r.ck_lower.is_none() && r.ck_upper.is_none() {
             r.ck_lower = lo.map(|(v, inc)| (vec![v], inc));
             r.ck_upper = hi.map(|(v, inc)| (vec![v], inc));
@@ -561,7 +686,25 @@ impl Restrictions {
     /// Every clustering prefix named by = / IN (cartesian product, clustering order).
     pub fn clustering_prefixes(&self) -> Vec<Vec<Bytes>> {
         let mut combos: Vec<Vec<Bytes>> = vec![Vec::new()];
-        for vals in &self.ck_prefix {
+        for (i, vals) in self.ck_prefix.iter().enumerate() {
+            if let Some((first, n, tuples)) = &self.ck_tuples
+                && i >= *first
+                && i < first + n
+            {
+                if i == *first {
+                    combos = combos
+                        .iter()
+                        .flat_map(|c| {
+                            tuples.iter().map(move |t| {
+                                let mut x = c.clone();
+                                x.extend(t.iter().cloned());
+                                x
+                            })
+                        })
+                        .collect();
+                }
+                continue;
+            }
             let mut next = Vec::with_capacity(combos.len() * vals.len());
             for c in &combos {
                 for v in vals {

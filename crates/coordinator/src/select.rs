@@ -335,7 +335,7 @@ pub async fn run_select(
         remaining = u32::MAX;
     }
     let page = page_size.map(|p| p.min(remaining)).unwrap_or(remaining);
-    let filtering = !r.filters.is_empty();
+    let filtering = !r.filters.is_empty() || r.tuple_filter.is_some();
     let base = ReadCommand {
         table: table.id,
         partitions: PartitionRange::all(),
@@ -497,6 +497,11 @@ pub async fn run_select(
                 .filters
                 .iter()
                 .all(|f| filter_row(table, f, p, row, now_s))
+            {
+                continue;
+            }
+            if let Some(tf) = &r.tuple_filter
+                && (static_only || !tf.holds(&row.clustering))
             {
                 continue;
             }

@@ -798,7 +798,11 @@ fn where_keys(
     ctx: &EvalCtx<'_>,
 ) -> Result<(Vec<PartitionKey>, restrict::Restrictions), QueryError> {
     let r = restrict::analyze(t, rels, ctx)?;
-    if r.needs_filtering || r.token_start.is_some() || r.token_end.is_some() {
+    if r.needs_filtering
+        || r.token_start.is_some()
+        || r.token_end.is_some()
+        || r.tuple_filter.is_some()
+    {
         return Err(invalid(
             "Non PRIMARY KEY columns found in where clause or invalid restriction for a modification statement",
         ));
