@@ -618,3 +618,30 @@ def test_list_remove_by_value_and_nested_type_rules(session, keyspace):
         session.execute(f"CREATE TABLE {t}_bad (k int PRIMARY KEY, m list<counter>)")
     with pytest.raises(InvalidRequest, match="Invalid non-frozen collection type"):
         session.execute(f"CREATE TABLE {t}_bad (k list<int> PRIMARY KEY, v int)")
+
+
+def test_multi_column_restrictions_and_order_by_rules(session, keyspace):
+    t = f"{keyspace}.mc"
+    session.execute(f"CREATE TABLE {t} (k int, c1 int, c2 int, v int, PRIMARY KEY (k, c1, c2)) "
+                    f"WITH CLUSTERING ORDER BY (c1 DESC, c2 ASC)")
+    for c1 in (1, 2, 3):
+        for c2 in (1, 2):
+            session.execute(f"INSERT INTO {t} (k, c1, c2, v) VALUES (1, {c1}, {c2}, {c1 * 10 + c2})")
+    got = [(r.c1, r.c2) for r in session.execute(f"SELECT c1, c2 FROM {t} WHERE k = 1 AND (c1, c2) > (1, 1)")]
+    assert got == [(3, 1), (3, 2), (2, 1), (2, 2), (1, 2)]
+    got = [(r.c1, r.c2) for r in session.execute(f"SELECT c1, c2 FROM {t} WHERE k = 1 AND (c1, c2) IN ((1, 2), (3, 1), (9, 9))")]
+    assert got == [(3, 1), (1, 2)]
+    sel = session.prepare(f"SELECT c1, c2 FROM {t} WHERE k = 1 AND (c1, c2) IN ?")
+    assert [(r.c1, r.c2) for r in session.execute(sel, [[(2, 2)]])] == [(2, 2)]
+    with pytest.raises(InvalidRequest, match="Expected 2 elements in value tuple"):
+        session.execute(f"SELECT * FROM {t} WHERE k = 1 AND (c1, c2) = (1)")
+    with pytest.raises(InvalidRequest, match="cannot be restricted by more than one relation if it includes an Equal"):
+        session.execute(f"SELECT * FROM {t} WHERE k = 1 AND c1 = 1 AND c1 = 2")
+    with pytest.raises(InvalidRequest, match="following their declared order"):
+        session.execute(f"SELECT * FROM {t} WHERE k = 1 ORDER BY c2 DESC")
+    assert [r.c2 for r in session.execute(f"SELECT c2 FROM {t} WHERE k = 1 AND c1 = 2 ORDER BY c2 DESC")] == [2, 1]
+    with pytest.raises(InvalidRequest, match="Unsupported order by relation"):
+        session.execute(f"SELECT * FROM {t} WHERE k = 1 ORDER BY c1 DESC, c2 DESC")
+    session.execute(f"CREATE TABLE {t}_text (k text PRIMARY KEY, v int)")
+    with pytest.raises(InvalidRequest, match="Key may not be empty"):
+        session.execute(f"INSERT INTO {t}_text (k, v) VALUES ('', 1)")
