@@ -1108,6 +1108,12 @@ fn math(f: &Native, ty: &CqlType, v: &[u8]) -> Option<Bytes> {
                 Native::Round => {
                     crate::values::encode_literal(&ast::Literal::Integer(round_half_up(&text)?), ty)
                 }
+                Native::Log | Native::Log10 => {
+                    let digits = text.trim_start_matches('-').replace('.', "");
+                    let precision = digits.trim_start_matches('0').len().clamp(28, 34);
+                    let out = decimal_log(&text, *f == Native::Log10, precision)?;
+                    crate::values::encode_literal(&ast::Literal::Float(out), ty)
+                }
                 _ => from_f64(ty, unary(text.parse().ok()?)),
             }
         }
@@ -1116,6 +1122,12 @@ fn math(f: &Native, ty: &CqlType, v: &[u8]) -> Option<Bytes> {
             match f {
                 Native::Abs => from_i128(ty, n.checked_abs()?),
                 Native::Round => from_i128(ty, n),
+                Native::Log | Native::Log10 => {
+                    // Cassandra computes the decimal logarithm and truncates it.
+                    let r = decimal_log(&n.to_string(), *f == Native::Log10, 28)?;
+                    let int_part = r.split('.').next().unwrap_or("0");
+                    from_i128(ty, int_part.parse().ok()?)
+                }
                 _ => {
                     let r = unary(n as f64);
                     if r.is_finite() {
@@ -1141,6 +1153,255 @@ fn math(f: &Native, ty: &CqlType, v: &[u8]) -> Option<Bytes> {
                 }
             }
         }
+    }
+}
+
+/// A non-negative integer in base 1e9 limbs, little-endian: just enough arithmetic for
+/// decimal logarithms to 34 significant digits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Big(Vec<u64>);
+
+const LIMB: u64 = 1_000_000_000;
+
+impl Big {
+    fn parse(digits: &str) -> Option<Big> {
+        let digits = digits.trim_start_matches('0');
+        let mut limbs = Vec::new();
+        let mut end = digits.len();
+        while end > 0 {
+            let start = end.saturating_sub(9);
+            limbs.push(digits.get(start..end)?.parse().ok()?);
+            end = start;
+        }
+        Some(Big(limbs).trimmed())
+    }
+
+    fn pow10(n: usize) -> Big {
+        Big::parse(&format!("1{}", "0".repeat(n))).unwrap_or(Big(Vec::new()))
+    }
+
+    fn trimmed(mut self) -> Big {
+        while self.0.last() == Some(&0) {
+            self.0.pop();
+        }
+        self
+    }
+
+    fn is_zero(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn text(&self) -> String {
+        let mut out = match self.0.last() {
+            Some(top) => top.to_string(),
+            None => return "0".into(),
+        };
+        for limb in self.0.iter().rev().skip(1) {
+            out += &format!("{limb:09}");
+        }
+        out
+    }
+
+    fn cmp(&self, o: &Big) -> std::cmp::Ordering {
+        self.0
+            .len()
+            .cmp(&o.0.len())
+            .then_with(|| self.0.iter().rev().cmp(o.0.iter().rev()))
+    }
+
+    fn add(&self, o: &Big) -> Big {
+        let mut out = Vec::with_capacity(self.0.len().max(o.0.len()) + 1);
+        let mut carry = 0;
+        for i in 0..self.0.len().max(o.0.len()) {
+            let x = self.0.get(i).unwrap_or(&0) + o.0.get(i).unwrap_or(&0) + carry;
+            out.push(x % LIMB);
+            carry = x / LIMB;
+        }
+        if carry > 0 {
+            out.push(carry);
+        }
+        Big(out).trimmed()
+    }
+
+    /// `self - o`, for `self >= o`.
+    fn sub(&self, o: &Big) -> Big {
+        let mut out = Vec::with_capacity(self.0.len());
+        let mut borrow = 0i64;
+        for (i, x) in self.0.iter().enumerate() {
+            let mut d = *x as i64 - *o.0.get(i).unwrap_or(&0) as i64 - borrow;
+            borrow = i64::from(d < 0);
+            if d < 0 {
+                d += LIMB as i64;
+            }
+            out.push(d as u64);
+        }
+        Big(out).trimmed()
+    }
+
+    fn mul(&self, o: &Big) -> Big {
+        let mut out = vec![0u64; self.0.len() + o.0.len() + 1];
+        for (i, x) in self.0.iter().enumerate() {
+            let mut carry = 0;
+            for (j, y) in o.0.iter().enumerate() {
+                let t = out[i + j] + x * y + carry;
+                out[i + j] = t % LIMB;
+                carry = t / LIMB;
+            }
+            let mut k = i + o.0.len();
+            while carry > 0 {
+                let t = out[k] + carry;
+                out[k] = t % LIMB;
+                carry = t / LIMB;
+                k += 1;
+            }
+        }
+        Big(out).trimmed()
+    }
+
+    fn div_small(&self, d: u64) -> Big {
+        let mut out = vec![0u64; self.0.len()];
+        let mut rem = 0u64;
+        for i in (0..self.0.len()).rev() {
+            let cur = rem * LIMB + self.0[i];
+            out[i] = cur / d;
+            rem = cur % d;
+        }
+        Big(out).trimmed()
+    }
+
+    /// `floor(self / 10^p)`.
+    fn shift_down(&self, p: usize) -> Big {
+        let limbs = p / 9;
+        let rest = Big(self.0.get(limbs..).unwrap_or(&[]).to_vec());
+        rest.div_small(10u64.pow((p % 9) as u32))
+    }
+
+    /// `floor(self * 10^p / d)`, by decimal long division.
+    fn div_scaled(&self, d: &Big, p: usize) -> Big {
+        let ten = Big(vec![10]);
+        let mut rem = Big(Vec::new());
+        let mut q = String::new();
+        for c in self.text().chars().chain(std::iter::repeat_n('0', p)) {
+            rem = rem
+                .mul(&ten)
+                .add(&Big(vec![u64::from(c.to_digit(10).unwrap_or(0))]));
+            let mut k = 0;
+            while rem.cmp(d) != std::cmp::Ordering::Less {
+                rem = rem.sub(d);
+                k += 1;
+            }
+            q.push(char::from(b'0' + k));
+        }
+        Big::parse(&q).unwrap_or(Big(Vec::new()))
+    }
+}
+
+/// Fractional digits the logarithms are computed with before rounding.
+const LOG_SCALE: usize = 60;
+
+/// `ln(m)` for `m` given scaled by 10^LOG_SCALE, `m >= 1`: 2·atanh((m-1)/(m+1)).
+fn ln_scaled(m: &Big) -> Big {
+    let one = Big::pow10(LOG_SCALE);
+    let z = m.sub(&one).div_scaled(&m.add(&one), LOG_SCALE);
+    let z2 = z.mul(&z).shift_down(LOG_SCALE);
+    let mut term = z;
+    let mut sum = Big(Vec::new());
+    let mut k = 1u64;
+    while !term.is_zero() {
+        sum = sum.add(&term.div_small(k));
+        term = term.mul(&z2).shift_down(LOG_SCALE);
+        k += 2;
+    }
+    sum.add(&sum)
+}
+
+/// `ln(x)` or `log10(x)` of a positive decimal's text, rounded HALF_EVEN to `precision`
+/// significant digits as BigDecimal's MathContext does; None for x <= 0.
+fn decimal_log(text: &str, base10: bool, precision: usize) -> Option<String> {
+    if text.starts_with('-') {
+        return None;
+    }
+    let (int_part, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = format!("{int_part}{frac}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return None;
+    }
+    // x = 0.d1d2d3… · 10^e10 with d1 != 0, so x = m · 10^(e10 - 1) with m in [1, 10).
+    let leading_zeros = digits.len() - significant.len();
+    let exp10 = int_part.len() as i64 - leading_zeros as i64 - 1;
+    let m = Big::parse(&format!(
+        "{significant}{}",
+        "0".repeat(LOG_SCALE.saturating_sub(significant.len() - 1))
+    ))?;
+    let ln_m = ln_scaled(&m);
+    let ln10 = ln_scaled(&Big::pow10(LOG_SCALE + 1));
+    let whole = Big::parse(&exp10.unsigned_abs().to_string()).unwrap_or(Big(Vec::new()));
+    let unit = if base10 {
+        Big::pow10(LOG_SCALE)
+    } else {
+        ln10.clone()
+    };
+    let frac_part = if base10 {
+        ln_m.div_scaled(&ln10, LOG_SCALE)
+    } else {
+        ln_m
+    };
+    let shift = whole.mul(&unit);
+    let (neg, value) = if exp10 >= 0 {
+        (false, frac_part.add(&shift))
+    } else if shift.cmp(&frac_part) == std::cmp::Ordering::Greater {
+        (true, shift.sub(&frac_part))
+    } else {
+        (false, frac_part.sub(&shift))
+    };
+    if value.is_zero() {
+        return Some("0".into());
+    }
+    Some(round_significant(&value.text(), LOG_SCALE, precision, neg))
+}
+
+/// Writes `digits · 10^-scale` rounded HALF_EVEN to `precision` significant digits.
+fn round_significant(digits: &str, scale: usize, precision: usize, neg: bool) -> String {
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let lead = padded.len() - padded.trim_start_matches('0').len();
+    let keep_end = (lead + precision).min(padded.len());
+    let bytes = padded.as_bytes();
+    let mut kept: Vec<u8> = bytes[..keep_end].to_vec();
+    let rest = &bytes[keep_end..];
+    let up = match rest.first() {
+        Some(d) if *d > b'5' => true,
+        Some(b'5') => {
+            rest[1..].iter().any(|d| *d != b'0') || kept.last().is_some_and(|d| (d - b'0') % 2 == 1)
+        }
+        _ => false,
+    };
+    if up {
+        let mut i = kept.len();
+        loop {
+            if i == 0 {
+                kept.insert(0, b'1');
+                break;
+            }
+            i -= 1;
+            if kept[i] == b'9' {
+                kept[i] = b'0';
+            } else {
+                kept[i] += 1;
+                break;
+            }
+        }
+    }
+    let int_len = padded.len() - scale + (kept.len() - keep_end);
+    let kept = String::from_utf8_lossy(&kept).into_owned();
+    let (i, f) = kept.split_at(int_len.min(kept.len()));
+    let i = i.trim_start_matches('0');
+    let i = if i.is_empty() { "0" } else { i };
+    let sign = if neg { "-" } else { "" };
+    if f.is_empty() {
+        format!("{sign}{i}")
+    } else {
+        format!("{sign}{i}.{f}")
     }
 }
 
@@ -1662,6 +1923,24 @@ mod tests {
         };
         let v = call("mask_outer", &s, &args, None).expect("mask_outer");
         assert_eq!(v.as_deref(), Some(&b"*ell*"[..]));
+    }
+
+    #[test]
+    fn decimal_logs_have_28_significant_digits() {
+        assert_eq!(
+            decimal_log("12.345", true, 28).as_deref(),
+            Some("1.091491094267951081848996765")
+        );
+        assert_eq!(decimal_log("1", false, 28).as_deref(), Some("0"));
+        assert_eq!(
+            decimal_log("10", false, 28).as_deref(),
+            Some("2.302585092994045684017991455")
+        );
+        assert_eq!(
+            decimal_log("0.5", false, 28).as_deref(),
+            Some("-0.6931471805599453094172321215")
+        );
+        assert_eq!(decimal_log("-1", true, 28), None);
     }
 
     #[test]
