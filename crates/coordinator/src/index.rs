@@ -886,20 +886,17 @@ pub async fn read_via_index(
         cmd.row_limit = INDEX_READ_CHUNK_ROWS;
         cmd.start_after = entry_after.clone().map(|c| (index_key.clone(), Some(c)));
         let res = read_on(inner, cmd).await?;
-        let entries: Vec<Clustering> = res
-            .partitions
-            .into_iter()
-            .flat_map(|p| p.rows.into_iter().map(|r| r.clustering))
-            .collect();
+        let entries: Vec<Row> = res.partitions.into_iter().flat_map(|p| p.rows).collect();
         let Some(last) = entries.last() else {
             return Ok((out, true));
         };
-        entry_after = Some(last.clone());
+        entry_after = Some(last.clustering.clone());
         let short = (entries.len() as u32) < INDEX_READ_CHUNK_ROWS;
-        // Group entries by base partition, keeping ring order.
-        let mut groups: Vec<(PartitionKey, Vec<Clustering>)> = Vec::new();
+        // Group entries by base partition, keeping ring order: (key, [(ck, entry)]).
+        type Group<'a> = (PartitionKey, Vec<(Clustering, &'a Row)>);
+        let mut groups: Vec<Group<'_>> = Vec::new();
         for e in &entries {
-            let Some((key, ck)) = parse_entry(e) else {
+            let Some((key, ck)) = parse_entry(&e.clustering) else {
                 continue;
             };
             if !token_ok(r, key.token) {
@@ -909,32 +906,85 @@ pub async fn read_via_index(
                 continue;
             }
             match groups.last_mut() {
-                Some((k, cks)) if *k == key => cks.push(ck),
-                _ => groups.push((key, vec![ck])),
+                Some((k, cks)) if *k == key => cks.push((ck, e)),
+                _ => groups.push((key, vec![(ck, e)])),
             }
         }
+        let mut stale: Vec<Row> = Vec::new();
         for (key, cks) in groups {
-            let mut cmd = ReadCommand::new(t.id, PartitionRange::Single(key), now_s);
+            let mut cmd = ReadCommand::new(t.id, PartitionRange::Single(key.clone()), now_s);
             cmd.slices = if q.partition_level || t.clustering_key.is_empty() {
                 slices.clone()
             } else {
-                cks.into_iter()
-                    .map(|c| ClusteringSlice {
+                cks.iter()
+                    .map(|(c, _)| ClusteringSlice {
                         start: ClusteringBound::inclusive(c.0.clone()),
-                        end: ClusteringBound::inclusive(c.0),
+                        end: ClusteringBound::inclusive(c.0.clone()),
                     })
                     .collect()
             };
             let res = read_on(inner, cmd).await?;
-            for p in res.partitions {
+            let part = res.partitions.into_iter().next();
+            // Entries whose base row no longer has the indexed value are deleted (at the
+            // entry's own timestamp, so a newer write of the same value survives).
+            // A partition-level entry read through clustering restrictions proves nothing.
+            let judged = !q.partition_level
+                || (r.ck_prefix.is_empty() && r.ck_lower.is_none() && r.ck_upper.is_none());
+            for (ck, e) in cks.iter().filter(|_| judged) {
+                if !entry_is_live(t, q, r, part.as_ref(), ck, now_s)
+                    && let Some(m) = e.marker
+                {
+                    let mut row = Row::new(e.clustering.clone());
+                    row.deletion = Some(amphora_types::data::DeletionTime::new(m.timestamp, now_s));
+                    stale.push(row);
+                }
+            }
+            if let Some(p) = part {
                 matched += count_matching(t, r, &p, now_s);
                 out.push(p);
             }
+        }
+        if !stale.is_empty() {
+            let m = Mutation {
+                table: q.index.backing.id,
+                key: index_key.clone(),
+                update: PartitionUpdate {
+                    rows: stale,
+                    ..PartitionUpdate::default()
+                },
+            };
+            crate::write::apply_planned(inner, vec![crate::write::Planned::Mutation(m)]).await?;
         }
         if short {
             return Ok((out, matched < want));
         }
     }
+}
+
+/// Whether the base row an entry names still has the indexed value.
+fn entry_is_live(
+    t: &TableSchema,
+    q: &IndexQuery,
+    r: &Restrictions,
+    part: Option<&PartitionData>,
+    ck: &Clustering,
+    now_s: i32,
+) -> bool {
+    let (Some(p), Some(f)) = (part, r.filters.get(q.filter)) else {
+        return false;
+    };
+    if q.partition_level {
+        let probe = p
+            .rows
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Row::new(Clustering::empty()));
+        return crate::select::filter_row(t, f, p, &probe, now_s);
+    }
+    p.rows
+        .iter()
+        .find(|row| row.clustering == *ck)
+        .is_some_and(|row| crate::select::filter_row(t, f, p, row, now_s))
 }
 
 fn count_matching(t: &TableSchema, r: &Restrictions, p: &PartitionData, now_s: i32) -> u64 {
