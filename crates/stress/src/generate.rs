@@ -14,13 +14,20 @@ use crate::distribution::{Distribution, Rng, mix64, salt};
 
 /// The partition key of `standard1`/`counter1` for a population seed.
 pub fn hex_key(seed: i64, size: usize) -> Vec<u8> {
-    let mut rng = Rng::new(mix64(seed as u64 ^ salt("randomstrkey")));
     let mut out = Vec::with_capacity(size);
-    while out.len() < size {
+    hex_key_into(seed, size, &mut out);
+    out
+}
+
+/// [`hex_key`] appended to `out` (no allocation of its own).
+pub fn hex_key_into(seed: i64, size: usize, out: &mut Vec<u8>) {
+    let mut rng = Rng::new(mix64(seed as u64 ^ key_salt()));
+    let end = out.len() + size;
+    while out.len() < end {
         // cassandra-stress's identity distribution: uniform(1..100B).
         let mut value = rng.range_inclusive(1, 100_000_000_000) as u64;
         for _ in 0..16 {
-            if out.len() == size {
+            if out.len() == end {
                 break;
             }
             let v = (value & 15) as u8;
@@ -28,24 +35,42 @@ pub fn hex_key(seed: i64, size: usize) -> Vec<u8> {
             value >>= 4;
         }
     }
-    out
+}
+
+fn key_salt() -> u64 {
+    static SALT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SALT.get_or_init(|| salt("randomstrkey"))
 }
 
 /// A cell of `column` for a population seed: `size` bytes, size drawn per seed.
 pub fn cell_bytes(seed: i64, column: &str, size: &Distribution) -> Vec<u8> {
-    let id = mix64(seed as u64 ^ salt(column));
+    let mut out = Vec::new();
+    cell_bytes_into(seed, salt(column), size, &mut out);
+    out
+}
+
+/// [`cell_bytes`] appended to `out`, with the column's salt (`salt(column)`) precomputed.
+pub fn cell_bytes_into(seed: i64, column_salt: u64, size: &Distribution, out: &mut Vec<u8>) {
+    let id = mix64(seed as u64 ^ column_salt);
     let len = size.value_at(0, id).max(0) as usize;
-    random_bytes(!id, len)
+    random_bytes_into(!id, len, out);
 }
 
 pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
+    random_bytes_into(seed, len, &mut out);
+    out
+}
+
+/// [`random_bytes`] appended to `out`.
+pub fn random_bytes_into(seed: u64, len: usize, out: &mut Vec<u8>) {
+    let mut rng = Rng::new(seed);
+    let end = out.len() + len;
+    out.reserve(len + 8);
+    while out.len() < end {
         out.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
-    out.truncate(len);
-    out
+    out.truncate(end);
 }
 
 const ALNUM: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -140,6 +165,33 @@ mod tests {
             let n = cell_bytes(s, "C0", &u).len();
             assert!((10..=20).contains(&n));
         }
+    }
+
+    #[test]
+    fn appending_generators_match_the_allocating_ones() {
+        // The key and the cells a write appends into one buffer are the very bytes a read
+        // regenerates (and that earlier versions wrote), whatever precedes them.
+        let d = Distribution::uniform(0, 40);
+        let mut buf = b"prefix".to_vec();
+        for seed in 0..200 {
+            let start = buf.len();
+            hex_key_into(seed, 10, &mut buf);
+            assert_eq!(&buf[start..], &hex_key(seed, 10)[..]);
+            let start = buf.len();
+            cell_bytes_into(seed, crate::distribution::salt("C3"), &d, &mut buf);
+            assert_eq!(&buf[start..], &cell_bytes(seed, "C3", &d)[..]);
+        }
+        assert!(buf.starts_with(b"prefix"));
+        // Pinned bytes (what the generators produced before they appended into buffers):
+        // changing a generator would make data written earlier fail validation.
+        assert_eq!(hex_key(1, 10), b"K873P46OL0");
+        assert_eq!(
+            cell_bytes(7, "C0", &Distribution::fixed(34)),
+            [
+                149, 42, 64, 236, 159, 12, 205, 158, 131, 161, 72, 234, 88, 69, 34, 145, 186, 171,
+                153, 105, 226, 67, 31, 182, 185, 128, 204, 10, 38, 22, 156, 5, 78, 248
+            ]
+        );
     }
 
     #[test]

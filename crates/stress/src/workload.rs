@@ -18,15 +18,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use scylla::client::session::Session;
 use scylla::cluster::metadata::ColumnKind;
+use scylla::deserialize::row::ColumnIterator;
 use scylla::frame::response::result::{ColumnType, NativeType};
 use scylla::statement::Consistency as DriverConsistency;
 use scylla::statement::batch::{Batch, BatchType as DriverBatchType};
 use scylla::statement::prepared::PreparedStatement;
-use scylla::value::{Counter, CqlValue, Row};
+use scylla::value::{Counter, CqlValue};
 
 use crate::distribution::{Distribution, Ratio, Rng, mix64, salt};
 use crate::error::StressError;
-use crate::generate::{cell_bytes, hex_key, typed_value};
+use crate::generate::{cell_bytes_into, hex_key, hex_key_into, typed_value};
 use crate::profile::{BatchType, Fields, Profile};
 use crate::runner::{OpDone, Workload};
 use crate::settings::{Columns, Consistency, OpKind, Population, Schema, Settings};
@@ -195,7 +196,26 @@ pub struct Predefined {
     counter_read: Option<PreparedStatement>,
     seeds: Seeds,
     columns: Columns,
+    /// `salt(name)` of each column, in `columns.names` order.
+    column_salts: Vec<u64>,
+    count_salt: u64,
     add: Distribution,
+}
+
+/// A standard1 row generated into one buffer: the key, then each cell, as byte ranges.
+struct RowBytes {
+    buf: Vec<u8>,
+    /// (start, end) of the key, then of each cell.
+    ranges: Vec<(usize, usize)>,
+}
+
+impl RowBytes {
+    fn part(&self, i: usize) -> &[u8] {
+        self.ranges
+            .get(i)
+            .and_then(|&(a, b)| self.buf.get(a..b))
+            .unwrap_or(&[])
+    }
 }
 
 impl Predefined {
@@ -272,6 +292,8 @@ impl Predefined {
             counter_writes,
             counter_read,
             seeds: Seeds::new(settings.population.clone()),
+            column_salts: columns.names.iter().map(|n| salt(n)).collect(),
+            count_salt: salt("count"),
             columns,
             add: settings.counter_add.clone(),
         })
@@ -279,31 +301,35 @@ impl Predefined {
 
     fn column_count(&self, seed: i64) -> usize {
         let d = &self.columns.count;
-        (d.value_at(0, mix64(seed as u64 ^ salt("count"))).max(1) as usize)
+        (d.value_at(0, mix64(seed as u64 ^ self.count_salt)).max(1) as usize)
             .min(self.columns.names.len())
     }
 
-    fn expected_cells(&self, seed: i64) -> Vec<(String, Vec<u8>)> {
-        let n = self.column_count(seed);
-        self.columns.names[..n]
-            .iter()
-            .map(|c| (c.clone(), cell_bytes(seed, c, &self.columns.size)))
-            .collect()
+    /// The key and the first `n` cells of the row of `seed`, in two allocations.
+    fn row_bytes(&self, seed: i64, n: usize) -> RowBytes {
+        let key_len = crate::settings::KEY_SIZE_BYTES;
+        let mut buf = Vec::with_capacity(key_len + n * (self.columns.size.max.max(0) as usize + 8));
+        let mut ranges = Vec::with_capacity(n + 1);
+        hex_key_into(seed, key_len, &mut buf);
+        ranges.push((0, buf.len()));
+        for salt in &self.column_salts[..n] {
+            let start = buf.len();
+            cell_bytes_into(seed, *salt, &self.columns.size, &mut buf);
+            ranges.push((start, buf.len()));
+        }
+        RowBytes { buf, ranges }
     }
 
     async fn op(&self, kind: OpKind, rng: &mut Rng) -> Result<OpDone, String> {
         let seed = self.seeds.next(rng);
-        let key = CqlValue::Blob(hex_key(seed, crate::settings::KEY_SIZE_BYTES));
         match kind {
             OpKind::Write => {
-                let cells = self.expected_cells(seed);
-                let stmt = self
-                    .writes
-                    .get(&cells.len())
-                    .ok_or("no write statement prepared")?;
-                let mut values: Vec<CqlValue> =
-                    cells.into_iter().map(|(_, b)| CqlValue::Blob(b)).collect();
-                values.push(key);
+                let n = self.column_count(seed);
+                let stmt = self.writes.get(&n).ok_or("no write statement prepared")?;
+                let row = self.row_bytes(seed, n);
+                // Cells in column order, then the key (the statement's marker order).
+                let mut values: Vec<&[u8]> = (1..=n).map(|i| row.part(i)).collect();
+                values.push(row.part(0));
                 self.session
                     .execute_unpaged(stmt, values)
                     .await
@@ -314,6 +340,7 @@ impl Predefined {
                 })
             }
             OpKind::CounterWrite => {
+                let key = CqlValue::Blob(hex_key(seed, crate::settings::KEY_SIZE_BYTES));
                 let n = self.column_count(seed);
                 let stmt = self
                     .counter_writes
@@ -352,9 +379,15 @@ impl Predefined {
                     self.counter_read.as_ref()
                 }
                 .ok_or("no read statement prepared")?;
+                let n_cols = if kind == OpKind::Read {
+                    self.column_count(seed)
+                } else {
+                    0
+                };
+                let expected = self.row_bytes(seed, n_cols);
                 let res = self
                     .session
-                    .execute_unpaged(stmt, (key,))
+                    .execute_unpaged(stmt, (expected.part(0),))
                     .await
                     .map_err(exec_err)?;
                 let rows = res.into_rows_result().map_err(exec_err)?;
@@ -362,26 +395,35 @@ impl Predefined {
                 if n == 0 {
                     return Err(format!(
                         "Data returned was not validated: no row for seed {seed} (key {})",
-                        String::from_utf8_lossy(&hex_key(seed, crate::settings::KEY_SIZE_BYTES))
+                        String::from_utf8_lossy(expected.part(0))
                     ));
                 }
                 if kind == OpKind::Read {
-                    let names: Vec<String> = rows
-                        .column_specs()
-                        .iter()
-                        .map(|c| c.name().to_string())
-                        .collect();
-                    let row: Row = rows.first_row().map_err(exec_err)?;
-                    for (name, expected) in self.expected_cells(seed) {
-                        let got = names
+                    // Compare the raw cells of the first row with the generated bytes, by
+                    // column name, without decoding the row into values.
+                    let row: ColumnIterator = rows.first_row().map_err(exec_err)?;
+                    let mut matched = 0;
+                    for col in row {
+                        let col = col.map_err(exec_err)?;
+                        let Some(i) = self.columns.names[..n_cols]
                             .iter()
-                            .position(|n| *n == name)
-                            .and_then(|i| row.columns.get(i).cloned().flatten());
-                        if got != Some(CqlValue::Blob(expected)) {
+                            .position(|c| c == col.spec.name())
+                        else {
+                            continue;
+                        };
+                        if col.slice.map(|s| s.as_slice()) != Some(expected.part(i + 1)) {
                             return Err(format!(
-                                "Data returned was not validated: column {name} of seed {seed} differs"
+                                "Data returned was not validated: column {} of seed {seed} differs",
+                                self.columns.names[i]
                             ));
                         }
+                        matched += 1;
+                    }
+                    if matched != n_cols {
+                        return Err(format!(
+                            "Data returned was not validated: {} of {n_cols} columns of seed {seed} returned",
+                            matched
+                        ));
                     }
                 }
                 Ok(OpDone {
