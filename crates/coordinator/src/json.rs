@@ -319,6 +319,64 @@ pub fn json_name(name: &str) -> String {
     }
 }
 
+/// Parses JSON text as Cassandra's Jackson reads it: a number beyond the double range is
+/// infinite rather than an error (serde_json refuses it, so such numbers are read as the
+/// strings `"Infinity"` / `"-Infinity"`, which a float column accepts).
+pub fn parse_json(text: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    match serde_json::from_slice(text) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let s = String::from_utf8_lossy(text);
+            let rewritten = infinite_numbers_as_strings(&s);
+            if rewritten == s {
+                return Err(e);
+            }
+            serde_json::from_str(&rewritten).map_err(|_| e)
+        }
+    }
+}
+
+fn infinite_numbers_as_strings(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let token = s.get(start..i).unwrap_or("");
+                if let Ok(x) = token.parse::<f64>()
+                    && x.is_infinite()
+                {
+                    out.push_str(s.get(last..start).unwrap_or(""));
+                    out.push_str(if x > 0.0 {
+                        "\"Infinity\""
+                    } else {
+                        "\"-Infinity\""
+                    });
+                    last = i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(s.get(last.min(s.len())..).unwrap_or(""));
+    out
+}
+
 fn bad(ty: &CqlType, what: &str) -> QueryError {
     QueryError::Invalid(format!("Unable to make {ty} from {what}"))
 }
@@ -467,6 +525,20 @@ mod tests {
             Some("123.45")
         );
         assert_eq!(to_json(&CqlType::Int, None), "null");
+    }
+
+    #[test]
+    fn numbers_beyond_double_range_are_infinite() {
+        let v = parse_json(br#"{"d": 1e400, "e": -1e400, "s": "1e400", "f": 1.5}"#).expect("json");
+        assert_eq!(v["d"], serde_json::json!("Infinity"));
+        assert_eq!(v["e"], serde_json::json!("-Infinity"));
+        assert_eq!(v["s"], serde_json::json!("1e400"));
+        assert_eq!(v["f"], serde_json::json!(1.5));
+        let b = from_json(&CqlType::Double, &v["d"])
+            .expect("double")
+            .expect("set");
+        assert_eq!(&b[..], &f64::INFINITY.to_be_bytes()[..]);
+        assert!(parse_json(b"not json").is_err());
     }
 
     #[test]

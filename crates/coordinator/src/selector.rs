@@ -727,6 +727,28 @@ pub fn data_value(ty: &CqlType, d: &ColumnData) -> Option<Bytes> {
     }
 }
 
+/// Like [`eval_row`], but a function failing on this row's values is an error (Cassandra's
+/// FunctionFailure, e.g. an integer division by zero) instead of a null.
+pub fn eval_row_checked(
+    t: &TableSchema,
+    it: &SelItem,
+    p: &PartitionData,
+    row: &Row,
+    now_s: i32,
+    static_only: bool,
+) -> Result<Option<Bytes>, QueryError> {
+    match &it.sel {
+        Sel::Native { fname, sig, args } => {
+            let mut vals = Vec::with_capacity(args.len());
+            for a in args {
+                vals.push(eval_row_checked(t, a, p, row, now_s, static_only)?);
+            }
+            crate::functions::call(fname, sig, &vals, None)
+        }
+        _ => Ok(eval_row(t, it, p, row, now_s, static_only)),
+    }
+}
+
 /// Evaluates a non-aggregate selector on one row.
 pub fn eval_row(
     t: &TableSchema,
