@@ -558,3 +558,28 @@ def test_query_trace_lists_events_with_elapsed_time(session, keyspace):
     trace = rs.get_query_trace(max_wait_sec=10)
     assert trace.request_type == "Execute CQL3 prepared query"
     assert not any(e.description.startswith("Parsing") for e in trace.events)
+
+
+def test_v5_execute_after_the_result_metadata_changed(cluster, session, keyspace):
+    """A client that prepared `SELECT *` before ALTER TABLE ADD still gets every column:
+    the server answers its EXECUTE (which carries the old result metadata id, v5) with
+    METADATA_CHANGED and the new metadata instead of rows it would decode wrongly."""
+    if cluster.protocol_version < ProtocolVersion.V5:
+        pytest.skip("result metadata ids are protocol v5")
+    t = f"{keyspace}.meta_changes"
+    session.execute(f"CREATE TABLE {t} (k int PRIMARY KEY, a int)")
+    session.execute(f"INSERT INTO {t} (k, a) VALUES (1, 10)")
+    old = session.prepare(f"SELECT * FROM {t} WHERE k = ?")
+    assert [c[2] for c in old.result_metadata] == ["k", "a"]
+    session.execute(f"ALTER TABLE {t} ADD b text")
+    session.execute(f"INSERT INTO {t} (k, a, b) VALUES (1, 10, 'new')")
+    # Another client prepares the same text: the node now holds the new metadata under the
+    # same statement id, so the first client's EXECUTE is not answered UNPREPARED.
+    other = new_cluster()
+    try:
+        other.connect().prepare(f"SELECT * FROM {t} WHERE k = ?")
+    finally:
+        other.shutdown()
+    row = session.execute(old, [1]).one()
+    assert row._fields == ("k", "a", "b")
+    assert (row.k, row.a, row.b) == (1, 10, "new")
