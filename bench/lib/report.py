@@ -555,6 +555,23 @@ def generate(out_dir, docs=True):
                                f"latte {name}: throughput over time", pair)
             L.append(f"![latte {name}]({f})\n")
 
+    rs = {s: (sysinfo.get(s) or {}).get("restart") or {} for s in SYSTEMS}
+    if any(rs.values()):
+        L.append("## Restart with the populated table on disk\n")
+        L.append("After the populate and the major compaction: clean shutdown, start on the same "
+                 "data, time until the CQL port answers (issue 7 target 6: under 2 s with 1M "
+                 "partitions).\n")
+
+        def rcell(x):
+            if x.get("status") == "ok":
+                return fnum(x.get("startup_s"), " s")
+            return f"{x.get('status', 'not run')}: {x.get('reason') or ''}".strip() if x else "not run"
+        L.append(md_table(["", "Cassandra", "Amphora", "Amphora/Cassandra"], [
+            [f"startup with {fnum((rs.get('amphora') or rs.get('cassandra') or {}).get('partitions'))} partitions",
+             rcell(rs.get("cassandra", {})), rcell(rs.get("amphora", {})),
+             ratio((rs.get("amphora") or {}).get("startup_s"), (rs.get("cassandra") or {}).get("startup_s"))],
+        ]) + "\n")
+
     L.append("## RSS\n")
     L.append(md_table(["", "Cassandra", "Amphora", "Amphora/Cassandra"], [
         ["RSS at the end (MB)", fnum(sysinfo.get("cassandra", {}).get("final_rss_mb")),
