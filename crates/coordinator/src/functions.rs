@@ -795,6 +795,8 @@ pub fn operation_type(op: ast::BinaryOp, l: &CqlType, r: &CqlType) -> Option<Cql
         (T::Timestamp | T::Date, T::Duration, ast::BinaryOp::Add | ast::BinaryOp::Sub) => {
             Some(l.clone())
         }
+        (T::Ascii, T::Ascii, ast::BinaryOp::Add) => Some(T::Ascii),
+        (T::Text | T::Ascii, T::Text | T::Ascii, ast::BinaryOp::Add) => Some(T::Text),
         _ => None,
     }
 }
@@ -853,10 +855,22 @@ fn operation(
         ))
     };
     match ret {
+        T::Text | T::Ascii => {
+            let mut out = BytesMut::with_capacity(l.len() + r.len());
+            out.put_slice(l);
+            out.put_slice(r);
+            Ok(Some(out.freeze()))
+        }
         T::Timestamp | T::Date => {
             let Some((months, days, nanos)) = duration_parts(r) else {
                 return Ok(None);
             };
+            if *ret == T::Date && nanos != 0 {
+                return Err(failed(&format!(
+                    "The duration must have a day precision. Was: {}",
+                    crate::json::value_text(&T::Duration, r).unwrap_or_default()
+                )));
+            }
             let sign = if op == O::Sub { -1 } else { 1 };
             let (day, ms_of_day) = match ret {
                 T::Timestamp => {
@@ -935,8 +949,11 @@ fn operation(
                     if c == 0 {
                         return Err(failed("Division by zero"));
                     }
-                    let q = as_f64(lt, l).unwrap_or(0.0) / as_f64(rt, r).unwrap_or(1.0);
-                    return Ok(from_f64(&T::Decimal, q));
+                    let text = decimal_divide(a, sa, c, sc);
+                    return Ok(crate::values::encode_literal(
+                        &ast::Literal::Float(text),
+                        &T::Decimal,
+                    ));
                 }
             };
             Ok(out.map(|(u, sc)| decimal_bytes(u, sc)))
@@ -1359,6 +1376,35 @@ fn decimal_log(text: &str, base10: bool, precision: usize) -> Option<String> {
         return Some("0".into());
     }
     Some(round_significant(&value.text(), LOG_SCALE, precision, neg))
+}
+
+/// `(a·10^-sa) / (c·10^-sc)` to 28 significant digits (HALF_EVEN); an exact quotient keeps
+/// only the digits it needs, down to the preferred scale `sa - sc`, as BigDecimal does.
+fn decimal_divide(a: i128, sa: i32, c: i128, sc: i32) -> String {
+    const EXTRA: usize = 60;
+    let neg = (a < 0) != (c < 0);
+    let num = Big::parse(&a.unsigned_abs().to_string()).unwrap_or(Big(Vec::new()));
+    let den = Big::parse(&c.unsigned_abs().to_string()).unwrap_or(Big(Vec::new()));
+    let q = num.div_scaled(&den, EXTRA);
+    let exact = q.mul(&den).cmp(&num.mul(&Big::pow10(EXTRA))) == std::cmp::Ordering::Equal;
+    let scale = EXTRA as i64 + sa as i64 - sc as i64;
+    if q.is_zero() || scale < 0 {
+        return "0".into();
+    }
+    let mut out = round_significant(&q.text(), scale as usize, 28, neg && !q.is_zero());
+    if exact && out.contains('.') {
+        let preferred = (sa - sc).max(0) as usize;
+        let frac_len = out.len() - out.find('.').map(|i| i + 1).unwrap_or(out.len());
+        let mut trim = 0;
+        while frac_len - trim > preferred && out.as_bytes()[out.len() - 1 - trim] == b'0' {
+            trim += 1;
+        }
+        out.truncate(out.len() - trim);
+        if out.ends_with('.') {
+            out.pop();
+        }
+    }
+    out
 }
 
 /// Writes `digits · 10^-scale` rounded HALF_EVEN to `precision` significant digits.
@@ -1941,6 +1987,16 @@ mod tests {
             Some("-0.6931471805599453094172321215")
         );
         assert_eq!(decimal_log("-1", true, 28), None);
+    }
+
+    #[test]
+    fn decimal_division_has_28_significant_digits() {
+        assert_eq!(
+            decimal_divide(1025, 2, 3, 0),
+            "3.416666666666666666666666667"
+        );
+        assert_eq!(decimal_divide(10, 0, 4, 0), "2.5");
+        assert_eq!(decimal_divide(-1, 0, 8, 0), "-0.125");
     }
 
     #[test]

@@ -371,9 +371,63 @@ pub fn resolve(
             operation_item(t, *op, left, right, ctx_for_consts)
         }
         // Cassandra's selector grammar has no unary minus on a column or call.
-        ast::Expr::Negate(inner) if !is_term(inner) => Err(QueryError::Syntax(format!(
-            "no viable alternative at input '-' ({e})"
-        ))),
+        // Cassandra's lexer reads `-i…` as the start of `-Infinity`: a syntax error.
+        ast::Expr::Negate(inner)
+            if matches!(&**inner, ast::Expr::Column(c)
+                if !c.quoted && c.name.starts_with(['i', 'I'])) =>
+        {
+            Err(QueryError::Syntax(format!(
+                "mismatched character after '-{}' (expecting -Infinity)",
+                match &**inner {
+                    ast::Expr::Column(c) => c.name.as_str(),
+                    _ => "",
+                }
+            )))
+        }
+        ast::Expr::Negate(inner) if !is_term(inner) => {
+            // -x is 0 - x in x's type.
+            let base = resolve(t, inner, ctx_for_consts)?;
+            let ty = base.ty.clone();
+            if !matches!(
+                ty,
+                CqlType::Tinyint
+                    | CqlType::Smallint
+                    | CqlType::Int
+                    | CqlType::Bigint
+                    | CqlType::Counter
+                    | CqlType::Float
+                    | CqlType::Double
+                    | CqlType::Decimal
+                    | CqlType::Varint
+            ) {
+                return Err(invalid(format!(
+                    "the '-' operation is not supported on {}",
+                    base.name
+                )));
+            }
+            let name = format!("-{}", base.name);
+            let zero = crate::functions::from_i128(&ty, 0);
+            Ok(SelItem {
+                sel: Sel::Native {
+                    fname: "_negate".into(),
+                    sig: crate::functions::Sig {
+                        f: crate::functions::Native::Operation(ast::BinaryOp::Sub),
+                        params: vec![ty.clone(), ty.clone()],
+                        ret: ty.clone(),
+                    },
+                    args: vec![
+                        SelItem {
+                            sel: Sel::Const(zero),
+                            name: "0".into(),
+                            ty: ty.clone(),
+                        },
+                        base,
+                    ],
+                },
+                name,
+                ty,
+            })
+        }
         _ => Err(invalid(format!("Unsupported selector: {e}"))),
     }
 }
@@ -426,7 +480,21 @@ fn operation_item(
         ret: ret.clone(),
     };
     let fname = format!("_{}", op.as_str());
-    let name = format!("{ln} {} {rn}", op.as_str());
+    let prec = |o: ast::BinaryOp| match o {
+        ast::BinaryOp::Add | ast::BinaryOp::Sub => 1,
+        _ => 2,
+    };
+    // Parenthesised as written when a side binds looser than the operator.
+    let paren = |e: &ast::Expr, n: String, min: u8| match e {
+        ast::Expr::Binary { op, .. } if prec(*op) < min => format!("({n})"),
+        _ => n,
+    };
+    let name = format!(
+        "{} {} {}",
+        paren(left, ln, prec(op)),
+        op.as_str(),
+        paren(right, rn, prec(op) + 1)
+    );
     if items.iter().all(|i| matches!(i.sel, Sel::Const(_))) {
         let vals: Vec<Option<Bytes>> = items
             .iter()
