@@ -414,6 +414,11 @@ pub async fn run(
                     "Global TTL on the BATCH statement is not supported.",
                 ));
             }
+            if b.using.timestamp.is_some() && b.kind == ast::BatchKind::Counter {
+                return Err(QueryError::invalid(
+                    "Cannot provide custom timestamp for counter BATCH",
+                ));
+            }
             if b.using.timestamp.is_some() {
                 for c in &b.statements {
                     let (u, conditional) = match c {

@@ -190,7 +190,33 @@ fn build_check(
                 .iter()
                 .map(|e| operand(e, &ty, ctx, &def.name))
                 .collect::<Result<_, _>>()?,
-            (ast::RelationValue::Single(e), _) => vec![operand(e, &ty, ctx, &def.name)?],
+            (ast::RelationValue::Single(e), op) => {
+                let v = operand(e, &ty, ctx, &def.name)?;
+                if v.is_none()
+                    && matches!(
+                        op,
+                        ast::Operator::Lt
+                            | ast::Operator::Lte
+                            | ast::Operator::Gt
+                            | ast::Operator::Gte
+                            | ast::Operator::Contains
+                            | ast::Operator::ContainsKey
+                    )
+                {
+                    return Err(invalid(format!(
+                        "Invalid comparison with null for operator \"{}\"",
+                        op.as_str()
+                    )));
+                }
+                // An empty collection is the same as null.
+                let empty = matches!(part, Part::Whole)
+                    && matches!(
+                        ty,
+                        CqlType::List { .. } | CqlType::Set { .. } | CqlType::Map { .. }
+                    )
+                    && v.as_ref().is_some_and(|b| b[..] == [0, 0, 0, 0]);
+                vec![if empty { None } else { v }]
+            }
             _ => return Err(invalid(format!("Invalid condition on {}", def.name))),
         };
         out.push(ColumnCheck {

@@ -296,6 +296,35 @@ pub fn analyze(
                         }
                     }
                     (_, ast::Operator::IsNotNull) => {}
+                    (_, ast::Operator::Neq) => {
+                        let shown = match &rel.value {
+                            ast::RelationValue::Single(e) => e.to_string(),
+                            _ => String::new(),
+                        };
+                        return Err(invalid(format!(
+                            "Unsupported \"!=\" relation: {name} != {shown}"
+                        )));
+                    }
+                    (
+                        _,
+                        ast::Operator::Eq
+                        | ast::Operator::Lt
+                        | ast::Operator::Lte
+                        | ast::Operator::Gt
+                        | ast::Operator::Gte
+                        | ast::Operator::In,
+                    ) if def.ty.is_multi_cell()
+                        && matches!(
+                            def.ty,
+                            CqlType::List { .. } | CqlType::Set { .. } | CqlType::Map { .. }
+                        ) =>
+                    {
+                        return Err(invalid(format!(
+                            "Collection column '{name}' ({}) cannot be restricted by a '{}' relation",
+                            def.ty,
+                            rel.op.as_str()
+                        )));
+                    }
                     (_, op) => {
                         let (values, elem_ty) = match op {
                             ast::Operator::In | ast::Operator::NotIn => {

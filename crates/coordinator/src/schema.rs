@@ -724,6 +724,11 @@ pub fn create_table(
     }
     let mut options = TableOptions::default();
     apply_table_properties(&mut options, &st.options.properties)?;
+    if counters > 0 && options.default_time_to_live > 0 {
+        return Err(invalid(
+            "Cannot set default_time_to_live on a table with counters",
+        ));
+    }
     let id = TableId(u128::from_be_bytes(*uuid::Uuid::new_v4().as_bytes()));
     let table = TableSchema::new(id, &ks_name, &name, columns, options);
     let mut next = s.clone();
@@ -949,6 +954,12 @@ pub fn alter_table(
                         "Static columns are only useful (and thus allowed) if the table has at least one clustering column",
                     ));
                 }
+                if t.is_counter && !ty.is_counter() {
+                    return Err(QueryError::Config(format!(
+                        "{ks_name}.{name}: Cannot have a non counter column (\"{}\") in a counter table",
+                        c.name.name
+                    )));
+                }
                 if ty.is_counter() != t.is_counter {
                     return Err(invalid(
                         "Cannot mix counter and non counter columns in the same table",
@@ -967,7 +978,14 @@ pub fn alter_table(
                 });
             }
         }
-        ast::AlterTableAction::With(props) => apply_table_properties(&mut t.options, props)?,
+        ast::AlterTableAction::With(props) => {
+            apply_table_properties(&mut t.options, props)?;
+            if t.is_counter && t.options.default_time_to_live > 0 {
+                return Err(invalid(
+                    "Cannot set default_time_to_live on a table with counters",
+                ));
+            }
+        }
         ast::AlterTableAction::Rename { renames, .. } => {
             if ks.views.values().any(|v| v.base == t.id) {
                 return Err(invalid(format!(

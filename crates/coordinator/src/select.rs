@@ -239,6 +239,7 @@ pub async fn run_select(
     }
     let limit = int_of(&s.limit, &ctx, "[limit]")?;
     let ppl = int_of(&s.per_partition_limit, &ctx, "[per_partition_limit]")?;
+    check_selection_rules(table, s, &r, ppl.is_some(), is_aggregate(items))?;
     let reversed = match s.order_by.first() {
         None => false,
         Some(o) => {
@@ -584,6 +585,68 @@ pub async fn run_select(
         paging_state,
         no_metadata: opts.skip_metadata,
     }))
+}
+
+/// Cassandra's rules tying the selection to DISTINCT, PER PARTITION LIMIT and clustering
+/// restrictions.
+fn check_selection_rules(
+    t: &TableSchema,
+    s: &ast::SelectStatement,
+    r: &restrict::Restrictions,
+    has_ppl: bool,
+    aggregate: bool,
+) -> Result<(), QueryError> {
+    if s.distinct && has_ppl {
+        return Err(invalid(
+            "PER PARTITION LIMIT is not allowed with SELECT DISTINCT queries",
+        ));
+    }
+    if aggregate && has_ppl && s.group_by.is_empty() {
+        return Err(invalid(
+            "PER PARTITION LIMIT is not allowed with aggregate queries.",
+        ));
+    }
+    let ast::Selection::List(sel) = &s.selection else {
+        return Ok(());
+    };
+    let named: Vec<&str> = sel
+        .iter()
+        .filter_map(|it| match &it.expr {
+            ast::Expr::Column(c) => Some(c.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if s.distinct {
+        let missing: Vec<&str> = t
+            .partition_key
+            .iter()
+            .map(|id| t.columns[*id as usize].name.as_str())
+            .filter(|n| !named.contains(n))
+            .collect();
+        if !missing.is_empty() && named.len() == sel.len() {
+            return Err(invalid(format!(
+                "SELECT DISTINCT queries must request all the partition key columns (missing {})",
+                missing.join(", ")
+            )));
+        }
+    }
+    let has_ck = !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
+    if has_ck && named.len() == sel.len() {
+        let kinds: Vec<ColumnKind> = named
+            .iter()
+            .filter_map(|n| t.column(n).map(|(_, d)| d.kind))
+            .collect();
+        if kinds.contains(&ColumnKind::Static)
+            && kinds
+                .iter()
+                .all(|k| matches!(k, ColumnKind::Static | ColumnKind::PartitionKey))
+        {
+            return Err(invalid(
+                "Cannot restrict clustering columns when selecting only static columns",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many primary-key columns GROUP BY names (they must be a prefix of the key).

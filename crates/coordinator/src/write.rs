@@ -648,7 +648,14 @@ fn plan_insert(
         match def.kind {
             ColumnKind::PartitionKey => keys.push((id, eval_set(v, &def.ty, ctx, &def.name)?)),
             ColumnKind::Clustering => {
-                ck[def.position as usize] = eval_set(v, &def.ty, ctx, &def.name)?
+                let v = eval_set(v, &def.ty, ctx, &def.name)?;
+                if v.len() > 65535 {
+                    return Err(invalid(format!(
+                        "Key length of {} is longer than maximum of 65535",
+                        v.len()
+                    )));
+                }
+                ck[def.position as usize] = v
             }
             ColumnKind::Static => {
                 if let Some(d) =
@@ -823,6 +830,14 @@ fn plan_update(
     default_ts: i64,
     lists: &ListState,
 ) -> Result<Vec<Planned>, QueryError> {
+    if t.is_counter && s.using.ttl.is_some() {
+        return Err(invalid("Cannot provide custom TTL for counter updates"));
+    }
+    if t.is_counter && s.using.timestamp.is_some() {
+        return Err(invalid(
+            "Cannot provide custom timestamp for counter updates",
+        ));
+    }
     let ts = timestamp_of(&s.using, default_ts, ctx)?;
     let ttl = ttl_of(&s.using, t, ctx)?;
     let now_s = now_seconds(ctx);
@@ -1350,7 +1365,7 @@ pub async fn run_batch(
                     "Cannot include non-counter statement in a counter batch",
                 ));
             }
-            (BatchType::Logged | BatchType::Unlogged, true) => {
+            (BatchType::Logged, true) => {
                 return Err(invalid(
                     "Cannot include a counter statement in a logged batch",
                 ));
