@@ -259,8 +259,8 @@ pub fn encode(
                 "Invalid tuple literal for {receiver} of type {ty}"
             ))),
         },
+        E::Binary { op, left, right } => eval_operation(*op, left, right, ty, ctx, receiver),
         E::Cast { .. }
-        | E::Binary { .. }
         | E::Column(_)
         | E::CountRows
         | E::CellMetadata { .. }
@@ -269,6 +269,61 @@ pub fn encode(
         | E::Slice { .. } => Err(invalid(format!(
             "Invalid term for {receiver}: only literals, bind markers and functions are supported here"
         ))),
+    }
+}
+
+/// `a + b` (and `-`, `*`, `/`, `%`) between terms, for a receiver of type `ty`: each side
+/// takes the receiver's type when it can, else its own (a duration added to a timestamp).
+fn eval_operation(
+    op: ast::BinaryOp,
+    left: &ast::Expr,
+    right: &ast::Expr,
+    ty: &CqlType,
+    ctx: &EvalCtx<'_>,
+    receiver: &str,
+) -> Result<Bytes, QueryError> {
+    let side = |e: &ast::Expr| -> Result<(CqlType, Bytes), QueryError> {
+        if let Ok(b) = eval_set(e, ty, ctx, receiver) {
+            return Ok((ty.clone(), b));
+        }
+        let t = crate::functions::term_type(e).ok_or_else(|| {
+            invalid(format!(
+                "Invalid operation ({left} {} {right}) for {receiver}",
+                op.as_str()
+            ))
+        })?;
+        Ok((t.clone(), eval_set(e, &t, ctx, receiver)?))
+    };
+    let (lt, lv) = side(left)?;
+    let (rt, rv) = side(right)?;
+    let unsupported = || {
+        invalid(format!(
+            "the '{}' operation is not supported between {left} and {right}",
+            op.as_str()
+        ))
+    };
+    let ret = crate::functions::operation_type(op, &lt, &rt).ok_or_else(unsupported)?;
+    let sig = crate::functions::Sig {
+        f: crate::functions::Native::Operation(op),
+        params: vec![lt, rt],
+        ret: ret.clone(),
+    };
+    let v = crate::functions::call(
+        &format!("_{}", op.as_str()),
+        &sig,
+        &[Some(lv), Some(rv)],
+        None,
+    )?
+    .ok_or_else(|| invalid(format!("Invalid null value for {receiver}")))?;
+    if ret == *ty {
+        Ok(v)
+    } else {
+        crate::functions::cast(&ret, ty, &v).ok_or_else(|| {
+            invalid(format!(
+                "Type error: cannot assign the result of ({left} {} {right}) (type {ret}) to {receiver} (type {ty})",
+                op.as_str()
+            ))
+        })
     }
 }
 
