@@ -345,7 +345,14 @@ pub async fn run_select(
         reversed,
         // With row filters the limit is applied after filtering.
         row_limit: if filtering { 0 } else { page },
-        per_partition_limit: if s.distinct { 1 } else { ppl.unwrap_or(0) },
+        // With row filters PER PARTITION LIMIT counts rows after filtering.
+        per_partition_limit: if s.distinct {
+            1
+        } else if filtering {
+            0
+        } else {
+            ppl.unwrap_or(0)
+        },
         partition_limit: 0,
         start_after: paging
             .as_ref()
@@ -359,14 +366,41 @@ pub async fn run_select(
         if keys.iter().any(|k| k.key.is_empty()) {
             return Err(invalid("Key may not be empty"));
         }
-        for key in keys {
+        // IN on the partition key answers in partition key order (Cassandra sorts the
+        // key values by their types), not in token order.
+        let mut keys = keys;
+        if keys.len() > 1 {
+            let types: Vec<CqlType> = table
+                .partition_key
+                .iter()
+                .map(|id| table.columns[*id as usize].ty.clone())
+                .collect();
+            let parts = |k: &PartitionKey| -> Vec<Bytes> {
+                if types.len() == 1 {
+                    vec![k.key.clone()]
+                } else {
+                    split_composite(&k.key)
+                }
+            };
+            keys.sort_by(|a, b| {
+                let (x, y) = (parts(a), parts(b));
+                for ((ty, u), v) in types.iter().zip(&x).zip(&y) {
+                    let o = ty.compare(u, v);
+                    if o != std::cmp::Ordering::Equal {
+                        return o;
+                    }
+                }
+                std::cmp::Ordering::Equal
+            });
+        }
+        // A later page resumes at the partition it stopped in.
+        let resume = paging
+            .as_ref()
+            .and_then(|p| keys.iter().position(|k| *k == p.key))
+            .unwrap_or(0);
+        for key in keys.into_iter().skip(resume) {
             // `k = ? AND token(k) > ?`: the token restriction still applies.
             if !crate::index::token_ok(&r, key.token) {
-                continue;
-            }
-            if let Some(p) = &paging
-                && key < p.key
-            {
                 continue;
             }
             let mut cmd = base.clone();
@@ -536,17 +570,20 @@ pub async fn run_select(
                     out.rows += 1;
                 }
             }
-            if s.distinct {
-                break;
-            }
+            // The next page starts after this row, or after the whole partition when
+            // DISTINCT or PER PARTITION LIMIT is done with it.
+            let partition_done = s.distinct || ppl.is_some_and(|l| in_partition >= l);
             last = Some((
                 p.key.clone(),
-                if static_only {
+                if static_only || partition_done {
                     None
                 } else {
                     Some(row.clustering.clone())
                 },
             ));
+            if s.distinct {
+                break;
+            }
         }
     }
     if let Some(st) = states {
