@@ -51,6 +51,8 @@ pub enum Native {
     CollectionAvg,
     CollectionKeys,
     CollectionValues,
+    /// `similarity_cosine/euclidean/dot_product` of two float vectors (Lucene's scores).
+    Similarity(u8),
     /// `a + b`, `a - b`, `a * b`, `a / b`, `a % b` (numbers; timestamp/date ± duration).
     Operation(ast::BinaryOp),
 }
@@ -273,6 +275,18 @@ fn signatures(name: &str, args: &[Arg<'_>]) -> Option<Vec<Sig>> {
         "round" => numeric(Native::Round),
         "tojson" | "to_json" => vec![sig(Native::ToJson, vec![first?], T::Text)],
         "fromjson" | "from_json" => vec![sig(Native::FromJson, vec![T::Text], T::Text)],
+        "similarity_cosine" | "similarity_euclidean" | "similarity_dot_product" => {
+            let v = match first? {
+                v @ T::Vector { .. } => v,
+                _ => return Some(Vec::new()),
+            };
+            let kind = match name {
+                "similarity_cosine" => 0,
+                "similarity_euclidean" => 1,
+                _ => 2,
+            };
+            vec![sig(Native::Similarity(kind), vec![v.clone(), v], T::Float)]
+        }
         "mask_null" => vec![sig(
             Native::MaskNull,
             vec![first_or_text.clone()],
@@ -745,6 +759,31 @@ fn eval_non_null(
             Ok(Some(serialize_collection(
                 items.chunks(2).map(|kv| kv.get(pick).copied().flatten()),
             )))
+        }
+        Native::Similarity(kind) => {
+            let Some(r) = args.get(1).cloned().flatten() else {
+                return Ok(None);
+            };
+            let floats = |x: &[u8]| -> Vec<f32> {
+                x.chunks_exact(4)
+                    .map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
+            let (a, w) = (floats(&v), floats(&r));
+            let dot: f32 = a.iter().zip(&w).map(|(x, y)| x * y).sum();
+            let score = match kind {
+                0 => {
+                    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    let nb: f32 = w.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    (1.0 + dot / (na * nb)) / 2.0
+                }
+                1 => {
+                    let d2: f32 = a.iter().zip(&w).map(|(x, y)| (x - y) * (x - y)).sum();
+                    1.0 / (1.0 + d2)
+                }
+                _ => (1.0 + dot) / 2.0,
+            };
+            Ok(b(&score.to_be_bytes()))
         }
         Native::Operation(op) => {
             let Some(r) = args.get(1).cloned().flatten() else {

@@ -189,7 +189,31 @@ pub fn value_text(ty: &CqlType, v: &[u8]) -> Option<String> {
 /// JSON text of a value (null → `null`).
 pub fn to_json(ty: &CqlType, v: Option<&[u8]>) -> String {
     let Some(v) = v else { return "null".into() };
+    // Cassandra writes an empty (zero-length) value of these types as "".
+    if v.is_empty()
+        && matches!(
+            ty,
+            CqlType::Double
+                | CqlType::Float
+                | CqlType::Uuid
+                | CqlType::Timeuuid
+                | CqlType::Timestamp
+                | CqlType::Varint
+                | CqlType::Decimal
+        )
+    {
+        return "\"\"".into();
+    }
     match ty {
+        // Java's Double.toString / Float.toString; NaN and infinities are not JSON: null.
+        CqlType::Double => match be::<8>(v).map(f64::from_be_bytes) {
+            Some(x) if x.is_finite() => crate::functions::java_double(x),
+            _ => "null".into(),
+        },
+        CqlType::Float => match be::<4>(v).map(f32::from_be_bytes) {
+            Some(x) if x.is_finite() => crate::functions::java_float(x),
+            _ => "null".into(),
+        },
         CqlType::Bigint
         | CqlType::Counter
         | CqlType::Int
@@ -197,8 +221,6 @@ pub fn to_json(ty: &CqlType, v: Option<&[u8]>) -> String {
         | CqlType::Tinyint
         | CqlType::Varint
         | CqlType::Decimal
-        | CqlType::Double
-        | CqlType::Float
         | CqlType::Boolean => value_text(ty, v).unwrap_or_else(|| "null".into()),
         CqlType::List { elem, .. } | CqlType::Set { elem, .. } => match split_collection(v, 1) {
             Ok(items) => format!(
@@ -409,7 +431,14 @@ pub fn from_json(ty: &CqlType, j: &serde_json::Value) -> Result<Option<Bytes>, Q
         (CqlType::Float | CqlType::Double | CqlType::Decimal, J::Number(n)) => {
             lit(amphora_cql::Literal::Float(n.to_string()))?
         }
-        (CqlType::Blob, J::String(s)) => lit(amphora_cql::Literal::Hex(s.clone()))?,
+        (CqlType::Blob, J::String(s)) => {
+            if !s.starts_with("0x") {
+                return Err(QueryError::Invalid(format!(
+                    "Value '{s}' is not a valid blob representation: String representation of blob is missing 0x prefix: {s}"
+                )));
+            }
+            lit(amphora_cql::Literal::Hex(s.clone()))?
+        }
         (CqlType::Uuid | CqlType::Timeuuid, J::String(s)) => {
             lit(amphora_cql::Literal::Uuid(s.clone()))?
         }
@@ -481,7 +510,12 @@ pub fn from_json(ty: &CqlType, j: &serde_json::Value) -> Result<Option<Bytes>, Q
         (CqlType::Udt(d), J::Object(m)) => {
             let mut vals: Vec<Option<Bytes>> = vec![None; d.field_names.len()];
             for (k, v) in m {
-                let name = k.trim_matches('"');
+                // Unquoted field names are case-insensitive, "\"Quoted\"" ones keep their case.
+                let name = match k.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+                    Some(q) => q.to_string(),
+                    None => k.to_lowercase(),
+                };
+                let name = name.as_str();
                 let i = d
                     .field_names
                     .iter()
