@@ -656,6 +656,29 @@ def load_known():
     return known
 
 
+def prune_known(keys):
+    """Rewrites known-differences.txt without the lines of `keys` (file, index)."""
+    with open(KNOWN_FILE, encoding="utf-8") as f:
+        lines = f.readlines()
+    kept = []
+    for ln in lines:
+        m = re.match(r"^(\S+\.cql):(\d+)\s", ln)
+        if m and (m.group(1), int(m.group(2))) in keys:
+            continue
+        kept.append(ln)
+    # drop a file's "# name.cql" header when none of its lines is left
+    out = []
+    for i, ln in enumerate(kept):
+        if re.match(r"^# \S+\.cql$", ln.strip()):
+            nxt = kept[i + 1] if i + 1 < len(kept) else ""
+            if not re.match(r"^\S+\.cql:\d+\s", nxt):
+                continue
+        out.append(ln)
+    text = re.sub(r"\n{3,}", "\n\n", "".join(out)).rstrip("\n") + "\n"
+    with open(KNOWN_FILE, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def short_reason(exp, act):
     e = [ln for ln in comparable(exp) if not ln.startswith("columns:")] or comparable(exp)
     a = [ln for ln in comparable(act) if not ln.startswith("columns:")] or comparable(act)
@@ -680,6 +703,8 @@ def main():
                     help="ignore known-differences.txt: every statement must match")
     ap.add_argument("--print-differences", action="store_true",
                     help="print every difference as a known-differences.txt line")
+    ap.add_argument("--prune-known", action="store_true",
+                    help="delete the known-differences.txt lines of statements that now match")
     ap.add_argument("--jobs", type=int, default=1, help="files run in parallel")
     ap.add_argument("--protocol", type=int, default=None,
                     help="native protocol version (default: the highest both sides speak)")
@@ -716,6 +741,7 @@ def main():
 
     total = differ = known_hit = fixed = 0
     diff_lines = []
+    now_matching = set()
     for path in files:
         blocks = results[path]
         name = os.path.basename(path)
@@ -743,6 +769,7 @@ def main():
             key = (name, st.index)
             if same and key in known:
                 fixed += 1
+                now_matching.add(key)
                 print("%s:%d now matches: remove it from known-differences.txt" % key)
                 continue
             if same:
@@ -772,6 +799,10 @@ def main():
     if args.print_differences and diff_lines:
         print("\n# differences as known-differences.txt lines:")
         print("\n".join(diff_lines))
+    if args.prune_known and now_matching:
+        prune_known(now_matching)
+        print("removed %d now-matching statements from known-differences.txt" % len(now_matching))
+        fixed -= len(now_matching)
     took = time.time() - started
     if args.record:
         print("cql golden: recorded %d statements in %d files (%.0f s)" % (total, len(files), took))
