@@ -149,3 +149,12 @@ def test_result_files_round_trip():
     parsed = run.parse_result(run.format_blocks(blocks, ("x.cql", "test")))
     assert parsed[1] == (["=== [1] SELECT 1"], ["OK"])
     assert parsed[2] == (["=== [2] SELECT", "...   2"], ["columns: x int", "row: 2", "(1 rows)"])
+
+
+def test_prune_known_removes_only_the_given_lines(tmp_path, monkeypatch):
+    known = tmp_path / "known.txt"
+    known.write_text("# header\n\n# a.cql\na.cql:1  one\na.cql:2  two\n\n# b.cql\nb.cql:7  seven\n")
+    monkeypatch.setattr(run, "KNOWN_FILE", str(known))
+    run.prune_known({("a.cql", 2), ("b.cql", 7)})
+    assert known.read_text() == "# header\n\n# a.cql\na.cql:1  one\n"
+    assert run.load_known() == {("a.cql", 1): "one"}
