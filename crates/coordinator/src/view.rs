@@ -117,14 +117,25 @@ pub fn create_view(
     }
     // Selected columns (base ids), in selection order.
     let (include_all, mut selected): (bool, Vec<ColumnId>) = match &st.selection {
-        ast::Selection::Wildcard => (
-            true,
-            (0..base.columns.len() as ColumnId)
-                .filter(|i| {
-                    base.columns[*i as usize].kind != ColumnKind::Static && !base.is_dropped(*i)
-                })
-                .collect(),
-        ),
+        ast::Selection::Wildcard => {
+            if let Some((_, s)) = base
+                .live_columns()
+                .find(|(_, c)| c.kind == ColumnKind::Static)
+            {
+                return Err(invalid(format!(
+                    "Cannot include static column '{}' in materialized view '{name}'",
+                    s.name
+                )));
+            }
+            (
+                true,
+                (0..base.columns.len() as ColumnId)
+                    .filter(|i| {
+                        base.columns[*i as usize].kind != ColumnKind::Static && !base.is_dropped(*i)
+                    })
+                    .collect(),
+            )
+        }
         ast::Selection::List(items) => {
             let mut v = Vec::new();
             for it in items {
@@ -144,7 +155,7 @@ pub fn create_view(
                     .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
                 if def.kind == ColumnKind::Static {
                     return Err(invalid(format!(
-                        "Cannot use static column {} in materialized view",
+                        "Cannot include static column '{}' in materialized view '{name}'",
                         c.name
                     )));
                 }
@@ -222,9 +233,17 @@ pub fn create_view(
         .collect();
     for r in &st.where_clause {
         match (&r.target, r.op) {
-            (ast::RelationTarget::Column(c), _) => {
-                if base.column(&c.name).is_none() {
+            (ast::RelationTarget::Column(c), op) => {
+                let Some((_, d)) = base.column(&c.name) else {
                     return Err(invalid(format!("Undefined column name {}", c.name)));
+                };
+                if op != ast::Operator::IsNotNull
+                    && !matches!(d.kind, ColumnKind::PartitionKey | ColumnKind::Clustering)
+                {
+                    return Err(invalid(format!(
+                        "Non-primary key columns can only be restricted with 'IS NOT NULL' (got: {} restricted illegally)",
+                        c.name
+                    )));
                 }
             }
             _ => {

@@ -378,24 +378,30 @@ def test_materialized_view_ddl(session, keyspace):
     t = f"{keyspace}.mv_ddl"
     session.execute(f"CREATE TABLE {t} (k int, c int, a int, b int, s int static, PRIMARY KEY (k, c))")
     with pytest.raises(InvalidRequest, match="without primary key columns c"):
-        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT k, c, a, b FROM {t} "
                         f"WHERE a IS NOT NULL AND k IS NOT NULL PRIMARY KEY (a, k)")
     with pytest.raises(InvalidRequest, match="more than one non-primary key column"):
-        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT k, c, a, b FROM {t} "
                         f"WHERE a IS NOT NULL AND b IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (a, b, k, c)")
     with pytest.raises(InvalidRequest, match="must be restricted with 'IS NOT NULL'"):
-        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT k, c, a, b FROM {t} "
                         f"WHERE k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (a, k, c)")
+    with pytest.raises(InvalidRequest, match="Non-primary key columns can only be restricted with 'IS NOT NULL'"):
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT k, c, b FROM {t} "
+                        f"WHERE a IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL AND b = 1 PRIMARY KEY (a, k, c)")
+    with pytest.raises(InvalidRequest, match="Cannot include static column 's'"):
+        session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.bad AS SELECT * FROM {t} "
+                        f"WHERE a IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL PRIMARY KEY (a, k, c)")
     session.execute(f"CREATE MATERIALIZED VIEW {keyspace}.mv_ddl_a AS SELECT k, c, b FROM {t} "
-                    f"WHERE a IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL AND b = 1 PRIMARY KEY (a, k, c) "
+                    f"WHERE a IS NOT NULL AND k IS NOT NULL AND c IS NOT NULL AND c = 1 PRIMARY KEY (a, k, c) "
                     f"WITH CLUSTERING ORDER BY (k DESC, c ASC) AND comment = 'by a'")
     session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (1, 1, 7, 1)")
     session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (2, 1, 7, 1)")
-    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (3, 1, 7, 2)")  # b = 2: filtered out
+    session.execute(f"INSERT INTO {t} (k, c, a, b) VALUES (3, 2, 7, 1)")  # c = 2: filtered out
     assert [(r.a, r.k, r.b) for r in session.execute(f"SELECT * FROM {keyspace}.mv_ddl_a WHERE a = 7")] == [(7, 2, 1), (7, 1, 1)]
     r = session.execute(f"SELECT * FROM system_schema.views WHERE keyspace_name = '{keyspace}' AND view_name = 'mv_ddl_a'").one()
     assert r.base_table_name == "mv_ddl" and r.include_all_columns is False and r.comment == "by a"
-    assert "a IS NOT NULL" in r.where_clause and "b = 1" in r.where_clause
+    assert "a IS NOT NULL" in r.where_clause and "c = 1" in r.where_clause
     desc = session.execute(f"DESCRIBE MATERIALIZED VIEW {keyspace}.mv_ddl_a").one().create_statement
     assert desc.startswith(f"CREATE MATERIALIZED VIEW {keyspace}.mv_ddl_a AS\n    SELECT ")
     assert "PRIMARY KEY (a, k, c)" in desc and "CLUSTERING ORDER BY (k DESC, c ASC)" in desc
