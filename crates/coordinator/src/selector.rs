@@ -222,11 +222,8 @@ pub fn resolve(
                 }
             };
             let k = crate::values::eval_set(key, &kty, ctx_for_consts, &base.name)?;
-            let name = format!(
-                "{}[{}]",
-                base.name,
-                crate::json::value_text(&kty, &k).unwrap_or_default()
-            );
+            // Named as written: m['x'], l[1].
+            let name = format!("{}[{key}]", base.name);
             Ok(SelItem {
                 sel: Sel::Element {
                     base: Box::new(base),
@@ -303,12 +300,14 @@ pub fn resolve(
                         AggFn::Sum | AggFn::Avg if arg.ty == CqlType::Counter => CqlType::Bigint,
                         _ => arg.ty.clone(),
                     };
+                    // The argument as resolved: system.sum(cast(v as bigint)).
+                    let name = format!("system.{fname}({})", arg.name);
                     Ok(SelItem {
                         sel: Sel::Agg {
                             f,
                             arg: Some(Box::new(arg)),
                         },
-                        name: display,
+                        name,
                         ty,
                     })
                 }
@@ -543,6 +542,16 @@ fn token_item(
     ctx: &EvalCtx<'_>,
 ) -> Result<SelItem, QueryError> {
     let pk = &t.partition_key;
+    for (i, (a, id)) in args.iter().zip(pk).enumerate() {
+        if let ast::Expr::Column(c) = a
+            && t.column(&c.name).map(|(cid, _)| cid) != Some(*id)
+        {
+            return Err(invalid(format!(
+                "Type error: {} cannot be passed as argument {i} of function system.token of type {}",
+                c.name, t.columns[*id as usize].ty
+            )));
+        }
+    }
     if args.len() == pk.len() && !args.is_empty() && args.iter().all(is_term) {
         let mut parts = Vec::with_capacity(args.len());
         for (a, id) in args.iter().zip(pk) {
@@ -662,6 +671,7 @@ pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelIte
     if s.distinct {
         for it in &items {
             match it.sel {
+                Sel::Token => {}
                 Sel::Column(id)
                     if matches!(
                         t.columns[id as usize].kind,
