@@ -1345,7 +1345,7 @@ fn read_single(
     };
     let mut remaining = limit(cmd.row_limit);
     let start_remaining = remaining;
-    let (data, cut) = live_partition(schema, key.clone(), &merged, cmd, after, &mut remaining);
+    let (data, cut) = live_partition(schema, key.clone(), merged, cmd, after, &mut remaining);
     result.rows_counted = start_remaining - remaining;
     if let Some(d) = data {
         result.partitions.push(d);
@@ -1485,7 +1485,7 @@ fn read_range(
             result.exhausted = false;
             break;
         }
-        let (data, cut) = live_partition(schema, key, &merged, cmd, after, &mut remaining);
+        let (data, cut) = live_partition(schema, key, merged, cmd, after, &mut remaining);
         if let Some(d) = data {
             result.partitions.push(d);
         }
