@@ -690,7 +690,16 @@ pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelIte
 }
 
 pub fn is_aggregate(items: &[SelItem]) -> bool {
-    items.iter().any(|i| matches!(i.sel, Sel::Agg { .. }))
+    items.iter().any(contains_agg)
+}
+
+/// Whether a selector is or contains an aggregate (`CAST(sum(v) AS bigint)`, `max(i) + 1`).
+fn contains_agg(it: &SelItem) -> bool {
+    match &it.sel {
+        Sel::Agg { .. } => true,
+        Sel::Native { args, .. } => args.iter().any(contains_agg),
+        _ => false,
+    }
 }
 
 pub fn split_composite(key: &[u8]) -> Vec<Bytes> {
@@ -908,45 +917,53 @@ pub enum AggState {
     /// Cassandra's running decimal average: avg += (x - avg) / n, HALF_EVEN.
     AvgDecimal(crate::bignum::BigDecimal, u32),
     First(Option<Option<Bytes>>),
+    /// A function over aggregates: the states of its arguments.
+    Native(Vec<AggState>),
 }
 
 pub fn new_states(items: &[SelItem]) -> Vec<AggState> {
-    items
-        .iter()
-        .map(|it| match &it.sel {
-            Sel::Agg {
-                f: AggFn::CountRows | AggFn::Count,
-                ..
-            } => AggState::Count(0),
-            Sel::Agg {
-                f: AggFn::Min | AggFn::Max,
-                ..
-            } => AggState::Best(None),
-            Sel::Agg {
-                f: AggFn::Sum | AggFn::Avg,
-                arg: Some(a),
-            } if matches!(a.ty, CqlType::Float | CqlType::Double) => {
-                AggState::SumFloat(0.0, 0.0, 0.0, 0)
-            }
-            Sel::Agg {
-                f: AggFn::Sum | AggFn::Avg,
-                arg: Some(a),
-            } if a.ty == CqlType::Varint => AggState::SumVarint(crate::bignum::BigInt::zero(), 0),
-            Sel::Agg {
-                f: AggFn::Sum,
-                arg: Some(a),
-            } if a.ty == CqlType::Decimal => AggState::SumDecimal(Default::default()),
-            Sel::Agg {
-                f: AggFn::Avg,
-                arg: Some(a),
-            } if a.ty == CqlType::Decimal => AggState::AvgDecimal(Default::default(), 0),
-            Sel::Agg {
-                f: AggFn::Sum | AggFn::Avg,
-                ..
-            } => AggState::SumInt(0, 0),
-            _ => AggState::First(None),
-        })
-        .collect()
+    items.iter().map(state_of).collect()
+}
+
+fn state_of(it: &SelItem) -> AggState {
+    if let Sel::Native { args, .. } = &it.sel
+        && contains_agg(it)
+    {
+        return AggState::Native(args.iter().map(state_of).collect());
+    }
+    match &it.sel {
+        Sel::Agg {
+            f: AggFn::CountRows | AggFn::Count,
+            ..
+        } => AggState::Count(0),
+        Sel::Agg {
+            f: AggFn::Min | AggFn::Max,
+            ..
+        } => AggState::Best(None),
+        Sel::Agg {
+            f: AggFn::Sum | AggFn::Avg,
+            arg: Some(a),
+        } if matches!(a.ty, CqlType::Float | CqlType::Double) => {
+            AggState::SumFloat(0.0, 0.0, 0.0, 0)
+        }
+        Sel::Agg {
+            f: AggFn::Sum | AggFn::Avg,
+            arg: Some(a),
+        } if a.ty == CqlType::Varint => AggState::SumVarint(crate::bignum::BigInt::zero(), 0),
+        Sel::Agg {
+            f: AggFn::Sum,
+            arg: Some(a),
+        } if a.ty == CqlType::Decimal => AggState::SumDecimal(Default::default()),
+        Sel::Agg {
+            f: AggFn::Avg,
+            arg: Some(a),
+        } if a.ty == CqlType::Decimal => AggState::AvgDecimal(Default::default(), 0),
+        Sel::Agg {
+            f: AggFn::Sum | AggFn::Avg,
+            ..
+        } => AggState::SumInt(0, 0),
+        _ => AggState::First(None),
+    }
 }
 
 pub fn accumulate(
@@ -959,6 +976,10 @@ pub fn accumulate(
     static_only: bool,
 ) {
     for (st, it) in states.iter_mut().zip(items) {
+        if let (AggState::Native(children), Sel::Native { args, .. }) = (&mut *st, &it.sel) {
+            accumulate(children, args, t, p, row, now_s, static_only);
+            continue;
+        }
         let arg_val = |a: &Option<Box<SelItem>>| {
             a.as_ref()
                 .and_then(|a| eval_row(t, a, p, row, now_s, static_only))
@@ -1047,6 +1068,12 @@ pub fn finish(states: Vec<AggState>, items: &[SelItem]) -> Vec<Option<Bytes>> {
         .into_iter()
         .zip(items)
         .map(|(st, it)| match (st, &it.sel) {
+            (AggState::Native(children), Sel::Native { fname, sig, args }) => {
+                let vals = finish(children, args);
+                crate::functions::call(fname, sig, &vals, None)
+                    .ok()
+                    .flatten()
+            }
             (AggState::Count(n), _) => Some(Bytes::copy_from_slice(&n.to_be_bytes())),
             (AggState::Best(b), _) => b,
             (AggState::SumInt(s, n), Sel::Agg { f: AggFn::Avg, .. }) => {
@@ -1089,6 +1116,7 @@ pub fn finish(states: Vec<AggState>, items: &[SelItem]) -> Vec<Option<Bytes>> {
             (AggState::SumDecimal(s), _) => Some(s.to_cql()),
             (AggState::AvgDecimal(avg, _), _) => Some(avg.to_cql()),
             (AggState::First(v), _) => v.flatten(),
+            (AggState::Native(_), _) => None,
         })
         .collect()
 }
