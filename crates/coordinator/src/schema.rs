@@ -723,13 +723,36 @@ pub fn create_table(
         ));
     }
     let mut options = TableOptions::default();
-    apply_table_properties(&mut options, &st.options.properties)?;
+    let mut given_id = None;
+    let props: Vec<ast::Property> = st
+        .options
+        .properties
+        .iter()
+        .filter(|p| {
+            if p.name.eq_ignore_ascii_case("id") {
+                given_id = p.value.as_text();
+                false
+            } else {
+                true
+            }
+        })
+        .cloned()
+        .collect();
+    apply_table_properties(&mut options, &props)?;
     if counters > 0 && options.default_time_to_live > 0 {
         return Err(invalid(
             "Cannot set default_time_to_live on a table with counters",
         ));
     }
-    let id = TableId(u128::from_be_bytes(*uuid::Uuid::new_v4().as_bytes()));
+    let id = match given_id {
+        Some(t) => {
+            TableId::parse(&t).ok_or_else(|| QueryError::Config(format!("Invalid table id {t}")))?
+        }
+        None => TableId(u128::from_be_bytes(*uuid::Uuid::new_v4().as_bytes())),
+    };
+    if s.table_by_id(id).is_some() {
+        return Err(QueryError::Config(format!("Table id {id} is already used")));
+    }
     let table = TableSchema::new(id, &ks_name, &name, columns, options);
     let mut next = s.clone();
     if let Some(k) = next.keyspaces.get_mut(&ks_name) {
@@ -805,6 +828,34 @@ pub fn apply_table_properties(
                         "Unable to find compaction strategy class '{full}'"
                     )));
                 }
+                if short == "SizeTieredCompactionStrategy" {
+                    const STCS: &[&str] = &[
+                        "class",
+                        "enabled",
+                        "min_threshold",
+                        "max_threshold",
+                        "bucket_high",
+                        "bucket_low",
+                        "min_sstable_size",
+                        "tombstone_threshold",
+                        "tombstone_compaction_interval",
+                        "unchecked_tombstone_compaction",
+                        "only_purge_repaired_tombstones",
+                        "log_all",
+                        "provide_overlapping_tombstones",
+                    ];
+                    let unknown: Vec<&str> = m
+                        .keys()
+                        .map(String::as_str)
+                        .filter(|k| !STCS.contains(k))
+                        .collect();
+                    if !unknown.is_empty() {
+                        return Err(QueryError::Config(format!(
+                            "Properties specified [{}] are not understood by SizeTieredCompactionStrategy",
+                            unknown.join(", ")
+                        )));
+                    }
+                }
                 m.insert("class".into(), full);
                 m.entry("max_threshold".into())
                     .or_insert_with(|| "32".into());
@@ -826,13 +877,48 @@ pub fn apply_table_properties(
                     }
                     m.entry("chunk_length_in_kb".into())
                         .or_insert_with(|| "16".into());
+                    let full = m.get("class").cloned().unwrap_or_default();
+                    const KNOWN: &[&str] = &[
+                        "LZ4Compressor",
+                        "SnappyCompressor",
+                        "DeflateCompressor",
+                        "ZstdCompressor",
+                        "NoopCompressor",
+                    ];
+                    let short = full.rsplit('.').next().unwrap_or_default();
+                    if !full.starts_with("org.apache.cassandra.io.compress.")
+                        || !KNOWN.contains(&short)
+                    {
+                        return Err(QueryError::Config(format!(
+                            "Could not create Compression for type {full}"
+                        )));
+                    }
+                }
+                if let Some(kb) = m.get("chunk_length_in_kb") {
+                    let ok = kb.parse::<u32>().is_ok_and(|v| v.is_power_of_two());
+                    if !ok {
+                        return Err(QueryError::Config(
+                            "chunk_length_in_kb must be a power of 2".into(),
+                        ));
+                    }
                 }
                 if m.get("enabled").map(|v| v == "false").unwrap_or(false) {
                     m = BTreeMap::from([("enabled".to_string(), "false".to_string())]);
                 }
                 o.compression = m;
             }
-            "caching" => o.caching = map_prop(p)?,
+            "caching" => {
+                let m = map_prop(p)?;
+                if let Some(k) = m.get("keys")
+                    && k != "ALL"
+                    && k != "NONE"
+                {
+                    return Err(QueryError::Config(format!(
+                        "Invalid value '{k}' for caching sub-option 'keys': only 'ALL' and 'NONE' are allowed"
+                    )));
+                }
+                o.caching = m;
+            }
             "comment" => o.comment = text_prop(p)?,
             "gc_grace_seconds" => {
                 let v: i32 = num_prop(p)?;
@@ -863,9 +949,17 @@ pub fn apply_table_properties(
                 }
                 o.bloom_filter_fp_chance = v;
             }
-            "crc_check_chance" => o.crc_check_chance = num_prop(p)?,
-            "speculative_retry" => o.speculative_retry = text_prop(p)?,
-            "additional_write_policy" => o.additional_write_policy = text_prop(p)?,
+            "crc_check_chance" => {
+                let v: f64 = num_prop(p)?;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(QueryError::Config(format!(
+                        "crc_check_chance must be larger than or equal to 0 and smaller than or equal to 1.0 (got {v})"
+                    )));
+                }
+                o.crc_check_chance = v;
+            }
+            "speculative_retry" => o.speculative_retry = retry_policy(p)?,
+            "additional_write_policy" => o.additional_write_policy = retry_policy(p)?,
             "min_index_interval" => o.min_index_interval = num_prop(p)?,
             "max_index_interval" => o.max_index_interval = num_prop(p)?,
             "memtable_flush_period_in_ms" => o.memtable_flush_period_in_ms = num_prop(p)?,
@@ -873,11 +967,17 @@ pub fn apply_table_properties(
             "cdc" => o.cdc = bool_prop(p)?,
             "allow_auto_snapshot" => o.allow_auto_snapshot = bool_prop(p)?,
             "incremental_backups" => o.incremental_backups = bool_prop(p)?,
-            "memtable" => o.memtable = text_prop(p)?,
+            "memtable" => {
+                let m = text_prop(p)?;
+                if !["default", "skiplist", "trie", "skiplist_sharded"].contains(&m.as_str()) {
+                    return Err(QueryError::Config(format!(
+                        "Memtable configuration \"{m}\" not found."
+                    )));
+                }
+                o.memtable = m;
+            }
             // Accepted for compatibility (legacy or ScyllaDB options), kept verbatim.
-            "read_repair_chance"
-            | "dclocal_read_repair_chance"
-            | "populate_io_cache_on_flush"
+            "populate_io_cache_on_flush"
             | "index_interval"
             | "replicate_on_write"
             | "tombstone_gc"
@@ -903,7 +1003,40 @@ pub fn apply_table_properties(
             }
         }
     }
+    if o.max_index_interval < o.min_index_interval {
+        return Err(QueryError::Config(format!(
+            "max_index_interval must be greater than or equal to min_index_interval ({}) (got {})",
+            o.min_index_interval, o.max_index_interval
+        )));
+    }
     Ok(())
+}
+
+/// `speculative_retry` / `additional_write_policy`: NEVER, ALWAYS, `99p`,
+/// `99PERCENTILE`, `50ms`, MIN(a,b), MAX(a,b) (Cassandra's forms).
+fn retry_policy(p: &ast::Property) -> Result<String, QueryError> {
+    let v = text_prop(p)?;
+    fn valid(s: &str) -> bool {
+        let u = s.trim().to_ascii_uppercase();
+        if u == "NEVER" || u == "ALWAYS" || u == "NONE" {
+            return true;
+        }
+        for f in ["MIN(", "MAX("] {
+            if let Some(inner) = u.strip_prefix(f).and_then(|x| x.strip_suffix(')')) {
+                return inner.split(',').count() == 2 && inner.split(',').all(valid);
+            }
+        }
+        let num = |x: &str| x.parse::<f64>().is_ok_and(|n| n >= 0.0);
+        ["PERCENTILE", "P", "MS"]
+            .iter()
+            .any(|suffix| u.strip_suffix(suffix).is_some_and(num))
+    }
+    if !valid(&v) {
+        return Err(QueryError::Config(format!(
+            "Invalid value {v} for option 'speculative_retry'"
+        )));
+    }
+    Ok(v)
 }
 
 pub fn alter_table(
@@ -979,6 +1112,9 @@ pub fn alter_table(
             }
         }
         ast::AlterTableAction::With(props) => {
+            if props.iter().any(|p| p.name.eq_ignore_ascii_case("id")) {
+                return Err(QueryError::Config("Cannot alter table id.".into()));
+            }
             apply_table_properties(&mut t.options, props)?;
             if t.is_counter && t.options.default_time_to_live > 0 {
                 return Err(invalid(
