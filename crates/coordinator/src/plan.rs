@@ -123,7 +123,41 @@ impl<'a> Receivers<'a> {
                 }
             }
             ast::Expr::TypeHint { expr, .. } => self.expr(expr, name, ty),
+            ast::Expr::Function { name: f, args } => self.function_args(f, args),
+            // Operands of `a + b` take the receiver's type.
+            ast::Expr::Binary { left, right, .. } => {
+                self.expr(left, name, ty);
+                self.expr(right, name, ty);
+            }
             _ => {}
+        }
+    }
+
+    /// Bind markers among a function's arguments get the parameter types of the signature
+    /// the call resolves to, named `arg<i>(system.<function>)` as in Cassandra.
+    fn function_args(&mut self, f: &ast::QualifiedName, args: &[ast::Expr]) {
+        use crate::functions::Arg;
+        if !args.iter().any(|a| matches!(a, ast::Expr::Bind(_))) {
+            return;
+        }
+        let kinds: Vec<Arg<'_>> = args
+            .iter()
+            .map(|a| match a {
+                ast::Expr::Bind(_) => Arg::Bind,
+                other => Arg::Term(other),
+            })
+            .collect();
+        let shown: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let ctx = crate::values::EvalCtx {
+            binds: &[],
+            now_micros: 0,
+        };
+        let Ok((fname, sig)) = crate::functions::resolve(f, &kinds, &shown, &ctx) else {
+            return;
+        };
+        for (i, (a, p)) in args.iter().zip(&sig.params).enumerate() {
+            let arg_name = format!("arg{i}(system.{fname})");
+            self.expr(a, &arg_name, p);
         }
     }
 
