@@ -481,11 +481,19 @@ pub fn resolve_type(
             value: Box::new(collection_element(ty, v, ks, frozen)?),
             frozen,
         },
-        ast::TypeExpr::Tuple(ts) => CqlType::Tuple(
-            ts.iter()
-                .map(|t| resolve_type(t, ks, true))
-                .collect::<Result<_, _>>()?,
-        ),
+        ast::TypeExpr::Tuple(ts) => {
+            if ts
+                .iter()
+                .any(|t| matches!(t, ast::TypeExpr::Native(ast::NativeType::Counter)))
+            {
+                return Err(invalid("Counters are not allowed inside tuples"));
+            }
+            CqlType::Tuple(
+                ts.iter()
+                    .map(|t| resolve_type(t, ks, true))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
         ast::TypeExpr::Vector(e, n) => CqlType::Vector {
             elem: Box::new(resolve_type(e, ks, true)?),
             dim: *n,
@@ -574,7 +582,14 @@ pub fn create_table(
             ),
         });
     }
-    validate_name(&name, "Table")?;
+    if name.is_empty()
+        || name.len() > 222
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(QueryError::Config(format!(
+            "{ks_name}.{name}: Table name must not be empty or not contain non-alphanumeric-underscore characters (got \"{name}\")"
+        )));
+    }
     let pk_names: Vec<String> = st
         .primary_key
         .partition_key
@@ -937,6 +952,11 @@ pub fn apply_table_properties(
                             + &v.to_string()
                             + ")",
                     ));
+                }
+                if v > 630_720_000 {
+                    return Err(QueryError::Config(format!(
+                        "default_time_to_live must be less than or equal to 630720000 (got {v})"
+                    )));
                 }
                 o.default_time_to_live = v;
             }
