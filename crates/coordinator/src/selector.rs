@@ -34,6 +34,13 @@ pub enum Sel {
     Ttl(ColumnId),
     Token,
     Const(Option<Bytes>),
+    /// `writetime`/`ttl` (`ttl` = true) of the cells of a non-frozen collection or UDT:
+    /// all of them as a list (`path` None) or the one at a map key / set element / UDT field.
+    CellsMeta {
+        id: ColumnId,
+        ttl: bool,
+        path: Option<Bytes>,
+    },
     /// A native scalar function or CAST (`functions.rs`) over its argument selectors.
     Native {
         fname: String,
@@ -126,6 +133,9 @@ pub fn resolve(
             Ok(column_item(t, id))
         }
         ast::Expr::CellMetadata { kind, column } => {
+            if let Some(item) = cell_metadata_of_cells(t, *kind, column, ctx_for_consts)? {
+                return Ok(item);
+            }
             let ast::Expr::Column(c) = &**column else {
                 return Err(invalid("writetime() and ttl() take a column"));
             };
@@ -520,6 +530,73 @@ fn operation_item(
     })
 }
 
+/// `writetime`/`ttl` of a non-frozen collection (a list, one per cell), of a map or set
+/// element (`m['a']`), or of a non-frozen UDT field (`o.n`); None for anything else.
+fn cell_metadata_of_cells(
+    t: &TableSchema,
+    kind: ast::CellMetadata,
+    column: &ast::Expr,
+    ctx: &EvalCtx<'_>,
+) -> Result<Option<SelItem>, QueryError> {
+    let ttl = kind == ast::CellMetadata::Ttl;
+    let fname = match kind {
+        ast::CellMetadata::Ttl => "ttl",
+        ast::CellMetadata::MaxWriteTime => "maxwritetime",
+        ast::CellMetadata::WriteTime => "writetime",
+    };
+    let one_ty = if ttl { CqlType::Int } else { CqlType::Bigint };
+    let col = |e: &ast::Expr| -> Option<(ColumnId, CqlType, String)> {
+        let ast::Expr::Column(c) = e else { return None };
+        let (id, d) = t.column(&c.name)?;
+        d.ty.is_multi_cell()
+            .then(|| (id, d.ty.clone(), d.name.clone()))
+    };
+    let item = |id, path, name: String, ty| SelItem {
+        sel: Sel::CellsMeta { id, ttl, path },
+        name: format!("{fname}({name})"),
+        ty,
+    };
+    Ok(match column {
+        ast::Expr::Column(_) if kind != ast::CellMetadata::MaxWriteTime => match col(column) {
+            Some((id, CqlType::List { .. } | CqlType::Set { .. } | CqlType::Map { .. }, name)) => {
+                Some(item(
+                    id,
+                    None,
+                    name,
+                    CqlType::List {
+                        elem: Box::new(one_ty),
+                        frozen: false,
+                    },
+                ))
+            }
+            _ => None,
+        },
+        ast::Expr::Element { expr, key } => match col(expr) {
+            Some((id, CqlType::Map { key: kt, .. } | CqlType::Set { elem: kt, .. }, name)) => {
+                let k = crate::values::eval_set(key, &kt, ctx, &name)?;
+                Some(item(id, Some(k), format!("{name}[{key}]"), one_ty))
+            }
+            _ => None,
+        },
+        ast::Expr::Field { expr, field } => match col(expr) {
+            Some((id, CqlType::Udt(d), name)) => {
+                let Some(i) = d.field_names.iter().position(|f| *f == field.name) else {
+                    return Ok(None);
+                };
+                let path = Bytes::copy_from_slice(&(i as u16).to_be_bytes());
+                Some(item(
+                    id,
+                    Some(path),
+                    format!("{name}.{}", field.name),
+                    one_ty,
+                ))
+            }
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
 /// Whether an argument is a constant term (typed by the signature that receives it).
 fn is_term(e: &ast::Expr) -> bool {
     match e {
@@ -853,6 +930,42 @@ pub fn eval_row(
         Sel::Ttl(id) => cell_of(t, *id, p, row)
             .filter(|c| c.ttl > 0)
             .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
+        Sel::CellsMeta { id, ttl, path } => {
+            let def = t.columns.get(*id as usize)?;
+            let data = if def.kind == ColumnKind::Static {
+                p.static_row.as_ref()?.cell(*id)?
+            } else {
+                row.cell(*id)?
+            };
+            let ColumnData::Complex { cells, .. } = data else {
+                return None;
+            };
+            let meta = |c: &Cell| -> Option<Bytes> {
+                if *ttl {
+                    (c.ttl > 0).then(|| {
+                        Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())
+                    })
+                } else {
+                    Some(Bytes::copy_from_slice(&c.timestamp.to_be_bytes()))
+                }
+            };
+            let live = cells.iter().filter(|(_, c)| !c.is_tombstone);
+            match path {
+                Some(key) => live
+                    .into_iter()
+                    .find(|(k, _)| k == key)
+                    .and_then(|(_, c)| meta(c)),
+                None => {
+                    let metas: Vec<Option<Bytes>> = live.map(|(_, c)| meta(c)).collect();
+                    if metas.is_empty() {
+                        return None;
+                    }
+                    Some(crate::values::serialize_collection(
+                        metas.iter().map(|m| m.as_deref()),
+                    ))
+                }
+            }
+        }
         Sel::Token => Some(Bytes::copy_from_slice(&p.key.token.to_be_bytes())),
         Sel::Const(v) => v.clone(),
         Sel::Field { base, index } => {
