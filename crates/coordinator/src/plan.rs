@@ -334,6 +334,54 @@ pub fn bind_metadata(
     parsed: &ast::ParsedStatement,
 ) -> Result<BindMeta, QueryError> {
     let n = parsed.bind_markers.len();
+    // A BATCH binds each child statement's markers with that statement's types.
+    if let ast::Statement::Batch(b) = &parsed.statement {
+        let mut merged: Vec<Option<ResultColumn>> = vec![None; n];
+        let mut pk_indexes = None;
+        let mut is_lwt = false;
+        for child in &b.statements {
+            let statement = match child {
+                ast::BatchChild::Insert(s) => ast::Statement::Insert(Box::new(s.clone())),
+                ast::BatchChild::Update(s) => ast::Statement::Update(Box::new(s.clone())),
+                ast::BatchChild::Delete(s) => ast::Statement::Delete(Box::new(s.clone())),
+            };
+            let sub = ast::ParsedStatement {
+                statement,
+                bind_markers: parsed.bind_markers.clone(),
+            };
+            let meta = bind_metadata(schema, keyspace, &sub)?;
+            is_lwt |= meta.is_lwt;
+            if pk_indexes.is_none() {
+                pk_indexes = Some(meta.pk_indexes);
+            }
+            for (i, c) in meta.bind_columns.into_iter().enumerate() {
+                if c.name != format!("[{i}]")
+                    && let Some(slot) = merged.get_mut(i)
+                    && slot.is_none()
+                {
+                    *slot = Some(c);
+                }
+            }
+        }
+        let bind_columns = merged
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.unwrap_or(ResultColumn {
+                    keyspace: String::new(),
+                    table: String::new(),
+                    name: format!("[{i}]"),
+                    ty: CqlType::Blob,
+                })
+            })
+            .collect();
+        return Ok(BindMeta {
+            bind_columns,
+            pk_indexes: pk_indexes.unwrap_or_default(),
+            result_columns: Vec::new(),
+            is_lwt,
+        });
+    }
     let table_name = match &parsed.statement {
         ast::Statement::Select(s) => Some(&s.table),
         ast::Statement::Insert(s) => Some(&s.table),
