@@ -34,6 +34,12 @@ pub enum Sel {
     Ttl(ColumnId),
     Token,
     Const(Option<Bytes>),
+    /// `s['b'..'c']`, `m[..'x']`: the elements / entries of a set or map within bounds.
+    Slice {
+        base: Box<SelItem>,
+        from: Option<Bytes>,
+        to: Option<Bytes>,
+    },
     /// `writetime`/`ttl` (`ttl` = true) of the cells of a non-frozen collection or UDT:
     /// all of them as a list (`path` None) or the one at a map key / set element / UDT field.
     CellsMeta {
@@ -378,6 +384,38 @@ pub fn resolve(
         }
         ast::Expr::Binary { op, left, right } => {
             operation_item(t, *op, left, right, ctx_for_consts)
+        }
+        ast::Expr::Slice { expr, from, to } => {
+            let base = resolve(t, expr, ctx_for_consts)?;
+            let kt = match &base.ty {
+                CqlType::Set { elem, .. } => (**elem).clone(),
+                CqlType::Map { key, .. } => (**key).clone(),
+                other => {
+                    return Err(invalid(format!(
+                        "Slice selection is only allowed on sets and maps, but {} is a {other}",
+                        base.name
+                    )));
+                }
+            };
+            let bound = |b: &Option<Box<ast::Expr>>| -> Result<Option<Bytes>, QueryError> {
+                b.as_ref()
+                    .map(|e| crate::values::eval_set(e, &kt, ctx_for_consts, &base.name))
+                    .transpose()
+            };
+            let (lo, hi) = (bound(from)?, bound(to)?);
+            let show =
+                |b: &Option<Box<ast::Expr>>| b.as_ref().map(|e| e.to_string()).unwrap_or_default();
+            let name = format!("{}[{}..{}]", base.name, show(from), show(to));
+            let ty = base.ty.clone();
+            Ok(SelItem {
+                sel: Sel::Slice {
+                    base: Box::new(base),
+                    from: lo,
+                    to: hi,
+                },
+                name,
+                ty,
+            })
         }
         // Cassandra's selector grammar has no unary minus on a column or call.
         // Cassandra's lexer reads `-i…` as the start of `-Infinity`: a syntax error.
@@ -930,6 +968,35 @@ pub fn eval_row(
         Sel::Ttl(id) => cell_of(t, *id, p, row)
             .filter(|c| c.ttl > 0)
             .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
+        Sel::Slice { base, from, to } => {
+            let v = eval_row(t, base, p, row, now_s, static_only)?;
+            let (kt, per) = match &base.ty {
+                CqlType::Set { elem, .. } => (&**elem, 1),
+                CqlType::Map { key, .. } => (&**key, 2),
+                _ => return None,
+            };
+            let items = amphora_types::cql_type::split_collection(&v, per).ok()?;
+            let inside = |k: &[u8]| {
+                from.as_ref().is_none_or(|f| kt.compare(k, f).is_ge())
+                    && to.as_ref().is_none_or(|x| kt.compare(k, x).is_le())
+            };
+            let kept: Vec<&[Option<&[u8]>]> = items
+                .chunks(per)
+                .filter(|c| c.first().copied().flatten().is_some_and(inside))
+                .collect();
+            if kept.is_empty() {
+                return None;
+            }
+            if per == 1 {
+                Some(crate::values::serialize_collection(
+                    kept.iter().map(|c| c.first().copied().flatten()),
+                ))
+            } else {
+                Some(crate::values::serialize_map(kept.iter().filter_map(|c| {
+                    Some((c.first().copied().flatten()?, c.get(1).copied().flatten()?))
+                })))
+            }
+        }
         Sel::CellsMeta { id, ttl, path } => {
             let def = t.columns.get(*id as usize)?;
             let data = if def.kind == ColumnKind::Static {
