@@ -443,15 +443,28 @@ pub async fn run_select(
                 _ => Bound::Unbounded,
             },
         };
+        amphora_trace::event(|| "Executing a range scan on every shard".into());
+        let trace = amphora_trace::current();
         let results = inner
             .shared
             .shards
-            .submit_to_all(move |_| {
+            .submit_to_all(move |shard| {
                 let cmd = cmd.clone();
-                async move {
+                let trace = trace.clone();
+                amphora_trace::scope(trace, format!("shard {shard}"), async move {
                     let db = amphora_replica::local().map_err(|e| e.to_string())?;
-                    db.read(&cmd).map_err(|e| e.to_string())
-                }
+                    let r = db.read(&cmd).map_err(|e| e.to_string());
+                    if let Ok(r) = &r {
+                        amphora_trace::event(|| {
+                            format!(
+                                "Scanned {} rows in {} partitions on shard {shard}",
+                                r.rows_counted,
+                                r.partitions.len()
+                            )
+                        });
+                    }
+                    r
+                })
             })
             .await
             .map_err(|e| QueryError::Server(e.to_string()))?;
@@ -770,7 +783,19 @@ async fn read_on(
 ) -> Result<amphora_storage::ReadResult, QueryError> {
     crate::exec::on_shard(inner, shard, move || async move {
         let db = amphora_replica::local().map_err(|e| e.to_string())?;
-        db.read(&cmd).map_err(|e| e.to_string())
+        amphora_trace::event(|| "Executing single-partition query".into());
+        let r = db.read(&cmd).map_err(|e| e.to_string());
+        if let Ok(r) = &r {
+            amphora_trace::event(|| {
+                format!(
+                    "Read {} rows from {} partitions, {} SSTables consulted",
+                    r.rows_counted,
+                    r.partitions.len(),
+                    r.sstables_read
+                )
+            });
+        }
+        r
     })
     .await?
     .map_err(|e| {

@@ -171,10 +171,20 @@ fn write_failure(e: String) -> QueryError {
 
 async fn apply_one(p: Planned) -> Result<(), String> {
     let db = amphora_replica::local().map_err(|e| e.to_string())?;
-    match p {
-        Planned::Mutation(m) => db.apply(m).await.map_err(|e| e.to_string()),
-        Planned::Counter(c) => db.apply_counter(c).await.map_err(|e| e.to_string()),
+    let r = match p {
+        Planned::Mutation(m) => {
+            amphora_trace::event(|| "Appending to commitlog, adding to memtable".into());
+            db.apply(m).await.map_err(|e| e.to_string())
+        }
+        Planned::Counter(c) => {
+            amphora_trace::event(|| "Applying a counter update (read, add, write)".into());
+            db.apply_counter(c).await.map_err(|e| e.to_string())
+        }
+    };
+    if r.is_ok() {
+        amphora_trace::event(|| "Write applied (acknowledged by the commitlog)".into());
     }
+    r
 }
 
 /// Applies writes and what they imply (secondary index entries, materialized view
