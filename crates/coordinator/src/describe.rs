@@ -63,11 +63,28 @@ fn map_literal(m: &std::collections::BTreeMap<String, String>) -> String {
     format!("{{{}}}", parts.join(", "))
 }
 
+/// A double as Java's `Double.toString` prints it for the values table options take:
+/// integral values keep a `.0` (`1.0`, not `1`).
+fn java_double(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e7 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
 pub fn keyspace_cql(ks: &KeyspaceDef) -> String {
+    // Cassandra prints the strategies of its own `locator` package by their short name.
+    let mut replication = ks.replication.clone();
+    if let Some(class) = replication.get_mut("class")
+        && let Some(short) = class.strip_prefix("org.apache.cassandra.locator.")
+    {
+        *class = short.to_string();
+    }
     format!(
         "CREATE KEYSPACE {} WITH replication = {}  AND durable_writes = {};",
         q(&ks.name),
-        map_literal(&ks.replication),
+        map_literal(&replication),
         ks.durable_writes
     )
 }
@@ -158,7 +175,10 @@ pub fn table_cql(t: &TableSchema) -> String {
     opts.push(format!("compaction = {}", map_literal(&o.compaction)));
     opts.push(format!("compression = {}", map_literal(&o.compression)));
     opts.push(format!("memtable = {}", cql_literal(&o.memtable)));
-    opts.push(format!("crc_check_chance = {}", o.crc_check_chance));
+    opts.push(format!(
+        "crc_check_chance = {}",
+        java_double(o.crc_check_chance)
+    ));
     opts.push(format!("default_time_to_live = {}", o.default_time_to_live));
     opts.push("extensions = {}".to_string());
     opts.push(format!("gc_grace_seconds = {}", o.gc_grace_seconds));
