@@ -494,6 +494,11 @@ pub fn resolve_type(
                     .collect::<Result<_, _>>()?,
             )
         }
+        ast::TypeExpr::Vector(_, 0) => {
+            return Err(invalid(
+                "vectors may only have positive dimensions; given 0",
+            ));
+        }
         ast::TypeExpr::Vector(e, n) => CqlType::Vector {
             elem: Box::new(resolve_type(e, ks, true)?),
             dim: *n,

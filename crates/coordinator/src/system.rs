@@ -706,7 +706,8 @@ fn table_row(t: &TableSchema) -> Vec<Option<Bytes>> {
                 Some(text_map(
                     o.caching.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 )),
-                Some(boolean(o.cdc)),
+                // Cassandra 5.0 writes the cdc cell only when it is true.
+                o.cdc.then(|| boolean(true)),
                 Some(text(&o.comment)),
                 Some(text_map(
                     o.compaction.iter().map(|(k, v)| (k.as_str(), v.as_str())),

@@ -897,6 +897,11 @@ fn plan_update(
             (ast::AssignmentOp::Set(e), ty) => {
                 set_cells(ty, eval(e, ty, ctx, &def.name)?, ts, ttl, now_s)?
             }
+            (ast::AssignmentOp::Add(ast::Expr::List(_)), ty @ CqlType::Set { .. }) => {
+                return Err(invalid(format!(
+                    "Unexpected receiver type '{ty}'; only list and vector are expected"
+                )));
+            }
             (
                 ast::AssignmentOp::Add(e),
                 ty @ (CqlType::List { frozen: false, .. }

@@ -604,7 +604,19 @@ impl<'a> Parser<'a> {
         self.expect_kw(Keyword::Set)?;
         let mut assignments = vec![self.assignment()?];
         while self.eat(Tok::Comma) {
-            assignments.push(self.assignment()?);
+            let next = self.assignment()?;
+            if assignments.iter().any(|a| {
+                a.column.name == next.column.name && !assignments_compatible(&a.op, &next.op)
+            }) {
+                return Err(self.recognition(
+                    ParseErrorKind::Recognition,
+                    format!(
+                        "Multiple incompatible setting of column {}",
+                        next.column.name
+                    ),
+                ));
+            }
+            assignments.push(next);
         }
         self.expect_kw(Keyword::Where)?;
         let where_clause = self.where_clause()?;
@@ -780,5 +792,18 @@ impl<'a> Parser<'a> {
             using,
             statements,
         })
+    }
+}
+
+/// Whether two operations on the same column may appear in one UPDATE (Cassandra's
+/// `Operation.RawUpdate.isCompatibleWith`): a plain `c = term` conflicts with anything,
+/// and a UDT field may be set only once.
+fn assignments_compatible(a: &AssignmentOp, b: &AssignmentOp) -> bool {
+    match (a, b) {
+        (AssignmentOp::Set(_), _) | (_, AssignmentOp::Set(_)) => false,
+        (AssignmentOp::SetField { field: f1, .. }, AssignmentOp::SetField { field: f2, .. }) => {
+            f1.name != f2.name
+        }
+        _ => true,
     }
 }
