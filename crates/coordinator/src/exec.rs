@@ -167,6 +167,9 @@ pub fn now_micros() -> i64 {
 }
 
 fn syntax(e: ast::ParseError) -> QueryError {
+    if e.kind == ast::ParseErrorKind::Invalid {
+        return QueryError::Invalid(e.to_string());
+    }
     QueryError::Syntax(e.to_string())
 }
 
