@@ -313,7 +313,8 @@ pub fn resolve(
                     }
                     let ty = match f {
                         AggFn::Count => CqlType::Bigint,
-                        AggFn::Sum | AggFn::Avg if arg.ty == CqlType::Counter => CqlType::Bigint,
+                        // sum()/avg() keep the argument's type, counter included
+                        // (Cassandra 5.0: `system.sum(c) counter`).
                         _ => arg.ty.clone(),
                     };
                     // The argument as resolved: system.sum(cast(v as bigint)).
