@@ -1304,6 +1304,13 @@ fn read_single(
         }
     }
     let mut partition_deletion = sources.iter().filter_map(|u| u.partition_deletion).max();
+    let in_memtables = sources.len();
+    amphora_trace::event(|| {
+        format!(
+            "Merging memtable contents ({in_memtables} of {} memtables hold the partition)",
+            1 + t.flushing.len()
+        )
+    });
     for u in sources {
         merge_into(schema, &mut acc, u);
     }
@@ -1317,10 +1324,21 @@ fn read_single(
             break;
         }
         if !s.may_contain(key) {
+            amphora_trace::event(|| {
+                format!("Bloom filter allows skipping sstable {}", s.generation)
+            });
             continue;
         }
         sstables_read += 1;
-        if let Some(mut u) = s.get_with(key, Some(&mut *cache))? {
+        let found = s.get_with(key, Some(&mut *cache))?;
+        amphora_trace::event(|| {
+            format!(
+                "Partition index lookup in sstable {}: {}",
+                s.generation,
+                if found.is_some() { "found" } else { "absent" }
+            )
+        });
+        if let Some(mut u) = found {
             restrict(&mut u, schema, &cmd.slices);
             partition_deletion = partition_deletion.max(u.partition_deletion);
             merge_into(schema, &mut acc, u);

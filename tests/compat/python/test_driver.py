@@ -550,6 +550,7 @@ def test_query_trace_lists_events_with_elapsed_time(session, keyspace):
     activities = [e.description for e in trace.events]
     assert any(a.startswith("Parsing SELECT v FROM") for a in activities), activities
     assert activities[-1] == "Request complete", activities
+    assert any(a.startswith("Merging memtable contents") for a in activities), activities
     elapsed = [e.source_elapsed.total_seconds() for e in trace.events]
     assert elapsed == sorted(elapsed), elapsed
     # A prepared statement is traced too, without being parsed again.
