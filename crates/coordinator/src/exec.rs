@@ -503,12 +503,51 @@ pub async fn run(
         S::CreateTrigger(_) | S::DropTrigger { .. } => {
             Err(QueryError::invalid("Triggers are not supported by Amphora"))
         }
-        S::ListRoles { .. } | S::ListUsers | S::ListSuperUsers => crate::system::list_roles(st),
+        // Cassandra's ListRolesStatement refuses the anonymous user of AllowAllAuthenticator.
+        S::ListRoles { .. } | S::ListUsers | S::ListSuperUsers => Err(QueryError::Unauthorized(
+            "You have to be logged in and not anonymous to perform this request".into(),
+        )),
+        S::CreateRole(ast::CreateRole { options, .. })
+        | S::CreateUser(ast::UserStatement { options, .. })
+        | S::AlterRole(ast::AlterRole { options, .. })
+        | S::AlterUser(ast::UserStatement { options, .. })
+            if unsupported_role_option(
+                options,
+                matches!(st, S::AlterRole(_) | S::AlterUser(_)),
+            )
+            .is_some() =>
+        {
+            Err(QueryError::invalid(format!(
+                "org.apache.cassandra.auth.CassandraRoleManager doesn't support {}",
+                unsupported_role_option(options, matches!(st, S::AlterRole(_) | S::AlterUser(_)))
+                    .unwrap_or("PASSWORD")
+            )))
+        }
         _ => Err(QueryError::Unauthorized(format!(
             "{} requires an authorizer; Amphora runs with AllowAllAuthorizer",
             st.kind()
         ))),
     }
+}
+
+/// The first role option that Cassandra's default `CassandraRoleManager` (under
+/// AllowAllAuthenticator) refuses with Invalid, once the statement passed its access check:
+/// setting superuser status (any change for ALTER, `true` for CREATE) is Unauthorized first.
+fn unsupported_role_option(options: &[ast::RoleOption], alter: bool) -> Option<&'static str> {
+    use ast::RoleOption as O;
+    if options
+        .iter()
+        .any(|o| matches!(o, O::Superuser(su) if alter || *su))
+    {
+        return None;
+    }
+    options.iter().find_map(|o| match o {
+        O::Password(_) => Some("PASSWORD"),
+        O::HashedPassword(_) => Some("HASHED_PASSWORD"),
+        O::GeneratedPassword => Some("GENERATED_PASSWORD"),
+        O::Options(_) => Some("OPTIONS"),
+        _ => None,
+    })
 }
 
 /// Publishes a new schema to every shard (their snapshots and storage tables).
