@@ -305,6 +305,8 @@ pub struct StorageSnapshot {
     /// Time the shard's event loop spent running tasks (tokio's busy duration; it grows
     /// each time the loop parks), in nanoseconds.
     pub reactor_busy_ns: u64,
+    /// The shard's block cache of decompressed SSTable chunks and index blocks.
+    pub block_cache: amphora_storage::cache::BlockCacheStats,
 }
 
 /// The calling shard's storage numbers (`None` before the shard's database exists).
@@ -334,6 +336,7 @@ pub fn local_storage_snapshot(shard: ShardId) -> Option<StorageSnapshot> {
         // A shard runs a current_thread runtime: worker 0 is the shard's loop.
         reactor_busy_ns: u64::try_from(rt.worker_total_busy_duration(0).as_nanos())
             .unwrap_or(u64::MAX),
+        block_cache: storage.block_cache_stats(),
     })
 }
 
@@ -400,7 +403,10 @@ fn render_histogram(
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_cache_row_hits_total` / `amphora_cache_row_misses_total` (0 until the row
-///   cache exists), `amphora_storage_background_errors_total`,
+///   cache exists), `amphora_cache_block_hits_total` / `_misses_total`,
+///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
+///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
+///   index blocks), `amphora_storage_background_errors_total`,
 ///   `amphora_database_sstables_per_read` (histogram of SSTables touched per read),
 ///   `amphora_reactor_busy_seconds_total` (rate = the shard's utilisation);
 /// - per table (`shard`, `ks`, `cf`): `amphora_column_family_live_sstable`,
@@ -548,6 +554,54 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "amphora_cache_row_misses_total{{shard=\"{}\"}} {}",
             s.shard, s.metrics.row_cache_misses
         );
+    }
+    let block_families: [(
+        &str,
+        &str,
+        &str,
+        fn(&amphora_storage::cache::BlockCacheStats) -> u64,
+    ); 5] = [
+        (
+            "amphora_cache_block_hits_total",
+            "counter",
+            "Reads of an SSTable chunk or index block served by the block cache.",
+            |c| c.hits,
+        ),
+        (
+            "amphora_cache_block_misses_total",
+            "counter",
+            "Reads of an SSTable chunk or index block that went to the file.",
+            |c| c.misses,
+        ),
+        (
+            "amphora_cache_block_entries",
+            "gauge",
+            "Chunks and index blocks held by the block cache.",
+            |c| c.entries,
+        ),
+        (
+            "amphora_cache_block_bytes",
+            "gauge",
+            "Bytes held by the block cache.",
+            |c| c.bytes,
+        ),
+        (
+            "amphora_cache_block_capacity_bytes",
+            "gauge",
+            "Capacity of the block cache in bytes.",
+            |c| c.capacity,
+        ),
+    ];
+    for (name, kind, help, get) in block_families {
+        family(&mut out, name, kind, help);
+        for s in snaps {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\"}} {}",
+                s.shard,
+                get(&s.block_cache)
+            );
+        }
     }
     family(
         &mut out,
@@ -752,8 +806,18 @@ mod tests {
             metrics: m,
             tables: vec![t],
             reactor_busy_ns: 1_500_000_000,
+            block_cache: amphora_storage::cache::BlockCacheStats {
+                hits: 90,
+                misses: 10,
+                entries: 3,
+                bytes: 48_000,
+                capacity: 1 << 20,
+            },
         }]);
         assert!(text.contains("amphora_sstables_live{shard=\"1\"} 4\n"));
+        assert!(text.contains("amphora_cache_block_hits_total{shard=\"1\"} 90\n"));
+        assert!(text.contains("amphora_cache_block_misses_total{shard=\"1\"} 10\n"));
+        assert!(text.contains("amphora_cache_block_capacity_bytes{shard=\"1\"} 1048576\n"));
         assert!(text.contains("amphora_reactor_busy_seconds_total{shard=\"1\"} 1.500000\n"));
         assert!(text.contains(
             "amphora_column_family_writes_total{shard=\"1\",ks=\"ks\",cf=\"we\\\"ird\"} 3\n"
