@@ -555,12 +555,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             s.shard, s.metrics.row_cache_misses
         );
     }
-    let block_families: [(
-        &str,
-        &str,
-        &str,
-        fn(&amphora_storage::cache::BlockCacheStats) -> u64,
-    ); 5] = [
+    let block_families: [Family<amphora_storage::cache::BlockCacheStats>; 5] = [
         (
             "amphora_cache_block_hits_total",
             "counter",
