@@ -699,7 +699,9 @@ fn check_selection_rules(
     Ok(())
 }
 
-/// How many primary-key columns GROUP BY names (they must be a prefix of the key).
+/// How many primary-key columns GROUP BY groups on. The named columns must follow the
+/// key's declared order; key columns between them may be skipped when WHERE restricts them
+/// with `=` (they are constant, so grouping on them changes nothing), as Cassandra allows.
 fn group_by_len(t: &TableSchema, s: &ast::SelectStatement) -> Result<usize, QueryError> {
     let key: Vec<ColumnId> = t
         .partition_key
@@ -707,7 +709,25 @@ fn group_by_len(t: &TableSchema, s: &ast::SelectStatement) -> Result<usize, Quer
         .chain(&t.clustering_key)
         .copied()
         .collect();
-    for (i, e) in s.group_by.iter().enumerate() {
+    let restricted_by_eq = |id: ColumnId| {
+        s.where_clause.iter().any(|r| {
+            r.op == ast::Operator::Eq
+                && match &r.target {
+                    ast::RelationTarget::Column(c) => t.column(&c.name).map(|(i, _)| i) == Some(id),
+                    ast::RelationTarget::Tuple(cs) => cs
+                        .iter()
+                        .any(|c| t.column(&c.name).map(|(i, _)| i) == Some(id)),
+                    _ => false,
+                }
+        })
+    };
+    let order_error = || {
+        invalid(
+            "Group by currently only support groups of columns following their declared order in the PRIMARY KEY",
+        )
+    };
+    let mut consumed = 0;
+    for e in &s.group_by {
         let ast::Expr::Column(c) = e else {
             return Err(invalid("Only column names are supported in GROUP BY"));
         };
@@ -715,18 +735,25 @@ fn group_by_len(t: &TableSchema, s: &ast::SelectStatement) -> Result<usize, Quer
             .column(&c.name)
             .map(|(id, _)| id)
             .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
-        if key.get(i) != Some(&id) {
-            return Err(invalid(
-                "Group by currently only support groups of columns following their declared order in the PRIMARY KEY",
-            ));
+        loop {
+            let Some(&k) = key.get(consumed) else {
+                return Err(order_error());
+            };
+            consumed += 1;
+            if k == id {
+                break;
+            }
+            if !restricted_by_eq(k) {
+                return Err(order_error());
+            }
         }
     }
-    if !s.group_by.is_empty() && s.group_by.len() < t.partition_key.len() {
+    if !s.group_by.is_empty() && consumed < t.partition_key.len() {
         return Err(invalid(
             "Group by is not supported on only a part of the partition key",
         ));
     }
-    Ok(s.group_by.len())
+    Ok(consumed)
 }
 
 fn group_key(
