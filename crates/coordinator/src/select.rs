@@ -348,7 +348,7 @@ pub async fn run_select(
         // With row filters PER PARTITION LIMIT counts rows after filtering.
         per_partition_limit: if s.distinct {
             1
-        } else if filtering {
+        } else if filtering || grouping > 0 {
             0
         } else {
             ppl.unwrap_or(0)
@@ -520,6 +520,8 @@ pub async fn run_select(
         !r.ck_prefix.is_empty() || r.ck_lower.is_some() || r.ck_upper.is_some();
     'outer: for p in &partitions {
         let mut in_partition = 0u32;
+        // With GROUP BY, PER PARTITION LIMIT counts groups, not rows.
+        let mut groups_in_partition = 0u32;
         let static_only = p.rows.is_empty()
             && p.static_row.is_some()
             && !has_ck_restriction
@@ -537,6 +539,7 @@ pub async fn run_select(
                 break 'outer;
             }
             if let Some(l) = ppl
+                && grouping == 0
                 && in_partition >= l
             {
                 break;
@@ -559,6 +562,10 @@ pub async fn run_select(
                     if grouping > 0 {
                         let key = group_key(table, grouping, p, row, static_only);
                         if group.as_ref() != Some(&key) {
+                            if ppl.is_some_and(|l| groups_in_partition >= l) {
+                                break;
+                            }
+                            groups_in_partition += 1;
                             if group.is_some() {
                                 let done = std::mem::replace(st, selector::new_states(items));
                                 out.cells.extend(selector::finish(done, items));
