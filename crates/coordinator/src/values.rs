@@ -255,6 +255,11 @@ pub fn encode(
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(serialize_tuple(vals.iter().map(|v| v.as_deref())))
             }
+            // `(term)` for a receiver that is not a tuple: parentheses only group.
+            CqlType::Udt(_) => Err(invalid(format!(
+                "Invalid tuple literal for {receiver} of type {ty}"
+            ))),
+            _ if items.len() == 1 => eval_set(&items[0], ty, ctx, receiver),
             _ => Err(invalid(format!(
                 "Invalid tuple literal for {receiver} of type {ty}"
             ))),
