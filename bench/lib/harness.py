@@ -540,7 +540,7 @@ class Latte:
             with open(self.raw / f"{server.name}-latte-{sub}.out", "w") as out:
                 try:
                     rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                        timeout=timeout).returncode
+                                        timeout=timeout, env=self.env()).returncode
                 except subprocess.TimeoutExpired:
                     return time.monotonic() - t0, f"latte {sub} timed out"
             if rc != 0:
@@ -553,10 +553,14 @@ class Latte:
             jf.unlink()
         out = open(self.raw / (tag + ".out"), "w")
         cmd = [*self.base(server), *args, "-o", str(jf), *self.conn(server)]
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env())
         p._bench_out = out  # noqa: SLF001
         p._bench_tag = tag  # noqa: SLF001
         return p
+
+    def env(self):
+        # latte writes a log file into its working directory unless told where.
+        return dict(os.environ, LATTE_LOG_DIR=str(self.raw))
 
     def collect(self, p, timeout):
         return Stress.collect(self, p, timeout)
