@@ -873,6 +873,8 @@ class Runner:
                               "-w", "0s", "-t", "1", "-p", str(c["threads"]), "-P", f"rows={rows}"],
                              timeout=self.sat_timeout(c["latte_s"]), client=latte)
 
+        out["final_rss_mb"] = (proc_status_kb(self.s.pid, "VmRSS") or 0) / 1024
+        out["final_peak_rss_mb"] = (proc_status_kb(self.s.pid, "VmHWM") or 0) / 1024
         # 9. Restart on the data written by the whole run (issue 7 target 6: startup with the
         #    table on disk), after a clean shutdown; the time until the CQL port answers. Last,
         #    so a restart's cold caches and JIT never touch a measured run.
@@ -887,8 +889,6 @@ class Runner:
             out["restart"] = {"status": "failed", "reason": str(e)[:400]}
             log(f"  -> restart failed: {e}")
 
-        out["final_rss_mb"] = (proc_status_kb(self.s.pid, "VmRSS") or 0) / 1024
-        out["final_peak_rss_mb"] = (proc_status_kb(self.s.pid, "VmHWM") or 0) / 1024
         out["seconds"] = time.monotonic() - self.t0
         return out
 
