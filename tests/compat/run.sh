@@ -20,6 +20,8 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=../lib/net.sh
+source "$repo/tests/lib/net.sh"
 
 peer="${COMPAT_PEER:-}"
 suites=()
@@ -58,29 +60,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_for_port() { # host port seconds pid-or-empty
-  local start=$SECONDS
-  until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
-    if [[ -n "$4" ]] && ! kill -0 "$4" 2>/dev/null; then return 2; fi
-    (( SECONDS - start > $3 )) && return 1
-    sleep 0.2
-  done
-}
 
-free_ports() { # prints N distinct free TCP ports on 127.0.0.1, below the ephemeral range
-  python3 - "$1" <<'EOF'
-import random, socket, sys
-socks = []
-while len(socks) < int(sys.argv[1]):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randrange(20000, 32000)))
-        socks.append(s)
-    except OSError:
-        s.close()
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
 
 start_server() { # starts amphora on $workdir/data with the chosen ports
   "$bin" server --data-dir "$workdir/data" --listen-address 127.0.0.1 \

@@ -14,6 +14,8 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=../lib/net.sh
+source "$repo/tests/lib/net.sh"
 py="$repo/tests/compat/.venv-datastax/bin/python"
 [[ -x "$py" ]] || { echo "$py missing: run tests/compat/install.sh python" >&2; exit 1; }
 
@@ -27,29 +29,7 @@ for a in "$@"; do
   esac
 done
 
-free_ports() { # N distinct free TCP ports on 127.0.0.1, below the ephemeral range
-  python3 - "$1" <<'EOF'
-import random, socket, sys
-socks = []
-while len(socks) < int(sys.argv[1]):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randrange(20000, 32000)))
-        socks.append(s)
-    except OSError:
-        s.close()
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
 
-wait_for_port() { # port seconds pid
-  local start=$SECONDS
-  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
-    kill -0 "$3" 2>/dev/null || return 2
-    (( SECONDS - start > $2 )) && return 1
-    sleep 0.2
-  done
-}
 
 workdir=""
 server_pid=""
@@ -90,7 +70,7 @@ else
     --api-port "$apiport" --prometheus-port "$promport" --smp "${CQL_SMP:-2}" --memory 1G \
     --commitlog-sync batch >"$workdir/server.log" 2>&1 &
   server_pid=$!
-  if ! wait_for_port "$port" 60 "$server_pid"; then
+  if ! wait_for_port 127.0.0.1 "$port" 60 "$server_pid"; then
     echo "amphora did not start; last log lines:" >&2
     tail -30 "$workdir/server.log" >&2
     exit 1
