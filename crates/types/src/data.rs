@@ -1210,6 +1210,34 @@ pub(crate) mod proptests {
             })
     }
 
+    /// Range tombstones from generated (a, b, start inclusive, end inclusive, deletion): the
+    /// bounds are the larger value first when `larger_first`, else the smaller.
+    fn tombstones(
+        rts: Vec<(i32, i32, bool, bool, DeletionTime)>,
+        larger_first: bool,
+    ) -> Vec<RangeTombstone> {
+        rts.into_iter()
+            .map(|(a, b, ia, ib, d)| {
+                let (s, e) = if larger_first {
+                    (a.max(b), a.min(b))
+                } else {
+                    (a.min(b), a.max(b))
+                };
+                RangeTombstone {
+                    start: ClusteringBound {
+                        prefix: Clustering(vec![i(s)]),
+                        inclusive: ia,
+                    },
+                    end: ClusteringBound {
+                        prefix: Clustering(vec![i(e)]),
+                        inclusive: ib,
+                    },
+                    deletion: d,
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn update() -> impl Strategy<Value = PartitionUpdate> {
         (
             prop::option::weighted(0.2, deletion()),
@@ -1226,20 +1254,7 @@ pub(crate) mod proptests {
                     partition_deletion: pd,
                     static_row: sr,
                     rows,
-                    range_tombstones: rts
-                        .into_iter()
-                        .map(|(a, b, ia, ib, d)| RangeTombstone {
-                            start: ClusteringBound {
-                                prefix: Clustering(vec![i(a.max(b))]),
-                                inclusive: ia,
-                            },
-                            end: ClusteringBound {
-                                prefix: Clustering(vec![i(a.min(b))]),
-                                inclusive: ib,
-                            },
-                            deletion: d,
-                        })
-                        .collect(),
+                    range_tombstones: tombstones(rts, true),
                 };
                 canonicalize(&s, &u)
             })
@@ -1276,20 +1291,7 @@ pub(crate) mod proptests {
                 partition_deletion: pd,
                 static_row: sr,
                 rows,
-                range_tombstones: rts
-                    .into_iter()
-                    .map(|(a, b, ia, ib, d)| RangeTombstone {
-                        start: ClusteringBound {
-                            prefix: Clustering(vec![i(a.min(b))]),
-                            inclusive: ia,
-                        },
-                        end: ClusteringBound {
-                            prefix: Clustering(vec![i(a.max(b))]),
-                            inclusive: ib,
-                        },
-                        deletion: d,
-                    })
-                    .collect(),
+                range_tombstones: tombstones(rts, false),
             };
             let expected = merge_partition_updates(&s, &u, &PartitionUpdate::default());
             let mut got = u.clone();
