@@ -122,6 +122,10 @@ pub struct Stats {
     pub level: u32,
     /// Partition size histogram: bucket i counts partitions of < 2^(i+1) bytes.
     pub partition_size_histogram: [u64; 40],
+    /// Cells per partition: bucket i counts partitions of [2^i, 2^(i+1)) cells (0 cells in
+    /// bucket 0). An optional trailer of v1 Statistics.db: all zero when read from files
+    /// written before it existed.
+    pub cell_count_histogram: [u64; 40],
 }
 
 impl Default for Stats {
@@ -143,6 +147,7 @@ impl Default for Stats {
             uncompressed_bytes: 0,
             level: 0,
             partition_size_histogram: [0; 40],
+            cell_count_histogram: [0; 40],
         }
     }
 }
@@ -187,6 +192,9 @@ impl Stats {
         put_u64(&mut o, self.uncompressed_bytes);
         o.extend_from_slice(&self.level.to_le_bytes());
         for h in self.partition_size_histogram {
+            put_var(&mut o, h);
+        }
+        for h in self.cell_count_histogram {
             put_var(&mut o, h);
         }
         let crc = crc32c::crc32c(&o);
@@ -236,6 +244,13 @@ impl Stats {
         for h in partition_size_histogram.iter_mut() {
             *h = r.var().map_err(e)?;
         }
+        // Optional trailer (older v1 files end before it; older readers ignore it).
+        let mut cell_count_histogram = [0u64; 40];
+        if r.remaining() > 0 {
+            for h in cell_count_histogram.iter_mut() {
+                *h = r.var().map_err(e)?;
+            }
+        }
         Ok(Stats {
             table,
             partitions,
@@ -253,6 +268,7 @@ impl Stats {
             uncompressed_bytes,
             level,
             partition_size_histogram,
+            cell_count_histogram,
         })
     }
 }
@@ -455,6 +471,16 @@ impl SSTableWriter {
         let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
         s.partition_size_histogram[bucket] += 1;
         s.rows += src.rows.checked_div(src.partitions).unwrap_or(0);
+        // The cell count of a copied partition is not decoded: count it in the source's
+        // median bucket.
+        let half = src.cell_count_histogram.iter().sum::<u64>().div_ceil(2);
+        let mut seen = 0;
+        if let Some(b) = src.cell_count_histogram.iter().position(|n| {
+            seen += n;
+            half > 0 && seen >= half
+        }) {
+            s.cell_count_histogram[b] += 1;
+        }
         if !src.min_clustering.is_empty()
             && (s.min_clustering.is_empty()
                 || self
@@ -574,6 +600,17 @@ impl SSTableWriter {
         s.max_timestamp = s.max_timestamp.max(max_ts);
         let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
         s.partition_size_histogram[bucket] += 1;
+        let cells: u64 = static_row
+            .into_iter()
+            .chain(rows.iter().copied())
+            .flat_map(|r| r.cells.iter())
+            .map(|(_, d)| match d {
+                ColumnData::Simple(_) => 1,
+                ColumnData::Complex { cells, .. } => cells.len() as u64,
+            })
+            .sum();
+        let bucket = (64 - cells.leading_zeros()).saturating_sub(1).min(39) as usize;
+        s.cell_count_histogram[bucket] += 1;
         let ldt = |t: i32, s: &mut Stats| {
             s.min_local_deletion_time = s.min_local_deletion_time.min(t);
             s.max_local_deletion_time = s.max_local_deletion_time.max(t);
