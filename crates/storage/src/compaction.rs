@@ -25,6 +25,9 @@ pub struct SSTableInfo {
     pub min_token: i64,
     pub max_token: i64,
     pub level: u32,
+    /// Holds a live cell or row marker without TTL: such an SSTable never fully expires
+    /// (Cassandra counts those as max local deletion time "never").
+    pub has_non_expiring_data: bool,
 }
 
 impl SSTableInfo {
@@ -38,8 +41,55 @@ impl SSTableInfo {
             min_token: s.stats.min_token,
             max_token: s.stats.max_token,
             level: s.stats.level,
+            has_non_expiring_data: s.stats.has_non_expiring_data,
         }
     }
+
+    /// Every cell, marker and tombstone in it expired or was deleted before `gc_before`.
+    fn expired_before(&self, gc_before: i32) -> bool {
+        !self.has_non_expiring_data && self.max_local_deletion_time < gc_before
+    }
+}
+
+/// What a chooser needs to know beyond the SSTables it may pick from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChoiceContext {
+    /// `now - gc_grace_seconds`: tombstones and expiries before it may be purged.
+    pub gc_before: i32,
+    /// Lowest timestamp of the table's data outside the offered SSTables (memtables,
+    /// SSTables being compacted); i64::MAX if none.
+    pub min_timestamp_elsewhere: i64,
+}
+
+impl ChoiceContext {
+    pub fn new(gc_before: i32) -> Self {
+        ChoiceContext {
+            gc_before,
+            min_timestamp_elsewhere: i64::MAX,
+        }
+    }
+}
+
+/// SSTables that can be deleted without rewriting them (Cassandra's
+/// `getFullyExpiredSSTables`): everything in them expired or was deleted before
+/// `gc_before`, and their newest timestamp is older than every timestamp of the live
+/// data they overlap, so none of their tombstones still shadows anything.
+pub fn fully_expired(sstables: &[SSTableInfo], ctx: &ChoiceContext) -> Vec<u64> {
+    let (expired, live): (Vec<&SSTableInfo>, Vec<&SSTableInfo>) = sstables
+        .iter()
+        .partition(|s| s.expired_before(ctx.gc_before));
+    expired
+        .into_iter()
+        .filter(|e| {
+            let min_live = live
+                .iter()
+                .filter(|l| overlaps(e, l))
+                .map(|l| l.min_timestamp)
+                .fold(ctx.min_timestamp_elsewhere, i64::min);
+            e.max_timestamp < min_live
+        })
+        .map(|e| e.generation)
+        .collect()
 }
 
 /// The next compaction to run.
@@ -126,10 +176,10 @@ impl Strategy {
     }
 
     /// The next job for these (non-compacting) SSTables, if any.
-    pub fn next_job(&self, sstables: &[SSTableInfo], gc_before: i32) -> Option<CompactionJob> {
+    pub fn next_job(&self, sstables: &[SSTableInfo], ctx: &ChoiceContext) -> Option<CompactionJob> {
         match self {
             Strategy::SizeTiered(o) => stcs_job(o, sstables),
-            Strategy::TimeWindow(o) => twcs_job(o, sstables, gc_before),
+            Strategy::TimeWindow(o) => twcs_job(o, sstables, ctx),
             Strategy::Leveled(o) => lcs_job(o, sstables),
         }
     }
@@ -181,8 +231,17 @@ fn stcs_job(o: &StcsOptions, sstables: &[SSTableInfo]) -> Option<CompactionJob> 
     })
 }
 
-fn twcs_job(o: &TwcsOptions, sstables: &[SSTableInfo], gc_before: i32) -> Option<CompactionJob> {
-    let _ = gc_before; // Dropping fully expired SSTables needs an all-TTL statistic: not yet.
+fn twcs_job(o: &TwcsOptions, sstables: &[SSTableInfo], ctx: &ChoiceContext) -> Option<CompactionJob> {
+    // Fully expired SSTables go first, and whole: nothing in them needs rewriting.
+    let expired = fully_expired(sstables, ctx);
+    if !expired.is_empty() {
+        return Some(CompactionJob {
+            inputs: expired,
+            output_level: 0,
+            max_output_bytes: None,
+            drop_only: true,
+        });
+    }
     let mut windows: BTreeMap<i64, Vec<SSTableInfo>> = BTreeMap::new();
     for s in sstables {
         let secs = s.max_timestamp.div_euclid(1_000_000);
@@ -455,7 +514,38 @@ pub fn run_compaction(
     purge_ctx: &PurgeContext,
 ) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
     let input_gens: Vec<u64> = inputs.iter().map(|s| s.generation).collect();
-    let mut txn = CompactionTxn::begin(dir, &input_gens)?;
+    run_rewrite(
+        schema,
+        dir,
+        inputs,
+        &input_gens,
+        next_generation,
+        job,
+        purge_ctx,
+        None,
+    )
+}
+
+/// Sees each merged partition of a rewrite before it is purged and written; `None` drops
+/// it (maintenance operations: cleanup, garbagecollect, refresh; `crate::maintenance`).
+pub type PartitionHook<'a> =
+    &'a mut dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>;
+
+/// [`run_compaction`] with a per-partition hook, and the generations the transaction log
+/// names as inputs given apart (`txn_inputs`: the table-directory SSTables the outputs
+/// replace; inputs read from elsewhere, such as `upload/`, are not named).
+#[allow(clippy::too_many_arguments)]
+pub fn run_rewrite(
+    schema: &TableSchema,
+    dir: &Path,
+    inputs: &[Arc<SSTableReader>],
+    txn_inputs: &[u64],
+    next_generation: &AtomicU64,
+    job: &CompactionJob,
+    purge_ctx: &PurgeContext,
+    hook: Option<PartitionHook<'_>>,
+) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
+    let mut txn = CompactionTxn::begin(dir, txn_inputs)?;
     let mut created = Vec::new();
     match compact_into(
         schema,
@@ -466,6 +556,7 @@ pub fn run_compaction(
         purge_ctx,
         &mut txn,
         &mut created,
+        hook,
     ) {
         Ok(outputs) => Ok((outputs, txn)),
         Err(e) => {
@@ -506,6 +597,7 @@ fn compact_into(
     purge_ctx: &PurgeContext,
     txn: &mut CompactionTxn,
     created: &mut Vec<u64>,
+    mut hook: Option<PartitionHook<'_>>,
 ) -> Result<Vec<SSTableReader>> {
     let mut scanners: Vec<Scanner<'_>> = Vec::with_capacity(inputs.len());
     for s in inputs {
@@ -545,7 +637,8 @@ fn compact_into(
         }
         // Fast path: one source, and nothing in that SSTable can expire or be purged:
         // copy the serialized partition as is.
-        if let [only] = holders[..] {
+        if let ([only], None) = (&holders[..], &hook) {
+            let only = *only;
             let st = &scanners[only].sstable().stats;
             if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
                 if let (Some((k, bytes)), Some(w)) = (scanners[only].next_raw()?, writer.as_mut()) {
@@ -564,10 +657,15 @@ fn compact_into(
                 });
             }
         }
-        let Some(merged) = merged else { continue };
+        let Some(mut merged) = merged else { continue };
+        if let Some(h) = hook.as_mut() {
+            match h(&key, merged) {
+                Some(u) => merged = u,
+                None => continue,
+            }
+        }
         // Apply shadowing inside the partition before purging tombstones (a single
         // source was never merged).
-        let mut merged = merged;
         apply_own_deletions(schema, &mut merged);
         purge(&mut merged, &key, purge_ctx);
         if merged.is_empty() {
@@ -601,6 +699,7 @@ mod tests {
             min_token: i64::MIN,
             max_token: i64::MAX,
             level: 0,
+            has_non_expiring_data: true,
         }
     }
 
@@ -614,7 +713,7 @@ mod tests {
             info(3, 90 * mb),
             info(4, 500 * mb),
         ];
-        assert_eq!(s.next_job(&ts, 0), None, "3 similar < min_threshold");
+        assert_eq!(s.next_job(&ts, &ChoiceContext::new(0)), None, "3 similar < min_threshold");
         let ts = [
             info(1, 100 * mb),
             info(2, 110 * mb),
@@ -622,12 +721,12 @@ mod tests {
             info(4, 500 * mb),
             info(5, 105 * mb),
         ];
-        let mut j = s.next_job(&ts, 0).expect("test").inputs;
+        let mut j = s.next_job(&ts, &ChoiceContext::new(0)).expect("test").inputs;
         j.sort();
         assert_eq!(j, vec![1, 2, 3, 5]);
         // Small SSTables all share one bucket.
         let ts: Vec<_> = (0..5).map(|i| info(i, 1000 + i * 5000)).collect();
-        assert_eq!(s.next_job(&ts, 0).expect("test").inputs.len(), 5);
+        assert_eq!(s.next_job(&ts, &ChoiceContext::new(0)).expect("test").inputs.len(), 5);
     }
 
     #[test]
@@ -636,7 +735,7 @@ mod tests {
         m.insert("class".to_string(), "LeveledCompactionStrategy".to_string());
         let s = Strategy::from_options(&m);
         let ts: Vec<_> = (0..4).map(|i| info(i, 1000)).collect();
-        let j = s.next_job(&ts, 0).expect("test");
+        let j = s.next_job(&ts, &ChoiceContext::new(0)).expect("test");
         assert_eq!(j.output_level, 1);
         assert_eq!(j.max_output_bytes, Some(160 << 20));
     }

@@ -29,4 +29,4 @@ pub use commitlog::{ReplayReport, WriteAck};
 pub use config::{Clock, CommitFailurePolicy, StorageConfig, SyncMode};
 pub use error::StorageError;
 pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
-pub use shard::{ShardStorage, StorageMetrics, TableStats};
+pub use shard::{RewriteInput, RewriteWork, ShardStorage, StorageMetrics, TableStats};

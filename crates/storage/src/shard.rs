@@ -127,6 +127,27 @@ enum BgResult {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// What a maintenance rewrite ([`ShardStorage::rewrite`], `crate::maintenance`) runs over
+/// on the compaction thread.
+pub struct RewriteInput {
+    pub schema: Arc<TableSchema>,
+    pub dir: PathBuf,
+    pub next_generation: Arc<AtomicU64>,
+    /// The live SSTables the outputs replace (marked compacting while the job runs).
+    pub inputs: Vec<Arc<SSTableReader>>,
+    /// Generations in the table directory that are not in service (unreadable at open, or
+    /// taken out after a checksum failure), when asked for; the job may replace them too.
+    pub out_of_service: Vec<u64>,
+    /// gc_grace and overlap facts of the rest of the table, as for a compaction.
+    pub purge: PurgeContext,
+}
+
+/// A maintenance rewrite: its published outputs and committed transaction log.
+pub type RewriteWork = Box<
+    dyn FnOnce(RewriteInput) -> Result<(Vec<SSTableReader>, crate::compaction::CompactionTxn)>
+        + Send,
+>;
+
 struct Worker {
     tx: Option<mpsc::Sender<Job>>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -1104,6 +1125,165 @@ impl ShardStorage {
                 None => Ok(false),
             }
         }
+    }
+
+    /// The table's live SSTables (for maintenance operations and tools).
+    pub fn sstables(&self, id: TableId) -> Vec<Arc<SSTableReader>> {
+        self.inner
+            .borrow()
+            .tables
+            .get(&id)
+            .map_or_else(Vec::new, |t| t.sstables.clone())
+    }
+
+    /// Runs a maintenance rewrite on the compaction thread: `work` gets the live SSTables
+    /// of `inputs` (those still live once compactions holding them end) and its outputs
+    /// replace them exactly as a compaction's do. With `out_of_service`, the job also gets
+    /// the generations on disk that are not in service (only when no flush or compaction
+    /// of the table is in flight, so none of those is a fresh output). Returns false when
+    /// nothing was run (no input left and no out-of-service SSTable asked for or found).
+    pub fn rewrite(
+        &self,
+        id: TableId,
+        inputs: Vec<u64>,
+        out_of_service: bool,
+        work: RewriteWork,
+    ) -> impl Future<Output = Result<bool>> + 'static {
+        let me = self.clone();
+        async move {
+            let mut work = Some(work);
+            loop {
+                let busy: Vec<u64> = {
+                    let inner = me.inner.borrow();
+                    let t = inner
+                        .tables
+                        .get(&id)
+                        .ok_or(StorageError::UnknownTable(id))?;
+                    let holds = inputs.iter().any(|g| t.compacting.contains(g));
+                    let settling = out_of_service
+                        && (!t.running_compactions.is_empty() || !t.flushing.is_empty());
+                    if holds || settling {
+                        t.running_compactions
+                            .iter()
+                            .copied()
+                            .chain(t.flushing.iter().map(|f| f.job))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    }
+                };
+                if busy.is_empty() {
+                    break;
+                }
+                let _ = me.await_jobs(busy).await;
+            }
+            let Some(work) = work.take() else {
+                return Ok(false);
+            };
+            match me.start_rewrite(id, &inputs, out_of_service, work)? {
+                Some(job) => {
+                    me.await_jobs(vec![job]).await?;
+                    me.sstables_changed(id);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+    }
+
+    /// The one point where a table's SSTable set changed other than by its own flushes
+    /// and compactions (cleanup, scrub, garbagecollect, refresh): caches of the table's
+    /// data that reads fill must be dropped here.
+    fn sstables_changed(&self, id: TableId) {
+        let _ = id;
+    }
+
+    fn start_rewrite(
+        &self,
+        id: TableId,
+        gens: &[u64],
+        out_of_service: bool,
+        work: RewriteWork,
+    ) -> Result<Option<u64>> {
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        let t = inner
+            .tables
+            .get_mut(&id)
+            .ok_or(StorageError::UnknownTable(id))?;
+        let inputs: Vec<Arc<SSTableReader>> = t
+            .sstables
+            .iter()
+            .filter(|s| gens.contains(&s.generation) && !t.compacting.contains(&s.generation))
+            .cloned()
+            .collect();
+        let mut offline = Vec::new();
+        if out_of_service && let Ok(rd) = fs::read_dir(&t.dir) {
+            for e in rd.flatten() {
+                if let Some(g) = parse_toc_name(&e.file_name().to_string_lossy())
+                    && !t.sstables.iter().any(|s| s.generation == g)
+                {
+                    offline.push(g);
+                }
+            }
+            offline.sort();
+        }
+        if inputs.is_empty() && offline.is_empty() && !gens.is_empty() {
+            return Ok(None);
+        }
+        let input_gens: Vec<u64> = inputs.iter().map(|s| s.generation).collect();
+        let others: Vec<Arc<SSTableReader>> = t
+            .sstables
+            .iter()
+            .filter(|s| !input_gens.contains(&s.generation))
+            .cloned()
+            .collect();
+        let memtable_min_timestamp = t
+            .flushing
+            .iter()
+            .map(|f| f.mem.min_timestamp)
+            .chain(std::iter::once(t.memtable.min_timestamp))
+            .min()
+            .unwrap_or(i64::MAX);
+        let now = inner.cfg.clock.now_seconds();
+        let purge = PurgeContext {
+            gc_before: now.saturating_sub(t.schema.options.gc_grace_seconds),
+            now_seconds: now,
+            others,
+            memtable_min_timestamp,
+        };
+        for g in &input_gens {
+            t.compacting.insert(*g);
+        }
+        let job = inner.next_job;
+        inner.next_job += 1;
+        t.running_compactions.push(job);
+        inner.metrics.pending_compactions += 1;
+        let input = RewriteInput {
+            schema: t.schema.clone(),
+            dir: t.dir.clone(),
+            next_generation: t.next_generation.clone(),
+            inputs,
+            out_of_service: offline,
+            purge,
+        };
+        let dir = t.dir.clone();
+        let tx = inner.results_tx.clone();
+        let notify = inner.notify.clone();
+        inner.compactor.submit(Box::new(move || {
+            let result = work(input);
+            if result.is_err() {
+                cleanup_tmp(&dir);
+            }
+            let _ = tx.send(BgResult::Compacted {
+                table: id,
+                job,
+                inputs: input_gens,
+                result,
+            });
+            notify.notify_one();
+        }));
+        Ok(Some(job))
     }
 
     /// Flushes everything, waits for background work, and closes the commitlog cleanly.
