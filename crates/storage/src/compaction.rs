@@ -25,6 +25,9 @@ pub struct SSTableInfo {
     pub min_token: i64,
     pub max_token: i64,
     pub level: u32,
+    /// Holds a live cell or row marker without TTL: such an SSTable never fully expires
+    /// (Cassandra counts those as max local deletion time "never").
+    pub has_non_expiring_data: bool,
 }
 
 impl SSTableInfo {
@@ -38,8 +41,55 @@ impl SSTableInfo {
             min_token: s.stats.min_token,
             max_token: s.stats.max_token,
             level: s.stats.level,
+            has_non_expiring_data: s.stats.has_non_expiring_data,
         }
     }
+
+    /// Every cell, marker and tombstone in it expired or was deleted before `gc_before`.
+    fn expired_before(&self, gc_before: i32) -> bool {
+        !self.has_non_expiring_data && self.max_local_deletion_time < gc_before
+    }
+}
+
+/// What a chooser needs to know beyond the SSTables it may pick from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChoiceContext {
+    /// `now - gc_grace_seconds`: tombstones and expiries before it may be purged.
+    pub gc_before: i32,
+    /// Lowest timestamp of the table's data outside the offered SSTables (memtables,
+    /// SSTables being compacted); i64::MAX if none.
+    pub min_timestamp_elsewhere: i64,
+}
+
+impl ChoiceContext {
+    pub fn new(gc_before: i32) -> Self {
+        ChoiceContext {
+            gc_before,
+            min_timestamp_elsewhere: i64::MAX,
+        }
+    }
+}
+
+/// SSTables that can be deleted without rewriting them (Cassandra's
+/// `getFullyExpiredSSTables`): everything in them expired or was deleted before
+/// `gc_before`, and their newest timestamp is older than every timestamp of the live
+/// data they overlap, so none of their tombstones still shadows anything.
+pub fn fully_expired(sstables: &[SSTableInfo], ctx: &ChoiceContext) -> Vec<u64> {
+    let (expired, live): (Vec<&SSTableInfo>, Vec<&SSTableInfo>) = sstables
+        .iter()
+        .partition(|s| s.expired_before(ctx.gc_before));
+    expired
+        .into_iter()
+        .filter(|e| {
+            let min_live = live
+                .iter()
+                .filter(|l| overlaps(e, l))
+                .map(|l| l.min_timestamp)
+                .fold(ctx.min_timestamp_elsewhere, i64::min);
+            e.max_timestamp < min_live
+        })
+        .map(|e| e.generation)
+        .collect()
 }
 
 /// The next compaction to run.
@@ -126,10 +176,10 @@ impl Strategy {
     }
 
     /// The next job for these (non-compacting) SSTables, if any.
-    pub fn next_job(&self, sstables: &[SSTableInfo], gc_before: i32) -> Option<CompactionJob> {
+    pub fn next_job(&self, sstables: &[SSTableInfo], ctx: &ChoiceContext) -> Option<CompactionJob> {
         match self {
             Strategy::SizeTiered(o) => stcs_job(o, sstables),
-            Strategy::TimeWindow(o) => twcs_job(o, sstables, gc_before),
+            Strategy::TimeWindow(o) => twcs_job(o, sstables, ctx),
             Strategy::Leveled(o) => lcs_job(o, sstables),
         }
     }
@@ -181,8 +231,21 @@ fn stcs_job(o: &StcsOptions, sstables: &[SSTableInfo]) -> Option<CompactionJob> 
     })
 }
 
-fn twcs_job(o: &TwcsOptions, sstables: &[SSTableInfo], gc_before: i32) -> Option<CompactionJob> {
-    let _ = gc_before; // Dropping fully expired SSTables needs an all-TTL statistic: not yet.
+fn twcs_job(
+    o: &TwcsOptions,
+    sstables: &[SSTableInfo],
+    ctx: &ChoiceContext,
+) -> Option<CompactionJob> {
+    // Fully expired SSTables go first, and whole: nothing in them needs rewriting.
+    let expired = fully_expired(sstables, ctx);
+    if !expired.is_empty() {
+        return Some(CompactionJob {
+            inputs: expired,
+            output_level: 0,
+            max_output_bytes: None,
+            drop_only: true,
+        });
+    }
     let mut windows: BTreeMap<i64, Vec<SSTableInfo>> = BTreeMap::new();
     for s in sstables {
         let secs = s.max_timestamp.div_euclid(1_000_000);
@@ -487,6 +550,11 @@ pub fn run_rewrite(
     hook: Option<PartitionHook<'_>>,
 ) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
     let mut txn = CompactionTxn::begin(dir, txn_inputs)?;
+    if job.drop_only {
+        // No outputs: the commit makes deleting the inputs the rest of the transaction.
+        txn.commit()?;
+        return Ok((Vec::new(), txn));
+    }
     let mut created = Vec::new();
     match compact_into(
         schema,
@@ -640,6 +708,7 @@ mod tests {
             min_token: i64::MIN,
             max_token: i64::MAX,
             level: 0,
+            has_non_expiring_data: true,
         }
     }
 
@@ -653,7 +722,11 @@ mod tests {
             info(3, 90 * mb),
             info(4, 500 * mb),
         ];
-        assert_eq!(s.next_job(&ts, 0), None, "3 similar < min_threshold");
+        assert_eq!(
+            s.next_job(&ts, &ChoiceContext::new(0)),
+            None,
+            "3 similar < min_threshold"
+        );
         let ts = [
             info(1, 100 * mb),
             info(2, 110 * mb),
@@ -661,12 +734,21 @@ mod tests {
             info(4, 500 * mb),
             info(5, 105 * mb),
         ];
-        let mut j = s.next_job(&ts, 0).expect("test").inputs;
+        let mut j = s
+            .next_job(&ts, &ChoiceContext::new(0))
+            .expect("test")
+            .inputs;
         j.sort();
         assert_eq!(j, vec![1, 2, 3, 5]);
         // Small SSTables all share one bucket.
         let ts: Vec<_> = (0..5).map(|i| info(i, 1000 + i * 5000)).collect();
-        assert_eq!(s.next_job(&ts, 0).expect("test").inputs.len(), 5);
+        assert_eq!(
+            s.next_job(&ts, &ChoiceContext::new(0))
+                .expect("test")
+                .inputs
+                .len(),
+            5
+        );
     }
 
     #[test]
@@ -675,8 +757,90 @@ mod tests {
         m.insert("class".to_string(), "LeveledCompactionStrategy".to_string());
         let s = Strategy::from_options(&m);
         let ts: Vec<_> = (0..4).map(|i| info(i, 1000)).collect();
-        let j = s.next_job(&ts, 0).expect("test");
+        let j = s.next_job(&ts, &ChoiceContext::new(0)).expect("test");
         assert_eq!(j.output_level, 1);
         assert_eq!(j.max_output_bytes, Some(160 << 20));
+    }
+
+    fn ttl_only(g: u64, min_ts: i64, max_ts: i64, expires: i32) -> SSTableInfo {
+        SSTableInfo {
+            min_timestamp: min_ts,
+            max_timestamp: max_ts,
+            max_local_deletion_time: expires,
+            has_non_expiring_data: false,
+            ..info(g, 1000)
+        }
+    }
+
+    fn twcs() -> Strategy {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "class".to_string(),
+            "TimeWindowCompactionStrategy".to_string(),
+        );
+        m.insert("compaction_window_unit".to_string(), "MINUTES".to_string());
+        Strategy::from_options(&m)
+    }
+
+    #[test]
+    fn twcs_drops_fully_expired_without_rewriting() {
+        let s = twcs();
+        let live = SSTableInfo {
+            min_timestamp: 500,
+            max_timestamp: 900,
+            ..info(3, 1000)
+        };
+        let ts = [
+            ttl_only(1, 10, 100, 1_000),
+            ttl_only(2, 200, 300, 5_000),
+            live,
+        ];
+        // Only generation 1 expired before gc_before = 2000.
+        let j = s.next_job(&ts, &ChoiceContext::new(2_000)).expect("a job");
+        assert_eq!(j.inputs, vec![1]);
+        assert!(j.drop_only);
+        // Both expired: both dropped in one job.
+        let j = s.next_job(&ts, &ChoiceContext::new(6_000)).expect("a job");
+        assert_eq!(j.inputs, vec![1, 2]);
+        assert!(j.drop_only);
+        // Not yet expired (gc_before not past the expiry): nothing to drop.
+        assert_eq!(s.next_job(&ts, &ChoiceContext::new(1_000)), None);
+    }
+
+    #[test]
+    fn twcs_keeps_expired_sstables_that_may_shadow_older_data() {
+        let s = twcs();
+        // A live SSTable overlapping it holds data older than the expired one's newest
+        // timestamp: its tombstones may still shadow that data.
+        let older_live = SSTableInfo {
+            min_timestamp: 50,
+            max_timestamp: 60,
+            ..info(3, 1000)
+        };
+        let ts = [ttl_only(1, 10, 100, 1_000), older_live.clone()];
+        assert_eq!(s.next_job(&ts, &ChoiceContext::new(2_000)), None);
+        // The same live SSTable in another token range does not matter.
+        let elsewhere = SSTableInfo {
+            min_token: 1_000,
+            max_token: 2_000,
+            ..older_live
+        };
+        let mut expired = ttl_only(1, 10, 100, 1_000);
+        expired.max_token = 999;
+        let j = s.next_job(&[expired.clone(), elsewhere], &ChoiceContext::new(2_000));
+        assert_eq!(j.map(|j| (j.inputs, j.drop_only)), Some((vec![1], true)));
+        // Older data in a memtable (or a compacting SSTable) blocks the drop too.
+        let ctx = ChoiceContext {
+            gc_before: 2_000,
+            min_timestamp_elsewhere: 99,
+        };
+        assert_eq!(fully_expired(&[expired.clone()], &ctx), Vec::<u64>::new());
+        // An SSTable with data that never expires is never dropped.
+        let mut never = expired;
+        never.has_non_expiring_data = true;
+        assert_eq!(
+            fully_expired(&[never], &ChoiceContext::new(2_000)),
+            Vec::<u64>::new()
+        );
     }
 }

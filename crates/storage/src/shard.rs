@@ -29,7 +29,9 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::cache::{BlockCache, BlockCacheStats};
 use crate::commitlog::{self, Commitlog, LogPosition, ReplayReport, WriteAck, segment_of};
-use crate::compaction::{CompactionJob, PurgeContext, SSTableInfo, Strategy, run_compaction};
+use crate::compaction::{
+    ChoiceContext, CompactionJob, PurgeContext, SSTableInfo, Strategy, run_compaction,
+};
 use crate::config::StorageConfig;
 use crate::error::{Result, StorageError};
 use crate::memtable::Memtable;
@@ -953,7 +955,11 @@ impl ShardStorage {
             }
         } else {
             let infos: Vec<SSTableInfo> = candidates.iter().map(|s| SSTableInfo::of(s)).collect();
-            Strategy::from_options(&t.schema.options.compaction).next_job(&infos, gc_before)
+            let ctx = ChoiceContext {
+                gc_before,
+                min_timestamp_elsewhere: table_min_timestamp_outside(t, &infos),
+            };
+            Strategy::from_options(&t.schema.options.compaction).next_job(&infos, &ctx)
         };
         let Some(spec) = job_spec else {
             return Ok(None);
@@ -1228,7 +1234,9 @@ impl ShardStorage {
             }
             offline.sort();
         }
-        if inputs.is_empty() && offline.is_empty() && !gens.is_empty() {
+        // An empty input list is a refresh (outputs only), unless it asked for the
+        // out-of-service SSTables and there are none.
+        if inputs.is_empty() && offline.is_empty() && (!gens.is_empty() || out_of_service) {
             return Ok(None);
         }
         let input_gens: Vec<u64> = inputs.iter().map(|s| s.generation).collect();
@@ -1401,6 +1409,22 @@ impl ShardStorage {
             }
         }
     }
+}
+
+/// Lowest timestamp of the table's data outside `offered`: memtables (active and
+/// flushing) and SSTables not offered to the chooser (being compacted, out of service).
+fn table_min_timestamp_outside(t: &TableState, offered: &[SSTableInfo]) -> i64 {
+    let mems = t
+        .flushing
+        .iter()
+        .map(|f| f.mem.min_timestamp)
+        .chain(std::iter::once(t.memtable.min_timestamp));
+    let others = t
+        .sstables
+        .iter()
+        .filter(|s| !offered.iter().any(|o| o.generation == s.generation))
+        .map(|s| s.stats.min_timestamp);
+    mems.chain(others).min().unwrap_or(i64::MAX)
 }
 
 fn has_purgeable(s: &SSTableReader, gc_before: i32) -> bool {

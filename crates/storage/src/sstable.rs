@@ -126,6 +126,10 @@ pub struct Stats {
     /// bucket 0). An optional trailer of v1 Statistics.db: all zero when read from files
     /// written before it existed.
     pub cell_count_histogram: [u64; 40],
+    /// Some live cell or row marker has no TTL, so the SSTable never fully expires (TWCS
+    /// drops fully expired SSTables whole). An optional v1 trailer byte: true when read
+    /// from files written before it existed.
+    pub has_non_expiring_data: bool,
 }
 
 impl Default for Stats {
@@ -148,6 +152,7 @@ impl Default for Stats {
             level: 0,
             partition_size_histogram: [0; 40],
             cell_count_histogram: [0; 40],
+            has_non_expiring_data: false,
         }
     }
 }
@@ -197,6 +202,7 @@ impl Stats {
         for h in self.cell_count_histogram {
             put_var(&mut o, h);
         }
+        o.push(u8::from(self.has_non_expiring_data));
         let crc = crc32c::crc32c(&o);
         o.extend_from_slice(&crc.to_le_bytes());
         o
@@ -251,6 +257,12 @@ impl Stats {
                 *h = r.var().map_err(e)?;
             }
         }
+        // Optional trailer byte (older files end before it): unknown counts as "has".
+        let has_non_expiring_data = if r.remaining() > 0 {
+            r.fixed::<1>().map_err(e)?[0] != 0
+        } else {
+            true
+        };
         Ok(Stats {
             table,
             partitions,
@@ -269,6 +281,7 @@ impl Stats {
             level,
             partition_size_histogram,
             cell_count_histogram,
+            has_non_expiring_data,
         })
     }
 }
@@ -471,6 +484,7 @@ impl SSTableWriter {
         let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
         s.partition_size_histogram[bucket] += 1;
         s.rows += src.rows.checked_div(src.partitions).unwrap_or(0);
+        s.has_non_expiring_data |= src.has_non_expiring_data;
         // The cell count of a copied partition is not decoded: count it in the source's
         // median bucket.
         let half = src.cell_count_histogram.iter().sum::<u64>().div_ceil(2);
@@ -628,10 +642,12 @@ impl SSTableWriter {
                 s.tombstones += 1;
                 ldt(d.local_deletion_time, s);
             }
-            if let Some(m) = r.marker
-                && m.ttl > 0
-            {
-                ldt(m.local_expiry, s);
+            if let Some(m) = r.marker {
+                if m.ttl > 0 {
+                    ldt(m.local_expiry, s);
+                } else {
+                    s.has_non_expiring_data = true;
+                }
             }
             for (_, d) in &r.cells {
                 let cells: Box<dyn Iterator<Item = &amphora_types::data::Cell>> = match d {
@@ -650,6 +666,8 @@ impl SSTableWriter {
                         ldt(c.local_expiry, s);
                     } else if c.ttl > 0 {
                         ldt(c.local_expiry, s);
+                    } else {
+                        s.has_non_expiring_data = true;
                     }
                 }
             }

@@ -6,3 +6,4 @@ mod common;
 mod crash;
 mod fixtures;
 mod model;
+mod robustness;

@@ -1,0 +1,182 @@
+//! Storage robustness: TWCS dropping fully expired SSTables, write backpressure,
+//! compaction backlog.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use amphora_storage::{Clock, ShardStorage};
+use amphora_types::data::{
+    Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionUpdate, Row,
+};
+use amphora_types::schema::{ClusteringOrder, TableId, TableSchema};
+use bytes::Bytes;
+
+use crate::common::*;
+
+/// A TWCS table (1-minute windows, gc_grace_seconds = 0).
+fn twcs_schema(id: u128) -> Arc<TableSchema> {
+    let mut s = (*clustered_schema(id, ClusteringOrder::Asc)).clone();
+    s.options.gc_grace_seconds = 0;
+    s.options.compaction = [
+        ("class", "TimeWindowCompactionStrategy"),
+        ("compaction_window_unit", "MINUTES"),
+        ("compaction_window_size", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    Arc::new(s)
+}
+
+/// A row whose marker and cell expire `ttl` seconds after `now`; `ts` in seconds.
+fn ttl_write(table: u128, k: &str, c: i32, ts_s: i64, ttl: i32, now: i32) -> Mutation {
+    let ts = ts_s * 1_000_000;
+    Mutation {
+        table: TableId(table),
+        key: pk(k),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering(vec![i(c)]),
+                marker: Some(LivenessInfo::expiring(ts, ttl, now)),
+                deletion: None,
+                cells: vec![(
+                    2,
+                    ColumnData::Simple(Cell::expiring(ts, ttl, now, Bytes::from_static(b"t"))),
+                )],
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+fn simulated_clock(start: i32) -> (Arc<AtomicI32>, Clock) {
+    let now = Arc::new(AtomicI32::new(start));
+    let n = now.clone();
+    (now, Clock::from_fn(move || n.load(Ordering::Relaxed)))
+}
+
+#[test]
+fn twcs_drops_a_fully_expired_sstable_without_rewriting_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (now, clock) = simulated_clock(1_000);
+    let mut cfg = config(dir.path());
+    cfg.clock = clock;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![twcs_schema(20)]).expect("open");
+        for c in 0..10 {
+            s.apply(&ttl_write(20, "x", c, 1_000, 60, 1_000))
+                .expect("apply")
+                .await
+                .expect("ack");
+        }
+        s.flush(TableId(20)).await.expect("flush");
+        // Live data written later, in a later window.
+        s.apply(&row_write(20, "x", 100, "live", 2_000 * 1_000_000))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(20)).await.expect("flush");
+        let before = s.sstable_paths(TableId(20));
+        assert_eq!(before.len(), 2, "two SSTables: {before:?}");
+
+        // Zero the expired SSTable's data: a drop never reads it, a rewrite would fail on
+        // the checksums.
+        let expired = before
+            .iter()
+            .find(|p| p.to_string_lossy().ends_with("am1-1-Data.db"))
+            .expect("generation 1");
+        let len = std::fs::metadata(expired).expect("stat").len() as usize;
+        std::fs::write(expired, vec![0u8; len]).expect("overwrite");
+        // Not expired yet: one SSTable per window, nothing to do.
+        assert!(!s.compact_once(TableId(20)).await.expect("compact"));
+        now.store(1_061, Ordering::Relaxed);
+        assert!(s.compact_once(TableId(20)).await.expect("compact"));
+        let after = s.sstable_paths(TableId(20));
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert!(
+            after.iter().all(|p| before.contains(p)),
+            "the live SSTable is the same file: {after:?}"
+        );
+        let m = s.metrics();
+        assert_eq!(m.compactions, 1, "{m:?}");
+        assert_eq!(m.compacted_bytes_out, 0, "nothing rewritten: {m:?}");
+        assert!(m.compacted_bytes_in > 0, "{m:?}");
+        assert_eq!(
+            values(&read_all(&s, 20, 1_061)),
+            vec![("x".to_string(), 100, "live".to_string())]
+        );
+        // No transaction log left behind.
+        let txns = walk(dir.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(".txn"))
+            .count();
+        assert_eq!(txns, 0);
+    });
+}
+
+#[test]
+fn twcs_keeps_an_expired_sstable_that_overlaps_older_live_data() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (now, clock) = simulated_clock(1_000);
+    let mut cfg = config(dir.path());
+    cfg.clock = clock;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![twcs_schema(21)]).expect("open");
+        // Older live data for the same partition (timestamp 500 s).
+        s.apply(&row_write(21, "x", 1, "old", 500 * 1_000_000))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(21)).await.expect("flush");
+        s.apply(&ttl_write(21, "x", 2, 1_000, 60, 1_000))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(21)).await.expect("flush");
+        now.store(1_061, Ordering::Relaxed);
+        assert!(!s.compact_once(TableId(21)).await.expect("compact"));
+        assert_eq!(s.sstable_paths(TableId(21)).len(), 2);
+        // Older data still in a memtable blocks the drop the same way.
+        let dir2 = tempfile::tempdir().expect("tmp");
+        let (now2, clock) = simulated_clock(1_000);
+        let mut cfg = config(dir2.path());
+        cfg.clock = clock;
+        let (s2, _) = ShardStorage::open(cfg, vec![twcs_schema(22)]).expect("open");
+        s2.apply(&ttl_write(22, "x", 2, 1_000, 60, 1_000))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s2.flush(TableId(22)).await.expect("flush");
+        s2.apply(&row_write(22, "x", 1, "old", 500 * 1_000_000))
+            .expect("apply")
+            .await
+            .expect("ack");
+        now2.store(1_061, Ordering::Relaxed);
+        assert!(!s2.compact_once(TableId(22)).await.expect("compact"));
+        assert_eq!(s2.sstable_paths(TableId(22)).len(), 1);
+        assert_eq!(
+            values(&read_all(&s2, 22, 1_061)),
+            vec![("x".to_string(), 1, "old".to_string())]
+        );
+    });
+}
+
+/// Every file under `dir`.
+pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
