@@ -299,7 +299,9 @@ pub async fn prepare(
     Ok(info)
 }
 
-fn result_metadata_id(cols: &[ResultColumn]) -> Bytes {
+/// The v5 `result_metadata_id` of a column list (the transport compares it with the one an
+/// EXECUTE sends back to set Metadata_changed).
+pub fn result_metadata_id(cols: &[ResultColumn]) -> Bytes {
     let mut h = Md5::new();
     for c in cols {
         h.update(c.keyspace.as_bytes());
