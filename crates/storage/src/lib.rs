@@ -2,7 +2,8 @@
 //!
 //! Owns: the commitlog ([`commitlog`]), memtables ([`memtable`]), SSTable format v1
 //! ([`sstable`], [`bloom`]; docs/dev/sstable-format.md), compaction strategies and their
-//! executor ([`compaction`]), the read path ([`read`]), and [`ShardStorage`], which ties
+//! executor ([`compaction`]), maintenance rewrites ([`maintenance`]: cleanup, scrub,
+//! garbagecollect, refresh), the read path ([`read`]), and [`ShardStorage`], which ties
 //! them together for one shard thread.
 //!
 //! Must never depend on: the CQL layers (`protocol`, `cql`), `server`, `coordinator`, or
@@ -19,6 +20,7 @@ pub mod commitlog;
 pub mod compaction;
 pub mod config;
 pub mod error;
+pub mod maintenance;
 pub mod memtable;
 pub mod read;
 pub mod shard;

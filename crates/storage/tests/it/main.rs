@@ -5,5 +5,6 @@ mod cache;
 mod common;
 mod crash;
 mod fixtures;
+mod maintenance;
 mod model;
 mod robustness;

@@ -1,0 +1,603 @@
+//! Maintenance operations on one shard's table (nodetool garbagecollect, cleanup, scrub,
+//! refresh) and the per-table SSTable histograms of tablehistograms.
+//!
+//! Each rewrite runs on the shard's compaction thread through [`ShardStorage::rewrite`],
+//! so its outputs replace its inputs under the same transaction log as a compaction's
+//! (crash safe), and it is counted in pending/completed compactions. Garbagecollect,
+//! cleanup and refresh use the compaction executor
+//! ([`crate::compaction::run_rewrite`]) with a per-partition hook; scrub has its own
+//! loop because it must keep going past the read errors the executor stops at.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use amphora_types::data::{
+    ColumnData, DeletionTime, PartitionKey, PartitionUpdate, Row, max_deletion, range_deletion_at,
+};
+use amphora_types::schema::{ClusteringComparator, TableId, TableSchema};
+
+use crate::compaction::{CompactionJob, CompactionTxn, run_rewrite};
+use crate::error::{Result, StorageError};
+use crate::shard::{RewriteInput, ShardStorage};
+use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
+
+/// Where `nodetool refresh` looks for new SSTables: this subdirectory of the table's
+/// directory (ScyllaDB's convention).
+pub const UPLOAD_DIR: &str = "upload";
+
+/// Which tombstones garbagecollect applies across SSTables (Cassandra's `-g`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    /// Partition, range and row deletions (Cassandra's default).
+    Row,
+    /// Also cell tombstones and collection deletions.
+    Cell,
+}
+
+impl std::str::FromStr for Granularity {
+    type Err = StorageError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_uppercase().as_str() {
+            "ROW" => Ok(Granularity::Row),
+            "CELL" => Ok(Granularity::Cell),
+            other => Err(StorageError::Invalid(format!(
+                "granularity must be ROW or CELL, not {other}"
+            ))),
+        }
+    }
+}
+
+/// What one operation did on one shard's table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    pub sstables_in: u64,
+    pub sstables_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Partitions written to the outputs.
+    pub partitions_kept: u64,
+    /// Partitions left out on purpose (not owned, fully deleted).
+    pub partitions_dropped: u64,
+    /// Partitions (or index blocks' worth of them) that could not be read (scrub).
+    pub partitions_skipped: u64,
+    /// Out-of-service SSTables that scrub rewrote and put back in service.
+    pub sstables_salvaged: u64,
+    /// Out-of-service SSTables scrub could not open at all (left in place).
+    pub sstables_unreadable: u64,
+}
+
+impl MaintenanceReport {
+    pub fn add(&mut self, o: &MaintenanceReport) {
+        self.sstables_in += o.sstables_in;
+        self.sstables_out += o.sstables_out;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.partitions_kept += o.partitions_kept;
+        self.partitions_dropped += o.partitions_dropped;
+        self.partitions_skipped += o.partitions_skipped;
+        self.sstables_salvaged += o.sstables_salvaged;
+        self.sstables_unreadable += o.sstables_unreadable;
+    }
+}
+
+/// Which shard owns a token (the caller's token → shard mapping).
+pub type Owns = Arc<dyn Fn(i64) -> bool + Send + Sync>;
+
+fn job_for(inputs: &[Arc<SSTableReader>]) -> CompactionJob {
+    CompactionJob {
+        inputs: inputs.iter().map(|s| s.generation).collect(),
+        // A one-SSTable rewrite keeps its level (LCS); a refresh lands in L0.
+        output_level: match inputs {
+            [one] => one.stats.level,
+            _ => 0,
+        },
+        max_output_bytes: None,
+        drop_only: false,
+    }
+}
+
+fn sizes(outs: &[SSTableReader]) -> (u64, u64) {
+    (
+        outs.len() as u64,
+        outs.iter().map(SSTableReader::data_size).sum(),
+    )
+}
+
+/// Rewrites each SSTable on its own (Cassandra's garbagecollect): drops data shadowed by
+/// deletions in the same SSTable or in the table's other SSTables (`granularity` says
+/// which deletions count), and tombstones past gc_grace_seconds that nothing older can
+/// need. Memtables are not consulted for shadowing (their data stays: conservative), and
+/// tombstones are purged only under a compaction's rules.
+pub async fn garbage_collect(
+    st: &ShardStorage,
+    id: TableId,
+    granularity: Granularity,
+) -> Result<MaintenanceReport> {
+    let mut report = MaintenanceReport::default();
+    for s in st.sstables(id) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let work = Box::new(move |inp: RewriteInput| {
+            let mut r = MaintenanceReport::default();
+            let cmp = inp.schema.clustering_comparator();
+            let others = inp.purge.others.clone();
+            let mut hook = |key: &PartitionKey, mut u: PartitionUpdate| {
+                for o in others.iter().filter(|o| o.may_contain(key)) {
+                    // A read error here only means less is dropped.
+                    if let Ok(Some(d)) = o.get(key) {
+                        shadow_by(&cmp, &mut u, &d, granularity);
+                    }
+                }
+                if u.is_empty() {
+                    r.partitions_dropped += 1;
+                    None
+                } else {
+                    r.partitions_kept += 1;
+                    Some(u)
+                }
+            };
+            let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
+            let out = run_rewrite(
+                &inp.schema,
+                &inp.dir,
+                &inp.inputs,
+                &gens,
+                &inp.next_generation,
+                &job_for(&inp.inputs),
+                &inp.purge,
+                Some(&mut hook),
+            )?;
+            let _ = tx.send(r);
+            Ok(out)
+        });
+        let bytes_in = s.data_size();
+        if st.rewrite(id, vec![s.generation], false, work).await? {
+            let mut r = rx.try_recv().unwrap_or_default();
+            r.sstables_in = 1;
+            r.bytes_in = bytes_in;
+            report.add(&r);
+        }
+    }
+    let after = st.sstables(id);
+    report.sstables_out = after.len() as u64;
+    report.bytes_out = after.iter().map(|s| s.data_size()).sum();
+    Ok(report)
+}
+
+/// Removes from `u` what the deletions of `other` (the same partition in another source)
+/// shadow. Nothing of `other` is copied into `u`.
+fn shadow_by(
+    cmp: &ClusteringComparator,
+    u: &mut PartitionUpdate,
+    other: &PartitionUpdate,
+    granularity: Granularity,
+) {
+    let pd = other.partition_deletion;
+    if let (Some(ours), Some(theirs)) = (u.partition_deletion, pd)
+        && ours <= theirs
+    {
+        u.partition_deletion = None;
+    }
+    if let Some(d) = pd {
+        u.range_tombstones.retain(|rt| rt.deletion > d);
+    }
+    let row_deletion = |r: &Row| -> Option<DeletionTime> {
+        let ranged = range_deletion_at(cmp, &other.range_tombstones, &r.clustering);
+        let own = other
+            .rows
+            .binary_search_by(|o| cmp.compare(&o.clustering.0, &r.clustering.0))
+            .ok()
+            .and_then(|i| other.rows.get(i))
+            .and_then(|o| o.deletion);
+        max_deletion(max_deletion(pd, ranged), own)
+    };
+    let shadow_cells = |r: &mut Row, o: Option<&Row>| {
+        let Some(o) = o else { return };
+        r.cells.retain_mut(|(col, d)| {
+            let Some(theirs) = o.cell(*col) else {
+                return true;
+            };
+            match (d, theirs) {
+                (ColumnData::Simple(c), ColumnData::Simple(t)) => {
+                    !(t.is_tombstone && c.timestamp < t.timestamp)
+                }
+                (
+                    ColumnData::Complex { deletion, cells },
+                    ColumnData::Complex {
+                        deletion: their_del,
+                        cells: their_cells,
+                    },
+                ) => {
+                    if let Some(td) = their_del {
+                        if deletion.is_some_and(|x| x <= *td) {
+                            *deletion = None;
+                        }
+                        cells.retain(|(_, c)| !td.deletes(c.timestamp));
+                    }
+                    cells.retain(|(path, c)| {
+                        !their_cells
+                            .iter()
+                            .any(|(p, t)| p == path && t.is_tombstone && c.timestamp < t.timestamp)
+                    });
+                    deletion.is_some() || !cells.is_empty()
+                }
+                _ => true,
+            }
+        });
+    };
+    if let Some(sr) = u.static_row.as_mut() {
+        if let Some(d) = pd {
+            sr.shadow(d);
+        }
+        if granularity == Granularity::Cell {
+            shadow_cells(sr, other.static_row.as_ref());
+        }
+    }
+    if u.static_row.as_ref().is_some_and(Row::is_empty) {
+        u.static_row = None;
+    }
+    for r in u.rows.iter_mut() {
+        if let Some(d) = row_deletion(r) {
+            r.shadow(d);
+        }
+        if granularity == Granularity::Cell {
+            let o = other
+                .rows
+                .binary_search_by(|o| cmp.compare(&o.clustering.0, &r.clustering.0))
+                .ok()
+                .and_then(|i| other.rows.get(i));
+            shadow_cells(r, o);
+        }
+    }
+    u.rows.retain(|r| !r.is_empty());
+}
+
+/// Rewrites the SSTables holding partitions this shard does not own (`owns`), without
+/// them. SSTables whose index shows only owned partitions are left alone.
+pub async fn cleanup(st: &ShardStorage, id: TableId, owns: Owns) -> Result<MaintenanceReport> {
+    let mut report = MaintenanceReport::default();
+    for s in st.sstables(id) {
+        if !has_unowned(&s, &owns)? {
+            continue;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owns = owns.clone();
+        let work = Box::new(move |inp: RewriteInput| {
+            let mut r = MaintenanceReport::default();
+            let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
+                if owns(key.token) {
+                    r.partitions_kept += 1;
+                    Some(u)
+                } else {
+                    r.partitions_dropped += 1;
+                    None
+                }
+            };
+            let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
+            let out = run_rewrite(
+                &inp.schema,
+                &inp.dir,
+                &inp.inputs,
+                &gens,
+                &inp.next_generation,
+                &job_for(&inp.inputs),
+                &inp.purge,
+                Some(&mut hook),
+            )?;
+            let (n, b) = sizes(&out.0);
+            r.sstables_out = n;
+            r.bytes_out = b;
+            let _ = tx.send(r);
+            Ok(out)
+        });
+        let bytes_in = s.data_size();
+        if st.rewrite(id, vec![s.generation], false, work).await? {
+            let mut r = rx.try_recv().unwrap_or_default();
+            r.sstables_in = 1;
+            r.bytes_in = bytes_in;
+            report.add(&r);
+        }
+    }
+    Ok(report)
+}
+
+/// Whether the SSTable's index names a partition `owns` rejects (reads the index only).
+fn has_unowned(s: &SSTableReader, owns: &Owns) -> Result<bool> {
+    let mut sc = s.scan_from(i64::MIN, None, false)?;
+    while let Some(k) = sc.peek_key()? {
+        if !owns(k.token) {
+            return Ok(true);
+        }
+        sc.skip();
+    }
+    Ok(false)
+}
+
+/// Whether scrub stops at the first unreadable partition. Cassandra's rule: partitions
+/// of a table with counters are only skipped with `--skip-corrupted` (a lost counter
+/// shard changes totals); other tables' corrupt partitions are always skipped.
+pub fn scrub_aborts_on_corruption(schema: &TableSchema, skip_corrupted: bool) -> bool {
+    !skip_corrupted && schema.columns.iter().any(|c| c.ty.is_counter())
+}
+
+/// Reads every SSTable of the table, in service or not (taken out after a checksum
+/// failure, or unreadable at start), and rewrites each keeping the partitions that read
+/// back and verify, skipping the rest (see [`scrub_aborts_on_corruption`]). Rewritten
+/// out-of-service SSTables are back in service; one whose metadata cannot be opened at
+/// all stays where it is and is counted in `sstables_unreadable`.
+pub async fn scrub(
+    st: &ShardStorage,
+    id: TableId,
+    skip_corrupted: bool,
+) -> Result<MaintenanceReport> {
+    let schema = st.schema(id).ok_or(StorageError::UnknownTable(id))?;
+    let abort = scrub_aborts_on_corruption(&schema, skip_corrupted);
+    let mut report = MaintenanceReport::default();
+    // Each live SSTable alone, then the out-of-service ones together.
+    let live = st
+        .sstables(id)
+        .into_iter()
+        .map(|s| (vec![s.generation], false));
+    for (inputs, out_of_service) in live.chain(std::iter::once((Vec::new(), true))) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let work = Box::new(move |inp: RewriteInput| {
+            let mut r = MaintenanceReport::default();
+            let out = scrub_job(&inp, abort, &mut r)?;
+            let _ = tx.send(r);
+            Ok(out)
+        });
+        if st.rewrite(id, inputs, out_of_service, work).await? {
+            report.add(&rx.try_recv().unwrap_or_default());
+        }
+    }
+    Ok(report)
+}
+
+fn scrub_job(
+    inp: &RewriteInput,
+    abort: bool,
+    r: &mut MaintenanceReport,
+) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
+    // Fresh readers: a checksum failure met here must not mark the live reader.
+    let mut sources: Vec<(u64, Option<SSTableReader>, bool)> = Vec::new();
+    for s in &inp.inputs {
+        sources.push((
+            s.generation,
+            Some(SSTableReader::open(&inp.dir, s.generation)?),
+            false,
+        ));
+    }
+    for g in &inp.out_of_service {
+        match SSTableReader::open(&inp.dir, *g) {
+            Ok(s) => sources.push((*g, Some(s), true)),
+            Err(e) => {
+                tracing::error!(
+                    "scrub: SSTable {g} in {} cannot be opened and stays out of service: {e}",
+                    inp.dir.display()
+                );
+                r.sstables_unreadable += 1;
+            }
+        }
+    }
+    let replaced: Vec<u64> = sources
+        .iter()
+        .filter(|(_, s, _)| s.is_some())
+        .map(|(g, _, _)| *g)
+        .collect();
+    let mut txn = CompactionTxn::begin(&inp.dir, &replaced)?;
+    let mut outputs = Vec::new();
+    let mut created = Vec::new();
+    let res = (|| -> Result<()> {
+        for (g, s, offline) in &sources {
+            let Some(s) = s else { continue };
+            r.sstables_in += 1;
+            r.bytes_in += s.data_size();
+            let out_gen = inp.next_generation.fetch_add(1, AtomicOrdering::Relaxed);
+            txn.add_output(out_gen)?;
+            created.push(out_gen);
+            let mut w = SSTableWriter::new(&inp.dir, out_gen, &inp.schema)?;
+            let skipped_before = r.partitions_skipped;
+            copy_readable(s, &mut w, r, abort)?;
+            if r.partitions_skipped > skipped_before {
+                tracing::warn!(
+                    "scrub: SSTable {g} in {}: {} unreadable partitions skipped",
+                    inp.dir.display(),
+                    r.partitions_skipped - skipped_before
+                );
+            }
+            if let Some(o) = w.finish(s.stats.commitlog_upper_bound, s.stats.level)? {
+                r.sstables_out += 1;
+                r.bytes_out += o.data_size();
+                outputs.push(o);
+            }
+            if *offline {
+                r.sstables_salvaged += 1;
+            }
+        }
+        txn.commit()
+    })();
+    if let Err(e) = res {
+        for g in created {
+            crate::sstable::delete_generation(&inp.dir, g);
+        }
+        let _ = std::fs::remove_file(&txn.path);
+        return Err(e);
+    }
+    // The shard deletes the live inputs it knows; the out-of-service ones are ours.
+    for (g, s, offline) in &sources {
+        if *offline && s.is_some() {
+            crate::sstable::delete_generation(&inp.dir, *g);
+        }
+    }
+    Ok((outputs, txn))
+}
+
+/// Copies the partitions of `s` that read back into `w`; counts the others.
+fn copy_readable(
+    s: &SSTableReader,
+    w: &mut SSTableWriter,
+    r: &mut MaintenanceReport,
+    abort: bool,
+) -> Result<()> {
+    let corrupt = |e: StorageError, r: &mut MaintenanceReport| -> Result<()> {
+        r.partitions_skipped += 1;
+        if abort {
+            return Err(StorageError::Invalid(format!(
+                "scrub stopped at a corrupt partition of a table with counters (rerun with --skip-corrupted to drop it): {e}"
+            )));
+        }
+        Ok(())
+    };
+    let mut sc = match s.scan_from(i64::MIN, None, false) {
+        Ok(sc) => sc,
+        Err(e) => {
+            // The first index block is unreadable: the partitions it locates are lost.
+            return corrupt(e, r);
+        }
+    };
+    let mut last: Option<PartitionKey> = None;
+    loop {
+        match sc.peek_key() {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => {}
+            // An unreadable index block: the scanner moves on to the next one.
+            Err(e) => {
+                corrupt(e, r)?;
+                continue;
+            }
+        }
+        match sc.next_partition() {
+            Ok(Some((k, u))) => {
+                if last.as_ref().is_some_and(|l| *l >= k) {
+                    corrupt(
+                        StorageError::corrupt(s.data_path(), 0, "partitions out of ring order"),
+                        r,
+                    )?;
+                    continue;
+                }
+                w.append(&k, &u)?;
+                r.partitions_kept += 1;
+                last = Some(k);
+            }
+            Ok(None) => return Ok(()),
+            Err(e @ StorageError::Corrupt { .. }) => corrupt(e, r)?,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Generations with a TOC in `dir` (an `upload/` directory).
+pub fn upload_generations(dir: &Path) -> Result<Vec<u64>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(StorageError::io(dir, e)),
+    };
+    let mut gens: Vec<u64> = rd
+        .flatten()
+        .filter_map(|e| parse_toc_name(&e.file_name().to_string_lossy()))
+        .collect();
+    gens.sort();
+    Ok(gens)
+}
+
+/// Opens and fully verifies (every checksum) the SSTables `gens` of `dir`.
+pub fn open_verified(dir: &Path, gens: &[u64]) -> Result<Vec<Arc<SSTableReader>>> {
+    gens.iter()
+        .map(|g| {
+            let s = SSTableReader::open(dir, *g)?;
+            s.verify()?;
+            Ok(Arc::new(s))
+        })
+        .collect()
+}
+
+/// Loads the partitions this shard owns (`owns`) from the SSTables `gens` of each
+/// upload directory into the table, as new SSTables of its own (one merged rewrite).
+/// The uploaded files are left in place: the caller removes them once every shard has
+/// loaded its part ([`remove_uploaded`]).
+pub async fn refresh(
+    st: &ShardStorage,
+    id: TableId,
+    uploads: Vec<(PathBuf, Vec<u64>)>,
+    owns: Owns,
+) -> Result<MaintenanceReport> {
+    let mut sources = Vec::new();
+    for (dir, gens) in &uploads {
+        sources.extend(open_verified(dir, gens)?);
+    }
+    if sources.is_empty() {
+        return Ok(MaintenanceReport::default());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let work = Box::new(move |inp: RewriteInput| {
+        let mut r = MaintenanceReport {
+            sstables_in: sources.len() as u64,
+            bytes_in: sources.iter().map(|s| s.data_size()).sum(),
+            ..Default::default()
+        };
+        let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
+            if owns(key.token) {
+                r.partitions_kept += 1;
+                Some(u)
+            } else {
+                r.partitions_dropped += 1;
+                None
+            }
+        };
+        let out = run_rewrite(
+            &inp.schema,
+            &inp.dir,
+            &sources,
+            &[],
+            &inp.next_generation,
+            &job_for(&sources),
+            &inp.purge,
+            Some(&mut hook),
+        )?;
+        let (n, b) = sizes(&out.0);
+        r.sstables_out = n;
+        r.bytes_out = b;
+        let _ = tx.send(r);
+        Ok(out)
+    });
+    st.rewrite(id, Vec::new(), false, work).await?;
+    Ok(rx.try_recv().unwrap_or_default())
+}
+
+/// Deletes the loaded SSTables from their upload directories (TOC first).
+pub fn remove_uploaded(uploads: &[(PathBuf, Vec<u64>)]) {
+    for (dir, gens) in uploads {
+        for g in gens {
+            crate::sstable::delete_generation(dir, *g);
+        }
+    }
+}
+
+/// Sums of the live SSTables' partition size and cell count histograms (bucket i =
+/// `[2^i, 2^(i+1))` bytes / cells), for tablehistograms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SSTableHistograms {
+    pub partition_size: [u64; 40],
+    pub cell_count: [u64; 40],
+}
+
+pub fn sstable_histograms(st: &ShardStorage, id: TableId) -> SSTableHistograms {
+    let mut h = SSTableHistograms {
+        partition_size: [0; 40],
+        cell_count: [0; 40],
+    };
+    for s in st.sstables(id) {
+        for (a, b) in h
+            .partition_size
+            .iter_mut()
+            .zip(s.stats.partition_size_histogram)
+        {
+            *a += b;
+        }
+        for (a, b) in h.cell_count.iter_mut().zip(s.stats.cell_count_histogram) {
+            *a += b;
+        }
+    }
+    h
+}

@@ -1,0 +1,265 @@
+//! Maintenance rewrites (`amphora_storage::maintenance`): garbagecollect, cleanup, scrub,
+//! refresh, and the SSTable histograms of tablehistograms.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use amphora_storage::maintenance::{self, Granularity};
+use amphora_storage::{ShardStorage, StorageConfig};
+use amphora_types::data::{DeletionTime, Mutation, PartitionUpdate};
+use amphora_types::schema::{ClusteringOrder, TableId, TableSchema};
+
+use crate::common::*;
+
+const TABLE: u128 = 0x3a;
+
+/// 1 KiB chunks so a small SSTable has many chunks.
+fn schema() -> Arc<TableSchema> {
+    let mut s = (*clustered_schema(TABLE, ClusteringOrder::Asc)).clone();
+    s.options
+        .compression
+        .insert("chunk_length_in_kb".into(), "1".into());
+    Arc::new(s)
+}
+
+fn open(dir: &Path) -> ShardStorage {
+    let cfg: StorageConfig = config(dir);
+    ShardStorage::open(cfg, vec![schema()]).expect("open").0
+}
+
+/// Partitions p0..p{n} with 10 rows each; flushed.
+fn fill(s: &ShardStorage, n: usize, ts: i64) -> Vec<(String, i32, String)> {
+    let mut rows = Vec::new();
+    for p in 0..n {
+        for c in 0..10 {
+            let k = format!("p{p}");
+            let v = format!("value-{p}-{c}-{}", "x".repeat(40));
+            s.apply(&row_write(TABLE, &k, c, &v, ts)).expect("apply");
+            rows.push((k, c, v));
+        }
+    }
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    rows.sort();
+    rows
+}
+
+fn sorted(mut v: Vec<(String, i32, String)>) -> Vec<(String, i32, String)> {
+    v.sort();
+    v
+}
+
+fn table_dir(root: &Path) -> PathBuf {
+    let ks = root.join("ks");
+    std::fs::read_dir(&ks)
+        .expect("ks dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("table dir")
+}
+
+fn delete_partition(k: &str, ts: i64) -> Mutation {
+    Mutation {
+        table: TableId(TABLE),
+        key: pk(k),
+        update: PartitionUpdate {
+            partition_deletion: Some(DeletionTime::new(ts, 1_000)),
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn garbagecollect_drops_data_shadowed_by_another_sstable() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    let rows = fill(&s, 20, 10);
+    for p in 0..5 {
+        s.apply(&delete_partition(&format!("p{p}"), 20))
+            .expect("delete");
+    }
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    let before_bytes = s.table_stats(TableId(TABLE)).expect("stats").sstable_bytes;
+    let expected: Vec<_> = rows
+        .iter()
+        .filter(|(k, _, _)| !["p0", "p1", "p2", "p3", "p4"].contains(&k.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), expected);
+
+    let r = rt()
+        .block_on(maintenance::garbage_collect(
+            &s,
+            TableId(TABLE),
+            Granularity::Row,
+        ))
+        .expect("garbagecollect");
+    assert_eq!(r.sstables_in, 2);
+    // The five deleted partitions' rows left the data SSTable; their tombstones (inside
+    // gc_grace) stay in the other one.
+    assert_eq!(r.partitions_dropped, 5, "{r:?}");
+    assert_eq!(r.partitions_kept, 15 + 5, "{r:?}");
+    let after_bytes = s.table_stats(TableId(TABLE)).expect("stats").sstable_bytes;
+    assert!(
+        after_bytes < before_bytes,
+        "{after_bytes} >= {before_bytes}"
+    );
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), expected);
+    // Reopened from disk: the same.
+    drop(s);
+    let s = open(d.path());
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), expected);
+}
+
+#[test]
+fn cleanup_drops_only_partitions_of_other_shards() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    let rows = fill(&s, 40, 10);
+    let owns: maintenance::Owns = Arc::new(|token: i64| token % 2 == 0);
+    let owned: Vec<_> = rows
+        .iter()
+        .filter(|(k, _, _)| pk(k).token % 2 == 0)
+        .cloned()
+        .collect();
+    assert!(!owned.is_empty() && owned.len() < rows.len());
+    let r = rt()
+        .block_on(maintenance::cleanup(&s, TableId(TABLE), owns.clone()))
+        .expect("cleanup");
+    assert_eq!(r.partitions_kept as usize, owned.len() / 10, "{r:?}");
+    assert_eq!(
+        r.partitions_dropped as usize,
+        (rows.len() - owned.len()) / 10
+    );
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), owned);
+    // A second cleanup finds nothing to rewrite.
+    let again = rt()
+        .block_on(maintenance::cleanup(&s, TableId(TABLE), owns))
+        .expect("cleanup");
+    assert_eq!(again.sstables_in, 0);
+}
+
+#[test]
+fn scrub_salvages_an_sstable_taken_out_of_service() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    let rows = fill(&s, 50, 10);
+    let data = s.sstable_paths(TableId(TABLE)).remove(0);
+    let len = std::fs::metadata(&data).expect("meta").len() as usize;
+    let mut b = std::fs::read(&data).expect("read");
+    b[len / 2] ^= 0x5a;
+    std::fs::write(&data, b).expect("write");
+    // Reads hit the bad chunk and take the SSTable out of service.
+    drop(s);
+    let s = open(d.path());
+    let mut failed = false;
+    for p in 0..50 {
+        let cmd = amphora_storage::ReadCommand::new(
+            TableId(TABLE),
+            amphora_storage::PartitionRange::Single(pk(&format!("p{p}"))),
+            0,
+        );
+        failed |= s.read(&cmd).is_err();
+    }
+    assert!(failed, "the flipped byte was not detected");
+    assert_eq!(s.metrics().sstable_count, 0);
+
+    let r = rt()
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false))
+        .expect("scrub");
+    assert_eq!(r.sstables_salvaged, 1, "{r:?}");
+    assert!(r.partitions_skipped >= 1, "{r:?}");
+    assert_eq!(r.partitions_kept + r.partitions_skipped, 50, "{r:?}");
+    assert_eq!(s.metrics().sstable_count, 1);
+    let got = sorted(values(&read_all(&s, TABLE, 0)));
+    assert_eq!(got.len() as u64, r.partitions_kept * 10);
+    assert!(got.iter().all(|row| rows.contains(row)));
+    // After a restart the salvaged SSTable is the only one, and whole.
+    drop(s);
+    let s = open(d.path());
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), got);
+    assert_eq!(s.metrics().corrupt_sstables, 0);
+}
+
+#[test]
+fn refresh_loads_sstables_from_upload() {
+    let src = tempfile::tempdir().expect("tmp");
+    let a = open(src.path());
+    let rows = fill(&a, 30, 10);
+    let from = table_dir(src.path());
+    drop(a);
+
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    let upload = table_dir(d.path()).join(maintenance::UPLOAD_DIR);
+    std::fs::create_dir_all(&upload).expect("mkdir");
+    for e in std::fs::read_dir(&from).expect("read").flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("am1-") {
+            std::fs::copy(e.path(), upload.join(&name)).expect("copy");
+        }
+    }
+    let gens = maintenance::upload_generations(&upload).expect("list");
+    assert_eq!(gens.len(), 1);
+    let uploads = vec![(upload.clone(), gens)];
+    let owns: maintenance::Owns = Arc::new(|_| true);
+    let r = rt()
+        .block_on(maintenance::refresh(
+            &s,
+            TableId(TABLE),
+            uploads.clone(),
+            owns,
+        ))
+        .expect("refresh");
+    assert_eq!(r.partitions_kept, 30, "{r:?}");
+    maintenance::remove_uploaded(&uploads);
+    assert!(
+        maintenance::upload_generations(&upload)
+            .expect("list")
+            .is_empty()
+    );
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), rows);
+    drop(s);
+    let s = open(d.path());
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), rows);
+}
+
+#[test]
+fn refresh_refuses_a_corrupt_upload() {
+    let src = tempfile::tempdir().expect("tmp");
+    let a = open(src.path());
+    fill(&a, 30, 10);
+    let data = a.sstable_paths(TableId(TABLE)).remove(0);
+    drop(a);
+    let mut b = std::fs::read(&data).expect("read");
+    let n = b.len() / 2;
+    b[n] ^= 0x11;
+    std::fs::write(&data, b).expect("write");
+    let dir = data.parent().expect("dir").to_path_buf();
+    let gens = maintenance::upload_generations(&dir).expect("list");
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    let err = rt()
+        .block_on(maintenance::refresh(
+            &s,
+            TableId(TABLE),
+            vec![(dir, gens)],
+            Arc::new(|_| true),
+        ))
+        .expect_err("a corrupt upload must be refused");
+    assert!(err.to_string().contains("Data.db"), "{err}");
+    assert!(read_all(&s, TABLE, 0).partitions.is_empty());
+}
+
+#[test]
+fn histograms_count_partition_sizes_and_cells() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    fill(&s, 12, 10);
+    let h = maintenance::sstable_histograms(&s, TableId(TABLE));
+    // 10 cells per partition: bucket [8, 16).
+    assert_eq!(h.cell_count[3], 12, "{:?}", h.cell_count);
+    assert_eq!(h.cell_count.iter().sum::<u64>(), 12);
+    // Each partition holds 10 values of ~50 bytes: between 512 and 1024 bytes.
+    assert_eq!(h.partition_size[9], 12, "{:?}", h.partition_size);
+}
