@@ -3,8 +3,8 @@
 //! Owns: the commitlog ([`commitlog`]), memtables ([`memtable`]), SSTable format v1
 //! ([`sstable`], [`bloom`]; docs/dev/sstable-format.md), compaction strategies and their
 //! executor ([`compaction`]), maintenance rewrites ([`maintenance`]: cleanup, scrub,
-//! garbagecollect, refresh), the read path ([`read`]), and [`ShardStorage`], which ties
-//! them together for one shard thread.
+//! garbagecollect, refresh), the read path ([`read`]) and its row cache ([`rowcache`]),
+//! and [`ShardStorage`], which ties them together for one shard thread.
 //!
 //! Must never depend on: the CQL layers (`protocol`, `cql`), `server`, `coordinator`, or
 //! anything that knows about other shards or nodes. Its inputs are `amphora_types`
@@ -23,6 +23,7 @@ pub mod error;
 pub mod maintenance;
 pub mod memtable;
 pub mod read;
+pub mod rowcache;
 pub mod shard;
 pub mod sstable;
 pub mod tools;

@@ -1,0 +1,431 @@
+//! The shard's row cache: the merged SSTable-side content of recently read partitions
+//! (ScyllaDB's design), so a hot point read touches no bloom filter, index or data block.
+//!
+//! An entry holds, for one (table, partition key), the merge of that partition's data in
+//! every SSTable of the table in service: the whole partition, cells raw (timestamps, TTLs,
+//! tombstones, expired cells included), its own deletions applied (canonical form). An
+//! entry may be empty: no SSTable holds the partition. Memtables, active or being flushed,
+//! are never cached; reads merge them on top of the entry, and slice, apply limits and
+//! TTL expiry (at the read's `now`) as for any other source.
+//!
+//! The invariant "an entry equals the merge of the table's current SSTables for its key" is
+//! kept by the owner of the SSTable set (`ShardStorage`, on the shard thread, in the same
+//! step that changes the set):
+//! - flush installed: the flushed memtable's partitions that are cached are merged into
+//!   their entries ([`RowCache::merge_flushed`]); one that grows past the partition limit
+//!   is dropped;
+//! - compaction installed: the outputs hold the inputs' logical content unless something was
+//!   purged (tombstones or expired data older than gc_before), so entries stay, except when
+//!   an input may hold purgeable data: then the table's entries are dropped. The cache
+//!   itself never purges anything, so a tombstone purge cannot make shadowed data reappear
+//!   through it;
+//! - truncate, drop, alter, SSTables taken out of service or loaded from outside: the
+//!   table's entries are dropped ([`RowCache::invalidate_table`]).
+//!
+//! Byte-bounded (estimated sizes), CLOCK eviction like the block cache; a partition larger
+//! than `partition_max_bytes` is not cached (read from SSTables each time). One per shard,
+//! shard thread only, plain counters.
+//!
+//! PERF-CRITICAL: `get` is on every single-partition read.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use amphora_types::data::{PartitionKey, PartitionUpdate, merge_partition_updates};
+use amphora_types::schema::{TableId, TableSchema};
+
+use crate::memtable::Memtable;
+
+/// Counters and size of a [`RowCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub insertions: u64,
+    pub evictions: u64,
+    /// Entries dropped because their content changed (flush growth, table invalidation).
+    pub invalidations: u64,
+    pub partitions: u64,
+    pub bytes: u64,
+    pub capacity: u64,
+}
+
+/// Hashes only the integers of a key: the table id and the partition's token, which is
+/// already a Murmur3 hash of the key bytes. Byte strings (and their lengths) are skipped;
+/// equal tokens are told apart by the map's equality check.
+#[derive(Default)]
+struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
+    }
+    fn write(&mut self, _bytes: &[u8]) {}
+    fn write_usize(&mut self, _len: usize) {}
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(23) ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+}
+
+type Hash = BuildHasherDefault<TokenHasher>;
+
+struct Slot {
+    table: TableId,
+    key: PartitionKey,
+    data: PartitionUpdate,
+    cost: usize,
+    referenced: bool,
+}
+
+/// Bytes accounted per entry on top of its data (slot, map entries, key header).
+const ENTRY_OVERHEAD: usize = 160;
+
+fn entry_cost(key: &PartitionKey, data: &PartitionUpdate) -> usize {
+    ENTRY_OVERHEAD + key.key.len() + data.size_bytes()
+}
+
+/// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
+/// disables it.
+pub struct RowCache {
+    tables: HashMap<TableId, HashMap<PartitionKey, usize, Hash>, Hash>,
+    slots: Vec<Slot>,
+    hand: usize,
+    bytes: usize,
+    capacity: usize,
+    partition_max: usize,
+    hits: u64,
+    misses: u64,
+    insertions: u64,
+    evictions: u64,
+    invalidations: u64,
+}
+
+impl RowCache {
+    /// A cache of `capacity_bytes` that does not hold partitions estimated above
+    /// `partition_max_bytes`.
+    pub fn new(capacity_bytes: u64, partition_max_bytes: u64) -> Self {
+        RowCache {
+            tables: HashMap::default(),
+            slots: Vec::new(),
+            hand: 0,
+            bytes: 0,
+            capacity: usize::try_from(capacity_bytes).unwrap_or(usize::MAX),
+            partition_max: usize::try_from(partition_max_bytes).unwrap_or(usize::MAX),
+            hits: 0,
+            misses: 0,
+            insertions: 0,
+            evictions: 0,
+            invalidations: 0,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    pub fn stats(&self) -> RowCacheStats {
+        RowCacheStats {
+            hits: self.hits,
+            misses: self.misses,
+            insertions: self.insertions,
+            evictions: self.evictions,
+            invalidations: self.invalidations,
+            partitions: self.slots.len() as u64,
+            bytes: self.bytes as u64,
+            capacity: self.capacity as u64,
+        }
+    }
+
+    fn index(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
+        self.tables.get(&table).and_then(|m| m.get(key)).copied()
+    }
+
+    /// The cached SSTable-side content of a partition, marking it recently used; counts a
+    /// hit or a miss.
+    pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&PartitionUpdate> {
+        let i = self.index(table, key);
+        match i.and_then(|i| self.slots.get_mut(i)) {
+            Some(slot) => {
+                slot.referenced = true;
+                self.hits += 1;
+                Some(&slot.data)
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Whether a partition is cached (no counting, no reference bit).
+    pub fn contains(&self, table: TableId, key: &PartitionKey) -> bool {
+        self.index(table, key).is_some()
+    }
+
+    /// Caches a partition's SSTable-side content (canonical: own deletions applied),
+    /// replacing any entry for the key and evicting as needed. Returns false (and caches
+    /// nothing) if the partition is over the size limit or the cache is disabled.
+    pub fn insert(&mut self, table: TableId, key: PartitionKey, data: PartitionUpdate) -> bool {
+        let cost = entry_cost(&key, &data);
+        if cost > self.partition_max || cost > self.capacity {
+            self.remove(table, &key);
+            return false;
+        }
+        self.remove(table, &key);
+        while self.bytes + cost > self.capacity && self.evict_one() {}
+        self.tables
+            .entry(table)
+            .or_default()
+            .insert(key.clone(), self.slots.len());
+        self.slots.push(Slot {
+            table,
+            key,
+            data,
+            cost,
+            referenced: false,
+        });
+        self.bytes += cost;
+        self.insertions += 1;
+        true
+    }
+
+    /// Drops one entry.
+    pub fn remove(&mut self, table: TableId, key: &PartitionKey) {
+        if let Some(i) = self.index(table, key) {
+            self.remove_slot(i);
+        }
+    }
+
+    /// Drops every entry of a table.
+    pub fn invalidate_table(&mut self, table: TableId) {
+        let Some(gone) = self.tables.remove(&table) else {
+            return;
+        };
+        if gone.is_empty() {
+            return;
+        }
+        self.invalidations += gone.len() as u64;
+        self.slots.retain(|s| s.table != table);
+        self.bytes = self.slots.iter().map(|s| s.cost).sum();
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(m) = self.tables.get_mut(&s.table)
+                && let Some(slot) = m.get_mut(&s.key)
+            {
+                *slot = i;
+            }
+        }
+        if self.hand >= self.slots.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// Merges a flushed memtable into the entries of the partitions it holds: called when
+    /// its SSTable joins the table's SSTable set, so entries keep matching that set.
+    pub fn merge_flushed(&mut self, table: TableId, schema: &TableSchema, mem: &Memtable) {
+        let Some(m) = self.tables.get(&table) else {
+            return;
+        };
+        // Walk the smaller side.
+        let hit: Vec<(PartitionKey, usize)> = if m.len() <= mem.partitions.len() {
+            m.iter()
+                .filter(|(k, _)| mem.partitions.contains_key(*k))
+                .map(|(k, i)| (k.clone(), *i))
+                .collect()
+        } else {
+            mem.partitions
+                .keys()
+                .filter_map(|k| m.get(k).map(|i| (k.clone(), *i)))
+                .collect()
+        };
+        let mut too_big = Vec::new();
+        for (key, i) in hit {
+            let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(i)) else {
+                continue;
+            };
+            let merged = merge_partition_updates(schema, &slot.data, &mem.to_update(p, &[]));
+            let cost = entry_cost(&key, &merged);
+            if cost > self.partition_max || cost > self.capacity {
+                too_big.push(key);
+                continue;
+            }
+            self.bytes = self.bytes - slot.cost + cost;
+            slot.cost = cost;
+            slot.data = merged;
+        }
+        self.invalidations += too_big.len() as u64;
+        for key in too_big {
+            self.remove(table, &key);
+        }
+        while self.bytes > self.capacity && self.evict_one() {}
+    }
+
+    /// Advances the CLOCK hand until it evicts one entry; false if the cache is empty.
+    fn evict_one(&mut self) -> bool {
+        // Two sweeps clear every reference bit, so this ends.
+        for _ in 0..=2 * self.slots.len() {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let Some(slot) = self.slots.get_mut(self.hand) else {
+                return false;
+            };
+            if slot.referenced {
+                slot.referenced = false;
+                self.hand += 1;
+            } else {
+                self.remove_slot(self.hand);
+                self.evictions += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes slot `i`; the last slot moves into its place.
+    fn remove_slot(&mut self, i: usize) {
+        if i >= self.slots.len() {
+            return;
+        }
+        let gone = self.slots.swap_remove(i);
+        if let Some(m) = self.tables.get_mut(&gone.table) {
+            m.remove(&gone.key);
+        }
+        self.bytes -= gone.cost;
+        if let Some(moved) = self.slots.get(i)
+            && let Some(slot) = self
+                .tables
+                .get_mut(&moved.table)
+                .and_then(|m| m.get_mut(&moved.key))
+        {
+            *slot = i;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amphora_types::data::{Cell, Clustering, ColumnData, Row};
+    use bytes::Bytes;
+
+    fn key(token: i64, k: &str) -> PartitionKey {
+        PartitionKey {
+            token,
+            key: Bytes::copy_from_slice(k.as_bytes()),
+        }
+    }
+
+    fn part(value_len: usize) -> PartitionUpdate {
+        PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: vec![(
+                    1,
+                    ColumnData::Simple(Cell::live(1, Bytes::from(vec![7u8; value_len]))),
+                )],
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hit_after_insert_and_keys_with_equal_tokens_stay_apart() {
+        let mut c = RowCache::new(1 << 20, 1 << 20);
+        let t = TableId(1);
+        assert!(c.insert(t, key(5, "a"), part(10)));
+        assert!(c.insert(t, key(5, "b"), part(20)));
+        assert_eq!(c.get(t, &key(5, "a")), Some(&part(10)));
+        assert_eq!(c.get(t, &key(5, "b")), Some(&part(20)));
+        assert_eq!(c.get(t, &key(5, "c")), None);
+        assert_eq!(c.get(TableId(2), &key(5, "a")), None);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses, s.insertions, s.partitions), (2, 2, 2, 2));
+        assert_eq!(
+            s.bytes as usize,
+            entry_cost(&key(5, "a"), &part(10)) + entry_cost(&key(5, "b"), &part(20))
+        );
+    }
+
+    #[test]
+    fn stays_within_capacity_and_gives_referenced_entries_a_second_chance() {
+        let cost = entry_cost(&key(0, "k0"), &part(100));
+        let mut c = RowCache::new((cost * 4) as u64, 1 << 20);
+        let t = TableId(1);
+        for i in 0..4 {
+            assert!(c.insert(t, key(i, &format!("k{i}")), part(100)));
+        }
+        assert!(c.get(t, &key(0, "k0")).is_some());
+        assert!(c.insert(t, key(4, "k4"), part(100)));
+        let s = c.stats();
+        assert_eq!((s.partitions, s.evictions), (4, 1));
+        assert!(s.bytes as usize <= cost * 4);
+        assert!(c.contains(t, &key(0, "k0")));
+        assert!(!c.contains(t, &key(1, "k1")));
+        for i in 5..300 {
+            c.insert(t, key(i, &format!("k{i}")), part(100));
+            assert!(c.stats().bytes as usize <= cost * 4);
+        }
+        // Every survivor still maps to its own entry.
+        for i in 0..300 {
+            let k = key(i, &format!("k{i}"));
+            if let Some(i) = c.index(t, &k) {
+                assert_eq!(c.slots[i].key, k);
+            }
+        }
+        assert!(c.contains(t, &key(299, "k299")));
+    }
+
+    #[test]
+    fn oversized_partitions_and_disabled_cache_are_bypassed() {
+        let t = TableId(1);
+        let mut c = RowCache::new(1 << 20, 1000);
+        assert!(c.insert(t, key(1, "small"), part(100)));
+        assert!(!c.insert(t, key(2, "big"), part(5000)));
+        assert!(!c.contains(t, &key(2, "big")));
+        // Replacing an entry with an oversized version drops the old one.
+        assert!(!c.insert(t, key(1, "small"), part(5000)));
+        assert!(!c.contains(t, &key(1, "small")));
+        let mut off = RowCache::new(0, 1 << 20);
+        assert!(!off.enabled());
+        assert!(!off.insert(t, key(1, "a"), part(1)));
+        assert_eq!(off.stats().partitions, 0);
+    }
+
+    #[test]
+    fn invalidating_a_table_keeps_the_others_reachable() {
+        let mut c = RowCache::new(1 << 20, 1 << 20);
+        for i in 0..50 {
+            c.insert(TableId(i % 3), key(i as i64, "k"), part(i as usize));
+        }
+        c.invalidate_table(TableId(1));
+        let s = c.stats();
+        assert_eq!(s.partitions, 50 - 17);
+        assert_eq!(s.invalidations, 17);
+        let expect: usize = (0..50u128)
+            .filter(|i| i % 3 != 1)
+            .map(|i| entry_cost(&key(i as i64, "k"), &part(i as usize)))
+            .sum();
+        assert_eq!(s.bytes as usize, expect);
+        for i in 0..50u128 {
+            let got = c.get(TableId(i % 3), &key(i as i64, "k")).cloned();
+            if i % 3 == 1 {
+                assert_eq!(got, None);
+            } else {
+                assert_eq!(got, Some(part(i as usize)), "{i}");
+            }
+        }
+    }
+}
