@@ -21,6 +21,7 @@ pub mod ddl;
 pub mod describe;
 pub mod exec;
 pub mod functions;
+pub mod guardrails;
 pub mod index;
 pub mod json;
 pub mod lwt;

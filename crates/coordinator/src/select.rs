@@ -318,6 +318,17 @@ pub async fn run_select(
     let grouping = group_by_len(table, s)?;
     // Aggregates and GROUP BY read the whole selection and answer in one page.
     let whole = aggregate || grouping > 0;
+    // Cassandra's client warnings for aggregates over several partitions.
+    match &r.pk_values {
+        _ if !whole => {}
+        None if r.token_start.is_none() && r.token_end.is_none() => {
+            amphora_trace::warn("Aggregation query used without partition key")
+        }
+        Some(v) if v.iter().any(|c| c.len() > 1) => amphora_trace::warn(
+            "Aggregation query used on multiple partition keys (IN restriction)",
+        ),
+        _ => {}
+    }
     let page_size = opts
         .page_size
         .filter(|p| *p > 0)

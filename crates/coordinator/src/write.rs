@@ -1411,6 +1411,7 @@ pub async fn run_batch(
     if any_conditional {
         return crate::lwt::run_conditional_batch(inner, conditional_items, now).await;
     }
+    crate::guardrails::check_batch(&schema, kind, &planned)?;
     apply_all(inner, planned).await?;
     Ok(QueryResult::Void)
 }

@@ -15,6 +15,11 @@
 //! Cross-shard hops: a task-local does not follow a message to another shard, so the code
 //! that sends work to another shard captures [`current`] and runs the remote future in
 //! [`scope`] there; events are appended under the session's own lock, tagged with the shard.
+//!
+//! Client warnings (the protocol's WARNING flag, e.g. a batch over
+//! `batch_size_warn_threshold`): the transport runs each request in [`with_warnings`], and
+//! any layer adds a warning with [`warn`], like Cassandra's `ClientWarn`. Outside such a
+//! scope (or on another shard) a warning is dropped; it costs one task-local lookup.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -204,6 +209,37 @@ pub async fn scope<F: Future>(session: Option<Arc<Session>>, thread: String, f: 
         Some(s) => CURRENT.scope((s, thread), f).await,
         None => f.await,
     }
+}
+
+/// Most warnings kept for one request; later ones are dropped.
+pub const MAX_WARNINGS_PER_REQUEST: usize = 32;
+
+tokio::task_local! {
+    static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// Adds a warning for the client to the current request's answer (no-op outside
+/// [`with_warnings`]).
+pub fn warn(message: impl Into<String>) {
+    let _ = WARNINGS.try_with(|w| {
+        let mut w = w.borrow_mut();
+        if w.len() < MAX_WARNINGS_PER_REQUEST {
+            w.push(message.into());
+        }
+    });
+}
+
+/// Runs `f` collecting the warnings [`warn`] adds while it runs; returns them in order.
+pub async fn with_warnings<F: Future>(f: F) -> (F::Output, Vec<String>) {
+    WARNINGS
+        .scope(std::cell::RefCell::new(Vec::new()), async move {
+            let out = f.await;
+            let warnings = WARNINGS
+                .try_with(|w| std::mem::take(&mut *w.borrow_mut()))
+                .unwrap_or_default();
+            (out, warnings)
+        })
+        .await
 }
 
 /// The node's finished sessions, oldest first, bounded by [`MAX_SESSIONS`] and [`TRACE_TTL`].
@@ -399,6 +435,35 @@ mod tests {
                 .parameters
                 .contains(&("consistency_level".into(), "ONE".into()))
         );
+    }
+
+    #[tokio::test]
+    async fn warnings_are_collected_per_request_and_bounded() {
+        // Outside a scope a warning goes nowhere.
+        warn("dropped");
+        let ((), w) = with_warnings(async {
+            warn("first");
+            tokio::task::yield_now().await;
+            warn(String::from("second"));
+        })
+        .await;
+        assert_eq!(w, vec!["first".to_string(), "second".to_string()]);
+        // Nested requests (a request inside a request's scope) keep their own lists.
+        let (inner, outer) = with_warnings(async {
+            warn("outer");
+            with_warnings(async { warn("inner") }).await.1
+        })
+        .await;
+        assert_eq!(inner, vec!["inner".to_string()]);
+        assert_eq!(outer, vec!["outer".to_string()]);
+        let ((), many) = with_warnings(async {
+            for i in 0..MAX_WARNINGS_PER_REQUEST + 5 {
+                warn(format!("w{i}"));
+            }
+        })
+        .await;
+        assert_eq!(many.len(), MAX_WARNINGS_PER_REQUEST);
+        assert_eq!(many[0], "w0");
     }
 
     #[test]
