@@ -31,6 +31,16 @@ impl std::fmt::Debug for Clock {
     }
 }
 
+/// Runs on the flush thread before each memtable flush (tests slow flushes down with it).
+#[derive(Clone)]
+pub struct FlushHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for FlushHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FlushHook")
+    }
+}
+
 /// When commitlog writes are made durable (cassandra.yaml `commitlog_sync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncMode {
@@ -74,7 +84,9 @@ pub struct StorageConfig {
     /// When the commitlog grows past this, the tables holding the oldest segment are flushed.
     pub commitlog_total_space_bytes: u64,
     pub commit_failure_policy: CommitFailurePolicy,
-    /// Memory for all memtables of the shard; the largest is flushed when it is exceeded.
+    /// Memory for all memtables of the shard, active and flushing. The largest active one
+    /// is flushed once active memtables pass half of it; once all of them pass it, writes
+    /// wait in [`crate::ShardStorage::admit`] until a flush frees memory.
     pub memtable_budget_bytes: u64,
     /// Background compaction after flushes (tests turn it off to control compaction).
     pub auto_compaction: bool,
@@ -82,6 +94,7 @@ pub struct StorageConfig {
     /// as much as `memtable_budget_bytes`.
     pub block_cache_bytes: Option<u64>,
     pub clock: Clock,
+    pub before_flush: Option<FlushHook>,
 }
 
 impl StorageConfig {
@@ -97,6 +110,7 @@ impl StorageConfig {
             auto_compaction: true,
             block_cache_bytes: None,
             clock: Clock::system(),
+            before_flush: None,
         }
     }
 

@@ -42,6 +42,16 @@ pub enum StorageError {
     ShutDown,
     #[error("background job failed: {0}")]
     Background(String),
+    /// Writes wait while memtables exceed the shard's budget; this is returned instead when
+    /// the flush that should free memory failed.
+    #[error(
+        "memtables hold {memtable_bytes} bytes, over the shard's budget of {budget_bytes}, and flushing failed: {cause}"
+    )]
+    MemtableFull {
+        memtable_bytes: u64,
+        budget_bytes: u64,
+        cause: String,
+    },
 }
 
 impl StorageError {

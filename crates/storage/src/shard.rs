@@ -60,6 +60,8 @@ pub struct StorageMetrics {
     pub commitlog_segments: u64,
     pub corrupt_sstables: u64,
     pub background_errors: u64,
+    /// Writes that waited in `admit` for a flush to free memtable memory.
+    pub write_memory_waits: u64,
     pub row_cache_hits: u64,
     pub row_cache_misses: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -201,6 +203,11 @@ struct Inner {
     results_rx: mpsc::Receiver<BgResult>,
     /// Signalled by background threads when a result is ready.
     notify: Arc<Notify>,
+    /// Wakes writers waiting in `admit` after a flush finished (or failed).
+    flush_done: Arc<Notify>,
+    /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
+    flush_failures: u64,
+    last_flush_error: Option<String>,
     /// Waiters per job id.
     waiters: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
     flusher: Worker,
@@ -377,6 +384,9 @@ impl ShardStorage {
             results_tx,
             results_rx,
             notify: Arc::new(Notify::new()),
+            flush_done: Arc::new(Notify::new()),
+            flush_failures: 0,
+            last_flush_error: None,
             waiters: HashMap::new(),
             flusher: Worker::start(format!("flush-{shard}"))?,
             compactor: Worker::start(format!("compaction-{shard}"))?,
@@ -532,6 +542,92 @@ impl ShardStorage {
         let _ = start;
         self.maybe_flush_for_memory();
         Ok(WriteAck::new(self.log.clone(), end))
+    }
+
+    /// Waits until the shard's memtables fit in `memtable_budget_bytes` (write
+    /// backpressure: call it before `apply`). Returns at once under the budget; over it,
+    /// waits for the running flushes (reads keep being served meanwhile), and fails with
+    /// `MemtableFull` if a flush fails while it waits, rather than waiting for a disk that
+    /// may not come back.
+    pub fn admit(&self) -> impl Future<Output = Result<()>> + 'static {
+        let me = self.clone();
+        async move {
+            let mut waited = false;
+            loop {
+                let (notify, flush_done) = {
+                    let inner = me.inner.borrow();
+                    (inner.notify.clone(), inner.flush_done.clone())
+                };
+                // Created before the check so a wakeup between the two is not lost.
+                let mut freed = Box::pin(flush_done.notified());
+                let mut ready = Box::pin(notify.notified());
+                me.poll_background();
+                let failures_before = {
+                    let mut inner = me.inner.borrow_mut();
+                    if inner.closed {
+                        return Err(StorageError::ShutDown);
+                    }
+                    if inner.memtable_total <= inner.cfg.memtable_budget_bytes {
+                        return Ok(());
+                    }
+                    if !waited {
+                        waited = true;
+                        inner.metrics.write_memory_waits += 1;
+                    }
+                    inner.flush_failures
+                };
+                // Makes sure a flush is running (or resubmits a failed one).
+                me.maybe_flush_for_memory();
+                if me.inner.borrow().metrics.pending_flushes == 0 {
+                    let _ = me.start_largest_flush();
+                }
+                std::future::poll_fn(|cx| {
+                    if freed.as_mut().poll(cx).is_ready() || ready.as_mut().poll(cx).is_ready() {
+                        std::task::Poll::Ready(())
+                    } else {
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+                me.poll_background();
+                let inner = me.inner.borrow();
+                if inner.flush_failures > failures_before
+                    && inner.memtable_total > inner.cfg.memtable_budget_bytes
+                {
+                    return Err(StorageError::MemtableFull {
+                        memtable_bytes: inner.memtable_total,
+                        budget_bytes: inner.cfg.memtable_budget_bytes,
+                        cause: inner
+                            .last_flush_error
+                            .clone()
+                            .unwrap_or_else(|| "unknown".into()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Flushes the table with the largest memtable, active or failed to flush.
+    fn start_largest_flush(&self) -> Result<Option<u64>> {
+        let largest = {
+            let inner = self.inner.borrow();
+            inner
+                .tables
+                .iter()
+                .max_by_key(|(_, t)| {
+                    t.memtable.size_bytes
+                        + t.flushing
+                            .iter()
+                            .filter(|f| f.failed)
+                            .map(|f| f.mem.size_bytes)
+                            .sum::<u64>()
+                })
+                .map(|(id, _)| *id)
+        };
+        match largest {
+            Some(id) => self.start_flush(id),
+            None => Ok(None),
+        }
     }
 
     /// Increments a counter cell: reads this counter id's shard, writes `clock + 1`.
@@ -705,7 +801,11 @@ impl ShardStorage {
                 .find(|f| f.job == job)
                 .map_or(upper, |f| f.upper);
             inner.metrics.pending_flushes += 1;
+            let hook = inner.cfg.before_flush.clone();
             inner.flusher.submit(Box::new(move || {
+                if let Some(h) = hook {
+                    (h.0)();
+                }
                 let result = flush_memtable(&dir, gen_, &mem, upper).map(|o| o.map(Box::new));
                 let _ = tx.send(BgResult::Flushed {
                     table: id,
@@ -754,6 +854,7 @@ impl ShardStorage {
             match r {
                 BgResult::Flushed { table, job, result } => {
                     inner.metrics.pending_flushes = inner.metrics.pending_flushes.saturating_sub(1);
+                    inner.flush_done.notify_waiters();
                     let res = match (inner.tables.get_mut(&table), result) {
                         (Some(t), Ok(sst)) => {
                             let found = t.flushing.iter().position(|f| f.job == job);
@@ -797,6 +898,8 @@ impl ShardStorage {
                         (Some(t), Err(e)) => {
                             tracing::error!("flush of table {table} failed: {e}");
                             inner.metrics.background_errors += 1;
+                            inner.flush_failures += 1;
+                            inner.last_flush_error = Some(e.to_string());
                             if let Some(f) = t.flushing.iter_mut().find(|f| f.job == job) {
                                 f.failed = true;
                             }

@@ -1,10 +1,13 @@
 //! Storage robustness: TWCS dropping fully expired SSTables, write backpressure,
 //! compaction backlog.
 
+use std::cell::Cell as StdCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use amphora_storage::{Clock, ShardStorage};
+use amphora_storage::config::FlushHook;
+use amphora_storage::{Clock, PartitionRange, ReadCommand, ShardStorage};
 use amphora_types::data::{
     Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionUpdate, Row,
 };
@@ -158,6 +161,111 @@ fn twcs_keeps_an_expired_sstable_that_overlaps_older_live_data() {
             values(&read_all(&s2, 22, 1_061)),
             vec![("x".to_string(), 1, "old".to_string())]
         );
+    });
+}
+
+/// A standard1 row of five `size`-byte cells.
+fn wide_write(table: u128, k: &str, size: usize) -> Mutation {
+    let v = Bytes::from(vec![b'v'; size]);
+    Mutation {
+        table: TableId(table),
+        key: pk(k),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: (1..6)
+                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
+                    .collect(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn writes_wait_for_slow_flushes_and_memory_stays_bounded() {
+    const BUDGET: u64 = 256 << 10;
+    const WRITERS: usize = 8;
+    const PER_WRITER: usize = 500;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.memtable_budget_bytes = BUDGET;
+    // A flush takes 100 ms: far slower than the writers.
+    cfg.before_flush = Some(FlushHook(Arc::new(|| {
+        std::thread::sleep(std::time::Duration::from_millis(100))
+    })));
+    rt().block_on(async {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let (s, _) = ShardStorage::open(cfg, vec![standard1(30)]).expect("open");
+                tokio::task::spawn_local(s.run_background());
+                let peak = Rc::new(StdCell::new(0u64));
+                let done = Rc::new(StdCell::new(0usize));
+                let mut writers = Vec::new();
+                for w in 0..WRITERS {
+                    let (s, peak, done) = (s.clone(), peak.clone(), done.clone());
+                    writers.push(tokio::task::spawn_local(async move {
+                        let mut acked = Vec::new();
+                        for n in 0..PER_WRITER {
+                            let k = format!("w{w}-{n}");
+                            s.admit().await.expect("admit");
+                            s.apply(&wide_write(30, &k, 200))
+                                .expect("apply")
+                                .await
+                                .expect("ack");
+                            peak.set(peak.get().max(s.metrics().memtable_bytes));
+                            acked.push(k);
+                        }
+                        done.set(done.get() + 1);
+                        acked
+                    }));
+                }
+                // Reads keep being answered while the writers wait.
+                let mut reads_while_over = 0u64;
+                while done.get() < WRITERS {
+                    let r = s
+                        .read(&ReadCommand::new(
+                            TableId(30),
+                            PartitionRange::Single(pk("w0-0")),
+                            0,
+                        ))
+                        .expect("read");
+                    if s.metrics().memtable_bytes > BUDGET / 2 && r.partitions.len() == 1 {
+                        reads_while_over += 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                let mut acked = Vec::new();
+                for w in writers {
+                    acked.extend(w.await.expect("writer"));
+                }
+                let total_bytes = (WRITERS * PER_WRITER * 1000) as u64;
+                assert!(
+                    total_bytes > 10 * BUDGET,
+                    "the test writes far past the budget"
+                );
+                let m = s.metrics();
+                assert!(m.write_memory_waits > 0, "{m:?}");
+                assert!(
+                    peak.get() <= BUDGET + BUDGET / 4,
+                    "memtables peaked at {} bytes, budget {BUDGET}",
+                    peak.get()
+                );
+                assert!(reads_while_over > 0);
+                let all = read_all(&s, 30, 0);
+                let mut keys: Vec<String> = all
+                    .partitions
+                    .iter()
+                    .map(|p| String::from_utf8_lossy(&p.key.key).to_string())
+                    .collect();
+                keys.sort();
+                acked.sort();
+                assert_eq!(keys, acked, "every acknowledged write reads back");
+            })
+            .await;
     });
 }
 
