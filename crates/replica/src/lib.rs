@@ -9,12 +9,16 @@
 //! Must never depend on: `coordinator`, `server`, the CQL or protocol crates.
 //!
 //! Key types: [`ShardDb`], [`local`], [`ReplicaError`], [`stats::TableCounters`] (per-table
-//! read/write counts and latencies), [`snapshot`] (hard-link snapshots of a table).
+//! read/write counts and latencies), [`snapshot`] (hard-link snapshots of a table),
+//! [`maintenance`] (garbagecollect, cleanup, scrub, refresh, histograms),
+//! [`toppartitions`] (the partition key sampler).
 
+pub mod maintenance;
 pub mod snapshot;
 pub mod stats;
+pub mod toppartitions;
 
-use std::cell::RefCell;
+use std::cell::{Cell as StdCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -32,6 +36,8 @@ pub enum ReplicaError {
     UnknownTable(TableId),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error("{0}")]
+    Busy(String),
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -67,6 +73,9 @@ pub struct ShardDb {
     storage: ShardStorage,
     /// Local reads/writes per table (shard-owned integers; nodetool and /metrics).
     table_counters: RefCell<stats::TableCounterMap>,
+    /// True while `sampler` runs: the one branch reads and writes pay when it is off.
+    sampling: StdCell<bool>,
+    sampler: RefCell<Option<toppartitions::Sampler>>,
 }
 
 /// Opens (and replays) this shard's storage and installs it as the shard's database.
@@ -86,6 +95,8 @@ pub fn init_shard(
         counter_id: host_id ^ u128::from(shard),
         storage,
         table_counters: RefCell::new(stats::TableCounterMap::default()),
+        sampling: StdCell::new(false),
+        sampler: RefCell::new(None),
     });
     DB.with(|d| *d.borrow_mut() = Some(db.clone()));
     Ok(db)
@@ -109,6 +120,11 @@ impl ShardDb {
     pub async fn apply(&self, m: Mutation) -> Result<(), ReplicaError> {
         let started = std::time::Instant::now();
         let table = m.table;
+        if self.sampling.get()
+            && let Some(s) = self.sampler.borrow_mut().as_mut()
+        {
+            s.record_write(table, &m.key.key);
+        }
         let r = self.apply_inner(m).await;
         self.record_write(table, started, r.is_ok());
         r
@@ -142,6 +158,11 @@ impl ShardDb {
     pub async fn apply_counter(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
         let started = std::time::Instant::now();
         let table = u.table;
+        if self.sampling.get()
+            && let Some(s) = self.sampler.borrow_mut().as_mut()
+        {
+            s.record_write(table, &u.key.key);
+        }
         let r = self.apply_counter_inner(u).await;
         self.record_write(table, started, r.is_ok());
         r
@@ -210,6 +231,12 @@ impl ShardDb {
     }
 
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
+        if self.sampling.get()
+            && let amphora_storage::PartitionRange::Single(k) = &cmd.partitions
+            && let Some(s) = self.sampler.borrow_mut().as_mut()
+        {
+            s.record_read(cmd.table, &k.key);
+        }
         let started = std::time::Instant::now();
         let r = self.storage.read(cmd);
         let us = started.elapsed().as_micros() as u64;
