@@ -1,4 +1,4 @@
-//! Long-running admin operations (major compaction) as tasks with an id, progress and a
+//! Long-running admin operations (major compaction, cleanup, scrub, garbagecollect) as tasks with an id, progress and a
 //! state that can be polled or waited on (ScyllaDB's task manager shape), and the
 //! compaction history the API itself ran.
 
@@ -14,7 +14,7 @@ pub const MAX_HISTORY: usize = 1000;
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskStatus {
     pub id: String,
-    /// `major_compaction`.
+    /// `major_compaction`, `cleanup`, `scrub` or `garbage_collect`.
     pub kind: String,
     pub keyspace: String,
     pub tables: Vec<String>,
@@ -27,6 +27,8 @@ pub struct TaskStatus {
     pub start_time_ms: u64,
     pub end_time_ms: Option<u64>,
     pub error: Option<String>,
+    /// What the operation did, summed over shards (cleanup, scrub, garbagecollect).
+    pub result: Option<serde_json::Value>,
 }
 
 impl TaskStatus {

@@ -7,6 +7,7 @@
 //! gathers their answers, so the shards' data stays lock-free.
 
 mod jobs;
+mod maintenance;
 mod routes;
 
 use std::io;

@@ -21,10 +21,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::jobs::{CompactionRecord, TaskStatus, now_ms};
+use super::maintenance;
 use super::{ApiState, OperationMode};
 
-type S = State<Arc<ApiState>>;
-type ApiResult = Result<Json<Value>, ApiError>;
+pub(super) type S = State<Arc<ApiState>>;
+pub(super) type ApiResult = Result<Json<Value>, ApiError>;
 
 /// An error answered as `{"message": ..., "code": <http status>}`.
 #[derive(Debug)]
@@ -34,22 +35,22 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
         }
     }
-    fn bad_request(m: impl Into<String>) -> Self {
+    pub(super) fn bad_request(m: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, m)
     }
-    fn not_found(m: impl Into<String>) -> Self {
+    pub(super) fn not_found(m: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, m)
     }
     fn unsupported(m: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_IMPLEMENTED, m)
     }
-    fn internal(e: impl std::fmt::Display) -> Self {
+    pub(super) fn internal(e: impl std::fmt::Display) -> Self {
         tracing::warn!(error = %e, "api: request failed");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
@@ -135,6 +136,29 @@ pub(crate) fn router(state: Arc<ApiState>) -> Router {
             "/storage_service/keyspace_compaction/{keyspace}",
             post(compact_keyspace),
         )
+        .route("/storage_service/garbagecollect", post(maintenance::gc_all))
+        .route(
+            "/storage_service/keyspace_garbagecollect/{keyspace}",
+            post(maintenance::gc_keyspace),
+        )
+        .route("/storage_service/cleanup", post(maintenance::cleanup_all))
+        .route(
+            "/storage_service/keyspace_cleanup/{keyspace}",
+            post(maintenance::cleanup_keyspace),
+        )
+        .route("/storage_service/scrub", post(maintenance::scrub_all))
+        .route(
+            "/storage_service/keyspace_scrub/{keyspace}",
+            post(maintenance::scrub_keyspace),
+        )
+        .route(
+            "/storage_service/sstables/{keyspace}",
+            post(maintenance::refresh),
+        )
+        .route(
+            "/column_family/toppartitions/{name}",
+            get(maintenance::toppartitions),
+        )
         .route("/compaction_manager/compactions", get(compactions))
         .route(
             "/compaction_manager/metrics/pending_tasks",
@@ -159,7 +183,7 @@ pub(crate) fn router(state: Arc<ApiState>) -> Router {
 
 // ---- helpers ----
 
-fn schema(s: &ApiState) -> Arc<Schema> {
+pub(super) fn schema(s: &ApiState) -> Arc<Schema> {
     match s.ctx.shared.schema.lock() {
         Ok(g) => g.clone(),
         Err(p) => p.into_inner().clone(),
@@ -188,7 +212,7 @@ fn set_mode(s: &ApiState, m: OperationMode) {
 }
 
 /// Comma-separated list (`cf=a,b`); empty or absent = none.
-fn list(v: &Option<String>) -> Vec<String> {
+pub(super) fn list(v: &Option<String>) -> Vec<String> {
     v.as_deref()
         .unwrap_or("")
         .split(',')
@@ -199,7 +223,7 @@ fn list(v: &Option<String>) -> Vec<String> {
 }
 
 /// The tables of `keyspace` named in `cfs` (all of them when empty).
-fn resolve(
+pub(super) fn resolve(
     schema: &Schema,
     keyspace: &str,
     cfs: &[String],
@@ -227,7 +251,7 @@ fn resolve(
 }
 
 /// `ks:cf` (ScyllaDB's column family name) or `ks.cf`.
-fn resolve_name(schema: &Schema, name: &str) -> Result<Arc<TableSchema>, ApiError> {
+pub(super) fn resolve_name(schema: &Schema, name: &str) -> Result<Arc<TableSchema>, ApiError> {
     let (ks, cf) = name
         .split_once(':')
         .or_else(|| name.split_once('.'))
@@ -894,6 +918,7 @@ async fn table_histograms(State(s): S, Path(name): Path<String>) -> ApiResult {
     let schema = schema(&s);
     let t = resolve_name(&schema, &name)?;
     let shards = gather(&s, vec![t.id]).await?;
+    let (partition_size, cell_count) = maintenance::sstable_histograms(&s, t.clone()).await?;
     let mut c = TableCounters::default();
     let mut per_read = [0u64; 16];
     for sh in &shards {
@@ -911,8 +936,8 @@ async fn table_histograms(State(s): S, Path(name): Path<String>) -> ApiResult {
         "write_latency_us": histogram_json(&c.write_latency),
         // The storage engine counts SSTables per read per shard, not per table yet.
         "sstables_per_read_node_wide": small_histogram_json(&per_read),
-        "partition_size_bytes": Value::Null,
-        "cell_count": Value::Null,
+        "partition_size_bytes": partition_size,
+        "cell_count": cell_count,
     })))
 }
 
@@ -1010,7 +1035,7 @@ async fn compact_keyspace(
     start_major(s, keyspace, tables).await
 }
 
-fn update_task(s: &ApiState, id: &str, f: impl FnOnce(&mut TaskStatus)) {
+pub(super) fn update_task(s: &ApiState, id: &str, f: impl FnOnce(&mut TaskStatus)) {
     if let Ok(mut j) = s.jobs.lock()
         && let Some(t) = j.tasks.get_mut(id)
     {
@@ -1046,6 +1071,7 @@ async fn start_major(
         start_time_ms: now_ms(),
         end_time_ms: None,
         error: None,
+        result: None,
     };
     if let Ok(mut j) = s.jobs.lock() {
         j.insert(task);
