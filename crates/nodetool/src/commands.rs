@@ -15,11 +15,9 @@ type R = Result<(), NodetoolError>;
 const NOT_YET: &[&str] = &[
     "assassinate",
     "bootstrap",
-    "cleanup",
     "decommission",
     "disableautocompaction",
     "enableautocompaction",
-    "garbagecollect",
     "getcompactionthroughput",
     "gossipinfo",
     "import",
@@ -29,19 +27,20 @@ const NOT_YET: &[&str] = &[
     "netstats",
     "proxyhistograms",
     "rebuild",
-    "refresh",
     "removenode",
     "repair",
     "resetlocalschema",
-    "scrub",
     "setcompactionthroughput",
-    "toppartitions",
     "tpstats",
     "upgradesstables",
     "verify",
 ];
 
 const COMMANDS: &[(&str, &str)] = &[
+    (
+        "cleanup",
+        "Triggers the immediate cleanup of keys no longer belonging to a node (here: to a shard)",
+    ),
     (
         "clearsnapshot",
         "Remove the snapshot with the given name (-t) or all of them (--all)",
@@ -73,6 +72,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "Reenable native transport (binary protocol)",
     ),
     ("flush", "Flush one or more tables"),
+    (
+        "garbagecollect",
+        "Remove deleted data from one or more tables",
+    ),
     ("getendpoints", "Print the end points that owns the key"),
     ("getlogginglevels", "Get the runtime logging levels"),
     ("gettimeout", "Print the timeout of the given type in ms"),
@@ -85,7 +88,12 @@ const COMMANDS: &[(&str, &str)] = &[
         "listsnapshots",
         "Lists all the snapshots along with the size on disk and true size",
     ),
+    (
+        "refresh",
+        "Load newly placed SSTables (in the table's upload/ directory) to the system without restart",
+    ),
     ("ring", "Print information about the token ring"),
+    ("scrub", "Scrub (rebuild sstables for) one or more tables"),
     (
         "setlogginglevel",
         "Set the log level of a component (ROOT for all); no arguments reset the levels",
@@ -116,6 +124,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "Print statistic histograms for a given table (alias: cfhistograms)",
     ),
     ("tablestats", "Print statistics on tables (alias: cfstats)"),
+    (
+        "toppartitions",
+        "Sample and print the most active partitions",
+    ),
     ("version", "Print cassandra version"),
 ];
 
@@ -153,6 +165,11 @@ pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> 
         "compactionhistory" => compactionhistory(c, out),
         "flush" => flush(c, args),
         "compact" => compact(c, args, out),
+        "garbagecollect" => garbagecollect(c, args, out),
+        "cleanup" => cleanup(c, args, out),
+        "scrub" => scrub(c, args, out),
+        "refresh" => refresh(c, args),
+        "toppartitions" => toppartitions(c, args, out),
         "snapshot" => snapshot(c, args, out),
         "listsnapshots" => listsnapshots(c, out),
         "clearsnapshot" => clearsnapshot(c, args, out),
@@ -636,6 +653,16 @@ fn tablehistograms(c: &Client, args: &[String], out: &mut dyn Write) -> R {
     let read = h.get("read_latency_us").unwrap_or(&null);
     let write = h.get("write_latency_us").unwrap_or(&null);
     let sst = h.get("sstables_per_read_node_wide").unwrap_or(&null);
+    let size = h.get("partition_size_bytes").unwrap_or(&null);
+    let cells = h.get("cell_count").unwrap_or(&null);
+    // No SSTable yet: Cassandra prints NaN for these columns.
+    let pow2 = |v: &Value, key: &str| {
+        if v.is_null() {
+            "NaN".to_string()
+        } else {
+            u(v, key).to_string()
+        }
+    };
     writeln!(out, "{ks}/{t} histograms")?;
     writeln!(
         out,
@@ -663,14 +690,14 @@ fn tablehistograms(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             f(read, key),
             f(write, key),
             f(sst, key),
-            "n/a",
-            "n/a"
+            pow2(size, key),
+            pow2(cells, key)
         )?;
     }
     writeln!(out)?;
     writeln!(
         out,
-        "Note: SSTables counts reads of all tables on the node; Partition Size and Cell Count are not tracked yet."
+        "Note: SSTables counts reads of all tables on the node; Partition Size and Cell Count are of the SSTables (not memtables), as bucket upper bounds (powers of two)."
     )?;
     Ok(())
 }
@@ -717,7 +744,7 @@ fn compactionstats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
                 .collect();
             t.add([
                 s(r, "id").to_string(),
-                "Major compaction".to_string(),
+                compaction_type(s(r, "kind")).to_string(),
                 s(r, "keyspace").to_string(),
                 tables.join(","),
                 bytes(done, human),
@@ -730,6 +757,17 @@ fn compactionstats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
         writeln!(out, "Active compaction remaining time :        n/a")?;
     }
     Ok(())
+}
+
+/// Cassandra's `OperationType` names of the task kinds.
+fn compaction_type(kind: &str) -> &str {
+    match kind {
+        "major_compaction" => "Major compaction",
+        "cleanup" => "Cleanup",
+        "scrub" => "Scrub",
+        "garbage_collect" => "Garbage collection",
+        other => other,
+    }
 }
 
 fn compactionhistory(c: &Client, out: &mut dyn Write) -> R {
@@ -837,20 +875,25 @@ fn compact(c: &Client, args: &[String], out: &mut dyn Write) -> R {
         writeln!(out, "Follow it with 'nodetool compactionstats'.")?;
         return Ok(());
     }
+    wait_for_task(c, &id, "major compaction").map(drop)
+}
+
+/// Waits for a task to end; its final status, or an error if it failed.
+fn wait_for_task(c: &Client, id: &str, what: &str) -> Result<Value, NodetoolError> {
     loop {
         let (status, t) = c.get_with_status(&format!(
             "/task_manager/wait_task/{}?timeout=60",
-            encode(&id)
+            encode(id)
         ))?;
         match status {
             200 => {
                 if s(&t, "state") == "failed" {
                     return Err(NodetoolError::Failed(format!(
-                        "major compaction failed: {}",
+                        "{what} failed: {}",
                         s(&t, "error")
                     )));
                 }
-                return Ok(());
+                return Ok(t);
             }
             408 => std::thread::sleep(Duration::from_millis(10)),
             other => {
@@ -861,6 +904,290 @@ fn compact(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             }
         }
     }
+}
+
+/// Options of a command: `value_opts` take the next argument; the rest of `-x` are
+/// flags that must be in `flag_opts`; everything else (and all after `--`) is positional.
+struct Opts<'a> {
+    values: Vec<(&'a str, &'a str)>,
+    flags: Vec<&'a str>,
+    pos: Vec<&'a str>,
+}
+
+impl<'a> Opts<'a> {
+    fn parse(
+        cmd: &str,
+        args: &'a [String],
+        value_opts: &[&str],
+        flag_opts: &[&str],
+    ) -> Result<Self, NodetoolError> {
+        let mut o = Opts {
+            values: Vec::new(),
+            flags: Vec::new(),
+            pos: Vec::new(),
+        };
+        let mut it = args.iter();
+        let mut rest = false;
+        while let Some(a) = it.next() {
+            let a = a.as_str();
+            if rest || !a.starts_with('-') || a.len() == 1 {
+                o.pos.push(a);
+            } else if a == "--" {
+                rest = true;
+            } else if value_opts.contains(&a) {
+                let v = it
+                    .next()
+                    .ok_or_else(|| NodetoolError::Usage(format!("{cmd}: {a} needs a value")))?;
+                o.values.push((a, v.as_str()));
+            } else if flag_opts.contains(&a) {
+                o.flags.push(a);
+            } else {
+                return Err(NodetoolError::Usage(format!("{cmd}: unknown option {a}")));
+            }
+        }
+        Ok(o)
+    }
+
+    fn value(&self, names: &[&str]) -> Option<&'a str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(k, _)| names.contains(k))
+            .map(|(_, v)| *v)
+    }
+
+    fn flag(&self, names: &[&str]) -> bool {
+        self.flags.iter().any(|f| names.contains(f))
+    }
+}
+
+/// Validates `-j/--jobs` (accepted for compatibility: every shard works on its own
+/// SSTables one at a time).
+fn jobs_opt(cmd: &str, o: &Opts<'_>) -> R {
+    match o.value(&["-j", "--jobs"]) {
+        Some(j) if j.parse::<u32>().is_err() => Err(NodetoolError::Usage(format!(
+            "{cmd}: --jobs must be a number, not {j}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Starts a task (`POST path`), then waits for it unless `--background`.
+fn run_task(
+    c: &Client,
+    path: &str,
+    what: &str,
+    background: bool,
+    out: &mut dyn Write,
+) -> Result<Option<Value>, NodetoolError> {
+    let started = c.post(path)?;
+    let id = s(&started, "task_id").to_string();
+    if background {
+        writeln!(out, "Started {what} task {id}")?;
+        writeln!(out, "Follow it with 'nodetool compactionstats'.")?;
+        return Ok(None);
+    }
+    wait_for_task(c, &id, what).map(Some)
+}
+
+fn garbagecollect(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let o = Opts::parse(
+        "garbagecollect",
+        args,
+        &["-g", "--granularity", "-j", "--jobs"],
+        &["--background"],
+    )?;
+    jobs_opt("garbagecollect", &o)?;
+    let g = o
+        .value(&["-g", "--granularity"])
+        .unwrap_or("ROW")
+        .to_ascii_uppercase();
+    if g != "ROW" && g != "CELL" {
+        return Err(NodetoolError::Usage(format!(
+            "garbagecollect: granularity must be ROW or CELL, not {g}"
+        )));
+    }
+    let path = keyspace_path(
+        "/storage_service/garbagecollect",
+        "/storage_service/keyspace_garbagecollect",
+        &o.pos,
+        &format!("granularity={g}"),
+    );
+    run_task(
+        c,
+        &path,
+        "garbage collection",
+        o.flag(&["--background"]),
+        out,
+    )
+    .map(drop)
+}
+
+fn cleanup(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let o = Opts::parse("cleanup", args, &["-j", "--jobs"], &["--background"])?;
+    jobs_opt("cleanup", &o)?;
+    let path = keyspace_path(
+        "/storage_service/cleanup",
+        "/storage_service/keyspace_cleanup",
+        &o.pos,
+        "",
+    );
+    run_task(c, &path, "cleanup", o.flag(&["--background"]), out).map(drop)
+}
+
+fn scrub(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let o = Opts::parse(
+        "scrub",
+        args,
+        &["-j", "--jobs"],
+        &[
+            "-s",
+            "--skip-corrupted",
+            "-ns",
+            "--no-snapshot",
+            "-n",
+            "--no-validate",
+            "-r",
+            "--reinsert-overflowed-ttl",
+            "--background",
+        ],
+    )?;
+    jobs_opt("scrub", &o)?;
+    if o.flag(&["-r", "--reinsert-overflowed-ttl"]) {
+        return Err(NodetoolError::Unsupported(
+            "'nodetool scrub --reinsert-overflowed-ttl' (no TTL can overflow here: local deletion times are not capped at 2038)".into(),
+        ));
+    }
+    // As Cassandra: a snapshot of the tables first, unless --no-snapshot.
+    if !o.flag(&["-ns", "--no-snapshot"]) {
+        let tag = format!("pre-scrub-{}", now_ms());
+        let mut q = vec![format!("tag={tag}")];
+        if let Some((ks, tables)) = o.pos.split_first() {
+            q.push(format!("kn={}", encode(ks)));
+            if !tables.is_empty() {
+                q.push(format!("cf={}", encode(&tables.join(","))));
+            }
+        }
+        c.post(&format!("/storage_service/snapshots?{}", q.join("&")))?;
+    }
+    let skip = o.flag(&["-s", "--skip-corrupted"]);
+    let path = keyspace_path(
+        "/storage_service/scrub",
+        "/storage_service/keyspace_scrub",
+        &o.pos,
+        if skip { "skip_corrupted=true" } else { "" },
+    );
+    let Some(t) = run_task(c, &path, "scrub", o.flag(&["--background"]), out)? else {
+        return Ok(());
+    };
+    let null = Value::Null;
+    let r = t.get("result").unwrap_or(&null);
+    writeln!(
+        out,
+        "Scrubbed {} SSTables: {} partitions kept, {} unreadable partitions skipped",
+        u(r, "sstables_in"),
+        u(r, "partitions_kept"),
+        u(r, "partitions_skipped"),
+    )?;
+    if u(r, "sstables_salvaged") > 0 {
+        writeln!(
+            out,
+            "{} out-of-service SSTables were rewritten and are back in service",
+            u(r, "sstables_salvaged")
+        )?;
+    }
+    if u(r, "sstables_unreadable") > 0 {
+        writeln!(
+            out,
+            "{} out-of-service SSTables could not be opened and were left in place",
+            u(r, "sstables_unreadable")
+        )?;
+    }
+    Ok(())
+}
+
+fn refresh(c: &Client, args: &[String]) -> R {
+    let o = Opts::parse("refresh", args, &[], &[])?;
+    let [ks, table] = o.pos.as_slice() else {
+        return Err(NodetoolError::Usage(
+            "refresh requires ks and cf args".into(),
+        ));
+    };
+    c.post(&format!(
+        "/storage_service/sstables/{}?cf={}",
+        encode(ks),
+        encode(table)
+    ))?;
+    Ok(())
+}
+
+fn toppartitions(c: &Client, args: &[String], out: &mut dyn Write) -> R {
+    let o = Opts::parse("toppartitions", args, &["-k", "-s", "-a"], &[])?;
+    let (ks, table, duration) = match o.pos.as_slice() {
+        [ks, table, d] => (*ks, *table, *d),
+        _ => {
+            return Err(NodetoolError::Usage(
+                "toppartitions requires keyspace, column family name, and duration".into(),
+            ));
+        }
+    };
+    let num = |name: &str, v: &str| {
+        v.parse::<u64>().map_err(|_| {
+            NodetoolError::Usage(format!("toppartitions: {name} must be a number, not {v}"))
+        })
+    };
+    let duration = num("duration", duration)?;
+    let k = num("-k", o.value(&["-k"]).unwrap_or("10"))?;
+    let capacity = num("-s", o.value(&["-s"]).unwrap_or("256"))?;
+    let samplers = o
+        .value(&["-a"])
+        .unwrap_or("READS,WRITES")
+        .to_ascii_uppercase();
+    let r = c.get(&format!(
+        "/column_family/toppartitions/{}?duration={duration}&list_size={k}&capacity={capacity}&samplers={}",
+        encode(&format!("{ks}:{table}")),
+        encode(&samplers)
+    ))?;
+    let mut first = true;
+    for (name, key) in [("WRITES", "writes"), ("READS", "reads")] {
+        let Some(v) = r.get(key) else { continue };
+        if !first {
+            writeln!(out)?;
+        }
+        first = false;
+        writeln!(out, "{name} Sampler:")?;
+        writeln!(
+            out,
+            "  Cardinality: ~{} ({capacity} capacity)",
+            u(v, "cardinality")
+        )?;
+        writeln!(out, "  Top {k} partitions:")?;
+        let parts = arr(v.get("partitions").unwrap_or(&Value::Null));
+        if parts.is_empty() {
+            writeln!(out, "\tNothing recorded during sampling period...")?;
+            continue;
+        }
+        let mut t = TableBuilder::default();
+        t.add(["Partition", "Count", "+/-"]);
+        for p in parts {
+            t.add([
+                s(p, "partition").to_string(),
+                u(p, "count").to_string(),
+                u(p, "error").to_string(),
+            ]);
+        }
+        for line in t.render().lines() {
+            writeln!(out, "\t{line}")?;
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 // ---- snapshots ----
