@@ -331,6 +331,177 @@ fn lcs_job(o: &LcsOptions, sstables: &[SSTableInfo]) -> Option<CompactionJob> {
     None
 }
 
+/// Compaction backlog of one table (ScyllaDB's measure): the bytes compaction would still
+/// have to write to bring the table to its steady shape. Under STCS each SSTable of size
+/// `s` in a table of `total` bytes is rewritten about `log_T(total / s)` more times (`T` =
+/// `min_threshold`), so the backlog is `sum s * log_T(total / s)`; TWCS counts each window
+/// as its own STCS table, and LCS counts the bytes over each level's target once per level
+/// still below them. Pure: SSTable statistics in, bytes out.
+pub fn backlog_bytes(strategy: &Strategy, sstables: &[SSTableInfo]) -> f64 {
+    match strategy {
+        Strategy::SizeTiered(o) => stcs_backlog(o.min_threshold, sstables.iter()),
+        Strategy::TimeWindow(o) => {
+            let mut windows: BTreeMap<i64, Vec<&SSTableInfo>> = BTreeMap::new();
+            for s in sstables {
+                let secs = s.max_timestamp.div_euclid(1_000_000);
+                windows
+                    .entry(secs - secs.rem_euclid(o.window_seconds))
+                    .or_default()
+                    .push(s);
+            }
+            windows
+                .values()
+                .map(|w| stcs_backlog(o.stcs.min_threshold, w.iter().copied()))
+                .sum()
+        }
+        Strategy::Leveled(o) => {
+            let mut levels: BTreeMap<u32, u64> = BTreeMap::new();
+            for s in sstables {
+                *levels.entry(s.level).or_default() += s.size_bytes;
+            }
+            let deepest = levels.keys().next_back().copied().unwrap_or(0).max(1);
+            levels
+                .iter()
+                .map(|(lvl, bytes)| {
+                    let target = if *lvl == 0 {
+                        // L0 holds flushes; everything there moves down.
+                        0
+                    } else {
+                        o.sstable_size_bytes
+                            .saturating_mul(o.fanout.saturating_pow(*lvl))
+                    };
+                    let over = bytes.saturating_sub(target) as f64;
+                    over * f64::from(deepest.saturating_sub(*lvl).max(1))
+                })
+                .sum()
+        }
+    }
+}
+
+fn stcs_backlog<'a>(fanout: usize, sstables: impl Iterator<Item = &'a SSTableInfo> + Clone) -> f64 {
+    let total: u64 = sstables.clone().map(|s| s.size_bytes).sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let ln_t = (fanout.max(2) as f64).ln();
+    sstables
+        .filter(|s| s.size_bytes > 0)
+        .map(|s| {
+            let size = s.size_bytes as f64;
+            size * ((total as f64 / size).ln() / ln_t)
+        })
+        .sum()
+}
+
+/// Maps a shard's compaction backlog to the CPU share of its compaction thread (ScyllaDB's
+/// backlog controller: compaction has no throughput knob; it speeds up as work piles up
+/// and idles when there is none, so foreground requests keep most of the core).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BacklogController {
+    /// Share with (almost) no backlog: compaction never stops completely.
+    pub min_share: f64,
+    /// Share at and above `full_backlog`.
+    pub max_share: f64,
+    /// Normalized backlog (backlog bytes / memtable budget) at which the share is maximal.
+    pub full_backlog: f64,
+}
+
+impl Default for BacklogController {
+    fn default() -> Self {
+        BacklogController {
+            min_share: 0.1,
+            max_share: 1.0,
+            full_backlog: 4.0,
+        }
+    }
+}
+
+impl BacklogController {
+    /// The share (0..=1) for `backlog_bytes`, normalized by the shard's memtable budget:
+    /// a backlog of one memtable budget is what a flush adds at most.
+    pub fn share(&self, backlog_bytes: f64, memtable_budget_bytes: u64) -> f64 {
+        let norm = backlog_bytes / memtable_budget_bytes.max(1) as f64;
+        if !norm.is_finite() || norm <= 0.0 {
+            return self.min_share;
+        }
+        let t = (norm / self.full_backlog).min(1.0);
+        self.min_share + (self.max_share - self.min_share) * t
+    }
+}
+
+/// How much of its thread a compaction may use, in per-mille; shared between the shard
+/// (which sets it from the backlog) and the compaction thread (which reads it).
+#[derive(Debug, Clone)]
+pub struct CompactionShare(Arc<std::sync::atomic::AtomicU32>);
+
+impl Default for CompactionShare {
+    fn default() -> Self {
+        CompactionShare(Arc::new(std::sync::atomic::AtomicU32::new(1000)))
+    }
+}
+
+impl CompactionShare {
+    pub fn set(&self, share: f64) {
+        let pm = (share.clamp(0.001, 1.0) * 1000.0).round() as u32;
+        self.0.store(pm, AtomicOrdering::Relaxed);
+    }
+    pub fn get(&self) -> f64 {
+        f64::from(self.0.load(AtomicOrdering::Relaxed)) / 1000.0
+    }
+
+    /// Runs `f` with this share throttling the compactions it runs on this thread.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        THROTTLE.with(|t| {
+            *t.borrow_mut() = Some(Throttle {
+                share: self.clone(),
+                since: std::time::Instant::now(),
+            })
+        });
+        let out = f();
+        THROTTLE.with(|t| *t.borrow_mut() = None);
+        out
+    }
+}
+
+/// The pause after `worked` that keeps a thread at `share` of its time.
+pub fn throttle_pause(worked: std::time::Duration, share: f64) -> std::time::Duration {
+    if share >= 1.0 || share <= 0.0 {
+        return std::time::Duration::ZERO;
+    }
+    // Bounded so that a raised share takes effect quickly.
+    worked
+        .mul_f64((1.0 - share) / share)
+        .min(std::time::Duration::from_millis(100))
+}
+
+struct Throttle {
+    share: CompactionShare,
+    since: std::time::Instant,
+}
+
+thread_local! {
+    // The compaction thread's throttle (time on background threads is real time: the
+    // throttle only shapes CPU use, it decides nothing).
+    static THROTTLE: std::cell::RefCell<Option<Throttle>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Called by the executor between partitions: sleeps to keep the thread at its share.
+fn throttle_point() {
+    THROTTLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let Some(t) = t.as_mut() else { return };
+        let worked = t.since.elapsed();
+        if worked < std::time::Duration::from_millis(10) {
+            return;
+        }
+        let pause = throttle_pause(worked, t.share.get());
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        t.since = std::time::Instant::now();
+    });
+}
+
 /// Decides what may be purged: tombstones older than `gc_before` whose timestamp is below
 /// every timestamp that data outside the compaction could hold for the key.
 pub struct PurgeContext {
@@ -620,6 +791,7 @@ fn compact_into(
     let mut outputs = Vec::new();
     let mut writer: Option<SSTableWriter> = None;
     loop {
+        throttle_point();
         let mut min: Option<PartitionKey> = None;
         for s in scanners.iter_mut() {
             if let Some(k) = s.peek_key()?
@@ -842,5 +1014,80 @@ mod tests {
             fully_expired(&[never], &ChoiceContext::new(2_000)),
             Vec::<u64>::new()
         );
+    }
+
+    #[test]
+    fn stcs_backlog_counts_the_rewrites_left() {
+        let s = Strategy::from_options(&BTreeMap::new());
+        let mb = 1u64 << 20;
+        // One SSTable: nothing left to do.
+        assert_eq!(backlog_bytes(&s, &[info(1, 100 * mb)]), 0.0);
+        // Four equal SSTables: each byte is rewritten once more (log4(4) = 1).
+        let four: Vec<_> = (0..4).map(|g| info(g, 10 * mb)).collect();
+        let b = backlog_bytes(&s, &four);
+        assert!((b - 40.0 * mb as f64).abs() < 1.0, "{b}");
+        // Sixteen equal ones: twice (log4(16) = 2); the backlog grows faster than the data.
+        let sixteen: Vec<_> = (0..16).map(|g| info(g, 10 * mb)).collect();
+        let b16 = backlog_bytes(&s, &sixteen);
+        assert!((b16 - 320.0 * mb as f64).abs() < 1.0, "{b16}");
+        // A big SSTable next to a small one: the small one carries most of the backlog.
+        let b = backlog_bytes(&s, &[info(1, 1000 * mb), info(2, mb)]);
+        assert!(b > 4.0 * mb as f64 && b < 6.0 * mb as f64, "{b}");
+    }
+
+    #[test]
+    fn lcs_and_twcs_backlogs() {
+        let mut m = BTreeMap::new();
+        m.insert("class".to_string(), "LeveledCompactionStrategy".to_string());
+        let lcs = Strategy::from_options(&m);
+        let l1 = |g: u64, size: u64| SSTableInfo {
+            level: 1,
+            ..info(g, size)
+        };
+        // L1 within its target (10 x 160 MiB) and nothing in L0: no backlog.
+        assert_eq!(backlog_bytes(&lcs, &[l1(1, 100 << 20)]), 0.0);
+        // L0 always moves down.
+        assert!(backlog_bytes(&lcs, &[l1(1, 100 << 20), info(2, 5 << 20)]) >= (5 << 20) as f64);
+        // TWCS: windows are independent (one SSTable per window: nothing to do).
+        let s = twcs();
+        let w = |g: u64, minute: i64| SSTableInfo {
+            max_timestamp: minute * 60_000_000,
+            ..info(g, 1 << 20)
+        };
+        assert_eq!(backlog_bytes(&s, &[w(1, 1), w(2, 2), w(3, 3)]), 0.0);
+        assert!(backlog_bytes(&s, &[w(1, 1), w(2, 1), w(3, 3)]) > 0.0);
+    }
+
+    #[test]
+    fn controller_raises_the_share_with_the_backlog() {
+        let c = BacklogController::default();
+        let budget = 100u64 << 20;
+        assert_eq!(c.share(0.0, budget), c.min_share);
+        assert_eq!(c.share(f64::NAN, budget), c.min_share);
+        let mut last = c.min_share;
+        for n in 1..=8 {
+            let share = c.share(n as f64 * budget as f64 / 2.0, budget);
+            assert!(share >= last, "monotonic: {share} < {last} at {n}");
+            assert!(share > c.min_share && share <= c.max_share);
+            last = share;
+        }
+        // Saturates at full_backlog.
+        assert_eq!(c.share(4.0 * budget as f64, budget), c.max_share);
+        assert_eq!(c.share(100.0 * budget as f64, budget), c.max_share);
+        // Half-way.
+        let mid = c.share(2.0 * budget as f64, budget);
+        assert!((mid - 0.55).abs() < 1e-9, "{mid}");
+    }
+
+    #[test]
+    fn throttle_pause_keeps_the_share() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        assert_eq!(throttle_pause(ms(10), 1.0), Duration::ZERO);
+        // 25%: 10 ms of work, 30 ms of pause.
+        assert_eq!(throttle_pause(ms(10), 0.25), ms(30));
+        assert_eq!(throttle_pause(ms(20), 0.5), ms(20));
+        // Bounded.
+        assert_eq!(throttle_pause(ms(1000), 0.1), ms(100));
     }
 }

@@ -30,7 +30,8 @@ use tokio::sync::{Notify, oneshot};
 use crate::cache::{BlockCache, BlockCacheStats};
 use crate::commitlog::{self, Commitlog, LogPosition, ReplayReport, WriteAck, segment_of};
 use crate::compaction::{
-    ChoiceContext, CompactionJob, PurgeContext, SSTableInfo, Strategy, run_compaction,
+    BacklogController, ChoiceContext, CompactionJob, CompactionShare, PurgeContext, SSTableInfo,
+    Strategy, run_compaction,
 };
 use crate::config::StorageConfig;
 use crate::error::{Result, StorageError};
@@ -62,6 +63,10 @@ pub struct StorageMetrics {
     pub background_errors: u64,
     /// Writes that waited in `admit` for a flush to free memtable memory.
     pub write_memory_waits: u64,
+    /// Bytes compaction still has to write ([`crate::compaction::backlog_bytes`], summed
+    /// over tables) and the share of its thread the backlog controller gives it (per-mille).
+    pub compaction_backlog_bytes: u64,
+    pub compaction_share_permille: u64,
     pub row_cache_hits: u64,
     pub row_cache_misses: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -205,6 +210,8 @@ struct Inner {
     notify: Arc<Notify>,
     /// Wakes writers waiting in `admit` after a flush finished (or failed).
     flush_done: Arc<Notify>,
+    /// CPU share of strategy-chosen compactions, set from the backlog.
+    compaction_share: CompactionShare,
     /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
     flush_failures: u64,
     last_flush_error: Option<String>,
@@ -385,6 +392,7 @@ impl ShardStorage {
             results_rx,
             notify: Arc::new(Notify::new()),
             flush_done: Arc::new(Notify::new()),
+            compaction_share: CompactionShare::default(),
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
@@ -1000,6 +1008,7 @@ impl ShardStorage {
             });
         }
         self.discard_segments();
+        self.refresh_compaction_share();
         if let Some(t) = trigger_compaction
             && self.inner.borrow().cfg.auto_compaction
         {
@@ -1104,8 +1113,15 @@ impl ShardStorage {
             others,
             memtable_min_timestamp,
         };
+        // Major compactions are asked for by an operator: full speed. Others run at the
+        // share the backlog controller gives them.
+        let share = (!major).then(|| inner.compaction_share.clone());
         inner.compactor.submit(Box::new(move || {
-            let result = run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
+            let compact = || run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
+            let result = match share {
+                Some(share) => share.run(compact),
+                None => compact(),
+            };
             if result.is_err() {
                 // Leave no partial outputs behind.
                 cleanup_tmp(&dir);
@@ -1417,10 +1433,39 @@ impl ShardStorage {
         }
     }
 
+    /// Bytes compaction still has to write on this shard (summed over tables), and the
+    /// share of the compaction thread the backlog controller derives from it.
+    pub fn compaction_backlog(&self) -> (f64, f64) {
+        let inner = self.inner.borrow();
+        let backlog: f64 = inner
+            .tables
+            .values()
+            .map(|t| {
+                let infos: Vec<SSTableInfo> =
+                    t.sstables.iter().map(|s| SSTableInfo::of(s)).collect();
+                crate::compaction::backlog_bytes(
+                    &Strategy::from_options(&t.schema.options.compaction),
+                    &infos,
+                )
+            })
+            .sum();
+        let share = BacklogController::default().share(backlog, inner.cfg.memtable_budget_bytes);
+        (backlog, share)
+    }
+
+    /// Sets the running and next compactions' share from the current backlog.
+    fn refresh_compaction_share(&self) {
+        let (_, share) = self.compaction_backlog();
+        self.inner.borrow().compaction_share.set(share);
+    }
+
     pub fn metrics(&self) -> StorageMetrics {
+        let (backlog, share) = self.compaction_backlog();
         let inner = self.inner.borrow();
         let log = self.log.borrow();
         let mut m = inner.metrics.clone();
+        m.compaction_backlog_bytes = backlog as u64;
+        m.compaction_share_permille = (share * 1000.0).round() as u64;
         m.memtable_bytes = inner.memtable_total;
         m.memtable_partitions = inner
             .tables

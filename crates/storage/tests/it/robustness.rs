@@ -269,6 +269,52 @@ fn writes_wait_for_slow_flushes_and_memory_stays_bounded() {
     });
 }
 
+#[test]
+fn compaction_backlog_is_exported_and_throttled_compaction_completes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    // Room for one batch of writes per flush, so the test decides the SSTables.
+    cfg.memtable_budget_bytes = 1 << 20;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![standard1(40)]).expect("open");
+        assert_eq!(s.metrics().compaction_backlog_bytes, 0);
+        for f in 0..8 {
+            for n in 0..200 {
+                s.apply(&wide_write(40, &format!("k{f}-{n}"), 50))
+                    .expect("apply")
+                    .await
+                    .expect("ack");
+            }
+            s.flush(TableId(40)).await.expect("flush");
+        }
+        let before = s.metrics();
+        assert_eq!(before.sstable_count, 8, "{before:?}");
+        // Eight equal SSTables, min_threshold 4: each byte is rewritten log4(8) = 1.5 times.
+        let expected = before.sstable_bytes as f64 * 1.5;
+        let got = before.compaction_backlog_bytes as f64;
+        assert!(
+            (got - expected).abs() / expected < 0.05,
+            "{got} vs {expected}"
+        );
+        assert!(before.compaction_share_permille > 100, "{before:?}");
+        // Strategy-chosen (throttled) compactions run until there is nothing left to do.
+        let mut rounds = 0;
+        while s.compact_once(TableId(40)).await.expect("compact") {
+            rounds += 1;
+            assert!(rounds < 10);
+        }
+        let after = s.metrics();
+        assert!(after.compactions >= 1, "{after:?}");
+        assert!(after.sstable_count < 8, "{after:?}");
+        assert!(
+            after.compaction_backlog_bytes < before.compaction_backlog_bytes,
+            "{after:?}"
+        );
+        assert!(after.compaction_share_permille < before.compaction_share_permille);
+        assert_eq!(read_all(&s, 40, 0).partitions.len(), 1600);
+    });
+}
+
 /// Every file under `dir`.
 pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
