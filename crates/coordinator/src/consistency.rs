@@ -123,3 +123,25 @@ pub fn check(
     }
     Ok(())
 }
+
+/// The consistency levels (one bit per code, ANY … LOCAL_ONE) that [`check`] accepts for
+/// keyspace `ks`: computed once per prepared statement, which a keyspace change invalidates.
+pub fn accepted(ks: Option<&KeyspaceDef>, is_write: bool) -> u32 {
+    (ANY..=LOCAL_ONE)
+        .filter(|cl| check(ks, *cl, is_write).is_ok())
+        .fold(0, |mask, cl| mask | 1 << cl)
+}
+
+/// [`check`] answered from `accepted` (a mask from [`accepted`] for the same keyspace);
+/// a level outside it is checked again, for its error.
+pub fn check_accepted(
+    accepted: u32,
+    ks: Option<&KeyspaceDef>,
+    cl: ConsistencyCode,
+    is_write: bool,
+) -> Result<(), QueryError> {
+    if cl < 32 && accepted & (1 << cl) != 0 {
+        return Ok(());
+    }
+    check(ks, cl, is_write)
+}

@@ -26,8 +26,16 @@ pub struct PreparedStmt {
     pub marker_names: Vec<Option<String>>,
     /// The table the statement reads or writes: schema changes to it invalidate the entry.
     pub table: Option<(String, String)>,
-    /// The resolved SELECT, built on first execution.
-    pub select_plan: std::sync::OnceLock<Arc<crate::select::SelectPlan>>,
+    /// What the statement resolves to against the schema, built at PREPARE (SELECT) or
+    /// on the first EXECUTE (writes), never again: a change to the table drops the entry.
+    pub plans: PlanCache,
+}
+
+/// A prepared statement's resolved plans (at most one of the two is used).
+#[derive(Debug, Default)]
+pub struct PlanCache {
+    pub select: std::sync::OnceLock<Arc<crate::select::SelectPlan>>,
+    pub write: std::sync::OnceLock<Arc<crate::plan::WritePlan>>,
 }
 
 /// The (keyspace, table) a DML statement addresses.
@@ -260,12 +268,12 @@ pub async fn prepare(
     let meta = crate::plan::bind_metadata(&schema, keyspace.as_deref(), &parsed)?;
     // A SELECT is resolved now, and its result columns are the very Arc every EXECUTE
     // returns, so the transport can encode that metadata once.
-    let select_plan = std::sync::OnceLock::new();
+    let plans = PlanCache::default();
     let result_columns = match &parsed.statement {
         ast::Statement::Select(s) if !s.json => {
             let plan = Arc::new(crate::select::plan_select(&schema, keyspace.as_deref(), s)?);
             let cols = plan.columns.clone();
-            let _ = select_plan.set(plan);
+            let _ = plans.select.set(plan);
             cols
         }
         _ => Arc::new(meta.result_columns),
@@ -281,7 +289,7 @@ pub async fn prepare(
     let table = statement_table(&parsed.statement, keyspace.as_deref());
     let stmt = Arc::new(PreparedStmt {
         table,
-        select_plan,
+        plans,
         query: query.to_string(),
         keyspace,
         marker_names: parsed
@@ -355,7 +363,7 @@ pub async fn execute(
         &p.statement,
         &binds,
         &opts,
-        Some(&p.select_plan),
+        Some(&p.plans),
     )
     .await
 }
@@ -400,13 +408,16 @@ pub async fn run(
     st: &ast::Statement,
     binds: &[BoundValue],
     opts: &QueryOptions,
-    cache: Option<&std::sync::OnceLock<Arc<crate::select::SelectPlan>>>,
+    cache: Option<&PlanCache>,
 ) -> Result<QueryResult, QueryError> {
     use ast::Statement as S;
     match st {
-        S::Select(s) => crate::select::run_select(inner, keyspace, s, binds, opts, cache).await,
+        S::Select(s) => {
+            crate::select::run_select(inner, keyspace, s, binds, opts, cache.map(|c| &c.select))
+                .await
+        }
         S::Insert(_) | S::Update(_) | S::Delete(_) => {
-            crate::write::run_write(inner, keyspace, st, binds, opts).await
+            crate::write::run_write(inner, keyspace, st, binds, opts, cache.map(|c| &c.write)).await
         }
         S::Batch(b) => {
             let kind = match b.kind {

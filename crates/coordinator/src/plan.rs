@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use amphora_cql as ast;
 use amphora_types::CqlType;
-use amphora_types::schema::{ColumnKind, TableSchema};
+use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
 
 use crate::api::{QueryError, ResultColumn};
 use crate::schema::Schema;
@@ -547,4 +547,338 @@ pub fn bind_metadata(
         result_columns,
         is_lwt,
     })
+}
+
+/// What an INSERT / UPDATE / DELETE resolves to against one schema version: cached per
+/// prepared statement (a change to its table or keyspace drops the statement, so this never
+/// goes stale) and built afresh for an unprepared QUERY.
+#[derive(Debug)]
+pub struct WritePlan {
+    pub table: Arc<TableSchema>,
+    /// Consistency levels a write to this keyspace accepts ([`crate::consistency::accepted`]).
+    pub consistency_ok: u32,
+    /// Set when the statement writes one row of plain values (see [`SimpleWrite`]).
+    pub simple: Option<SimpleWrite>,
+}
+
+/// An INSERT `(cols) VALUES (terms)` naming the whole primary key, or an UPDATE of
+/// `col = term` assignments `WHERE` one `=` per primary-key column: one row of one
+/// partition, no read before the write, no condition, no counter. For that shape the
+/// checks the general path makes on the statement pass, so EXECUTE only evaluates the
+/// terms and builds the mutation. Term indexes are into the INSERT's values, or the
+/// UPDATE's WHERE relations (key) and assignments (cells).
+#[derive(Debug)]
+pub struct SimpleWrite {
+    /// The term of each partition-key column, in key order.
+    pub pk: Vec<usize>,
+    /// The term of each clustering column, in clustering order.
+    pub ck: Vec<usize>,
+    /// Static and regular columns written, by column id (the order of a row's cells).
+    pub cells: Vec<(ColumnId, usize)>,
+    pub is_update: bool,
+}
+
+impl WritePlan {
+    pub fn of(
+        schema: &Schema,
+        keyspace: Option<&str>,
+        st: &ast::Statement,
+    ) -> Result<WritePlan, QueryError> {
+        let table_name = match st {
+            ast::Statement::Insert(s) => &s.table,
+            ast::Statement::Update(s) => &s.table,
+            ast::Statement::Delete(s) => &s.table,
+            _ => return Err(QueryError::Server("not a write".into())),
+        };
+        let table = resolve_table(schema, keyspace, table_name)?;
+        let consistency_ok = crate::consistency::accepted(schema.keyspace(&table.keyspace), true);
+        let writable = !crate::schema::is_system_keyspace(&table.keyspace)
+            && schema.view(&table.keyspace, &table.name).is_none()
+            && !table.is_counter;
+        let simple = if writable {
+            SimpleWrite::of(&table, st)
+        } else {
+            None
+        };
+        Ok(WritePlan {
+            table,
+            consistency_ok,
+            simple,
+        })
+    }
+}
+
+impl SimpleWrite {
+    fn of(t: &TableSchema, st: &ast::Statement) -> Option<SimpleWrite> {
+        let mut w = SimpleWrite {
+            pk: vec![usize::MAX; t.partition_key.len()],
+            ck: vec![usize::MAX; t.clustering_key.len()],
+            cells: Vec::new(),
+            is_update: false,
+        };
+        // Records column `name` as supplied by term `i`; false if it cannot be.
+        let key_term = |w: &mut SimpleWrite, name: &str, i: usize, key_only: bool| {
+            let Some((id, def)) = t.column(name) else {
+                return false;
+            };
+            let slot = match def.kind {
+                ColumnKind::PartitionKey => w.pk.get_mut(def.position as usize),
+                ColumnKind::Clustering => w.ck.get_mut(def.position as usize),
+                ColumnKind::Static | ColumnKind::Regular if !key_only => {
+                    if w.cells.iter().any(|c| c.0 == id) || def.ty == CqlType::Counter {
+                        return false;
+                    }
+                    w.cells.push((id, i));
+                    return true;
+                }
+                _ => return false,
+            };
+            match slot {
+                Some(s) if *s == usize::MAX => {
+                    *s = i;
+                    true
+                }
+                _ => false,
+            }
+        };
+        match st {
+            ast::Statement::Insert(s) => {
+                let ast::InsertValues::Values { columns, values } = &s.values else {
+                    return None;
+                };
+                if s.if_not_exists || columns.len() != values.len() {
+                    return None;
+                }
+                for (i, c) in columns.iter().enumerate() {
+                    if !key_term(&mut w, &c.name, i, false) {
+                        return None;
+                    }
+                }
+            }
+            ast::Statement::Update(s) => {
+                if s.conditions.is_some() || s.assignments.is_empty() {
+                    return None;
+                }
+                w.is_update = true;
+                for (i, rel) in s.where_clause.iter().enumerate() {
+                    let (
+                        ast::RelationTarget::Column(c),
+                        ast::Operator::Eq,
+                        ast::RelationValue::Single(_),
+                    ) = (&rel.target, rel.op, &rel.value)
+                    else {
+                        return None;
+                    };
+                    if !key_term(&mut w, &c.name, i, true) {
+                        return None;
+                    }
+                }
+                for (i, a) in s.assignments.iter().enumerate() {
+                    if !matches!(a.op, ast::AssignmentOp::Set(_))
+                        || !key_term(&mut w, &a.column.name, i, false)
+                    {
+                        return None;
+                    }
+                }
+                // Rows are written only by regular columns; a statics-only UPDATE keeps the
+                // general path (its clustering rules).
+                let regular = |id: &ColumnId| {
+                    t.columns
+                        .get(*id as usize)
+                        .is_some_and(|d| d.kind == ColumnKind::Regular)
+                };
+                if !w.cells.iter().any(|(id, _)| regular(id)) {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        if w.pk.contains(&usize::MAX) || w.ck.contains(&usize::MAX) {
+            return None;
+        }
+        w.cells.sort_by_key(|c| c.0);
+        Some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::BoundValue;
+    use crate::values::EvalCtx;
+    use crate::write::{Planned, plan_simple, plan_write};
+    use bytes::Bytes;
+
+    fn schema(ddl: &[&str]) -> Schema {
+        let mut s = Schema::default();
+        for q in ddl {
+            let st = ast::parse(q).expect("ddl parses").statement;
+            s = match &st {
+                ast::Statement::CreateKeyspace(k) => crate::schema::create_keyspace(&s, k),
+                ast::Statement::CreateTable(t) => crate::schema::create_table(&s, t, Some("ks")),
+                other => panic!("not ddl here: {}", other.kind()),
+            }
+            .expect("ddl applies")
+            .schema;
+        }
+        s
+    }
+
+    fn tables() -> Schema {
+        schema(&[
+            "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+            "CREATE TABLE ks.standard1 (key blob PRIMARY KEY, \"C0\" blob, \"C1\" blob)",
+            "CREATE TABLE ks.t (p int, q text, c int, s int static, v text, l set<int>, PRIMARY KEY ((p, q), c))",
+            "CREATE TABLE ks.cnt (k int PRIMARY KEY, n counter)",
+        ])
+    }
+
+    fn plan(s: &Schema, q: &str) -> WritePlan {
+        let st = ast::parse(q).expect("parses").statement;
+        WritePlan::of(s, Some("ks"), &st).expect("plans")
+    }
+
+    #[test]
+    fn simple_write_shapes() {
+        let s = tables();
+        let w = plan(
+            &s,
+            "UPDATE standard1 SET \"C1\" = ?, \"C0\" = ? WHERE key = ?",
+        );
+        let simple = w.simple.expect("stress UPDATE is simple");
+        assert_eq!(simple.pk, vec![0]);
+        assert!(simple.ck.is_empty());
+        // Cells in column id order, each with its assignment.
+        assert_eq!(simple.cells, vec![(1, 1), (2, 0)]);
+        assert!(simple.is_update);
+        let w = plan(&s, "INSERT INTO t (v, c, q, p, s) VALUES (?, ?, ?, ?, ?)");
+        let simple = w.simple.expect("full-key INSERT is simple");
+        assert_eq!((simple.pk, simple.ck), (vec![3, 2], vec![1]));
+        for q in [
+            "INSERT INTO t (p, q, v) VALUES (1, 'a', 'x')",
+            "INSERT INTO t (p, q, c, v) VALUES (1, 'a', 1, 'x') IF NOT EXISTS",
+            "INSERT INTO t JSON '{\"p\": 1}'",
+            "UPDATE t SET v = 'x' WHERE p = 1 AND q = 'a'",
+            "UPDATE t SET v = 'x' WHERE p = 1 AND q = 'a' AND c IN (1, 2)",
+            "UPDATE t SET l = l + {1} WHERE p = 1 AND q = 'a' AND c = 1",
+            "UPDATE t SET s = 1 WHERE p = 1 AND q = 'a' AND c = 1",
+            "UPDATE t SET v = 'x' WHERE p = 1 AND q = 'a' AND c = 1 IF v = 'y'",
+            "UPDATE cnt SET n = n + 1 WHERE k = 1",
+            "DELETE FROM t WHERE p = 1 AND q = 'a' AND c = 1",
+        ] {
+            assert!(plan(&s, q).simple.is_none(), "{q}");
+        }
+    }
+
+    /// The simple path builds exactly the mutation the general path builds.
+    #[test]
+    fn simple_write_matches_general_path() {
+        let s = tables();
+        let int = |v: i32| BoundValue::Set(Bytes::copy_from_slice(&v.to_be_bytes()));
+        let text = |v: &str| BoundValue::Set(Bytes::copy_from_slice(v.as_bytes()));
+        let cases: Vec<(&str, Vec<BoundValue>)> = vec![
+            (
+                "UPDATE standard1 SET \"C1\" = ?, \"C0\" = ? WHERE key = ?",
+                vec![text("b"), BoundValue::Null, text("k1")],
+            ),
+            (
+                "UPDATE standard1 USING TTL 10 SET \"C0\" = ?, \"C1\" = ? WHERE key = ?",
+                vec![text("a"), BoundValue::Unset, text("k1")],
+            ),
+            (
+                "INSERT INTO t (v, c, q, p, s, l) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP 42",
+                vec![
+                    text("x"),
+                    int(3),
+                    text("q"),
+                    int(7),
+                    int(9),
+                    BoundValue::Set(crate::values::serialize_collection(
+                        [Some(&[0u8, 0, 0, 2][..]), Some(&[0, 0, 0, 1][..])].into_iter(),
+                    )),
+                ],
+            ),
+            ("INSERT INTO t (p, q, c) VALUES (1, 'a', 2)", vec![]),
+            (
+                "UPDATE t SET v = ?, s = ? WHERE c = ? AND q = ? AND p = ?",
+                vec![text("v"), int(1), int(2), text("q"), int(3)],
+            ),
+        ];
+        for (q, binds) in cases {
+            let st = ast::parse(q).expect("parses").statement;
+            let w = WritePlan::of(&s, Some("ks"), &st).expect("plans");
+            let simple = w.simple.as_ref().expect("simple shape");
+            let ctx = EvalCtx {
+                binds: &binds,
+                now_micros: 1_700_000_000_000_000,
+            };
+            let fast = plan_simple(&w.table, &st, simple, &ctx, 5).expect("fast path applies");
+            let general = plan_write(&w.table, &st, &ctx, 5).expect("general path");
+            let muts = |p: Vec<Planned>| -> Vec<amphora_types::data::Mutation> {
+                p.into_iter()
+                    .map(|p| match p {
+                        Planned::Mutation(m) => m,
+                        Planned::Counter(_) => panic!("no counters here"),
+                    })
+                    .collect()
+            };
+            assert_eq!(muts(fast), muts(general), "{q}");
+        }
+    }
+
+    /// Values the general path refuses (or treats specially) leave the simple path.
+    #[test]
+    fn simple_write_falls_back() {
+        let s = tables();
+        let st = ast::parse("UPDATE standard1 SET \"C0\" = ? WHERE key = ?")
+            .expect("parses")
+            .statement;
+        let w = WritePlan::of(&s, Some("ks"), &st).expect("plans");
+        let simple = w.simple.as_ref().expect("simple");
+        for binds in [
+            vec![BoundValue::Set(Bytes::from_static(b"v")), BoundValue::Null],
+            vec![BoundValue::Set(Bytes::from_static(b"v")), BoundValue::Unset],
+            vec![
+                BoundValue::Set(Bytes::from_static(b"v")),
+                BoundValue::Set(Bytes::new()),
+            ],
+            vec![BoundValue::Unset, BoundValue::Set(Bytes::from_static(b"k"))],
+            vec![BoundValue::Set(Bytes::from_static(b"v"))],
+        ] {
+            let ctx = EvalCtx {
+                binds: &binds,
+                now_micros: 0,
+            };
+            assert!(
+                plan_simple(&w.table, &st, simple, &ctx, 1).is_none(),
+                "{binds:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn accepted_consistency_levels_agree_with_check() {
+        let s = schema(&[
+            "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}",
+            "CREATE KEYSPACE one WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+        ]);
+        for ks in [s.keyspace("ks"), s.keyspace("one"), None] {
+            for is_write in [false, true] {
+                let mask = crate::consistency::accepted(ks, is_write);
+                for cl in 0..=12u16 {
+                    let direct = crate::consistency::check(ks, cl, is_write);
+                    let cached = crate::consistency::check_accepted(mask, ks, cl, is_write);
+                    assert_eq!(direct.is_ok(), cached.is_ok(), "cl {cl} write {is_write}");
+                    assert_eq!(format!("{direct:?}"), format!("{cached:?}"));
+                }
+            }
+        }
+        let rf3 = crate::consistency::accepted(s.keyspace("ks"), false);
+        assert_ne!(rf3 & 1 << crate::consistency::ONE, 0);
+        assert_eq!(
+            rf3 & 1 << crate::consistency::QUORUM,
+            0,
+            "QUORUM of RF 3 needs 2 nodes"
+        );
+    }
 }

@@ -137,6 +137,84 @@ pub struct SelectPlan {
     pub items: Vec<SelItem>,
     pub columns: Arc<Vec<ResultColumn>>,
     pub is_virtual: bool,
+    /// Consistency levels a read of this keyspace accepts ([`crate::consistency::accepted`]).
+    pub consistency_ok: u32,
+    /// Set when the statement is a plain point read (see [`PointRead`]).
+    pub point: Option<PointRead>,
+}
+
+/// `SELECT <plain selectors> FROM t WHERE pk1 = ? AND pk2 = ? [LIMIT n]`: one `=` per
+/// partition-key column and nothing else (no clustering or regular restriction, DISTINCT,
+/// ORDER BY, GROUP BY, aggregate, PER PARTITION LIMIT or JSON). For that shape every
+/// check the general path makes passes, the read is one whole partition, and no row needs
+/// filtering, so EXECUTE only evaluates the key terms, reads and projects.
+#[derive(Debug)]
+pub struct PointRead {
+    /// For each partition-key column in key order: the index of its relation in the WHERE
+    /// clause.
+    pub pk_relations: Vec<usize>,
+}
+
+impl PointRead {
+    fn of(t: &TableSchema, s: &ast::SelectStatement, items: &[SelItem]) -> Option<PointRead> {
+        if s.json
+            || s.distinct
+            || !s.order_by.is_empty()
+            || !s.group_by.is_empty()
+            || s.per_partition_limit.is_some()
+            || is_aggregate(items)
+            || s.where_clause.len() != t.partition_key.len()
+        {
+            return None;
+        }
+        let mut pk_relations = vec![usize::MAX; t.partition_key.len()];
+        for (i, rel) in s.where_clause.iter().enumerate() {
+            let (ast::RelationTarget::Column(c), ast::Operator::Eq, ast::RelationValue::Single(_)) =
+                (&rel.target, rel.op, &rel.value)
+            else {
+                return None;
+            };
+            let (_, def) = t.column(&c.name)?;
+            let slot = pk_relations.get_mut(def.position as usize)?;
+            if def.kind != ColumnKind::PartitionKey || *slot != usize::MAX {
+                return None;
+            }
+            *slot = i;
+        }
+        Some(PointRead { pk_relations })
+    }
+
+    /// The partition key from the bound terms; None when a term does not evaluate to a
+    /// valid non-empty key (the general path then answers with its error).
+    fn key(
+        &self,
+        t: &TableSchema,
+        s: &ast::SelectStatement,
+        ctx: &EvalCtx<'_>,
+    ) -> Option<PartitionKey> {
+        let term = |pos: usize, rel: usize| -> Option<Bytes> {
+            let def = &t.columns[*t.partition_key.get(pos)? as usize];
+            match &s.where_clause.get(rel)?.value {
+                ast::RelationValue::Single(e) => {
+                    crate::values::eval_set(e, &def.ty, ctx, &def.name).ok()
+                }
+                _ => None,
+            }
+        };
+        let key = match self.pk_relations.as_slice() {
+            [rel] => term(0, *rel)?,
+            rels => {
+                let parts = rels
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, rel)| term(pos, *rel))
+                    .collect::<Option<Vec<_>>>()?;
+                let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                Bytes::from(amphora_types::token::serialize_composite_key(&refs))
+            }
+        };
+        (!key.is_empty()).then(|| PartitionKey::new(key))
+    }
 }
 
 pub fn plan_select(
@@ -158,11 +236,19 @@ pub fn plan_select(
             .collect::<Vec<_>>(),
     );
     let is_virtual = crate::system::virtual_table(&table.keyspace, &table.name).is_some();
+    let consistency_ok = crate::consistency::accepted(schema.keyspace(&table.keyspace), false);
+    let point = if is_virtual {
+        None
+    } else {
+        PointRead::of(&table, s, &items)
+    };
     Ok(SelectPlan {
         table,
         items,
         columns,
         is_virtual,
+        consistency_ok,
+        point,
     })
 }
 
@@ -198,7 +284,19 @@ pub async fn run_select(
         let rows = (v.rows)(&schema, &inner.shared.info);
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
     }
-    crate::consistency::check(schema.keyspace(&table.keyspace), opts.consistency, false)?;
+    crate::consistency::check_accepted(
+        plan.consistency_ok,
+        schema.keyspace(&table.keyspace),
+        opts.consistency,
+        false,
+    )?;
+    if let Some(point) = &plan.point
+        && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
+        && let Some(key) = point.key(table, s, &ctx)
+        && let Ok(limit) = int_of(&s.limit, &ctx, "[limit]")
+    {
+        return read_point(inner, &plan, key, limit, &ctx, opts).await;
+    }
     let mut r = restrict::analyze(table, &s.where_clause, &ctx)?;
     // Secondary indexes serve some restrictions; the others still need filtering.
     let (index_query, mut needs_filtering) = crate::index::plan(&schema, table, &mut r);
@@ -650,6 +748,89 @@ pub async fn run_select(
         columns,
         cells,
         row_count: out.rows,
+        paging_state,
+        no_metadata: opts.skip_metadata,
+    }))
+}
+
+/// A [`PointRead`]: one partition read on its shard, projected row by row. Produces what
+/// the general path produces for that shape (same rows, limit, page size and paging state).
+async fn read_point(
+    inner: &Rc<Inner>,
+    plan: &SelectPlan,
+    key: PartitionKey,
+    limit: Option<u32>,
+    ctx: &EvalCtx<'_>,
+    opts: &QueryOptions,
+) -> Result<QueryResult, QueryError> {
+    let table = &plan.table;
+    let remaining = limit.unwrap_or(u32::MAX);
+    let page_size = opts.page_size.filter(|p| *p > 0).map(|p| p as u32);
+    let page = page_size.map(|p| p.min(remaining)).unwrap_or(remaining);
+    let now_seconds = (ctx.now_micros / 1_000_000) as i32;
+    let info = &inner.shared.info;
+    let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
+    let mut cmd = ReadCommand::new(table.id, PartitionRange::Single(key), now_seconds);
+    cmd.row_limit = page;
+    let res = read_on(inner, shard, cmd).await?;
+    let mut exhausted = res.exhausted;
+    let width = plan.items.len();
+    let mut cells = Vec::with_capacity(
+        width
+            * res
+                .partitions
+                .iter()
+                .map(|p| p.rows.len().max(1))
+                .sum::<usize>(),
+    );
+    let mut rows = 0usize;
+    // (partition, row) of the last row produced; None row = the static-only row.
+    let mut last: Option<(&PartitionData, Option<&Row>)> = None;
+    let empty_clustering_row = Row::new(Clustering::empty());
+    'outer: for p in &res.partitions {
+        let static_only =
+            p.rows.is_empty() && p.static_row.is_some() && !table.clustering_key.is_empty();
+        let partition_rows: &[Row] = if static_only {
+            std::slice::from_ref(&empty_clustering_row)
+        } else {
+            &p.rows
+        };
+        for row in partition_rows {
+            if rows as u32 >= page {
+                exhausted = false;
+                break 'outer;
+            }
+            for it in &plan.items {
+                cells.push(selector::eval_row_checked(
+                    table,
+                    it,
+                    p,
+                    row,
+                    now_seconds,
+                    static_only,
+                )?);
+            }
+            rows += 1;
+            last = Some((p, (!static_only).then_some(row)));
+        }
+    }
+    let produced = rows as u32;
+    let paging_state = match (page_size, last) {
+        (Some(_), Some((p, row)))
+            if !exhausted && produced >= page && remaining.saturating_sub(produced) > 0 =>
+        {
+            Some(encode_paging(&PagingState {
+                key: p.key.clone(),
+                clustering: row.map(|r| r.clustering.clone()),
+                remaining: remaining.saturating_sub(produced),
+            }))
+        }
+        _ => None,
+    };
+    Ok(QueryResult::Rows(ResultRows {
+        columns: plan.columns.clone(),
+        cells,
+        row_count: rows,
         paging_state,
         no_metadata: opts.skip_metadata,
     }))

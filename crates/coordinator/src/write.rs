@@ -1,6 +1,7 @@
 //! INSERT / UPDATE / DELETE / BATCH → mutations applied on the owning shards.
 
 use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
 
 use amphora_cql as ast;
 use amphora_replica::CounterUpdate;
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use crate::api::*;
 use crate::coordinator::BatchType;
 use crate::exec::Inner;
+use crate::plan::{SimpleWrite, WritePlan};
 use crate::restrict;
 use crate::values::{EvalCtx, Value, eval, eval_set, timeuuid};
 
@@ -44,6 +46,7 @@ pub async fn run_write(
     st: &ast::Statement,
     binds: &[BoundValue],
     opts: &QueryOptions,
+    cache: Option<&OnceLock<Arc<WritePlan>>>,
 ) -> Result<QueryResult, QueryError> {
     let now = crate::exec::now_micros();
     let ctx = EvalCtx {
@@ -52,37 +55,162 @@ pub async fn run_write(
     };
     let timestamp = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
     let schema = inner.schema();
-    let (table_name, conditional) = match st {
-        ast::Statement::Insert(s) => (&s.table, s.if_not_exists),
-        ast::Statement::Update(s) => (&s.table, s.conditions.is_some()),
-        ast::Statement::Delete(s) => (&s.table, s.conditions.is_some()),
+    let plan = match cache.and_then(|c| c.get()) {
+        Some(p) => p.clone(),
+        None => {
+            let p = Arc::new(WritePlan::of(&schema, keyspace, st)?);
+            if let Some(c) = cache {
+                let _ = c.set(p.clone());
+            }
+            p
+        }
+    };
+    let table = &plan.table;
+    let ks = schema.keyspace(&table.keyspace);
+    if let Some(simple) = &plan.simple {
+        crate::consistency::check_accepted(plan.consistency_ok, ks, opts.consistency, true)?;
+        if let Some(planned) = plan_simple(table, st, simple, &ctx, timestamp) {
+            apply_all(inner, planned).await?;
+            return Ok(QueryResult::Void);
+        }
+    }
+    let conditional = match st {
+        ast::Statement::Insert(s) => s.if_not_exists,
+        ast::Statement::Update(s) => s.conditions.is_some(),
+        ast::Statement::Delete(s) => s.conditions.is_some(),
         _ => return Err(QueryError::Server("not a write".into())),
     };
-    let table = crate::plan::resolve_table(&schema, keyspace, table_name)?;
-    check_writable(&table)?;
-    check_not_view(&schema, &table)?;
+    check_writable(table)?;
+    check_not_view(&schema, table)?;
     if conditional {
-        check_conditional(&table, st, &ctx)?;
+        check_conditional(table, st, &ctx)?;
     }
-    let ks = schema.keyspace(&table.keyspace);
-    crate::consistency::check(ks, opts.consistency, true)?;
+    crate::consistency::check_accepted(plan.consistency_ok, ks, opts.consistency, true)?;
     if conditional {
         let serial = opts
             .serial_consistency
             .unwrap_or(crate::consistency::SERIAL);
         crate::consistency::check(ks, serial, false)?;
     }
-    let lists = if needs_list_read(&table, st) {
-        read_lists(inner, &table, st, &ctx).await?
+    let lists = if needs_list_read(table, st) {
+        read_lists(inner, table, st, &ctx).await?
     } else {
         ListState::new()
     };
-    let planned = plan_write_with(&table, st, &ctx, timestamp, &lists)?;
+    let planned = plan_write_with(table, st, &ctx, timestamp, &lists)?;
     if conditional {
-        return crate::lwt::run_conditional(inner, &table, st, &ctx, planned).await;
+        return crate::lwt::run_conditional(inner, table, st, &ctx, planned).await;
     }
     apply_all(inner, planned).await?;
     Ok(QueryResult::Void)
+}
+
+/// Builds the mutation of a [`SimpleWrite`]: the one `plan_insert` / `plan_update` build
+/// for that shape. None when a term does not give a plain value (a null or unset key part,
+/// an invalid value, an empty or oversized key, an UPDATE left with no regular cell): the
+/// general path then decides, with its own error where there is one.
+pub(crate) fn plan_simple(
+    t: &TableSchema,
+    st: &ast::Statement,
+    w: &SimpleWrite,
+    ctx: &EvalCtx<'_>,
+    default_ts: i64,
+) -> Option<Vec<Planned>> {
+    let (using, values, update) = match st {
+        ast::Statement::Insert(s) => match &s.values {
+            ast::InsertValues::Values { values, .. } => (&s.using, Some(values), None),
+            ast::InsertValues::Json { .. } => return None,
+        },
+        ast::Statement::Update(s) => (&s.using, None, Some(s)),
+        _ => return None,
+    };
+    let key_term = |i: usize| match (values, update) {
+        (Some(v), _) => v.get(i),
+        (_, Some(u)) => match &u.where_clause.get(i)?.value {
+            ast::RelationValue::Single(e) => Some(e),
+            _ => None,
+        },
+        _ => None,
+    };
+    let cell_term = |i: usize| match (values, update) {
+        (Some(v), _) => v.get(i),
+        (_, Some(u)) => match &u.assignments.get(i)?.op {
+            ast::AssignmentOp::Set(e) => Some(e),
+            _ => None,
+        },
+        _ => None,
+    };
+    let key_part = |id: &ColumnId, term: &usize| -> Option<Bytes> {
+        let def = t.columns.get(*id as usize)?;
+        let v = eval_set(key_term(*term)?, &def.ty, ctx, &def.name).ok()?;
+        (v.len() <= 65535).then_some(v)
+    };
+    let ts = timestamp_of(using, default_ts, ctx).ok()?;
+    let ttl = ttl_of(using, t, ctx).ok()?;
+    let now_s = now_seconds(ctx);
+    let mut pk = t
+        .partition_key
+        .iter()
+        .zip(&w.pk)
+        .map(|(id, term)| key_part(id, term))
+        .collect::<Option<Vec<Bytes>>>()?;
+    let key = if pk.len() == 1 {
+        pk.pop()?
+    } else {
+        let refs: Vec<&[u8]> = pk.iter().map(|p| &p[..]).collect();
+        Bytes::from(amphora_types::token::serialize_composite_key(&refs))
+    };
+    if key.is_empty() {
+        return None;
+    }
+    let clustering = t
+        .clustering_key
+        .iter()
+        .zip(&w.ck)
+        .map(|(id, term)| key_part(id, term))
+        .collect::<Option<Vec<Bytes>>>()?;
+    let mut statics = Vec::new();
+    let mut regular = Vec::with_capacity(w.cells.len());
+    for (id, term) in &w.cells {
+        let def = t.columns.get(*id as usize)?;
+        let v = eval(cell_term(*term)?, &def.ty, ctx, &def.name).ok()?;
+        let Some(mut d) = set_cells(&def.ty, v, ts, ttl, now_s).ok()? else {
+            continue;
+        };
+        if let ColumnData::Complex { cells, .. } = &mut d {
+            sort_cells(&def.ty, cells);
+        }
+        if def.kind == ColumnKind::Static {
+            statics.push((*id, d));
+        } else {
+            regular.push((*id, d));
+        }
+    }
+    let mut partition = PartitionUpdate::default();
+    if !statics.is_empty() {
+        let mut r = Row::new(Clustering::empty());
+        r.cells = statics;
+        partition.static_row = Some(r);
+    }
+    let mut row = Row::new(Clustering(clustering));
+    if update.is_some() {
+        if regular.is_empty() {
+            return None;
+        }
+    } else {
+        row.marker = Some(if ttl > 0 {
+            LivenessInfo::expiring(ts, ttl, now_s)
+        } else {
+            LivenessInfo::new(ts)
+        });
+    }
+    row.cells = regular;
+    partition.rows.push(row);
+    Some(vec![Planned::Mutation(Mutation {
+        table: t.id,
+        key: PartitionKey::new(key),
+        update: partition,
+    })])
 }
 
 pub fn check_writable(t: &TableSchema) -> Result<(), QueryError> {
