@@ -70,6 +70,14 @@ pub struct NodeConfig {
     pub pin_shards: bool,
     /// Requests slower than this are logged at WARN (`slow_query_log_timeout`; 0 = off).
     pub slow_query_log_timeout_ms: u64,
+    /// A multi-partition batch over this data size warns the client
+    /// (`batch_size_warn_threshold`, 5 KiB).
+    pub batch_size_warn_threshold_bytes: u64,
+    /// ... and over this one is refused (`batch_size_fail_threshold`, 50 KiB).
+    pub batch_size_fail_threshold_bytes: u64,
+    /// An unlogged batch over more partitions warns the client
+    /// (`unlogged_batch_across_partitions_warn_threshold`, 10).
+    pub unlogged_batch_across_partitions_warn_threshold: u64,
 }
 
 impl Default for NodeConfig {
@@ -95,6 +103,9 @@ impl Default for NodeConfig {
             password_authenticator: false,
             pin_shards: true,
             slow_query_log_timeout_ms: 500,
+            batch_size_warn_threshold_bytes: 5 << 10,
+            batch_size_fail_threshold_bytes: 50 << 10,
+            unlogged_batch_across_partitions_warn_threshold: 10,
         }
     }
 }
@@ -123,6 +134,11 @@ struct YamlConfig {
     api_port: Option<u16>,
     slow_query_log_timeout_in_ms: Option<u64>,
     slow_query_log_timeout: Option<String>,
+    batch_size_warn_threshold_in_kb: Option<u64>,
+    batch_size_warn_threshold: Option<String>,
+    batch_size_fail_threshold_in_kb: Option<u64>,
+    batch_size_fail_threshold: Option<String>,
+    unlogged_batch_across_partitions_warn_threshold: Option<u64>,
     prometheus_address: Option<String>,
     prometheus_port: Option<u16>,
     smp: Option<u32>,
@@ -265,6 +281,29 @@ impl NodeConfig {
                     message,
                 })?;
         }
+        if let Some(v) = y.batch_size_warn_threshold_in_kb {
+            self.batch_size_warn_threshold_bytes = v << 10;
+        }
+        if let Some(v) = y.batch_size_warn_threshold {
+            self.batch_size_warn_threshold_bytes =
+                parse_size(&v).map_err(|message| ConfigError::Invalid {
+                    key: "batch_size_warn_threshold",
+                    message,
+                })?;
+        }
+        if let Some(v) = y.batch_size_fail_threshold_in_kb {
+            self.batch_size_fail_threshold_bytes = v << 10;
+        }
+        if let Some(v) = y.batch_size_fail_threshold {
+            self.batch_size_fail_threshold_bytes =
+                parse_size(&v).map_err(|message| ConfigError::Invalid {
+                    key: "batch_size_fail_threshold",
+                    message,
+                })?;
+        }
+        if let Some(v) = y.unlogged_batch_across_partitions_warn_threshold {
+            self.unlogged_batch_across_partitions_warn_threshold = v;
+        }
         if let Some(v) = y.prometheus_address {
             self.prometheus_address = ip("prometheus_address", &v)?;
         }
@@ -335,7 +374,7 @@ mod tests {
         let path = dir.join("c.yaml");
         std::fs::write(
             &path,
-            "cluster_name: 'Prod'\nnative_transport_port: 9142\ncommitlog_sync: batch\ncommitlog_sync_period: 5000ms\ndata_file_directories:\n  - /tmp/x\nconcurrent_reads: 32\nslow_query_log_timeout: 2s\n",
+            "cluster_name: 'Prod'\nnative_transport_port: 9142\ncommitlog_sync: batch\ncommitlog_sync_period: 5000ms\ndata_file_directories:\n  - /tmp/x\nconcurrent_reads: 32\nslow_query_log_timeout: 2s\nbatch_size_warn_threshold: 6KiB\nbatch_size_fail_threshold_in_kb: 100\nunlogged_batch_across_partitions_warn_threshold: 3\n",
         )
         .expect("write");
         let c = NodeConfig::default().load_file(&path).expect("load");
@@ -345,6 +384,9 @@ mod tests {
         assert_eq!(c.commitlog_sync_period_ms, 5000);
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.slow_query_log_timeout_ms, 2000);
+        assert_eq!(c.batch_size_warn_threshold_bytes, 6 << 10);
+        assert_eq!(c.batch_size_fail_threshold_bytes, 100 << 10);
+        assert_eq!(c.unlogged_batch_across_partitions_warn_threshold, 3);
         std::fs::write(&path, "commitlog_sync: sometimes\n").expect("write");
         assert!(matches!(
             NodeConfig::default().load_file(&path),

@@ -113,6 +113,11 @@ impl Node {
         amphora_trace::set_slow_query_threshold(std::time::Duration::from_millis(
             cfg.slow_query_log_timeout_ms,
         ));
+        amphora_coordinator::guardrails::set_batch_thresholds(
+            cfg.batch_size_warn_threshold_bytes,
+            cfg.batch_size_fail_threshold_bytes,
+            cfg.unlogged_batch_across_partitions_warn_threshold,
+        );
         let nr_shards = cfg.shards();
         std::fs::create_dir_all(&cfg.data_dir).map_err(|source| NodeError::DataDir {
             path: cfg.data_dir.display().to_string(),

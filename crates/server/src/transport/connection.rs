@@ -592,13 +592,24 @@ impl<B: Backend> Conn<B> {
         tracing_id: Option<[u8; 16]>,
         err: &ErrorResponse,
     ) {
-        metrics::record_error(err.code().as_i32());
         let prefix = ResponsePrefix {
             tracing_id,
             ..ResponsePrefix::NONE
         };
+        self.send_error_with(version, stream, &prefix, err);
+    }
+
+    /// An ERROR with a prefix (tracing id, the request's warnings).
+    fn send_error_with(
+        &self,
+        version: ProtocolVersion,
+        stream: i16,
+        prefix: &ResponsePrefix<'_>,
+        err: &ErrorResponse,
+    ) {
+        metrics::record_error(err.code().as_i32());
         let msg = Response::Error(err);
-        if let Err(e) = self.emit(|b| encode_response(b, version, stream, &prefix, &msg)) {
+        if let Err(e) = self.emit(|b| encode_response(b, version, stream, prefix, &msg)) {
             tracing::error!(error = %e, stream, "transport: cannot encode an error response");
         }
     }
@@ -1038,18 +1049,24 @@ impl<B: Backend> Conn<B> {
             Outcome::Result(QueryResult::SchemaChange(sc), _) => {
                 result(buf, ResultMessage::SchemaChange(&schema_change(sc)))
             }
-            Outcome::Result(QueryResult::Rows(rows), skip_metadata) => {
+            Outcome::Result(QueryResult::Rows(rows), ask) => {
                 let ncols = rows.columns.len();
                 let placeholders;
-                let cached;
-                let mut meta = if rows.no_metadata || *skip_metadata {
-                    placeholders = placeholder_specs(ncols);
-                    RowsMetadata::skipped(&placeholders)
-                } else {
-                    cached = cached_columns(&rows.columns);
-                    match cached.encoded(version) {
-                        Some(enc) => RowsMetadata::with_encoded(enc),
-                        None => RowsMetadata::new(&cached.specs),
+                let cached = cached_columns(&rows.columns);
+                let mut meta = match rows_metadata_choice(rows, ask, || cached.metadata_id()) {
+                    MetadataChoice::Skip => {
+                        placeholders = placeholder_specs(ncols);
+                        RowsMetadata::skipped(&placeholders)
+                    }
+                    choice => {
+                        let mut m = match cached.encoded(version) {
+                            Some(enc) => RowsMetadata::with_encoded(enc),
+                            None => RowsMetadata::new(&cached.specs),
+                        };
+                        if let MetadataChoice::Changed(id) = choice {
+                            m.new_metadata_id = Some(id);
+                        }
+                        m
                     }
                 };
                 meta.paging_state = rows.paging_state.as_deref();
@@ -1073,8 +1090,9 @@ impl<B: Backend> Conn<B> {
                 };
                 let p = Prepared {
                     id: &info.id,
+                    // Computed here, as for the Rows answers it is compared with.
                     result_metadata_id: (version >= ProtocolVersion::V5)
-                        .then_some(&info.result_metadata_id[..]),
+                        .then(|| &result_cols.metadata_id()[..]),
                     bind: bind_meta,
                     result: result_meta,
                 };
@@ -1086,9 +1104,55 @@ impl<B: Backend> Conn<B> {
 
 /// A successful request's answer.
 enum Outcome {
-    /// With the request's Skip_metadata flag.
-    Result(QueryResult, bool),
+    Result(QueryResult, RowsAsk),
     Prepared(PreparedInfo),
+}
+
+/// What the request said about the Rows metadata it wants.
+#[derive(Default)]
+struct RowsAsk {
+    /// The Skip_metadata flag.
+    skip_metadata: bool,
+    /// The `result_metadata_id` a v5 EXECUTE sent back.
+    metadata_id: Option<bytes::Bytes>,
+}
+
+/// The metadata a Rows answer carries.
+#[derive(Debug, PartialEq, Eq)]
+enum MetadataChoice<'a> {
+    Full,
+    Skip,
+    /// Full metadata with Metadata_changed and this new id.
+    Changed(&'a [u8]),
+}
+
+/// The name of the first column of a conditional statement's result.
+const APPLIED: &str = "[applied]";
+
+/// Chooses the Rows metadata as Cassandra's ExecuteMessage does: a v5 EXECUTE whose
+/// `result_metadata_id` differs from the current one of the result gets full metadata with
+/// Metadata_changed and the new id (the driver replaces its cached metadata); otherwise
+/// metadata is skipped when asked. A conditional (LWT) result always carries its metadata
+/// and never Metadata_changed: its columns vary between executions (CASSANDRA-13992).
+fn rows_metadata_choice<'a>(
+    rows: &amphora_coordinator::ResultRows,
+    ask: &RowsAsk,
+    current_id: impl FnOnce() -> &'a bytes::Bytes,
+) -> MetadataChoice<'a> {
+    if rows.columns.first().is_some_and(|c| c.name == APPLIED) {
+        return MetadataChoice::Full;
+    }
+    if let Some(sent) = &ask.metadata_id {
+        let current = current_id();
+        if current != sent {
+            return MetadataChoice::Changed(current);
+        }
+    }
+    if rows.no_metadata || ask.skip_metadata {
+        MetadataChoice::Skip
+    } else {
+        MetadataChoice::Full
+    }
 }
 
 /// Accounts one in-flight request; on drop frees its slot and stream id, and answers
@@ -1211,44 +1275,57 @@ async fn serve_request<B: Backend>(
     // The backend's futures are boxed: inline they would make this task's future (and so
     // every move of it while spawning and completing the task) as large as the deepest
     // coordinator state machine, tens of KiB copied per request.
-    let outcome = match msg {
-        RequestMessage::Query(q) => {
-            let skip = q.parameters.skip_metadata;
-            Box::pin(backend.query(&state, &q.query, query_options(q.parameters)))
-                .await
-                .map(|r| Outcome::Result(r, skip))
+    let (outcome, warnings) = amphora_trace::with_warnings(async {
+        match msg {
+            RequestMessage::Query(q) => {
+                let ask = RowsAsk {
+                    skip_metadata: q.parameters.skip_metadata,
+                    metadata_id: None,
+                };
+                Box::pin(backend.query(&state, &q.query, query_options(q.parameters)))
+                    .await
+                    .map(|r| Outcome::Result(r, ask))
+            }
+            RequestMessage::Prepare(p) => {
+                Box::pin(backend.prepare(&state, &p.query, p.keyspace.as_deref()))
+                    .await
+                    .map(Outcome::Prepared)
+            }
+            RequestMessage::Execute(e) => {
+                let ask = RowsAsk {
+                    skip_metadata: e.parameters.skip_metadata,
+                    // Only v5 compares ids; a v4 EXECUTE carries none.
+                    metadata_id: e
+                        .result_metadata_id
+                        .filter(|_| version >= ProtocolVersion::V5),
+                };
+                Box::pin(backend.execute(&state, &e.id, query_options(e.parameters)))
+                    .await
+                    .map(|r| Outcome::Result(r, ask))
+            }
+            RequestMessage::Batch(b) => {
+                let (kind, entries, opts) = batch_parts(b);
+                Box::pin(backend.batch(&state, kind, entries, opts))
+                    .await
+                    .map(|r| Outcome::Result(r, RowsAsk::default()))
+            }
+            other => {
+                tracing::error!(
+                    message = message_name(&other),
+                    "transport: not a request message"
+                );
+                Err(QueryError::Server(format!(
+                    "Unexpected message {}",
+                    message_name(&other)
+                )))
+            }
         }
-        RequestMessage::Prepare(p) => {
-            Box::pin(backend.prepare(&state, &p.query, p.keyspace.as_deref()))
-                .await
-                .map(Outcome::Prepared)
-        }
-        RequestMessage::Execute(e) => {
-            let skip = e.parameters.skip_metadata;
-            Box::pin(backend.execute(&state, &e.id, query_options(e.parameters)))
-                .await
-                .map(|r| Outcome::Result(r, skip))
-        }
-        RequestMessage::Batch(b) => {
-            let (kind, entries, opts) = batch_parts(b);
-            Box::pin(backend.batch(&state, kind, entries, opts))
-                .await
-                .map(|r| Outcome::Result(r, false))
-        }
-        other => {
-            tracing::error!(
-                message = message_name(&other),
-                "transport: not a request message"
-            );
-            Err(QueryError::Server(format!(
-                "Unexpected message {}",
-                message_name(&other)
-            )))
-        }
-    };
+    })
+    .await;
     before_answer();
     let prefix = ResponsePrefix {
         tracing_id,
+        warnings: &warnings,
         ..ResponsePrefix::NONE
     };
     match outcome {
@@ -1271,7 +1348,7 @@ async fn serve_request<B: Backend>(
                 );
             }
         }
-        Err(e) => conn.send_error(version, stream, tracing_id, &error_map::query_error(&e)),
+        Err(e) => conn.send_error_with(version, stream, &prefix, &error_map::query_error(&e)),
     }
     guard.answered = true;
 }

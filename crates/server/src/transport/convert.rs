@@ -13,6 +13,7 @@ use amphora_protocol::{
     self as proto, ColumnSpec, ColumnType, ProtocolVersion, QueryParameters, Value,
 };
 use amphora_types::CqlType;
+use bytes::Bytes;
 
 use super::backend::{BatchEntry, BatchKind, BatchQueryText};
 
@@ -197,16 +198,27 @@ const SPEC_CACHE_ENTRIES: usize = 1024;
 /// A column list converted to wire specs, with its encoded form per protocol version.
 pub struct CachedColumns {
     pub specs: Rc<[ColumnSpec]>,
+    columns: Arc<Vec<ResultColumn>>,
     /// v3, v4, v5.
     encoded: [OnceCell<Option<EncodedColumns>>; 3],
+    metadata_id: OnceCell<Bytes>,
 }
 
 impl CachedColumns {
-    fn new(specs: Rc<[ColumnSpec]>) -> Self {
+    fn new(columns: Arc<Vec<ResultColumn>>) -> Self {
         Self {
-            specs,
+            specs: column_specs(&columns).into(),
+            columns,
             encoded: Default::default(),
+            metadata_id: OnceCell::new(),
         }
+    }
+
+    /// The v5 result metadata id of these columns (the one PREPARED announces for them),
+    /// computed once.
+    pub fn metadata_id(&self) -> &Bytes {
+        self.metadata_id
+            .get_or_init(|| amphora_coordinator::exec::result_metadata_id(&self.columns))
     }
 
     /// The specs encoded once for `version` (`None` if they cannot be encoded, e.g. a name
@@ -220,10 +232,10 @@ impl CachedColumns {
     }
 }
 
-type SpecCache = HashMap<usize, (Arc<Vec<ResultColumn>>, Rc<CachedColumns>)>;
+type SpecCache = HashMap<usize, Rc<CachedColumns>>;
 
 thread_local! {
-    /// Converted metadata by the address of the coordinator's `Arc` (kept alive here, so the
+    /// Converted metadata by the address of the coordinator's `Arc` (kept alive by the entry, so the
     /// address cannot be reused while cached): a prepared statement's columns are converted
     /// and encoded once per shard.
     static SPEC_CACHE: RefCell<SpecCache> = RefCell::new(HashMap::new());
@@ -236,14 +248,14 @@ pub fn cached_columns(columns: &Arc<Vec<ResultColumn>>) -> Rc<CachedColumns> {
     let key = Arc::as_ptr(columns) as usize;
     SPEC_CACHE.with(|c| {
         let mut cache = c.borrow_mut();
-        if let Some((_, cached)) = cache.get(&key) {
+        if let Some(cached) = cache.get(&key) {
             return cached.clone();
         }
         if cache.len() >= SPEC_CACHE_ENTRIES {
             cache.clear();
         }
-        let cached = Rc::new(CachedColumns::new(column_specs(columns).into()));
-        cache.insert(key, (columns.clone(), cached.clone()));
+        let cached = Rc::new(CachedColumns::new(columns.clone()));
+        cache.insert(key, cached.clone());
         cached
     })
 }
@@ -453,6 +465,12 @@ mod tests {
             v4,
             b.encoded(ProtocolVersion::V4).expect("encodes")
         ));
+        // The v5 result metadata id is the coordinator's, computed once.
+        assert_eq!(
+            a.metadata_id(),
+            &amphora_coordinator::exec::result_metadata_id(&cols)
+        );
+        assert!(std::ptr::eq(a.metadata_id(), b.metadata_id()));
         assert_eq!(placeholder_specs(3).len(), 3);
         assert!(Rc::ptr_eq(&placeholder_specs(3), &placeholder_specs(3)));
     }

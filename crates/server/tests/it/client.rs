@@ -267,11 +267,18 @@ impl Client {
         self.recv()
     }
 
-    pub fn execute(&mut self, stream: i16, id: &[u8], skip_metadata: bool) -> Envelope {
+    /// EXECUTE with two values; `rmid` is sent only in v5.
+    pub fn execute(
+        &mut self,
+        stream: i16,
+        id: &[u8],
+        rmid: &[u8],
+        skip_metadata: bool,
+    ) -> Envelope {
         let mut body = BytesMut::new();
         put_short_bytes(&mut body, id);
         if self.version >= 5 {
-            put_short_bytes(&mut body, b"rmid");
+            put_short_bytes(&mut body, rmid);
         }
         let flags = if skip_metadata { 0x02 } else { 0 };
         body.extend_from_slice(&params(
@@ -361,12 +368,28 @@ pub fn put_short_bytes(b: &mut BytesMut, s: &[u8]) {
 
 // ---- answers -------------------------------------------------------------------------------
 
+/// A reader at the message of an answer (after its tracing id and warnings).
 pub fn reader(env: &Envelope) -> Reader {
     let mut r = Reader::new(env.body.clone());
     if env.flags.contains(Flags::TRACING) {
         r.read_slice(16).expect("tracing id");
     }
+    if env.flags.contains(Flags::WARNING) {
+        r.read_string_list().expect("warnings");
+    }
     r
+}
+
+/// The warnings of an answer (empty without the WARNING flag).
+pub fn warnings_of(env: &Envelope) -> Vec<String> {
+    if !env.flags.contains(Flags::WARNING) {
+        return Vec::new();
+    }
+    let mut r = Reader::new(env.body.clone());
+    if env.flags.contains(Flags::TRACING) {
+        r.read_slice(16).expect("tracing id");
+    }
+    r.read_string_list().expect("warnings")
 }
 
 /// (code, message) of an ERROR.
@@ -406,6 +429,8 @@ pub struct Rows {
     pub columns: Vec<(String, u16)>,
     pub column_count: i32,
     pub paging_state: Option<Bytes>,
+    /// With Metadata_changed (v5).
+    pub new_metadata_id: Option<Bytes>,
     pub rows: Vec<Vec<Option<Bytes>>>,
 }
 
@@ -420,6 +445,7 @@ pub fn rows_of(env: &Envelope) -> Rows {
     } else {
         None
     };
+    let new_metadata_id = (flags & 0x08 != 0).then(|| r.read_short_bytes().expect("new id"));
     let mut columns = Vec::new();
     if flags & 0x04 == 0 {
         if flags & 0x01 != 0 {
@@ -449,6 +475,7 @@ pub fn rows_of(env: &Envelope) -> Rows {
         columns,
         column_count,
         paging_state,
+        new_metadata_id,
         rows,
     }
 }

@@ -11,6 +11,7 @@
 //! | `error CODE`      | the QueryError of that name                                   |
 //! | `create ks NAME`  | Schema_change CREATED KEYSPACE, also pushed as an event       |
 //! | `panic`           | panics inside the request                                     |
+//! | `warn N [error]`  | N client warnings `mock warning I`, then Void (or Invalid)    |
 //! | anything else     | Void                                                          |
 
 use std::cell::RefCell;
@@ -137,6 +138,15 @@ fn run(state: &ClientState, query: &str, opts: &QueryOptions) -> Result<QueryRes
             QueryResult::SchemaChange(sc)
         }
         "panic" => panic!("mock: panic requested"),
+        "warn" => {
+            for i in 0..arg.parse::<usize>().unwrap_or(0) {
+                amphora_trace::warn(format!("mock warning {i}"));
+            }
+            if words.next() == Some("error") {
+                return Err(QueryError::Invalid("warned and failed".into()));
+            }
+            QueryResult::Void
+        }
         _ => QueryResult::Void,
     })
 }

@@ -213,3 +213,156 @@ fn node_negotiation_and_bad_input() {
     );
     stop_node(node);
 }
+
+/// A BATCH of `n` text-query INSERTs into `table`, with keys from `first`, each value
+/// `value_len` bytes.
+fn batch_of_inserts(
+    c: &mut Client,
+    stream: i16,
+    kind: u8,
+    table: &str,
+    first: i32,
+    n: i32,
+    value_len: usize,
+) -> amphora_protocol::Envelope {
+    let mut body = BytesMut::new();
+    body.put_u8(kind);
+    body.put_u16(n as u16);
+    let v = "x".repeat(value_len);
+    for k in first..first + n {
+        body.put_u8(0);
+        put_long_string(
+            &mut body,
+            &format!("INSERT INTO {table} (k, v) VALUES ({k}, '{v}')"),
+        );
+        body.put_u16(0);
+    }
+    body.put_u16(1);
+    if c.version >= 5 {
+        body.put_u32(0);
+    } else {
+        body.put_u8(0);
+    }
+    c.send(0, stream, Opcode::Batch as u8, &body);
+    c.recv()
+}
+
+#[test]
+fn node_warns_on_large_batches_and_unrestricted_aggregates() {
+    let dir = TestDir::new("warn");
+    let node = start_node(&dir, 1);
+    let mut c = Client::connect(node.native_addr, 4);
+    c.startup(&[]);
+    c.query(
+        1,
+        "CREATE KEYSPACE w WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+    );
+    c.query(2, "CREATE TABLE w.t (k int PRIMARY KEY, v text)");
+    // Two partitions of 3000-byte values: 6000 + 2 × 16 bytes of cells, over 5 KiB.
+    let r = batch_of_inserts(&mut c, 3, 0, "w.t", 0, 2, 3000);
+    assert_eq!(reader(&r).read_i32().expect("kind"), 1, "{r:?}");
+    assert_eq!(
+        warnings_of(&r),
+        vec![
+            "Batch for [w.t] is of size 6032, exceeding specified threshold of 5120 by 912."
+                .to_string()
+        ]
+    );
+    // One partition, however large: no warning (CASSANDRA-10876).
+    let r = batch_of_inserts(&mut c, 4, 0, "w.t", 7, 1, 20_000);
+    assert!(warnings_of(&r).is_empty(), "{r:?}");
+    // Small, logged, many partitions: nothing to say.
+    let r = batch_of_inserts(&mut c, 5, 0, "w.t", 100, 12, 10);
+    assert!(warnings_of(&r).is_empty(), "{r:?}");
+    // Unlogged over more than 10 partitions.
+    let r = batch_of_inserts(&mut c, 6, 1, "w.t", 100, 11, 10);
+    assert_eq!(
+        warnings_of(&r),
+        vec!["Unlogged batch covering 11 partitions detected against table [w.t]. You should use a logged batch for atomicity, or asynchronous writes for performance.".to_string()]
+    );
+    // Past batch_size_fail_threshold (50 KiB): refused, nothing written.
+    let r = batch_of_inserts(&mut c, 7, 0, "w.t", 200, 2, 30_000);
+    assert_eq!(error_of(&r), (0x2200, "Batch too large".to_string()));
+    assert_eq!(
+        warnings_of(&r).len(),
+        1,
+        "the warning still comes with the error"
+    );
+    let rows = rows_of(&c.query(8, "SELECT k FROM w.t WHERE k = 200"));
+    assert!(rows.rows.is_empty());
+    // Aggregates.
+    let r = c.query(9, "SELECT count(*) FROM w.t");
+    assert_eq!(
+        warnings_of(&r),
+        vec!["Aggregation query used without partition key".to_string()]
+    );
+    let r = c.query(10, "SELECT count(*) FROM w.t WHERE k = 1");
+    assert!(warnings_of(&r).is_empty(), "{r:?}");
+    let r = c.query(11, "SELECT count(*) FROM w.t WHERE k IN (1, 2)");
+    assert_eq!(
+        warnings_of(&r),
+        vec!["Aggregation query used on multiple partition keys (IN restriction)".to_string()]
+    );
+    let r = c.query(12, "SELECT k FROM w.t");
+    assert!(warnings_of(&r).is_empty(), "{r:?}");
+    stop_node(node);
+}
+
+#[test]
+fn node_v5_execute_after_alter_gets_metadata_changed() {
+    let dir = TestDir::new("mdid");
+    let node = start_node(&dir, 1);
+    let mut a = Client::connect(node.native_addr, 5);
+    a.startup(&[]);
+    a.query(
+        1,
+        "CREATE KEYSPACE m WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+    );
+    a.query(2, "CREATE TABLE m.t (k int PRIMARY KEY, v int)");
+    a.query(3, "INSERT INTO m.t (k, v) VALUES (1, 10)");
+    let q = "SELECT * FROM m.t WHERE k = ?";
+    let (id, rmid1, _) = prepared(&a.prepare(4, q), true);
+    // Skip_metadata with the current id: no metadata.
+    let mut body = BytesMut::new();
+    put_short_bytes(&mut body, &id);
+    put_short_bytes(&mut body, &rmid1);
+    body.extend_from_slice(&params(5, 0x02, &[Some(&1i32.to_be_bytes())], None, None));
+    a.send(0, 5, Opcode::Execute as u8, &body);
+    let rows = rows_of(&a.recv());
+    assert_ne!(rows.flags & 0x04, 0, "no metadata");
+    assert_eq!(rows.column_count, 2);
+    // Another client changes the table and prepares the statement again.
+    let mut b = Client::connect(node.native_addr, 5);
+    b.startup(&[]);
+    b.query(1, "ALTER TABLE m.t ADD w text");
+    let (id2, rmid2, _) = prepared(&b.prepare(2, q), true);
+    assert_eq!(id2, id, "the id is the query's");
+    assert_ne!(rmid2, rmid1, "the result metadata changed");
+    // The first client still holds the old metadata id: it gets the new id and metadata.
+    a.send(0, 6, Opcode::Execute as u8, &body);
+    let rows = rows_of(&a.recv());
+    assert_eq!(rows.flags & 0x04, 0, "metadata sent");
+    assert_ne!(rows.flags & 0x08, 0, "Metadata_changed");
+    assert_eq!(rows.new_metadata_id.as_deref(), Some(&rmid2[..]));
+    assert_eq!(rows.column_count, 3);
+    let names: Vec<&str> = rows.columns.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, vec!["k", "v", "w"]);
+    assert_eq!(
+        rows.rows,
+        vec![vec![
+            Some(bytes::Bytes::copy_from_slice(&1i32.to_be_bytes())),
+            Some(bytes::Bytes::copy_from_slice(&10i32.to_be_bytes())),
+            None
+        ]]
+    );
+    // With the new id it is skipped again.
+    let mut body = BytesMut::new();
+    put_short_bytes(&mut body, &id);
+    put_short_bytes(&mut body, &rmid2);
+    body.extend_from_slice(&params(5, 0x02, &[Some(&1i32.to_be_bytes())], None, None));
+    a.send(0, 7, Opcode::Execute as u8, &body);
+    let rows = rows_of(&a.recv());
+    assert_ne!(rows.flags & 0x04, 0, "no metadata");
+    assert_eq!(rows.column_count, 3);
+    stop_node(node);
+}

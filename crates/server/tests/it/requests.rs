@@ -85,25 +85,38 @@ fn prepare_execute_and_unprepared() {
         let mut rd = reader(&r);
         assert_eq!(rd.read_i32().expect("kind"), 4);
         let id = rd.read_short_bytes().expect("id");
-        if version >= 5 {
-            assert_eq!(
-                &rd.read_short_bytes().expect("result metadata id")[..],
-                b"rmid"
-            );
-        }
+        let rmid = if version >= 5 {
+            rd.read_short_bytes().expect("result metadata id")
+        } else {
+            bytes::Bytes::new()
+        };
         let flags = rd.read_u32().expect("flags");
         assert_eq!(flags & 1, 1, "global table spec");
         assert_eq!(rd.read_i32().expect("bind count"), 2);
         assert_eq!(rd.read_i32().expect("pk count"), 1);
         assert_eq!(rd.read_u16().expect("pk index"), 0);
-        let full = rows_of(&c.execute(2, &id, false));
+        let full = rows_of(&c.execute(2, &id, &rmid, false));
         assert_eq!(full.columns, vec![("n".to_string(), 0x0009)]);
         assert_eq!(full.rows.len(), 3);
-        let skipped = rows_of(&c.execute(3, &id, true));
+        assert_eq!(full.new_metadata_id, None);
+        let skipped = rows_of(&c.execute(3, &id, &rmid, true));
         assert_ne!(skipped.flags & 0x04, 0, "no_metadata");
         assert_eq!(skipped.column_count, 1);
         assert_eq!(skipped.rows.len(), 3);
-        let r = c.execute(4, b"unknown-id", false);
+        // v5: a result_metadata_id that is not the result's current one gets full metadata,
+        // Metadata_changed and the current id, even with Skip_metadata; v4 has no ids.
+        let stale = rows_of(&c.execute(5, &id, b"stale", true));
+        if version >= 5 {
+            assert_eq!(stale.flags & 0x04, 0, "metadata sent");
+            assert_ne!(stale.flags & 0x08, 0, "metadata changed");
+            assert_eq!(stale.new_metadata_id.as_deref(), Some(&rmid[..]));
+            assert_eq!(stale.columns, vec![("n".to_string(), 0x0009)]);
+        } else {
+            assert_ne!(stale.flags & 0x04, 0, "no_metadata");
+            assert_eq!(stale.new_metadata_id, None);
+        }
+        assert_eq!(stale.rows.len(), 3);
+        let r = c.execute(4, b"unknown-id", b"", false);
         let (code, _) = error_of(&r);
         assert_eq!(code, 0x2500);
         let mut rd = reader(&r);
@@ -301,4 +314,45 @@ fn a_client_that_does_not_read_its_answers_is_not_buffered_without_limit() {
     // Reading resumes everything.
     let streams: HashSet<i16> = (0..N).map(|_| c.recv().stream).collect();
     assert_eq!(streams.len(), N as usize);
+}
+
+#[test]
+fn warnings_travel_in_the_answer_prefix_from_v4() {
+    let node = TestNode::start(1);
+    for version in [3u8, 4, 5] {
+        let mut c = Client::connect(node.native(), version);
+        c.startup(&[]);
+        let r = c.query(1, "warn 2");
+        if version >= 4 {
+            assert!(r.flags.contains(Flags::WARNING), "{r:?}");
+            assert_eq!(
+                warnings_of(&r),
+                vec!["mock warning 0".to_string(), "mock warning 1".to_string()]
+            );
+        } else {
+            // v3 has no warnings: the flag and the list are left out.
+            assert!(!r.flags.contains(Flags::WARNING), "{r:?}");
+        }
+        assert_eq!(
+            reader(&r).read_i32().expect("kind"),
+            1,
+            "Void after the list"
+        );
+        // An error answer carries the warnings raised before the failure.
+        let r = c.query(2, "warn 1 error");
+        assert_eq!(error_of(&r), (0x2200, "warned and failed".to_string()));
+        assert_eq!(warnings_of(&r).len(), usize::from(version >= 4));
+        // Traced: tracing id first, then the warnings.
+        let mut body = BytesMut::new();
+        put_long_string(&mut body, "warn 1");
+        body.extend_from_slice(&params(version, 0, &[], None, None));
+        c.send(0x02, 3, Opcode::Query as u8, &body);
+        let r = c.recv();
+        assert!(r.flags.contains(Flags::TRACING));
+        assert_eq!(warnings_of(&r).len(), usize::from(version >= 4));
+        assert_eq!(reader(&r).read_i32().expect("kind"), 1);
+        // Warnings belong to their request only.
+        let r = c.query(4, "rows 1");
+        assert!(!r.flags.contains(Flags::WARNING), "{r:?}");
+    }
 }
