@@ -131,6 +131,8 @@ impl ShardDb {
     }
 
     async fn apply_inner(&self, m: Mutation) -> Result<(), ReplicaError> {
+        // Backpressure: waits while the shard's memtables are over their budget.
+        self.storage.admit().await?;
         let ack = self.storage.apply(&m)?;
         ack.await?;
         Ok(())
@@ -169,6 +171,8 @@ impl ShardDb {
     }
 
     async fn apply_counter_inner(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
+        // Before the read: nothing may await between the read and the write.
+        self.storage.admit().await?;
         let mut cmd = ReadCommand::new(
             u.table,
             amphora_storage::PartitionRange::Single(u.key.clone()),
