@@ -4,6 +4,7 @@ scylla-driver (see conftest.py)."""
 
 import datetime
 import ipaddress
+import re
 import uuid
 from decimal import Decimal
 
@@ -395,6 +396,51 @@ def test_unlogged_batch_with_timestamp(session, keyspace):
                     f"INSERT INTO {t} (k, c, v) VALUES (2, 2, 'y'); APPLY BATCH")
     wt = [r[0] for r in session.execute(f"SELECT writetime(v) FROM {t} WHERE k = 2")]
     assert wt == [1234567, 1234567]
+
+
+def test_server_warning_for_a_large_batch(session, keyspace):
+    """A multi-partition batch over batch_size_warn_threshold (5 KiB) is applied and the
+    driver exposes Cassandra's warning; one over batch_size_fail_threshold (50 KiB) is
+    refused."""
+    t = _batch_table(session, keyspace, "bigbatch")
+    ins = session.prepare(f"INSERT INTO {t} (k, c, v) VALUES (?, ?, ?)")
+    b = BatchStatement(batch_type=BatchType.UNLOGGED)
+    for k in range(2):
+        b.add(ins, [k, 0, "x" * 3000])
+    rs = session.execute(b)
+    warnings = rs.response_future.warnings or []
+    assert len(warnings) == 1, warnings
+    m = re.fullmatch(
+        rf"Batch for \[{re.escape(t)}\] is of size (\d+), exceeding specified threshold of "
+        r"5120 by (\d+)\.", warnings[0])
+    assert m, warnings[0]
+    size, over = int(m.group(1)), int(m.group(2))
+    assert size > 6000 and over == size - 5120
+    assert session.execute(f"SELECT count(*) FROM {t} WHERE k = 1").one()[0] == 1
+    # Small or single-partition batches say nothing.
+    small = BatchStatement(batch_type=BatchType.UNLOGGED)
+    small.add(ins, [5, 0, "a"])
+    small.add(ins, [6, 0, "b"])
+    assert not session.execute(small).response_future.warnings
+    huge = BatchStatement(batch_type=BatchType.UNLOGGED)
+    for k in range(2):
+        huge.add(ins, [10 + k, 0, "y" * 30_000])
+    with pytest.raises(InvalidRequest, match="Batch too large"):
+        session.execute(huge)
+
+
+def test_server_warning_for_an_aggregate_without_partition_key(session, keyspace):
+    t = _batch_table(session, keyspace, "aggwarn")
+    session.execute(f"INSERT INTO {t} (k, c, v) VALUES (1, 1, 'a')")
+    rs = session.execute(f"SELECT count(*) FROM {t}")
+    assert rs.one()[0] == 1
+    assert rs.response_future.warnings == ["Aggregation query used without partition key"]
+    rs = session.execute(f"SELECT count(*) FROM {t} WHERE k = 1")
+    assert not rs.response_future.warnings
+    # Prepared statements carry them too.
+    ps = session.prepare(f"SELECT max(c) FROM {t}")
+    rs = session.execute(ps)
+    assert rs.response_future.warnings == ["Aggregation query used without partition key"]
 
 
 def test_counter_batch(session, keyspace):

@@ -280,6 +280,50 @@ class CompatTest {
   }
 
   @Test
+  void preparedSelectStarAfterAlterTableAdd() {
+    String t = KS + ".alter_star";
+    session.execute("CREATE TABLE " + t + " (k int PRIMARY KEY, a int)");
+    session.execute("INSERT INTO " + t + " (k, a) VALUES (1, 10)");
+    PreparedStatement sel = session.prepare("SELECT * FROM " + t + " WHERE k = ?");
+    assertEquals(2, session.execute(sel.bind(1)).one().getColumnDefinitions().size());
+    session.execute("ALTER TABLE " + t + " ADD b text");
+    session.execute("UPDATE " + t + " SET b = 'new' WHERE k = 1");
+    // Another client prepares the same text: the node then holds the new result metadata
+    // under the same id, and this session's EXECUTE (old result metadata id, v5) is answered
+    // with Metadata_changed and the new columns.
+    try (CqlSession other = CqlSession.builder()
+        .addContactPoint(new InetSocketAddress(HOST, PORT))
+        .withLocalDatacenter(DC)
+        .build()) {
+      other.prepare("SELECT * FROM " + t + " WHERE k = ?");
+    }
+    Row row = session.execute(sel.bind(1)).one();
+    assertNotNull(row);
+    assertEquals(10, row.getInt("a"));
+    assertEquals(3, row.getColumnDefinitions().size());
+    assertEquals("new", row.getString("b"));
+    // The driver keeps the new metadata: the next execution decodes the same way.
+    assertEquals("new", session.execute(sel.bind(1)).one().getString("b"));
+  }
+
+  @Test
+  void serverWarnings() {
+    session.execute("CREATE TABLE " + KS + ".warned (k int PRIMARY KEY, v text)");
+    PreparedStatement ins =
+        session.prepare("INSERT INTO " + KS + ".warned (k, v) VALUES (?, ?)");
+    String big = "x".repeat(3000);
+    ResultSet rs = session.execute(BatchStatement.newInstance(DefaultBatchType.UNLOGGED,
+        ins.bind(1, big), ins.bind(2, big)));
+    List<String> warnings = rs.getExecutionInfo().getWarnings();
+    assertEquals(1, warnings.size(), warnings.toString());
+    assertTrue(warnings.get(0).matches("Batch for \\[" + KS + "\\.warned\\] is of size \\d+, "
+        + "exceeding specified threshold of 5120 by \\d+\\."), warnings.get(0));
+    rs = session.execute("SELECT count(*) FROM " + KS + ".warned");
+    assertEquals(List.of("Aggregation query used without partition key"),
+        rs.getExecutionInfo().getWarnings());
+  }
+
+  @Test
   void errors() {
     assertThrows(SyntaxError.class, () -> session.execute("SELEKT * FROM system.local"));
     assertThrows(InvalidQueryException.class,
