@@ -2,6 +2,7 @@
 //! with data written through the Rust `scylla` driver. Needs `cargo build -p amphora`.
 
 mod dashboard;
+mod maintenance;
 mod rest;
 
 use std::path::{Path, PathBuf};

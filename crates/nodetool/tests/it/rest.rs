@@ -54,6 +54,8 @@ fn every_documented_get_is_served_and_errors_are_json() {
             .replace("{id}", "no-such-task");
         let concrete = if concrete.contains("natural_endpoints") {
             format!("{concrete}?cf=t&key=1")
+        } else if concrete.contains("toppartitions") {
+            format!("{concrete}?duration=10")
         } else {
             concrete
         };
@@ -119,6 +121,42 @@ fn every_documented_get_is_served_and_errors_are_json() {
             "/storage_service/keyspaces?type=weird",
             400,
             "unknown keyspace type",
+        ),
+        (
+            "post",
+            "/storage_service/keyspace_cleanup/nope",
+            404,
+            "unknown keyspace nope",
+        ),
+        (
+            "post",
+            "/storage_service/keyspace_scrub/ks?cf=nope",
+            404,
+            "unknown table ks.nope",
+        ),
+        (
+            "post",
+            "/storage_service/keyspace_garbagecollect/ks?granularity=ALL",
+            400,
+            "granularity must be ROW or CELL",
+        ),
+        (
+            "post",
+            "/storage_service/sstables/ks",
+            400,
+            "refresh needs the table",
+        ),
+        (
+            "get",
+            "/column_family/toppartitions/ks:t",
+            400,
+            "duration (ms) is required",
+        ),
+        (
+            "get",
+            "/column_family/toppartitions/ks:t?duration=10&list_size=50&capacity=10",
+            400,
+            "capacity must be between",
         ),
     ] {
         let r = if method == "get" {

@@ -22,8 +22,8 @@ use super::jobs::{TaskStatus, now_ms};
 use super::routes::{ApiError, ApiResult, S, list, resolve, resolve_name, schema, update_task};
 
 /// Longest toppartitions sampling (Cassandra has no limit; the request holds a
-/// connection for the whole duration).
-pub const MAX_SAMPLING_MS: u64 = 600_000;
+/// connection for the whole duration, and nodetool gives up on a request after 600 s).
+pub const MAX_SAMPLING_MS: u64 = 300_000;
 /// Longest toppartitions list (`-k`).
 pub const MAX_LIST_SIZE: usize = 1000;
 
