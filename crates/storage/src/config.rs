@@ -93,6 +93,12 @@ pub struct StorageConfig {
     /// Bytes of the shard's cache of decompressed SSTable blocks (0 disables it); `None`:
     /// as much as `memtable_budget_bytes`.
     pub block_cache_bytes: Option<u64>,
+    /// Bytes of the shard's row cache of whole partitions (0 disables it); `None`: half
+    /// of `memtable_budget_bytes`.
+    pub row_cache_bytes: Option<u64>,
+    /// Partitions estimated above this (or above an eighth of the row cache) are not
+    /// row-cached: they are read from SSTables each time.
+    pub row_cache_partition_max_bytes: u64,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -109,6 +115,8 @@ impl StorageConfig {
             memtable_budget_bytes: 256 << 20,
             auto_compaction: true,
             block_cache_bytes: None,
+            row_cache_bytes: None,
+            row_cache_partition_max_bytes: 1 << 20,
             clock: Clock::system(),
             before_flush: None,
         }
@@ -117,5 +125,17 @@ impl StorageConfig {
     /// The block cache's size in bytes.
     pub fn block_cache_capacity(&self) -> u64 {
         self.block_cache_bytes.unwrap_or(self.memtable_budget_bytes)
+    }
+
+    /// The row cache's size in bytes.
+    pub fn row_cache_capacity(&self) -> u64 {
+        self.row_cache_bytes
+            .unwrap_or(self.memtable_budget_bytes / 2)
+    }
+
+    /// The largest partition the row cache holds, in estimated bytes.
+    pub fn row_cache_partition_max(&self) -> u64 {
+        self.row_cache_partition_max_bytes
+            .min(self.row_cache_capacity() / 8)
     }
 }

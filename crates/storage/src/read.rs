@@ -1,12 +1,23 @@
-//! Read commands and results, and turning merged partition data into live query results.
+//! Read commands and results, the single-partition read (memtables + row cache or
+//! SSTables), and turning merged partition data into live query results.
+//!
+//! PERF-CRITICAL: `read_single` on a row cache hit is the hot point-read path.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use amphora_types::data::{
-    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate, Row,
+    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
+    Row, apply_own_deletions, max_deletion, merge_partition_updates,
 };
-use amphora_types::schema::{ColumnId, TableId, TableSchema};
+use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema};
 use bytes::Bytes;
+
+use crate::cache::BlockCache;
+use crate::error::Result;
+use crate::memtable::Memtable;
+use crate::rowcache::RowCache;
+use crate::sstable::SSTableReader;
 
 /// Which partitions a read covers.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,6 +261,208 @@ pub(crate) fn live_partition(
         }),
         cut,
     )
+}
+
+/// Where one table's single-partition read finds its data.
+pub(crate) struct TableSources<'a, M> {
+    pub table: TableId,
+    pub schema: &'a TableSchema,
+    pub cmp: &'a ClusteringComparator,
+    /// The active memtable, then the ones being flushed (newest first).
+    pub memtables: M,
+    /// The table's SSTables (quarantined ones are skipped).
+    pub sstables: &'a [Arc<SSTableReader>],
+}
+
+/// The rows of `u` within `slices` (empty = all), with all of its tombstones and static row.
+pub(crate) fn slice_of(
+    u: &PartitionUpdate,
+    slices: &[ClusteringSlice],
+    cmp: &ClusteringComparator,
+) -> PartitionUpdate {
+    let rows = if slices.is_empty() {
+        u.rows.clone()
+    } else {
+        // Rows are sorted: each slice is a contiguous run found by binary search.
+        let mut runs: Vec<(usize, usize)> = slices
+            .iter()
+            .map(|s| {
+                let from = u
+                    .rows
+                    .partition_point(|r| !cmp.after_start(&r.clustering, &s.start));
+                let len = u
+                    .rows
+                    .get(from..)
+                    .unwrap_or_default()
+                    .partition_point(|r| cmp.before_end(&r.clustering, &s.end));
+                (from, from + len)
+            })
+            .collect();
+        runs.sort_unstable();
+        let mut rows = Vec::new();
+        let mut next = 0;
+        for (from, to) in runs {
+            if let Some(run) = u.rows.get(from.max(next)..to) {
+                rows.extend_from_slice(run);
+            }
+            next = next.max(to);
+        }
+        rows
+    };
+    PartitionUpdate {
+        partition_deletion: u.partition_deletion,
+        static_row: u.static_row.clone(),
+        rows,
+        range_tombstones: u.range_tombstones.clone(),
+    }
+}
+
+fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: PartitionUpdate) {
+    *acc = Some(match acc.take() {
+        None => u,
+        Some(a) => merge_partition_updates(schema, &a, &u),
+    });
+}
+
+/// Merges the partition's data from the table's SSTables, newest first: an SSTable whose
+/// newest data is older than a partition tombstone already found (`floor` starts with the
+/// memtables' one, or None) cannot contribute and is not read. `slices`: keep only the
+/// rows within them (None = the whole partition).
+fn read_sstables(
+    t: &TableSources<'_, impl Iterator>,
+    key: &PartitionKey,
+    slices: Option<&[ClusteringSlice]>,
+    mut floor: Option<DeletionTime>,
+    cache: &mut BlockCache,
+    sstables_read: &mut u32,
+) -> Result<Option<PartitionUpdate>> {
+    let mut ssts: Vec<&Arc<SSTableReader>> =
+        t.sstables.iter().filter(|s| !s.is_quarantined()).collect();
+    ssts.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
+    let mut acc = None;
+    for s in ssts {
+        if floor.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
+            break;
+        }
+        if !s.may_contain(key) {
+            amphora_trace::event(|| {
+                format!("Bloom filter allows skipping sstable {}", s.generation)
+            });
+            continue;
+        }
+        *sstables_read += 1;
+        let found = s.get_with(key, Some(&mut *cache))?;
+        amphora_trace::event(|| {
+            format!(
+                "Partition index lookup in sstable {}: {}",
+                s.generation,
+                if found.is_some() { "found" } else { "absent" }
+            )
+        });
+        if let Some(mut u) = found {
+            if let Some(slices) = slices.filter(|s| !s.is_empty()) {
+                u.rows
+                    .retain(|r| slices.iter().any(|s| s.contains(t.cmp, &r.clustering)));
+            }
+            floor = max_deletion(floor, u.partition_deletion);
+            merge_into(t.schema, &mut acc, u);
+        }
+    }
+    Ok(acc)
+}
+
+/// A single-partition read: the memtables merged with the partition's SSTable-side
+/// content, taken from the row cache, or read from the SSTables (and then cached).
+/// A table without SSTables does not use the cache.
+pub(crate) fn read_single<'a>(
+    mut t: TableSources<'a, impl Iterator<Item = &'a Memtable>>,
+    key: &PartitionKey,
+    cmd: &ReadCommand,
+    block_cache: &mut BlockCache,
+    row_cache: &mut RowCache,
+) -> Result<ReadResult> {
+    let schema = t.schema;
+    let mut acc: Option<PartitionUpdate> = None;
+    let (mut memtables, mut in_memtables) = (0, 0);
+    let mut mem_deletion = None;
+    for m in t.memtables.by_ref() {
+        memtables += 1;
+        if let Some(u) = m.get(key, &cmd.slices) {
+            in_memtables += 1;
+            mem_deletion = max_deletion(mem_deletion, u.partition_deletion);
+            merge_into(schema, &mut acc, u);
+        }
+    }
+    amphora_trace::event(|| {
+        format!(
+            "Merging memtable contents ({in_memtables} of {memtables} memtables hold the partition)"
+        )
+    });
+    let mut sstables_read = 0;
+    // False while `acc` may still hold data its own tombstones shadow.
+    let mut canonical = false;
+    if !row_cache.enabled() || t.sstables.is_empty() {
+        let found = read_sstables(
+            &t,
+            key,
+            Some(&cmd.slices),
+            mem_deletion,
+            block_cache,
+            &mut sstables_read,
+        )?;
+        if let Some(u) = found {
+            merge_into(schema, &mut acc, u);
+        }
+    } else {
+        let part = match row_cache.get(t.table, key) {
+            Some(entry) => {
+                amphora_trace::event(|| "Row cache hit".to_string());
+                slice_of(entry, &cmd.slices, t.cmp)
+            }
+            None => {
+                amphora_trace::event(|| "Row cache miss".to_string());
+                let mut full = read_sstables(&t, key, None, None, block_cache, &mut sstables_read)?
+                    .unwrap_or_default();
+                apply_own_deletions(schema, &mut full);
+                let part = slice_of(&full, &cmd.slices, t.cmp);
+                row_cache.insert(t.table, key.clone(), full);
+                part
+            }
+        };
+        if !part.is_empty() {
+            // Entries are canonical, and so is what merging produces.
+            canonical = true;
+            merge_into(schema, &mut acc, part);
+        }
+    }
+    let mut result = ReadResult {
+        sstables_read,
+        exhausted: true,
+        ..Default::default()
+    };
+    let Some(mut merged) = acc else {
+        return Ok(result);
+    };
+    if !canonical {
+        // A single source was never merged: apply its internal shadowing too.
+        apply_own_deletions(schema, &mut merged);
+    }
+    let after = match &cmd.start_after {
+        Some((k, c)) if k == key => match c {
+            Some(c) => Some(c),
+            None => return Ok(result),
+        },
+        _ => None,
+    };
+    let mut remaining = limit(cmd.row_limit);
+    let start_remaining = remaining;
+    let (data, cut) = live_partition(schema, key.clone(), merged, cmd, after, &mut remaining);
+    result.rows_counted = start_remaining - remaining;
+    if let Some(d) = data {
+        result.partitions.push(d);
+    }
+    result.exhausted = !cut;
+    Ok(result)
 }
 
 fn has_clustering_restriction(cmd: &ReadCommand) -> bool {

@@ -39,9 +39,10 @@ use crate::memtable::Memtable;
 use crate::read::{
     PartitionData, PartitionRange, ReadCommand, ReadResult, in_range, limit, live_partition,
 };
+use crate::rowcache::{RowCache, RowCacheStats};
 use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
 
-/// Counters for nodetool/metrics. Row cache fields stay 0: no row cache yet.
+/// Counters for nodetool/metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StorageMetrics {
     pub writes: u64,
@@ -69,6 +70,10 @@ pub struct StorageMetrics {
     pub compaction_share_permille: u64,
     pub row_cache_hits: u64,
     pub row_cache_misses: u64,
+    pub row_cache_insertions: u64,
+    pub row_cache_evictions: u64,
+    pub row_cache_bytes: u64,
+    pub row_cache_partitions: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
     pub sstables_per_read: [u64; 16],
 }
@@ -222,6 +227,10 @@ struct Inner {
     closed: bool,
     /// Verified, decompressed SSTable blocks for point reads.
     block_cache: BlockCache,
+    /// SSTable-side content of hot partitions (see `rowcache.rs` for what keeps it valid).
+    row_cache: RowCache,
+    /// Running maintenance rewrites: unlike compactions, they may change the content.
+    rewrite_jobs: HashSet<u64>,
 }
 
 /// One shard's storage engine.
@@ -380,8 +389,11 @@ impl ShardStorage {
             ..Default::default()
         };
         let block_cache = BlockCache::new(cfg.block_cache_capacity());
+        let row_cache = RowCache::new(cfg.row_cache_capacity(), cfg.row_cache_partition_max());
         let inner = Inner {
             block_cache,
+            row_cache,
+            rewrite_jobs: HashSet::new(),
             cfg,
             tables: states,
             metrics,
@@ -449,7 +461,8 @@ impl ShardStorage {
             .ok_or(StorageError::UnknownTable(schema.id))?;
         t.schema = schema.clone();
         // Memtables keep their comparator: clustering types cannot change.
-        t.memtable.schema = schema;
+        t.memtable.schema = schema.clone();
+        inner.row_cache.invalidate_table(schema.id);
         Ok(())
     }
 
@@ -466,6 +479,7 @@ impl ShardStorage {
                 .memtable_total
                 .saturating_sub(t.memtable.size_bytes + flushing);
             inner.flushing_total = inner.flushing_total.saturating_sub(flushing);
+            inner.row_cache.invalidate_table(id);
             t
         };
         for s in &t.sstables {
@@ -507,6 +521,7 @@ impl ShardStorage {
         }
         inner.memtable_total = inner.memtable_total.saturating_sub(freed);
         inner.flushing_total = inner.flushing_total.saturating_sub(flushing);
+        inner.row_cache.invalidate_table(id);
         drop(inner);
         self.discard_segments();
         Ok(())
@@ -874,6 +889,8 @@ impl ShardStorage {
                             }
                             if let Some(i) = found {
                                 let f = t.flushing.remove(i);
+                                // Its SSTable joins the set: cached entries take its data.
+                                inner.row_cache.merge_flushed(table, &t.schema, &f.mem);
                                 let size = f.mem.size_bytes;
                                 inner.memtable_total = inner.memtable_total.saturating_sub(size);
                                 inner.flushing_total = inner.flushing_total.saturating_sub(size);
@@ -929,6 +946,8 @@ impl ShardStorage {
                 } => {
                     inner.metrics.pending_compactions =
                         inner.metrics.pending_compactions.saturating_sub(1);
+                    let rewrite = inner.rewrite_jobs.remove(&job);
+                    let now = inner.cfg.clock.now_seconds();
                     if let Some(t) = inner.tables.get_mut(&table) {
                         t.running_compactions.retain(|j| *j != job);
                     }
@@ -949,6 +968,16 @@ impl ShardStorage {
                             Ok(())
                         }
                         (Some(t), Ok((outs, txn))) => {
+                            // A compaction keeps the logical content unless it purges:
+                            // row cache entries stay valid unless it may have.
+                            let gc_before = now.saturating_sub(t.schema.options.gc_grace_seconds);
+                            if rewrite
+                                || t.sstables.iter().any(|s| {
+                                    inputs.contains(&s.generation) && has_purgeable(s, gc_before)
+                                })
+                            {
+                                inner.row_cache.invalidate_table(table);
+                            }
                             let mut bytes_in = 0;
                             // Outputs replace inputs: delete the inputs now (open readers
                             // elsewhere keep working on the unlinked files), then the log.
@@ -1320,7 +1349,7 @@ impl ShardStorage {
     /// and compactions (cleanup, scrub, garbagecollect, refresh): caches of the table's
     /// data that reads fill must be dropped here.
     fn sstables_changed(&self, id: TableId) {
-        let _ = id;
+        self.inner.borrow_mut().row_cache.invalidate_table(id);
     }
 
     fn start_rewrite(
@@ -1385,6 +1414,7 @@ impl ShardStorage {
         let job = inner.next_job;
         inner.next_job += 1;
         t.running_compactions.push(job);
+        inner.rewrite_jobs.insert(job);
         inner.metrics.pending_compactions += 1;
         let input = RewriteInput {
             schema: t.schema.clone(),
@@ -1487,6 +1517,13 @@ impl ShardStorage {
             .sum();
         m.commitlog_bytes = log.total_bytes();
         m.commitlog_segments = log.segment_count() as u64;
+        let rc = inner.row_cache.stats();
+        m.row_cache_hits = rc.hits;
+        m.row_cache_misses = rc.misses;
+        m.row_cache_insertions = rc.insertions;
+        m.row_cache_evictions = rc.evictions;
+        m.row_cache_bytes = rc.bytes;
+        m.row_cache_partitions = rc.partitions;
         m
     }
 
@@ -1522,6 +1559,11 @@ impl ShardStorage {
         self.inner.borrow().block_cache.stats()
     }
 
+    /// Counters and size of the shard's row cache.
+    pub fn row_cache_stats(&self) -> RowCacheStats {
+        self.inner.borrow().row_cache.stats()
+    }
+
     /// Executes a read: merges memtables and the SSTables that may hold the data, and
     /// returns live data only.
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
@@ -1534,7 +1576,20 @@ impl ShardStorage {
             .get(&cmd.table)
             .ok_or(StorageError::UnknownTable(cmd.table))?;
         let res = match &cmd.partitions {
-            PartitionRange::Single(key) => read_single(t, key, cmd, &mut inner.block_cache),
+            PartitionRange::Single(key) => crate::read::read_single(
+                crate::read::TableSources {
+                    table: cmd.table,
+                    schema: &t.schema,
+                    cmp: &t.memtable.cmp,
+                    memtables: std::iter::once(&t.memtable)
+                        .chain(t.flushing.iter().rev().map(|f| f.mem.as_ref())),
+                    sstables: &t.sstables,
+                },
+                key,
+                cmd,
+                &mut inner.block_cache,
+                &mut inner.row_cache,
+            ),
             PartitionRange::TokenRange { start, end } => read_range(t, start, end, cmd),
         };
         match res {
@@ -1552,6 +1607,7 @@ impl ShardStorage {
                     if let Some(t) = inner.tables.get_mut(&cmd.table) {
                         t.sstables.retain(|s| !s.is_quarantined());
                     }
+                    inner.row_cache.invalidate_table(cmd.table);
                 }
                 Err(e)
             }
@@ -1636,92 +1692,6 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
         None => u,
         Some(a) => merge_partition_updates(schema, &a, &u),
     });
-}
-
-fn read_single(
-    t: &TableState,
-    key: &PartitionKey,
-    cmd: &ReadCommand,
-    cache: &mut BlockCache,
-) -> Result<ReadResult> {
-    let schema = &t.schema;
-    let mut acc: Option<PartitionUpdate> = None;
-    let mut sources: Vec<PartitionUpdate> = Vec::new();
-    if let Some(u) = t.memtable.get(key, &cmd.slices) {
-        sources.push(u);
-    }
-    for f in t.flushing.iter().rev() {
-        if let Some(u) = f.mem.get(key, &cmd.slices) {
-            sources.push(u);
-        }
-    }
-    let mut partition_deletion = sources.iter().filter_map(|u| u.partition_deletion).max();
-    let in_memtables = sources.len();
-    amphora_trace::event(|| {
-        format!(
-            "Merging memtable contents ({in_memtables} of {} memtables hold the partition)",
-            1 + t.flushing.len()
-        )
-    });
-    for u in sources {
-        merge_into(schema, &mut acc, u);
-    }
-    // Newest SSTables first: a partition tombstone newer than an SSTable's data hides it.
-    let mut ssts: Vec<&Arc<SSTableReader>> =
-        t.sstables.iter().filter(|s| !s.is_quarantined()).collect();
-    ssts.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
-    let mut sstables_read = 0;
-    for s in ssts {
-        if partition_deletion.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
-            break;
-        }
-        if !s.may_contain(key) {
-            amphora_trace::event(|| {
-                format!("Bloom filter allows skipping sstable {}", s.generation)
-            });
-            continue;
-        }
-        sstables_read += 1;
-        let found = s.get_with(key, Some(&mut *cache))?;
-        amphora_trace::event(|| {
-            format!(
-                "Partition index lookup in sstable {}: {}",
-                s.generation,
-                if found.is_some() { "found" } else { "absent" }
-            )
-        });
-        if let Some(mut u) = found {
-            restrict(&mut u, schema, &cmd.slices);
-            partition_deletion = partition_deletion.max(u.partition_deletion);
-            merge_into(schema, &mut acc, u);
-        }
-    }
-    let mut result = ReadResult {
-        sstables_read,
-        exhausted: true,
-        ..Default::default()
-    };
-    let Some(mut merged) = acc else {
-        return Ok(result);
-    };
-    // A single source was never merged: apply its internal shadowing too.
-    apply_own_deletions(schema, &mut merged);
-    let after = match &cmd.start_after {
-        Some((k, c)) if k == key => match c {
-            Some(c) => Some(c),
-            None => return Ok(result),
-        },
-        _ => None,
-    };
-    let mut remaining = limit(cmd.row_limit);
-    let start_remaining = remaining;
-    let (data, cut) = live_partition(schema, key.clone(), merged, cmd, after, &mut remaining);
-    result.rows_counted = start_remaining - remaining;
-    if let Some(d) = data {
-        result.partitions.push(d);
-    }
-    result.exhausted = !cut;
-    Ok(result)
 }
 
 /// A source of partitions in ring order.

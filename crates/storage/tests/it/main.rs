@@ -8,3 +8,4 @@ mod fixtures;
 mod maintenance;
 mod model;
 mod robustness;
+mod rowcache;

@@ -1,5 +1,7 @@
 //! Model-based randomized test: ShardStorage against a BTreeMap model, with flushes,
 //! compactions (STCS, LCS, TWCS, major), restarts (replay), TTL under a simulated clock.
+//! Point reads are repeated, so the second one is served by the row cache (sized per
+//! seed: tiny, so it evicts, or large).
 //!
 //! Replay one seed: `MODEL_SEED=<seed> cargo test -p amphora-storage --test it model`.
 //! More seeds: `MODEL_SEEDS=<n>`; more ops per seed: `MODEL_OPS=<n>`.
@@ -201,8 +203,15 @@ fn run_seed(seed: u64, ops: usize) {
         let cl = clock.clone();
         c.clock = Clock::from_fn(move || cl.load(Ordering::Relaxed));
         c.commitlog_segment_size_bytes = 64 << 10;
+        c.row_cache_bytes = Some(if (seed / 7).is_multiple_of(3) {
+            4 << 10
+        } else {
+            1 << 20
+        });
         c
     };
+    // Row cache hits over the whole run (counters restart with the shard).
+    let mut cache_hits = 0;
     let table = TableId(77);
     let mut model = Model::default();
     let mut used_ts = HashSet::new();
@@ -386,6 +395,7 @@ fn run_seed(seed: u64, ops: usize) {
                     if rng.chance(30) {
                         s.shutdown().await.expect("shutdown");
                     }
+                    cache_hits += s.row_cache_stats().hits;
                     drop(s);
                     let (s2, rep) =
                         ShardStorage::open(mk_cfg(), vec![schema.clone()]).expect("reopen");
@@ -408,10 +418,18 @@ fn run_seed(seed: u64, ops: usize) {
                         (hi, lo)
                     };
                     let mut cmd = ReadCommand::new(table, PartitionRange::Single(key.clone()), now);
-                    cmd.slices = vec![ClusteringSlice {
-                        start: ClusteringBound::inclusive(vec![i(first)]),
-                        end: ClusteringBound::inclusive(vec![i(last)]),
-                    }];
+                    let whole = rng.chance(30);
+                    let (lo, hi) = if whole {
+                        (i32::MIN, i32::MAX)
+                    } else {
+                        (lo, hi)
+                    };
+                    if !whole {
+                        cmd.slices = vec![ClusteringSlice {
+                            start: ClusteringBound::inclusive(vec![i(first)]),
+                            end: ClusteringBound::inclusive(vec![i(last)]),
+                        }];
+                    }
                     cmd.reversed = rng.chance(50);
                     cmd.row_limit = if rng.chance(30) {
                         1 + rng.below(3) as u32
@@ -419,6 +437,13 @@ fn run_seed(seed: u64, ops: usize) {
                         0
                     };
                     let r = s.read(&cmd).expect("read");
+                    // Again: this time from the row cache (once the table has SSTables).
+                    let again = s.read(&cmd).expect("read");
+                    assert_eq!(
+                        observe(&r),
+                        observe(&again),
+                        "seed {seed} op {op}: repeated read of key{k}"
+                    );
                     let got: Vec<(i32, Option<u32>)> =
                         observe(&r).into_iter().flat_map(|p| p.2).collect();
                     let mut want: Vec<(i32, Option<u32>)> = model
@@ -476,6 +501,23 @@ fn run_seed(seed: u64, ops: usize) {
             want.push((k, st, rows));
         }
         assert_eq!(got, want, "seed {seed}: full scan");
+        // Every partition by point reads too (twice: the second from the row cache).
+        for p in &want {
+            for pass in 0..2 {
+                let cmd = ReadCommand::new(table, PartitionRange::Single(pk(&key_name(p.0))), now);
+                let got = observe(&s.read(&cmd).expect("read"));
+                assert_eq!(
+                    got,
+                    vec![p.clone()],
+                    "seed {seed}: point read {pass} of key{}",
+                    p.0
+                );
+            }
+        }
+        cache_hits += s.row_cache_stats().hits;
+        if ops >= 300 {
+            assert!(cache_hits > 0, "seed {seed}: no row cache hit");
+        }
     });
 }
 

@@ -1,0 +1,470 @@
+//! The row cache: point reads served from it return what was written, across writes,
+//! flushes, compactions, deletions, TTL expiry, purges, truncate/drop and eviction.
+
+use std::sync::Arc;
+
+use amphora_storage::rowcache::RowCacheStats;
+use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
+use amphora_types::data::{
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, Mutation,
+    PartitionUpdate, RangeTombstone, Row,
+};
+use amphora_types::schema::{ClusteringOrder, TableId, TableSchema};
+use bytes::Bytes;
+
+use crate::common::*;
+
+const T: TableId = TableId(1);
+const NOW: i32 = 1_000_000;
+
+fn cfg(dir: &std::path::Path, row_cache_bytes: u64) -> StorageConfig {
+    let mut c = config(dir);
+    c.row_cache_bytes = Some(row_cache_bytes);
+    // The engine's clock agrees with the reads' `now` (gc_grace decisions).
+    c.clock = amphora_storage::Clock::from_fn(|| NOW);
+    c
+}
+
+fn read_at(s: &ShardStorage, k: &str, now: i32) -> Vec<(String, i32, String)> {
+    let cmd = ReadCommand::new(T, PartitionRange::Single(pk(k)), now);
+    values(&s.read(&cmd).expect("read"))
+}
+
+fn read(s: &ShardStorage, k: &str) -> Vec<(String, i32, String)> {
+    read_at(s, k, NOW)
+}
+
+fn rows(k: &str, rs: &[(i32, &str)]) -> Vec<(String, i32, String)> {
+    rs.iter()
+        .map(|(c, v)| (k.to_string(), *c, v.to_string()))
+        .collect()
+}
+
+async fn apply(s: &ShardStorage, key: &str, update: PartitionUpdate) {
+    s.apply(&Mutation {
+        table: T,
+        key: pk(key),
+        update,
+    })
+    .expect("apply")
+    .await
+    .expect("ack");
+}
+
+async fn put(s: &ShardStorage, k: &str, c: i32, v: &str, ts: i64) {
+    s.apply(&row_write(1, k, c, v, ts))
+        .expect("apply")
+        .await
+        .expect("ack");
+}
+
+fn stats(s: &ShardStorage) -> RowCacheStats {
+    s.row_cache_stats()
+}
+
+fn open(dir: &std::path::Path, c: StorageConfig) -> ShardStorage {
+    let _ = dir;
+    ShardStorage::open(c, vec![clustered_schema(1, ClusteringOrder::Asc)])
+        .expect("open")
+        .0
+}
+
+/// k1 with rows 1..=3 in an SSTable, read once (a miss that fills the cache).
+async fn cached_partition(s: &ShardStorage) {
+    for c in 1..=3 {
+        put(s, "k1", c, &format!("v{c}"), 10).await;
+    }
+    s.flush(T).await.expect("flush");
+    assert_eq!(
+        read(s, "k1"),
+        rows("k1", &[(1, "v1"), (2, "v2"), (3, "v3")])
+    );
+    let st = stats(s);
+    assert_eq!(
+        (st.misses, st.insertions, st.partitions),
+        (1, 1, 1),
+        "{st:?}"
+    );
+}
+
+#[test]
+fn repeated_reads_hit_and_read_no_sstable() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        cached_partition(&s).await;
+        let cmd = ReadCommand::new(T, PartitionRange::Single(pk("k1")), NOW);
+        let r = s.read(&cmd).expect("read");
+        assert_eq!(r.sstables_read, 0);
+        assert_eq!(values(&r).len(), 3);
+        assert_eq!(stats(&s).hits, 1);
+        let m = s.metrics();
+        assert_eq!((m.row_cache_hits, m.row_cache_misses), (1, 1));
+        assert_eq!(m.row_cache_partitions, 1);
+        assert!(m.row_cache_bytes > 0);
+        // An absent partition is cached too (as empty), and stays absent.
+        assert_eq!(read(&s, "nope"), vec![]);
+        assert_eq!(read(&s, "nope"), vec![]);
+        assert_eq!(stats(&s).hits, 2);
+    });
+}
+
+#[test]
+fn slices_reversed_and_limited_reads_of_a_cached_partition() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        for c in 0..10 {
+            put(&s, "k", c, &format!("v{c}"), 10).await;
+        }
+        s.flush(T).await.expect("flush");
+        let slice = |a: i32, b: i32| ClusteringSlice {
+            start: ClusteringBound::inclusive(vec![i(a)]),
+            end: ClusteringBound::inclusive(vec![i(b)]),
+        };
+        for pass in 0..2 {
+            let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk("k")), NOW);
+            cmd.slices = vec![slice(2, 4), slice(3, 6), slice(8, 8)];
+            let got: Vec<i32> = values(&s.read(&cmd).expect("read"))
+                .into_iter()
+                .map(|r| r.1)
+                .collect();
+            assert_eq!(got, vec![2, 3, 4, 5, 6, 8], "pass {pass}");
+            cmd.reversed = true;
+            cmd.row_limit = 2;
+            let got: Vec<i32> = values(&s.read(&cmd).expect("read"))
+                .into_iter()
+                .map(|r| r.1)
+                .collect();
+            assert_eq!(got, vec![8, 6], "pass {pass}");
+        }
+        let st = stats(&s);
+        assert_eq!((st.misses, st.hits), (1, 3), "{st:?}");
+    });
+}
+
+#[test]
+fn write_after_cached_read_is_visible() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        cached_partition(&s).await;
+        put(&s, "k1", 2, "new", 20).await;
+        put(&s, "k1", 4, "v4", 20).await;
+        // An older write loses to the cached cell.
+        put(&s, "k1", 3, "old", 5).await;
+        let want = rows("k1", &[(1, "v1"), (2, "new"), (3, "v3"), (4, "v4")]);
+        assert_eq!(read(&s, "k1"), want);
+        assert_eq!(stats(&s).hits, 1);
+        // The flush merges the memtable into the cached entry: still a hit, same answer.
+        s.flush(T).await.expect("flush");
+        let r = s
+            .read(&ReadCommand::new(T, PartitionRange::Single(pk("k1")), NOW))
+            .expect("read");
+        assert_eq!(values(&r), want);
+        assert_eq!(r.sstables_read, 0, "served from the cache");
+        let st = stats(&s);
+        assert_eq!((st.hits, st.misses, st.partitions), (2, 1, 1), "{st:?}");
+    });
+}
+
+#[test]
+fn flush_of_uncached_partitions_leaves_the_cache_alone() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        cached_partition(&s).await;
+        put(&s, "k2", 1, "x", 20).await;
+        s.flush(T).await.expect("flush");
+        assert_eq!(read(&s, "k1").len(), 3);
+        assert_eq!(read(&s, "k2"), rows("k2", &[(1, "x")]));
+        let st = stats(&s);
+        assert_eq!((st.hits, st.misses, st.partitions), (1, 2, 2), "{st:?}");
+    });
+}
+
+#[test]
+fn compaction_keeps_entries_and_answers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        cached_partition(&s).await;
+        for round in 0..3 {
+            put(&s, "k1", 10 + round, "w", 20 + i64::from(round)).await;
+            put(&s, "other", round, "o", 20).await;
+            s.flush(T).await.expect("flush");
+        }
+        let before = read(&s, "k1");
+        assert_eq!(before.len(), 6);
+        s.compact_major(T).await.expect("compact");
+        assert_eq!(s.metrics().sstable_count, 1);
+        let st = stats(&s);
+        assert_eq!(st.invalidations, 0, "nothing purgeable: entries stay");
+        assert_eq!(read(&s, "k1"), before);
+        assert_eq!(stats(&s).hits, st.hits + 1);
+        assert_eq!(read(&s, "other").len(), 3);
+    });
+}
+
+fn tombstone_updates() -> Vec<(&'static str, PartitionUpdate)> {
+    let row = |c: i32, deletion, cells| Row {
+        clustering: Clustering(vec![i(c)]),
+        marker: None,
+        deletion,
+        cells,
+    };
+    vec![
+        (
+            "cell tombstone",
+            PartitionUpdate {
+                rows: vec![row(
+                    2,
+                    None,
+                    vec![(2, ColumnData::Simple(Cell::tombstone(20, NOW)))],
+                )],
+                ..Default::default()
+            },
+        ),
+        (
+            "row deletion",
+            PartitionUpdate {
+                rows: vec![row(2, Some(DeletionTime::new(20, NOW)), vec![])],
+                ..Default::default()
+            },
+        ),
+        (
+            "range tombstone",
+            PartitionUpdate {
+                range_tombstones: vec![RangeTombstone {
+                    start: ClusteringBound::inclusive(vec![i(2)]),
+                    end: ClusteringBound::inclusive(vec![i(3)]),
+                    deletion: DeletionTime::new(20, NOW),
+                }],
+                ..Default::default()
+            },
+        ),
+        (
+            "partition tombstone",
+            PartitionUpdate {
+                partition_deletion: Some(DeletionTime::new(20, NOW)),
+                ..Default::default()
+            },
+        ),
+    ]
+}
+
+#[test]
+fn deletions_of_a_cached_partition() {
+    let wants = [
+        // The cell tombstone leaves row 2 alive through its marker, with no value.
+        rows("k1", &[(1, "v1"), (2, ""), (3, "v3")]),
+        rows("k1", &[(1, "v1"), (3, "v3")]),
+        rows("k1", &[(1, "v1")]),
+        vec![],
+    ];
+    for ((what, update), want) in tombstone_updates().into_iter().zip(wants) {
+        let dir = tempfile::tempdir().expect("tmp");
+        rt().block_on(async {
+            let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+            cached_partition(&s).await;
+            apply(&s, "k1", update).await;
+            assert_eq!(read(&s, "k1"), want, "{what}, in the memtable");
+            s.flush(T).await.expect("flush");
+            assert_eq!(read(&s, "k1"), want, "{what}, flushed into the entry");
+            s.compact_major(T).await.expect("compact");
+            assert_eq!(read(&s, "k1"), want, "{what}, compacted");
+            // A write newer than the deletion is visible again.
+            put(&s, "k1", 2, "back", 30).await;
+            let got = read(&s, "k1");
+            assert!(
+                got.contains(&("k1".into(), 2, "back".into())),
+                "{what}: {got:?}"
+            );
+            let st = stats(&s);
+            assert_eq!((st.hits, st.invalidations), (4, 0), "{what}: {st:?}");
+        });
+    }
+}
+
+#[test]
+fn ttl_expiry_of_a_cached_cell_is_applied_at_read_time() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        let update = PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering(vec![i(1)]),
+                marker: None,
+                deletion: None,
+                cells: vec![(
+                    2,
+                    ColumnData::Simple(Cell::expiring(10, 100, NOW, Bytes::from_static(b"t"))),
+                )],
+            }],
+            ..Default::default()
+        };
+        apply(&s, "k", update).await;
+        s.flush(T).await.expect("flush");
+        assert_eq!(read_at(&s, "k", NOW + 99), rows("k", &[(1, "t")]));
+        assert_eq!(read_at(&s, "k", NOW + 99), rows("k", &[(1, "t")]));
+        assert_eq!(read_at(&s, "k", NOW + 100), vec![]);
+        assert_eq!(read_at(&s, "k", NOW + 5000), vec![]);
+        let st = stats(&s);
+        assert_eq!((st.misses, st.hits), (1, 3), "{st:?}");
+    });
+}
+
+/// gc_grace_seconds = 0: a compaction may purge tombstones, so it drops the table's
+/// entries, and what was deleted stays deleted.
+#[test]
+fn purging_compaction_drops_entries_and_resurrects_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let mut schema = (*clustered_schema(1, ClusteringOrder::Asc)).clone();
+        schema.options.gc_grace_seconds = 0;
+        let schema: Arc<TableSchema> = Arc::new(schema);
+        let clock_now = NOW + 10;
+        let mut c = cfg(dir.path(), 1 << 20);
+        c.clock = amphora_storage::Clock::from_fn(move || clock_now);
+        let (s, _) = ShardStorage::open(c, vec![schema]).expect("open");
+        cached_partition(&s).await;
+        // The tombstones and the data they shadow are in different SSTables.
+        for (_, update) in tombstone_updates().into_iter().take(3) {
+            apply(&s, "k1", update).await;
+        }
+        s.flush(T).await.expect("flush");
+        assert_eq!(read(&s, "k1"), rows("k1", &[(1, "v1")]));
+        let hits = stats(&s).hits;
+        s.compact_major(T).await.expect("compact");
+        let st = stats(&s);
+        assert_eq!((st.partitions, st.invalidations), (0, 1), "{st:?}");
+        assert_eq!(read(&s, "k1"), rows("k1", &[(1, "v1")]));
+        assert_eq!(read(&s, "k1"), rows("k1", &[(1, "v1")]));
+        assert_eq!(stats(&s).hits, hits + 1);
+    });
+}
+
+#[test]
+fn truncate_and_drop_clear_the_tables_entries() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 1 << 20));
+        let other = clustered_schema(2, ClusteringOrder::Asc);
+        s.add_table(other.clone()).expect("add");
+        cached_partition(&s).await;
+        s.apply(&row_write(2, "k1", 1, "x", 10))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(2)).await.expect("flush");
+        let other_read = || {
+            values(
+                &s.read(&ReadCommand::new(
+                    TableId(2),
+                    PartitionRange::Single(pk("k1")),
+                    NOW,
+                ))
+                .expect("read"),
+            )
+        };
+        assert_eq!(other_read().len(), 1);
+        assert_eq!(stats(&s).partitions, 2);
+        s.truncate(T).expect("truncate");
+        assert_eq!(stats(&s).partitions, 1);
+        assert_eq!(read(&s, "k1"), vec![]);
+        assert_eq!(other_read().len(), 1);
+        // New data after the truncate is read from its new SSTable.
+        put(&s, "k1", 7, "after", 40).await;
+        s.flush(T).await.expect("flush");
+        assert_eq!(read(&s, "k1"), rows("k1", &[(7, "after")]));
+        assert_eq!(read(&s, "k1"), rows("k1", &[(7, "after")]));
+        s.drop_table(TableId(2)).expect("drop");
+        let st = stats(&s);
+        assert_eq!(st.partitions, 1, "{st:?}");
+        assert!(st.bytes > 0);
+    });
+}
+
+#[test]
+fn tiny_budget_evicts_stays_bounded_and_correct() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let budget = 8 << 10;
+        let s = open(dir.path(), cfg(dir.path(), budget));
+        let keys: Vec<String> = (0..200).map(|n| format!("key{n}")).collect();
+        for (n, k) in keys.iter().enumerate() {
+            put(&s, k, 1, &format!("{k}-{}", "x".repeat(n % 50)), 10).await;
+        }
+        s.flush(T).await.expect("flush");
+        for pass in 0..3 {
+            for (n, k) in keys.iter().enumerate() {
+                let want = rows(k, &[(1, &format!("{k}-{}", "x".repeat(n % 50)))]);
+                assert_eq!(read(&s, k), want, "pass {pass}");
+                // A hot key is read again at once: a hit.
+                if n % 10 == 0 {
+                    assert_eq!(read(&s, k), want, "pass {pass}");
+                }
+                let st = stats(&s);
+                assert!(st.bytes <= budget, "{st:?}");
+            }
+        }
+        let st = stats(&s);
+        assert!(st.evictions > 100, "{st:?}");
+        assert!(st.hits >= 60, "{st:?}");
+        assert!(st.partitions > 0 && st.partitions < 200, "{st:?}");
+    });
+}
+
+#[test]
+fn partitions_over_the_limit_are_not_cached_but_read_whole() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let mut c = cfg(dir.path(), 1 << 20);
+        c.row_cache_partition_max_bytes = 4 << 10;
+        let s = open(dir.path(), c);
+        for c in 0..100 {
+            put(&s, "big", c, &"b".repeat(100), 10).await;
+        }
+        put(&s, "small", 1, "s", 10).await;
+        s.flush(T).await.expect("flush");
+        for _ in 0..2 {
+            assert_eq!(read(&s, "big").len(), 100);
+            let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk("big")), NOW);
+            cmd.slices = vec![ClusteringSlice {
+                start: ClusteringBound::inclusive(vec![i(40)]),
+                end: ClusteringBound::inclusive(vec![i(41)]),
+            }];
+            let r = s.read(&cmd).expect("read");
+            assert_eq!(r.sstables_read, 1);
+            assert_eq!(values(&r).iter().map(|v| v.1).collect::<Vec<_>>(), [40, 41]);
+            assert_eq!(read(&s, "small").len(), 1);
+        }
+        let st = stats(&s);
+        assert_eq!((st.partitions, st.hits), (1, 1), "{st:?}");
+        // A cached partition that grows past the limit in a flush is dropped.
+        for c in 0..100 {
+            put(&s, "small", c + 2, &"s".repeat(100), 20).await;
+        }
+        s.flush(T).await.expect("flush");
+        let st = stats(&s);
+        assert_eq!((st.partitions, st.invalidations), (0, 1), "{st:?}");
+        assert_eq!(read(&s, "small").len(), 101);
+    });
+}
+
+#[test]
+fn disabled_cache_counts_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(dir.path(), cfg(dir.path(), 0));
+        cached_partition_disabled(&s).await;
+        assert_eq!(stats(&s), RowCacheStats::default());
+    });
+}
+
+async fn cached_partition_disabled(s: &ShardStorage) {
+    put(s, "k1", 1, "v1", 10).await;
+    s.flush(T).await.expect("flush");
+    assert_eq!(read(s, "k1"), rows("k1", &[(1, "v1")]));
+    assert_eq!(read(s, "k1"), rows("k1", &[(1, "v1")]));
+}
