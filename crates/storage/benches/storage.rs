@@ -1,5 +1,7 @@
-//! Storage benchmarks (one shard, one core): the standard1 write path through commitlog
-//! (periodic) + memtable, SSTable point reads, flush and major compaction throughput.
+//! Storage benchmarks (one shard, one core), in the units of issue 2's targets: standard1
+//! writes through commitlog (periodic) + memtable (mutations/s), point reads from the row
+//! cache and from SSTables in the page cache (reads/s), flush and major compaction (MB/s of
+//! raw standard1 data), and memtable memory per raw byte (printed).
 //!
 //! `cargo bench -p amphora-storage --bench storage`
 
@@ -7,6 +9,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use amphora_storage::memtable::Memtable;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
 use amphora_types::CqlType;
 use amphora_types::data::{
@@ -17,6 +20,18 @@ use amphora_types::schema::{
 };
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+/// The process's resident memory in bytes (VmRSS of /proc/self/status; 0 if unreadable).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
 
 fn standard1() -> Arc<TableSchema> {
     let cd = |n: &str, kind| ColumnDef {
@@ -66,9 +81,19 @@ fn mutation(n: u64, ts: i64) -> Mutation {
 }
 
 fn open(dir: &std::path::Path, budget: u64) -> ShardStorage {
+    open_with_row_cache(dir, budget, None)
+}
+
+/// `row_cache_bytes`: None = the default size.
+fn open_with_row_cache(
+    dir: &std::path::Path,
+    budget: u64,
+    row_cache_bytes: Option<u64>,
+) -> ShardStorage {
     let mut cfg = StorageConfig::new(dir, 0);
     cfg.memtable_budget_bytes = budget;
     cfg.auto_compaction = false;
+    cfg.row_cache_bytes = row_cache_bytes;
     ShardStorage::open(cfg, vec![standard1()]).expect("open").0
 }
 
@@ -113,33 +138,99 @@ fn writes(c: &mut Criterion) {
     );
 }
 
-fn point_reads(c: &mut Criterion) {
+/// A shard holding `rows` standard1 rows in one SSTable.
+fn flushed_rows(dir: &std::path::Path, rows: u64, row_cache_bytes: Option<u64>) -> ShardStorage {
     let rt = rt();
-    let dir = tempfile::tempdir().expect("tmp");
-    let s = open(dir.path(), 1 << 30);
-    let rows = 200_000u64;
+    let s = open_with_row_cache(dir, 1 << 30, row_cache_bytes);
     rt.block_on(async {
         for n in 0..rows {
             drop(s.apply(&mutation(n, 1)).expect("apply"));
         }
         s.flush_all().await.expect("flush");
     });
+    s
+}
+
+/// Random point reads of `rows` keys (keys are made before the timed loop).
+fn bench_point_reads(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    s: &ShardStorage,
+    rows: u64,
+) {
+    let keys: Vec<PartitionKey> = (0..rows)
+        .map(|n| PartitionKey::new(Bytes::from(format!("{n:010}"))))
+        .collect();
     let mut x = 12345u64;
-    let mut g = c.benchmark_group("read");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("sstable_point_read", |b| {
+    g.bench_function(name, |b| {
         b.iter(|| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let k = PartitionKey::new(Bytes::from(format!("{:010}", x % rows)));
+            let k = keys[(x % rows) as usize].clone();
             let r = s
                 .read(&ReadCommand::new(TableId(1), PartitionRange::Single(k), 0))
                 .expect("read");
             black_box(r);
         })
     });
+}
+
+fn point_reads(c: &mut Criterion) {
+    let rows = 200_000u64;
+    let mut g = c.benchmark_group("read");
+    g.throughput(Throughput::Elements(1));
+    {
+        // Row cache off: the block cache and the page cache serve the SSTable.
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = flushed_rows(dir.path(), rows, Some(0));
+        bench_point_reads(&mut g, "sstable_point_read", &s, rows);
+    }
+    {
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = flushed_rows(dir.path(), rows, None);
+        // Warm: every key is cached.
+        for n in 0..rows {
+            let k = PartitionKey::new(Bytes::from(format!("{n:010}")));
+            s.read(&ReadCommand::new(TableId(1), PartitionRange::Single(k), 0))
+                .expect("read");
+        }
+        let before = s.row_cache_stats();
+        bench_point_reads(&mut g, "rowcache_point_read", &s, rows);
+        let after = s.row_cache_stats();
+        eprintln!(
+            "row cache: {} partitions, {} bytes, {} hits and {} misses while measured",
+            after.partitions,
+            after.bytes,
+            after.hits - before.hits,
+            after.misses - before.misses
+        );
+    }
     g.finish();
+}
+
+/// Memory a memtable holds for 500k standard1 rows, per raw byte (issue 2: at most 2x):
+/// the growth of the process's resident memory while they are inserted (the inputs are
+/// built first; this runs before any other bench so no freed memory is reused), and the
+/// memtable's own accounting (`size_bytes`, what the flush budget sees).
+fn memtable_memory(_c: &mut Criterion) {
+    let rows = 500_000u64;
+    let muts: Vec<Mutation> = (0..rows).map(|n| mutation(n, 1)).collect();
+    let schema = standard1();
+    let before = rss_bytes();
+    let mut mem = Memtable::new(schema);
+    for m in &muts {
+        mem.apply(&m.key, &m.update, None);
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    let raw = rows * RAW_ROW_BYTES;
+    eprintln!(
+        "memtable memory: {rows} standard1 rows ({raw} raw bytes): resident memory grew {grown} bytes = {:.2}x raw; accounted size_bytes {} = {:.2}x raw",
+        grown as f64 / raw as f64,
+        mem.size_bytes,
+        mem.size_bytes as f64 / raw as f64
+    );
+    black_box(mem);
 }
 
 fn flush_and_compaction(c: &mut Criterion) {
@@ -147,7 +238,7 @@ fn flush_and_compaction(c: &mut Criterion) {
     let rows = 100_000u64;
     let mut g = c.benchmark_group("background");
     g.sample_size(10);
-    g.throughput(Throughput::Bytes(rows * RAW_ROW_BYTES));
+    g.throughput(Throughput::BytesDecimal(rows * RAW_ROW_BYTES));
     g.bench_function("flush_100k_standard1", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -193,6 +284,6 @@ fn flush_and_compaction(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
-    targets = writes, point_reads, flush_and_compaction
+    targets = memtable_memory, writes, point_reads, flush_and_compaction
 }
 criterion_main!(benches);
