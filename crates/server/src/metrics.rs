@@ -422,7 +422,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 17] = [
+    let shard_families: [Family<M>; 20] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -503,6 +503,24 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Bytes of SSTables written by compaction.",
             |m| m.compacted_bytes_out,
+        ),
+        (
+            "amphora_compaction_manager_backlog_bytes",
+            "gauge",
+            "Bytes compaction still has to write (the backlog controller's input).",
+            |m| m.compaction_backlog_bytes,
+        ),
+        (
+            "amphora_compaction_manager_backlog_share_permille",
+            "gauge",
+            "Share of the compaction thread given by the backlog controller, per mille.",
+            |m| m.compaction_share_permille,
+        ),
+        (
+            "amphora_storage_write_memory_waits_total",
+            "counter",
+            "Writes that waited for a flush because memtables were over budget.",
+            |m| m.write_memory_waits,
         ),
         (
             "amphora_commitlog_disk_total_bytes",
