@@ -465,3 +465,61 @@ fn bad_maintenance_input_is_refused_clearly() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `nodetool <args>` in this process (no process start: fast enough to poll).
+fn nodetool_here(node: &TestNode, args: &[&str]) -> (i32, String) {
+    let mut all = vec!["-p".to_string(), node.api.port().to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = amphora_nodetool::run(&all, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8_lossy(&out).to_string() + &String::from_utf8_lossy(&err),
+    )
+}
+
+#[test]
+fn a_running_scrub_shows_in_compactionstats_and_can_be_waited_on() {
+    let node = TestNode::start(1).expect("start node");
+    rt().block_on(async {
+        let s = session(&node).await;
+        create(&s, "CREATE TABLE ks.big (k int PRIMARY KEY, v text)").await;
+        fill(&s, "big", 0, 400, 40_000).await;
+    });
+    ok(&node, &["flush", "ks", "big"]);
+    let started = ok(&node, &["scrub", "-ns", "--background", "ks", "big"]);
+    let id = started
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Started scrub task "))
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_string();
+    let mut seen = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let (code, cs) = nodetool_here(&node, &["compactionstats"]);
+        assert_eq!(code, 0, "{cs}");
+        if let Some(line) = cs.lines().find(|l| l.starts_with(&id)) {
+            seen = Some(line.to_string());
+            break;
+        }
+        let task = amphora_nodetool::Client::new("127.0.0.1", node.api.port())
+            .get(&format!("/task_manager/task_status/{id}"))
+            .expect("task status");
+        if task["state"] != "running" {
+            break;
+        }
+    }
+    let line = seen.expect("the scrub ended before compactionstats listed it");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cols[1..4], ["Scrub", "ks", "big"], "{line}");
+    assert_eq!(cols.last().map(|p| p.ends_with('%')), Some(true), "{line}");
+    // Waiting on the task gives its outcome.
+    let done = amphora_nodetool::Client::new("127.0.0.1", node.api.port())
+        .get(&format!("/task_manager/wait_task/{id}?timeout=60"))
+        .expect("wait");
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["kind"], "scrub", "{done}");
+    assert_eq!(done["result"]["partitions_kept"], 400, "{done}");
+    assert_eq!(done["progress_completed"], done["progress_total"], "{done}");
+}
