@@ -425,7 +425,7 @@ pub(crate) fn read_single<'a>(
                     .unwrap_or_default();
                 apply_own_deletions(schema, &mut full);
                 let part = slice_of(&full, &cmd.slices, t.cmp);
-                row_cache.insert(t.table, key.clone(), full);
+                row_cache.insert(t.table, key, full);
                 part
             }
         };

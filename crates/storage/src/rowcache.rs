@@ -31,8 +31,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use amphora_types::data::{PartitionKey, PartitionUpdate, merge_partition_updates};
+use amphora_types::data::{
+    ColumnData, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
+};
 use amphora_types::schema::{TableId, TableSchema};
+use bytes::{Bytes, BytesMut};
 
 use crate::memtable::Memtable;
 
@@ -93,6 +96,61 @@ const ENTRY_OVERHEAD: usize = 160;
 
 fn entry_cost(key: &PartitionKey, data: &PartitionUpdate) -> usize {
     ENTRY_OVERHEAD + key.key.len() + data.size_bytes()
+}
+
+/// Calls `f` on every byte string of a row.
+fn row_bytes(r: &mut Row, f: &mut impl FnMut(&mut Bytes)) {
+    r.clustering.0.iter_mut().for_each(&mut *f);
+    for (_, d) in &mut r.cells {
+        match d {
+            ColumnData::Simple(c) => f(&mut c.value),
+            ColumnData::Complex { cells, .. } => {
+                for (path, c) in cells {
+                    f(path);
+                    f(&mut c.value);
+                }
+            }
+        }
+    }
+}
+
+/// Calls `f` on every byte string of a partition.
+fn partition_bytes(u: &mut PartitionUpdate, f: &mut impl FnMut(&mut Bytes)) {
+    if let Some(r) = &mut u.static_row {
+        row_bytes(r, f);
+    }
+    for r in &mut u.rows {
+        row_bytes(r, f);
+    }
+    for rt in &mut u.range_tombstones {
+        rt.start.prefix.0.iter_mut().for_each(&mut *f);
+        rt.end.prefix.0.iter_mut().for_each(&mut *f);
+    }
+}
+
+/// Copies the key and every value of an entry into one buffer of its own. What reads
+/// return are slices of SSTable chunks, memtable arena chunks or request frames; an entry
+/// holding those would keep them alive, far beyond the bytes the cache accounts.
+fn compact(key: &PartitionKey, mut data: PartitionUpdate) -> (PartitionKey, PartitionUpdate) {
+    let mut len = key.key.len();
+    partition_bytes(&mut data, &mut |b| len += b.len());
+    let mut buf = BytesMut::with_capacity(len);
+    let mut copy = |b: &mut Bytes| {
+        if !b.is_empty() {
+            buf.extend_from_slice(b);
+            *b = buf.split_to(b.len()).freeze();
+        }
+    };
+    let mut k = key.key.clone();
+    copy(&mut k);
+    partition_bytes(&mut data, &mut copy);
+    (
+        PartitionKey {
+            token: key.token,
+            key: k,
+        },
+        data,
+    )
 }
 
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
@@ -176,14 +234,15 @@ impl RowCache {
     /// Caches a partition's SSTable-side content (canonical: own deletions applied),
     /// replacing any entry for the key and evicting as needed. Returns false (and caches
     /// nothing) if the partition is over the size limit or the cache is disabled.
-    pub fn insert(&mut self, table: TableId, key: PartitionKey, data: PartitionUpdate) -> bool {
-        let cost = entry_cost(&key, &data);
+    pub fn insert(&mut self, table: TableId, key: &PartitionKey, data: PartitionUpdate) -> bool {
+        let cost = entry_cost(key, &data);
         if cost > self.partition_max || cost > self.capacity {
-            self.remove(table, &key);
+            self.remove(table, key);
             return false;
         }
-        self.remove(table, &key);
+        self.remove(table, key);
         while self.bytes + cost > self.capacity && self.evict_one() {}
+        let (key, data) = compact(key, data);
         self.tables
             .entry(table)
             .or_default()
@@ -261,7 +320,7 @@ impl RowCache {
             }
             self.bytes = self.bytes - slot.cost + cost;
             slot.cost = cost;
-            slot.data = merged;
+            slot.data = compact(&key, merged).1;
         }
         self.invalidations += too_big.len() as u64;
         for key in too_big {
@@ -345,8 +404,8 @@ mod tests {
     fn hit_after_insert_and_keys_with_equal_tokens_stay_apart() {
         let mut c = RowCache::new(1 << 20, 1 << 20);
         let t = TableId(1);
-        assert!(c.insert(t, key(5, "a"), part(10)));
-        assert!(c.insert(t, key(5, "b"), part(20)));
+        assert!(c.insert(t, &key(5, "a"), part(10)));
+        assert!(c.insert(t, &key(5, "b"), part(20)));
         assert_eq!(c.get(t, &key(5, "a")), Some(&part(10)));
         assert_eq!(c.get(t, &key(5, "b")), Some(&part(20)));
         assert_eq!(c.get(t, &key(5, "c")), None);
@@ -365,17 +424,17 @@ mod tests {
         let mut c = RowCache::new((cost * 4) as u64, 1 << 20);
         let t = TableId(1);
         for i in 0..4 {
-            assert!(c.insert(t, key(i, &format!("k{i}")), part(100)));
+            assert!(c.insert(t, &key(i, &format!("k{i}")), part(100)));
         }
         assert!(c.get(t, &key(0, "k0")).is_some());
-        assert!(c.insert(t, key(4, "k4"), part(100)));
+        assert!(c.insert(t, &key(4, "k4"), part(100)));
         let s = c.stats();
         assert_eq!((s.partitions, s.evictions), (4, 1));
         assert!(s.bytes as usize <= cost * 4);
         assert!(c.contains(t, &key(0, "k0")));
         assert!(!c.contains(t, &key(1, "k1")));
         for i in 5..300 {
-            c.insert(t, key(i, &format!("k{i}")), part(100));
+            c.insert(t, &key(i, &format!("k{i}")), part(100));
             assert!(c.stats().bytes as usize <= cost * 4);
         }
         // Every survivor still maps to its own entry.
@@ -392,23 +451,46 @@ mod tests {
     fn oversized_partitions_and_disabled_cache_are_bypassed() {
         let t = TableId(1);
         let mut c = RowCache::new(1 << 20, 1000);
-        assert!(c.insert(t, key(1, "small"), part(100)));
-        assert!(!c.insert(t, key(2, "big"), part(5000)));
+        assert!(c.insert(t, &key(1, "small"), part(100)));
+        assert!(!c.insert(t, &key(2, "big"), part(5000)));
         assert!(!c.contains(t, &key(2, "big")));
         // Replacing an entry with an oversized version drops the old one.
-        assert!(!c.insert(t, key(1, "small"), part(5000)));
+        assert!(!c.insert(t, &key(1, "small"), part(5000)));
         assert!(!c.contains(t, &key(1, "small")));
         let mut off = RowCache::new(0, 1 << 20);
         assert!(!off.enabled());
-        assert!(!off.insert(t, key(1, "a"), part(1)));
+        assert!(!off.insert(t, &key(1, "a"), part(1)));
         assert_eq!(off.stats().partitions, 0);
+    }
+
+    #[test]
+    fn entries_do_not_keep_the_buffers_they_were_read_from() {
+        let chunk = Bytes::from(vec![9u8; 64 << 10]);
+        let range = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
+        let mut u = part(0);
+        u.rows[0].clustering = Clustering(vec![chunk.slice(0..4)]);
+        u.rows[0].cells[0].1 = ColumnData::Simple(Cell::live(1, chunk.slice(100..140)));
+        let k = PartitionKey {
+            token: 3,
+            key: chunk.slice(10..20),
+        };
+        let mut c = RowCache::new(1 << 20, 1 << 20);
+        assert!(c.insert(TableId(1), &k, u.clone()));
+        let e = c.get(TableId(1), &k).cloned().expect("cached");
+        assert_eq!(e, u);
+        let Some(ColumnData::Simple(cell)) = e.rows[0].cell(1) else {
+            panic!("{e:?}")
+        };
+        for b in [&cell.value, &e.rows[0].clustering.0[0], &c.slots[0].key.key] {
+            assert!(!range.contains(&(b.as_ptr() as usize)), "{b:?}");
+        }
     }
 
     #[test]
     fn invalidating_a_table_keeps_the_others_reachable() {
         let mut c = RowCache::new(1 << 20, 1 << 20);
         for i in 0..50 {
-            c.insert(TableId(i % 3), key(i as i64, "k"), part(i as usize));
+            c.insert(TableId(i % 3), &key(i as i64, "k"), part(i as usize));
         }
         c.invalidate_table(TableId(1));
         let s = c.stats();
