@@ -263,3 +263,185 @@ fn histograms_count_partition_sizes_and_cells() {
     // Each partition holds 10 values of ~50 bytes: between 512 and 1024 bytes.
     assert_eq!(h.partition_size[9], 12, "{:?}", h.partition_size);
 }
+
+fn open_with(dir: &Path, schema: Arc<TableSchema>) -> ShardStorage {
+    ShardStorage::open(config(dir), vec![schema])
+        .expect("open")
+        .0
+}
+
+/// A cell tombstone of column v, newer than the row written by `fill`.
+fn delete_cell(k: &str, c: i32, ts: i64) -> Mutation {
+    use amphora_types::data::{Cell, Clustering, ColumnData, Row};
+    Mutation {
+        table: TableId(TABLE),
+        key: pk(k),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering(vec![i(c)]),
+                marker: None,
+                deletion: None,
+                cells: vec![(2, ColumnData::Simple(Cell::tombstone(ts, 1_000)))],
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+/// Whether the oldest SSTable (by its minimum timestamp) still holds p0's cell v at
+/// clustering `c`.
+fn oldest_holds_cell(s: &ShardStorage, c: i32) -> bool {
+    let oldest = s
+        .sstables(TableId(TABLE))
+        .into_iter()
+        .min_by_key(|x| x.stats.min_timestamp)
+        .expect("an SSTable");
+    let p = oldest.get(&pk("p0")).expect("read").expect("p0");
+    p.rows
+        .iter()
+        .find(|r| r.clustering.0 == vec![i(c)])
+        .is_some_and(|r| {
+            matches!(
+                r.cell(2),
+                Some(amphora_types::data::ColumnData::Simple(x)) if !x.is_tombstone
+            )
+        })
+}
+
+#[test]
+fn garbagecollect_cell_granularity_also_applies_cell_tombstones() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    fill(&s, 3, 10);
+    s.apply(&delete_cell("p0", 4, 20)).expect("delete cell");
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    let before = sorted(values(&read_all(&s, TABLE, 0)));
+    assert!(oldest_holds_cell(&s, 4));
+
+    rt().block_on(maintenance::garbage_collect(
+        &s,
+        TableId(TABLE),
+        Granularity::Row,
+    ))
+    .expect("gc");
+    assert!(
+        oldest_holds_cell(&s, 4),
+        "ROW granularity keeps shadowed cells"
+    );
+    rt().block_on(maintenance::garbage_collect(
+        &s,
+        TableId(TABLE),
+        Granularity::Cell,
+    ))
+    .expect("gc");
+    assert!(!oldest_holds_cell(&s, 4), "CELL granularity drops them");
+    assert!(oldest_holds_cell(&s, 5), "and only them");
+    assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), before);
+}
+
+#[test]
+fn garbagecollect_purges_tombstones_past_gc_grace() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut sc = (*schema()).clone();
+    sc.options.gc_grace_seconds = 0;
+    let s = open_with(d.path(), Arc::new(sc));
+    fill(&s, 20, 10);
+    for p in 0..5 {
+        s.apply(&delete_partition(&format!("p{p}"), 20))
+            .expect("delete");
+    }
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    let partitions = |s: &ShardStorage| -> u64 {
+        s.sstables(TableId(TABLE))
+            .iter()
+            .map(|x| x.stats.partitions)
+            .sum()
+    };
+    assert_eq!(partitions(&s), 25);
+    let r = rt()
+        .block_on(maintenance::garbage_collect(
+            &s,
+            TableId(TABLE),
+            Granularity::Row,
+        ))
+        .expect("gc");
+    assert_eq!(r.sstables_in, 2, "{r:?}");
+    // The deleted data went with the first SSTable's rewrite; then nothing older can hold
+    // those keys, so their tombstones (local deletion time 1000 s, gc_grace 0) went too.
+    assert_eq!(partitions(&s), 15, "{r:?}");
+    assert_eq!(values(&read_all(&s, TABLE, 0)).len(), 150);
+}
+
+/// `CREATE TABLE ks.c (k blob PRIMARY KEY, n counter)`.
+fn counter_schema() -> Arc<TableSchema> {
+    use amphora_types::CqlType;
+    use amphora_types::schema::{ColumnKind, TableOptions};
+    let mut o = TableOptions::default();
+    o.compression
+        .insert("chunk_length_in_kb".into(), "1".into());
+    Arc::new(TableSchema::new(
+        TableId(TABLE),
+        "ks",
+        "c",
+        vec![
+            cd(
+                "k",
+                CqlType::Blob,
+                ColumnKind::PartitionKey,
+                0,
+                ClusteringOrder::Asc,
+            ),
+            cd(
+                "n",
+                CqlType::Counter,
+                ColumnKind::Regular,
+                0,
+                ClusteringOrder::Asc,
+            ),
+        ],
+        o,
+    ))
+}
+
+#[test]
+fn scrub_of_a_counter_table_stops_unless_skip_corrupted() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open_with(d.path(), counter_schema());
+    for p in 0..300 {
+        let k = pk(&format!("counter-partition-{p}"));
+        s.apply_counter_update(
+            TableId(TABLE),
+            k,
+            amphora_types::data::Clustering::empty(),
+            1,
+            p + 1,
+            10,
+            7,
+            0,
+        )
+        .expect("counter");
+    }
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    let data = s.sstable_paths(TableId(TABLE)).remove(0);
+    drop(s);
+    let mut b = std::fs::read(&data).expect("read");
+    let n = b.len() / 2;
+    b[n] ^= 0x5a;
+    std::fs::write(&data, b).expect("write");
+    let s = open_with(d.path(), counter_schema());
+    let err = rt()
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false))
+        .expect_err("a counter table's corrupt partition stops scrub");
+    assert!(err.to_string().contains("--skip-corrupted"), "{err}");
+    // Nothing changed: the SSTable is still the one there was.
+    assert_eq!(s.sstable_paths(TableId(TABLE)), vec![data]);
+    let r = rt()
+        .block_on(maintenance::scrub(&s, TableId(TABLE), true))
+        .expect("scrub --skip-corrupted");
+    assert!(r.partitions_skipped >= 1, "{r:?}");
+    assert_eq!(r.partitions_kept + r.partitions_skipped, 300, "{r:?}");
+    assert_eq!(
+        read_all(&s, TABLE, 0).partitions.len() as u64,
+        r.partitions_kept
+    );
+}
