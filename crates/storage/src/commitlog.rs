@@ -104,8 +104,11 @@ pub struct Commitlog {
     sync_thread: Option<std::thread::JoinHandle<()>>,
     /// Highest position for which a sync was requested.
     sync_requested: LogPosition,
-    /// Last write error, reported to every waiter until a write succeeds.
     pub bytes_written: u64,
+    /// The last `write_out` failed (e.g. ENOSPC): `append` retries it first and refuses new
+    /// entries while it keeps failing, so a full disk cannot grow the buffer (or the
+    /// memtables) without limit.
+    write_failed: bool,
 }
 
 impl Commitlog {
@@ -141,6 +144,7 @@ impl Commitlog {
             sync_thread: Some(sync_thread),
             sync_requested: 0,
             bytes_written: 0,
+            write_failed: false,
         })
     }
 
@@ -178,6 +182,9 @@ impl Commitlog {
 
     /// Appends a mutation; returns the positions of its start and end.
     pub fn append(&mut self, m: &Mutation) -> Result<(LogPosition, LogPosition)> {
+        if self.write_failed {
+            self.write_out()?;
+        }
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0u8; ENTRY_HEADER_BYTES]);
         encode_mutation(m, &mut self.buf);
@@ -236,10 +243,15 @@ impl Commitlog {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.active
+        if let Err(e) = self
+            .active
             .file
             .write_all_at(&self.buf, self.active.written)
-            .map_err(|e| StorageError::io(&self.active.path, e))?;
+        {
+            self.write_failed = true;
+            return Err(StorageError::io(&self.active.path, e));
+        }
+        self.write_failed = false;
         self.active.written += self.buf.len() as u64;
         self.bytes_written += self.buf.len() as u64;
         self.buf.clear();

@@ -602,7 +602,20 @@ impl ShardStorage {
                 // Makes sure a flush is running (or resubmits a failed one).
                 me.maybe_flush_for_memory();
                 if me.inner.borrow().metrics.pending_flushes == 0 {
-                    let _ = me.start_largest_flush();
+                    let started = me.start_largest_flush();
+                    let inner = me.inner.borrow();
+                    if inner.metrics.pending_flushes == 0 {
+                        // Nothing will free memory (e.g. the commitlog cannot be written
+                        // out before the switch): fail instead of waiting forever.
+                        return Err(StorageError::MemtableFull {
+                            memtable_bytes: inner.memtable_total,
+                            budget_bytes: inner.cfg.memtable_budget_bytes,
+                            cause: match started {
+                                Err(e) => e.to_string(),
+                                Ok(_) => "no flush could be started".into(),
+                            },
+                        });
+                    }
                 }
                 std::future::poll_fn(|cx| {
                     if freed.as_mut().poll(cx).is_ready() || ready.as_mut().poll(cx).is_ready() {
@@ -1669,13 +1682,9 @@ fn flush_memtable(
             return Err(e);
         }
     }
-    match w.finish(upper, 0) {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            cleanup_tmp(dir);
-            Err(e)
-        }
-    }
+    // A failed finish removes its own files (not other writers' tmp files: a compaction
+    // may be writing in the same directory).
+    w.finish(upper, 0)
 }
 
 fn restrict(u: &mut PartitionUpdate, schema: &TableSchema, slices: &[ClusteringSlice]) {

@@ -695,6 +695,23 @@ impl SSTableWriter {
     /// Writes the remaining components, syncs, and publishes the SSTable by renaming its
     /// files (TOC last). Returns None if no partition was written.
     pub fn finish(
+        self,
+        commitlog_upper_bound: LogPosition,
+        level: u32,
+    ) -> Result<Option<SSTableReader>> {
+        let (dir, g) = (self.dir.clone(), self.generation);
+        let r = self.finish_inner(commitlog_upper_bound, level);
+        if r.is_err() {
+            // Leaves nothing of this generation (a full disk must not stay full of it).
+            for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
+                let _ = fs::remove_file(tmp_path(&dir, g, c));
+            }
+            delete_generation(&dir, g);
+        }
+        r
+    }
+
+    fn finish_inner(
         mut self,
         commitlog_upper_bound: LogPosition,
         level: u32,
