@@ -402,8 +402,9 @@ fn render_histogram(
 ///   `amphora_compaction_manager_completed_compactions_total`,
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
-///   `amphora_cache_row_hits_total` / `amphora_cache_row_misses_total` (0 until the row
-///   cache exists), `amphora_cache_block_hits_total` / `_misses_total`,
+///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
+///   `_evictions_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
+///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
 ///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
 ///   index blocks), `amphora_storage_background_errors_total`,
@@ -547,31 +548,49 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
         }
     }
-    family(
-        &mut out,
-        "amphora_cache_row_hits_total",
-        "counter",
-        "Row cache hits (0: no row cache yet).",
-    );
-    for s in snaps {
-        let _ = writeln!(
-            out,
-            "amphora_cache_row_hits_total{{shard=\"{}\"}} {}",
-            s.shard, s.metrics.row_cache_hits
-        );
-    }
-    family(
-        &mut out,
-        "amphora_cache_row_misses_total",
-        "counter",
-        "Row cache misses (0: no row cache yet).",
-    );
-    for s in snaps {
-        let _ = writeln!(
-            out,
-            "amphora_cache_row_misses_total{{shard=\"{}\"}} {}",
-            s.shard, s.metrics.row_cache_misses
-        );
+    let row_families: [Family<amphora_storage::StorageMetrics>; 6] = [
+        (
+            "amphora_cache_row_hits_total",
+            "counter",
+            "Single-partition reads served by the row cache (no SSTable read).",
+            |m| m.row_cache_hits,
+        ),
+        (
+            "amphora_cache_row_misses_total",
+            "counter",
+            "Single-partition reads that read SSTables (then cached unless too large).",
+            |m| m.row_cache_misses,
+        ),
+        (
+            "amphora_cache_row_insertions_total",
+            "counter",
+            "Partitions put into the row cache.",
+            |m| m.row_cache_insertions,
+        ),
+        (
+            "amphora_cache_row_evictions_total",
+            "counter",
+            "Partitions evicted from the row cache to make room.",
+            |m| m.row_cache_evictions,
+        ),
+        (
+            "amphora_cache_row_bytes",
+            "gauge",
+            "Bytes held by the row cache (estimated).",
+            |m| m.row_cache_bytes,
+        ),
+        (
+            "amphora_cache_row_partitions",
+            "gauge",
+            "Partitions held by the row cache.",
+            |m| m.row_cache_partitions,
+        ),
+    ];
+    for (name, kind, help, get) in row_families {
+        family(&mut out, name, kind, help);
+        for s in snaps {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
+        }
     }
     let block_families: [Family<amphora_storage::cache::BlockCacheStats>; 5] = [
         (
@@ -814,6 +833,9 @@ mod tests {
             ..Default::default()
         };
         m.sstables_per_read[1] = 7;
+        m.row_cache_hits = 31;
+        m.row_cache_evictions = 2;
+        m.row_cache_partitions = 12;
         let text = render_storage(&[StorageSnapshot {
             shard: 1,
             metrics: m,
@@ -829,6 +851,10 @@ mod tests {
         }]);
         assert!(text.contains("amphora_sstables_live{shard=\"1\"} 4\n"));
         assert!(text.contains("amphora_cache_block_hits_total{shard=\"1\"} 90\n"));
+        assert!(text.contains("amphora_cache_row_hits_total{shard=\"1\"} 31\n"));
+        assert!(text.contains("amphora_cache_row_evictions_total{shard=\"1\"} 2\n"));
+        assert!(text.contains("amphora_cache_row_partitions{shard=\"1\"} 12\n"));
+        assert!(text.contains("# TYPE amphora_cache_row_bytes gauge\n"));
         assert!(text.contains("amphora_cache_block_misses_total{shard=\"1\"} 10\n"));
         assert!(text.contains("amphora_cache_block_capacity_bytes{shard=\"1\"} 1048576\n"));
         assert!(text.contains("amphora_reactor_busy_seconds_total{shard=\"1\"} 1.500000\n"));
