@@ -131,6 +131,58 @@ const COMMANDS: &[(&str, &str)] = &[
     ("version", "Print cassandra version"),
 ];
 
+/// Synopsis and options of commands (`nodetool help <command>`), Cassandra's wording.
+const USAGE: &[(&str, &str)] = &[
+    (
+        "garbagecollect",
+        "nodetool garbagecollect [(-g <granularity> | --granularity <granularity>)] [(-j <jobs> | --jobs <jobs>)] [--background] [--] [<keyspace> <tables>...]\n\n\
+         -g, --granularity  ROW (default) removes deleted partitions and rows, CELL also deleted cells\n\
+         -j, --jobs         accepted and ignored (each shard rewrites one SSTable at a time)\n\
+         --background       print the task id and return (follow it with compactionstats)",
+    ),
+    (
+        "cleanup",
+        "nodetool cleanup [(-j <jobs> | --jobs <jobs>)] [--background] [--] [<keyspace> <tables>...]\n\n\
+         Drops the partitions a shard does not own (on one node: only files placed in the wrong shard).",
+    ),
+    (
+        "scrub",
+        "nodetool scrub [(-s | --skip-corrupted)] [(-ns | --no-snapshot)] [(-n | --no-validate)] [(-j <jobs> | --jobs <jobs>)] [--background] [--] [<keyspace> <tables>...]\n\n\
+         -s, --skip-corrupted  also skip corrupt partitions of tables with counters (others are always skipped)\n\
+         -ns, --no-snapshot    do not snapshot the tables first (default: snapshot pre-scrub-<ms>)\n\
+         Out-of-service (corrupt) SSTables are rewritten with their readable partitions and put back in service.",
+    ),
+    (
+        "refresh",
+        "nodetool refresh [--] <keyspace> <table>\n\n\
+         Loads the SSTables placed in <data_dir>/shard-<N>/<keyspace>/<table>-<id>/upload/ (any shard)\n\
+         into the shards owning their partitions, then deletes them from upload/.",
+    ),
+    (
+        "toppartitions",
+        "nodetool toppartitions [-a <samplers>] [-k <topCount>] [-s <capacity>] [--] <keyspace> <cfname> <duration>\n\n\
+         <duration>  sampling time in milliseconds (at most 300000)\n\
+         -a          comma-separated samplers: READS, WRITES (default both)\n\
+         -k          number of top partitions to list (default 10)\n\
+         -s          keys tracked per shard and sampler (default 256, at most 1024)",
+    ),
+];
+
+/// `nodetool help <command>`.
+pub fn help_command(cmd: &str, out: &mut dyn Write) -> R {
+    if let Some((_, u)) = USAGE.iter().find(|(c, _)| *c == cmd) {
+        writeln!(out, "usage: {u}")?;
+        return Ok(());
+    }
+    match COMMANDS.iter().find(|(c, _)| *c == cmd) {
+        Some((c, d)) => {
+            writeln!(out, "nodetool {c}: {d}")?;
+            Ok(())
+        }
+        None => Err(NodetoolError::Usage(format!("Unknown command {cmd}"))),
+    }
+}
+
 pub fn help(out: &mut dyn Write) -> R {
     writeln!(
         out,
@@ -153,7 +205,10 @@ pub fn help(out: &mut dyn Write) -> R {
 
 pub fn dispatch(c: &Client, cmd: &str, args: &[String], out: &mut dyn Write) -> R {
     match cmd {
-        "help" | "--help" => help(out),
+        "help" | "--help" => match args.first() {
+            Some(cmd) => help_command(cmd, out),
+            None => help(out),
+        },
         "status" => status(c, args, out),
         "info" => info(c, args, out),
         "ring" => ring(c, args, out),
@@ -1519,6 +1574,24 @@ fn settraceprobability(c: &Client, args: &[String]) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn help_for_a_command() {
+        let mut out = Vec::new();
+        help_command("toppartitions", &mut out).expect("help");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("usage: nodetool toppartitions"), "{text}");
+        out.clear();
+        help_command("flush", &mut out).expect("help");
+        assert!(String::from_utf8_lossy(&out).contains("Flush one or more tables"));
+        assert!(help_command("nope", &mut out).is_err());
+        // Every synopsis is of a listed command.
+        assert!(
+            USAGE
+                .iter()
+                .all(|(c, _)| COMMANDS.iter().any(|(x, _)| x == c))
+        );
+    }
 
     #[test]
     fn keyspace_paths() {
