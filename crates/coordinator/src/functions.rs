@@ -30,6 +30,9 @@ pub enum Native {
     ToUnixTimestamp,
     MinTimeuuid,
     MaxTimeuuid,
+    /// `floor(time, duration[, start])`: rounds a timestamp, timeuuid, date or time down to
+    /// a multiple of the duration (Cassandra 5.0's TimeFcts).
+    Floor,
     Abs,
     Exp,
     Log,
@@ -273,6 +276,23 @@ fn signatures(name: &str, args: &[Arg<'_>]) -> Option<Vec<Sig>> {
         "log" => numeric(Native::Log),
         "log10" => numeric(Native::Log10),
         "round" => numeric(Native::Round),
+        "floor" => vec![
+            sig(Native::Floor, vec![T::Timestamp, T::Duration], T::Timestamp),
+            sig(
+                Native::Floor,
+                vec![T::Timestamp, T::Duration, T::Timestamp],
+                T::Timestamp,
+            ),
+            sig(Native::Floor, vec![T::Timeuuid, T::Duration], T::Timestamp),
+            sig(
+                Native::Floor,
+                vec![T::Timeuuid, T::Duration, T::Timestamp],
+                T::Timestamp,
+            ),
+            sig(Native::Floor, vec![T::Date, T::Duration], T::Date),
+            sig(Native::Floor, vec![T::Date, T::Duration, T::Date], T::Date),
+            sig(Native::Floor, vec![T::Time, T::Duration], T::Time),
+        ],
         "tojson" | "to_json" => vec![sig(Native::ToJson, vec![first?], T::Text)],
         "fromjson" | "from_json" => vec![sig(Native::FromJson, vec![T::Text], T::Text)],
         "similarity_cosine" | "similarity_euclidean" | "similarity_dot_product" => {
@@ -658,6 +678,7 @@ fn eval_non_null(
         Native::Abs | Native::Exp | Native::Log | Native::Log10 | Native::Round => {
             Ok(math(&s.f, p0, &v))
         }
+        Native::Floor => floor(s, p0, &v, args),
         Native::Cast => Ok(cast(p0, &s.ret, &v)),
         Native::FromJson => {
             let text = String::from_utf8_lossy(&v).into_owned();
@@ -1021,6 +1042,139 @@ fn days_in_month(y: i64, m: u32) -> u32 {
         2 => 28,
         _ => 31,
     }
+}
+
+/// `floor(time, duration[, start])` on non-null arguments (a null duration or start gives
+/// null, as in Cassandra).
+fn floor(
+    s: &Sig,
+    p0: &CqlType,
+    v: &[u8],
+    args: &[Option<Bytes>],
+) -> Result<Option<Bytes>, FnError> {
+    let Some(d) = args.get(1).cloned().flatten() else {
+        return Ok(None);
+    };
+    let start = args.get(2).cloned().flatten();
+    if args.len() > 2 && start.is_none() {
+        return Ok(None);
+    }
+    let Some(dur) = duration_parts(&d) else {
+        return Ok(None);
+    };
+    let shown = || crate::json::value_text(&CqlType::Duration, &d).unwrap_or_default();
+    if *p0 == CqlType::Time {
+        let Ok(t) = <[u8; 8]>::try_from(v).map(i64::from_be_bytes) else {
+            return Ok(None);
+        };
+        return floor_time(t, dur).map(|t| b(&t.to_be_bytes()));
+    }
+    if *p0 == CqlType::Date {
+        if dur.2 != 0 {
+            return Err(FnError::Invalid(format!(
+                "The floor on date values cannot be computed for the {} duration as precision is below 1 day",
+                shown()
+            )));
+        }
+    } else if dur.2 % 1_000_000 != 0 {
+        return Err(FnError::Invalid(format!(
+            "The floor cannot be computed for the {} duration as precision is below 1 millisecond",
+            shown()
+        )));
+    }
+    let Some(time_ms) = millis_of(p0, v) else {
+        return Ok(None);
+    };
+    let start_ty = s.params.get(2).unwrap_or(&CqlType::Timestamp);
+    let start_ms = match &start {
+        Some(x) => match millis_of(start_ty, x) {
+            Some(ms) => ms,
+            None => return Ok(None),
+        },
+        None => 0,
+    };
+    let ms = floor_timestamp(time_ms, dur, start_ms)?;
+    Ok(match s.ret {
+        CqlType::Date => b(&date_of_millis(ms).to_be_bytes()),
+        _ => b(&ms.to_be_bytes()),
+    })
+}
+
+/// A time in milliseconds moved by whole months, the day clamped to the target month's
+/// length (java.util.Calendar's `add(MONTH, n)`, which Cassandra's floor relies on).
+fn add_months(ms: i64, months: i64) -> i64 {
+    let (day, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, m, d) = crate::values::civil_from_days(day);
+    let total = y * 12 + (m as i64 - 1) + months;
+    let (ny, nm) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+    crate::values::days_from_civil(ny, nm, d.min(days_in_month(ny, nm))) * 86_400_000 + ms_of_day
+}
+
+/// Months since year 0 of a time in milliseconds (UTC).
+fn month_index(ms: i64) -> i64 {
+    let (y, m, _) = crate::values::civil_from_days(ms.div_euclid(86_400_000));
+    y * 12 + m as i64 - 1
+}
+
+/// Rounds `time_ms` down to `start_ms` plus the largest whole number of durations that
+/// does not pass it (Cassandra's `Duration.floorTimestamp`, UTC only).
+pub fn floor_timestamp(
+    time_ms: i64,
+    (months, days, nanos): (i64, i64, i64),
+    start_ms: i64,
+) -> Result<i64, FnError> {
+    if start_ms > time_ms {
+        return Err(FnError::Invalid(
+            "The floor function starting time is greater than the provided time".into(),
+        ));
+    }
+    if months < 0 || days < 0 || nanos < 0 {
+        return Err(FnError::Invalid(
+            "Negative durations are not supported by the floor function".into(),
+        ));
+    }
+    let step_ms = days
+        .saturating_mul(86_400_000)
+        .saturating_add(nanos / 1_000_000);
+    if months == 0 {
+        if step_ms == 0 {
+            return Ok(time_ms);
+        }
+        return Ok(time_ms - (time_ms - start_ms) % step_ms);
+    }
+    // Estimates the multiplier from the months alone, then steps back while the day and
+    // time parts overshoot.
+    let mut multiplier = (month_index(time_ms) - month_index(start_ms)) / months;
+    let mut base = add_months(start_ms, multiplier * months);
+    if days == 0 && nanos == 0 {
+        return Ok(base);
+    }
+    let mut floor = base + multiplier * step_ms;
+    while floor > time_ms && multiplier > 0 {
+        multiplier -= 1;
+        base = add_months(base, -months);
+        floor = base + multiplier * step_ms;
+    }
+    Ok(floor.max(start_ms))
+}
+
+/// Rounds a time of day (nanoseconds) down to a multiple of a duration shorter than a day.
+pub fn floor_time(time_ns: i64, (months, days, nanos): (i64, i64, i64)) -> Result<i64, FnError> {
+    if months < 0 || days < 0 || nanos < 0 {
+        return Err(FnError::Invalid(
+            "Negative durations are not supported by the floor function".into(),
+        ));
+    }
+    if months != 0 || days != 0 || nanos > 86_400_000_000_000 {
+        return Err(FnError::Invalid(
+            "For time values, the floor can only be computed for durations smaller that a day"
+                .into(),
+        ));
+    }
+    if nanos == 0 {
+        return Ok(time_ns);
+    }
+    Ok(time_ns - time_ns % nanos)
 }
 
 /// A duration value's (months, days, nanoseconds).
@@ -2043,5 +2197,57 @@ mod tests {
         let mut v = [0u8; 16];
         v[15] = 1;
         assert_eq!(java_inet(&v).as_deref(), Some("0:0:0:0:0:0:0:1"));
+    }
+
+    fn ms(y: i64, m: u32, d: u32, h: i64, min: i64) -> i64 {
+        crate::values::days_from_civil(y, m, d) * 86_400_000 + h * 3_600_000 + min * 60_000
+    }
+
+    #[test]
+    fn floor_of_timestamps() {
+        const H: i64 = 3_600_000_000_000;
+        let t = ms(2020, 1, 1, 1, 10);
+        assert_eq!(
+            floor_timestamp(t, (0, 0, H), 0).ok(),
+            Some(ms(2020, 1, 1, 1, 0))
+        );
+        assert_eq!(
+            floor_timestamp(t, (0, 1, 0), 0).ok(),
+            Some(ms(2020, 1, 1, 0, 0))
+        );
+        // A start shifts the buckets: 2h buckets from 00:30.
+        let start = ms(2020, 1, 1, 0, 30);
+        assert_eq!(
+            floor_timestamp(ms(2020, 1, 1, 3, 0), (0, 0, 2 * H), start).ok(),
+            Some(ms(2020, 1, 1, 2, 30))
+        );
+        // Months: 2-month buckets from January.
+        assert_eq!(
+            floor_timestamp(ms(2020, 5, 17, 10, 0), (2, 0, 0), ms(2020, 1, 1, 0, 0)).ok(),
+            Some(ms(2020, 5, 1, 0, 0))
+        );
+        // Months and days: 1mo1d steps from 2020-01-01 are 02-02, 03-03, 04-04.
+        assert_eq!(
+            floor_timestamp(ms(2020, 4, 3, 0, 0), (1, 1, 0), ms(2020, 1, 1, 0, 0)).ok(),
+            Some(ms(2020, 3, 3, 0, 0))
+        );
+        assert!(matches!(
+            floor_timestamp(0, (0, 0, H), 1),
+            Err(FnError::Invalid(_))
+        ));
+        assert!(matches!(
+            floor_timestamp(10, (0, -1, 0), 0),
+            Err(FnError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn floor_of_times() {
+        const MIN: i64 = 60_000_000_000;
+        assert_eq!(
+            floor_time(95 * MIN + 7, (0, 0, 30 * MIN)).ok(),
+            Some(90 * MIN)
+        );
+        assert!(matches!(floor_time(5, (0, 1, 0)), Err(FnError::Invalid(_))));
     }
 }

@@ -8,7 +8,7 @@ use amphora_cql as ast;
 use amphora_storage::{PartitionData, PartitionRange, ReadCommand};
 use amphora_types::CqlType;
 use amphora_types::data::{Clustering, PartitionKey, Row};
-use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
+use amphora_types::schema::{ColumnKind, TableSchema};
 use amphora_types::token::shard_of;
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -413,7 +413,8 @@ pub async fn run_select(
         ));
     }
     let aggregate = is_aggregate(items);
-    let grouping = group_by_len(table, s)?;
+    let group_by = crate::selector::GroupBy::of(table, s, &ctx)?;
+    let grouping = group_by.len;
     // Aggregates and GROUP BY read the whole selection and answer in one page.
     let whole = aggregate || grouping > 0;
     // Cassandra's client warnings for aggregates over several partitions.
@@ -669,7 +670,7 @@ pub async fn run_select(
             match states.as_mut() {
                 Some(st) => {
                     if grouping > 0 {
-                        let key = group_key(table, grouping, p, row, static_only);
+                        let key = group_by.key(table, p, row, now_s, static_only);
                         if group.as_ref() != Some(&key) {
                             if ppl.is_some_and(|l| groups_in_partition >= l) {
                                 break;
@@ -896,78 +897,6 @@ fn check_selection_rules(
         }
     }
     Ok(())
-}
-
-/// How many primary-key columns GROUP BY groups on. The named columns must follow the
-/// key's declared order; key columns between them may be skipped when WHERE restricts them
-/// with `=` (they are constant, so grouping on them changes nothing), as Cassandra allows.
-fn group_by_len(t: &TableSchema, s: &ast::SelectStatement) -> Result<usize, QueryError> {
-    let key: Vec<ColumnId> = t
-        .partition_key
-        .iter()
-        .chain(&t.clustering_key)
-        .copied()
-        .collect();
-    let restricted_by_eq = |id: ColumnId| {
-        s.where_clause.iter().any(|r| {
-            r.op == ast::Operator::Eq
-                && match &r.target {
-                    ast::RelationTarget::Column(c) => t.column(&c.name).map(|(i, _)| i) == Some(id),
-                    ast::RelationTarget::Tuple(cs) => cs
-                        .iter()
-                        .any(|c| t.column(&c.name).map(|(i, _)| i) == Some(id)),
-                    _ => false,
-                }
-        })
-    };
-    let order_error = || {
-        invalid(
-            "Group by currently only support groups of columns following their declared order in the PRIMARY KEY",
-        )
-    };
-    let mut consumed = 0;
-    for e in &s.group_by {
-        let ast::Expr::Column(c) = e else {
-            return Err(invalid("Only column names are supported in GROUP BY"));
-        };
-        let id = t
-            .column(&c.name)
-            .map(|(id, _)| id)
-            .ok_or_else(|| invalid(format!("Undefined column name {}", c.name)))?;
-        loop {
-            let Some(&k) = key.get(consumed) else {
-                return Err(order_error());
-            };
-            consumed += 1;
-            if k == id {
-                break;
-            }
-            if !restricted_by_eq(k) {
-                return Err(order_error());
-            }
-        }
-    }
-    if !s.group_by.is_empty() && consumed < t.partition_key.len() {
-        return Err(invalid(
-            "Group by is not supported on only a part of the partition key",
-        ));
-    }
-    Ok(consumed)
-}
-
-fn group_key(
-    t: &TableSchema,
-    n: usize,
-    p: &PartitionData,
-    row: &Row,
-    static_only: bool,
-) -> Vec<Option<Bytes>> {
-    t.partition_key
-        .iter()
-        .chain(&t.clustering_key)
-        .take(n)
-        .map(|id| column_value(t, *id, p, row, static_only))
-        .collect()
 }
 
 /// SELECT JSON: one text column `[json]` holding each row as a JSON object.

@@ -831,6 +831,124 @@ pub fn split_composite(key: &[u8]) -> Vec<Bytes> {
     out
 }
 
+/// A SELECT's GROUP BY: how many primary-key columns it groups on and, when the last one
+/// is bucketed by a function (`floor(t, 1h)`), that function as a selector.
+#[derive(Debug, Default)]
+pub struct GroupBy {
+    pub len: usize,
+    pub bucket: Option<SelItem>,
+}
+
+impl GroupBy {
+    /// Checks GROUP BY as Cassandra does: the named columns follow the key's declared
+    /// order; key columns between them may be skipped when WHERE restricts them with `=`
+    /// (they are constant, so grouping on them changes nothing); only the last element may
+    /// be a function, a monotonic one (`floor`) of the next clustering column.
+    pub fn of(
+        t: &TableSchema,
+        s: &ast::SelectStatement,
+        ctx: &EvalCtx<'_>,
+    ) -> Result<GroupBy, QueryError> {
+        let key: Vec<ColumnId> = t
+            .partition_key
+            .iter()
+            .chain(&t.clustering_key)
+            .copied()
+            .collect();
+        let restricted_by_eq = |id: ColumnId| {
+            s.where_clause.iter().any(|r| {
+                r.op == ast::Operator::Eq
+                    && match &r.target {
+                        ast::RelationTarget::Column(c) => {
+                            t.column(&c.name).map(|(i, _)| i) == Some(id)
+                        }
+                        ast::RelationTarget::Tuple(cs) => cs
+                            .iter()
+                            .any(|c| t.column(&c.name).map(|(i, _)| i) == Some(id)),
+                        _ => false,
+                    }
+            })
+        };
+        let order_error = || {
+            invalid(
+                "Group by currently only support groups of columns following their declared order in the PRIMARY KEY",
+            )
+        };
+        let mut out = GroupBy::default();
+        for (i, e) in s.group_by.iter().enumerate() {
+            let column = match e {
+                ast::Expr::Column(c) => c,
+                ast::Expr::Function { name, args } => {
+                    let fname = name.name.name.to_ascii_lowercase();
+                    if fname != "floor" {
+                        return Err(invalid(format!(
+                            "Only monotonic functions are supported in the GROUP BY clause. Got: {e}"
+                        )));
+                    }
+                    if i + 1 != s.group_by.len() {
+                        return Err(invalid(
+                            "Functions are only supported on the last element of the GROUP BY clause",
+                        ));
+                    }
+                    let Some(ast::Expr::Column(c)) = args.first() else {
+                        return Err(invalid(format!(
+                            "Only monotonic functions are supported in the GROUP BY clause. Got: {e}"
+                        )));
+                    };
+                    out.bucket = Some(resolve(t, e, ctx)?);
+                    c
+                }
+                _ => return Err(invalid("Only column names are supported in GROUP BY")),
+            };
+            let id = t
+                .column(&column.name)
+                .map(|(id, _)| id)
+                .ok_or_else(|| invalid(format!("Undefined column name {}", column.name)))?;
+            loop {
+                let Some(&k) = key.get(out.len) else {
+                    return Err(order_error());
+                };
+                out.len += 1;
+                if k == id {
+                    break;
+                }
+                if !restricted_by_eq(k) {
+                    return Err(order_error());
+                }
+            }
+        }
+        if !s.group_by.is_empty() && out.len < t.partition_key.len() {
+            return Err(invalid(
+                "Group by is not supported on only a part of the partition key",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The group a row belongs to: its first `len` key values, the last one bucketed.
+    pub fn key(
+        &self,
+        t: &TableSchema,
+        p: &PartitionData,
+        row: &Row,
+        now_s: i32,
+        static_only: bool,
+    ) -> Vec<Option<Bytes>> {
+        let plain = self.len - usize::from(self.bucket.is_some());
+        let mut key: Vec<Option<Bytes>> = t
+            .partition_key
+            .iter()
+            .chain(&t.clustering_key)
+            .take(plain)
+            .map(|id| column_value(t, *id, p, row, static_only))
+            .collect();
+        if let Some(b) = &self.bucket {
+            key.push(eval_row(t, b, p, row, now_s, static_only));
+        }
+        key
+    }
+}
+
 /// The serialized CQL value of a column in a (live) row.
 pub fn column_value(
     t: &TableSchema,
