@@ -629,6 +629,26 @@ pub async fn run_conditional_batch(
         }
     }
     columns.extend(shown.iter().map(|id| result_column(&table, *id)));
+    // As Cassandra's CQL3CasRequest, static columns are read (and so shown) only when the
+    // batch writes the static row or a condition names them; regular columns likewise.
+    let updates_static = mutations.iter().any(|m| m.update.static_row.is_some());
+    let updates_rows = mutations
+        .iter()
+        .any(|m| !m.update.rows.is_empty() || m.update.partition_deletion.is_some());
+    let read = |id: ColumnId| -> bool {
+        let kind = table.column_by_id(id).map(|c| c.kind);
+        let named = || {
+            checks.iter().any(|c| match &c.check {
+                Check::Columns(cs) => cs.iter().any(|x| x.column == id),
+                _ => false,
+            })
+        };
+        match kind {
+            Some(ColumnKind::Static) => updates_static || named(),
+            Some(ColumnKind::Regular) => updates_rows || named(),
+            _ => true,
+        }
+    };
     let mut cells = Vec::new();
     let mut rows = 0;
     let mut seen: Vec<Option<Clustering>> = Vec::new();
@@ -651,7 +671,11 @@ pub async fn run_conditional_batch(
             let static_only = std::ptr::eq(r, &empty);
             cells.push(applied_cell(false));
             for id in &shown {
-                cells.push(crate::select::column_value(&table, *id, p, r, static_only));
+                cells.push(if read(*id) {
+                    crate::select::column_value(&table, *id, p, r, static_only)
+                } else {
+                    None
+                });
             }
             rows += 1;
         }

@@ -526,10 +526,25 @@ pub fn resolve_type(
                 .ok_or_else(|| invalid(format!("Unknown type {}.{}", ks.name, q.name.name)))?;
             let mut d = (**def).clone();
             d.frozen = frozen;
+            // A use of the type holds its fields as frozen values, whatever their declared
+            // frozenness (kept in the keyspace's definition for system_schema.types).
+            for f in &mut d.field_types {
+                *f = f.freeze();
+            }
             CqlType::Udt(Arc::new(d))
         }
         ast::TypeExpr::Custom(c) => CqlType::Custom(c.clone()),
     })
+}
+
+/// The type of a user type's field as declared: a collection may stay non-frozen (Cassandra
+/// shows `set<text>` in system_schema.types), anything else is frozen.
+fn resolve_field_type(ty: &ast::TypeExpr, ks: &KeyspaceDef) -> Result<CqlType, QueryError> {
+    let collection = matches!(
+        ty,
+        ast::TypeExpr::List(_) | ast::TypeExpr::Set(_) | ast::TypeExpr::Map(..)
+    );
+    resolve_type(ty, ks, !collection)
 }
 
 /// An element type of a collection: frozen, and not a bare (non-frozen) user type.
@@ -1355,7 +1370,7 @@ pub fn create_type(
             )));
         }
         field_names.push(f.name.clone());
-        let fty = resolve_type(t, ks, true)?;
+        let fty = resolve_field_type(t, ks)?;
         if fty.is_counter() {
             return Err(invalid("A user type cannot contain counters"));
         }
@@ -1474,7 +1489,7 @@ pub fn alter_type(
                     field.name, field.name
                 )));
             }
-            let fty = resolve_type(ty, ks, true)?;
+            let fty = resolve_field_type(ty, ks)?;
             if type_uses(&fty, &name) {
                 return Err(invalid(format!(
                     "Cannot add new field {} of type {fty} to user type {full_name} as it would create a circular reference",
@@ -1576,6 +1591,9 @@ fn replace_udt(t: &CqlType, new: &Arc<UdtDef>) -> CqlType {
         CqlType::Udt(d) if d.name == new.name && d.keyspace == new.keyspace => {
             let mut n = (**new).clone();
             n.frozen = d.frozen;
+            for f in &mut n.field_types {
+                *f = f.freeze();
+            }
             CqlType::Udt(Arc::new(n))
         }
         CqlType::Udt(d) => {

@@ -138,7 +138,15 @@ pub fn encode(
         },
         E::Function { name, args } => eval_function(name, args, ty, ctx, receiver)?
             .ok_or_else(|| invalid(format!("Invalid null value for {receiver}"))),
-        E::Literal(lit) => encode_literal(lit, ty).ok_or_else(mismatch),
+        // A bare value for a tuple is its first component (Cassandra 5.0 reads `(x)` as `x`
+        // and still accepts it as a one-element prefix of the tuple).
+        E::Literal(lit) => match ty {
+            CqlType::Tuple(types) if !types.is_empty() => {
+                let first = encode_literal(lit, &types[0]).ok_or_else(mismatch)?;
+                Ok(serialize_tuple(std::iter::once(Some(&first[..]))))
+            }
+            _ => encode_literal(lit, ty).ok_or_else(mismatch),
+        },
         E::List(items) => match ty {
             CqlType::List { elem, .. } => {
                 let vals = items
