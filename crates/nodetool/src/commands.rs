@@ -792,15 +792,29 @@ fn compactionstats(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             } else {
                 done as f64 * 100.0 / total as f64
             };
-            let tables: Vec<String> = arr(r.get("tables").unwrap_or(&Value::Null))
+            let qualified: Vec<&str> = arr(r.get("tables").unwrap_or(&Value::Null))
                 .iter()
                 .filter_map(Value::as_str)
-                .map(|t| t.split_once('.').map_or(t, |(_, n)| n).to_owned())
                 .collect();
+            let tables: Vec<&str> = qualified
+                .iter()
+                .map(|t| t.split_once('.').map_or(*t, |(_, n)| n))
+                .collect();
+            // A task over every keyspace lists the keyspaces of its tables.
+            let mut keyspace = s(r, "keyspace").to_string();
+            if keyspace == "*" {
+                let mut ks: Vec<&str> = qualified
+                    .iter()
+                    .filter_map(|t| t.split_once('.').map(|(k, _)| k))
+                    .collect();
+                ks.sort_unstable();
+                ks.dedup();
+                keyspace = ks.join(",");
+            }
             t.add([
                 s(r, "id").to_string(),
                 compaction_type(s(r, "kind")).to_string(),
-                s(r, "keyspace").to_string(),
+                keyspace,
                 tables.join(","),
                 bytes(done, human),
                 bytes(total, human),
