@@ -158,6 +158,25 @@ fn every_documented_get_is_served_and_errors_are_json() {
             400,
             "capacity must be between",
         ),
+        // Parameters of the wrong type: axum's own rejection, in the JSON error shape.
+        (
+            "post",
+            "/storage_service/keyspace_scrub/ks?skip_corrupted=maybe",
+            400,
+            "skip_corrupted",
+        ),
+        (
+            "get",
+            "/column_family/toppartitions/ks:t?duration=soon",
+            400,
+            "duration",
+        ),
+        (
+            "get",
+            "/task_manager/wait_task/x?timeout=-1",
+            400,
+            "timeout",
+        ),
     ] {
         let r = if method == "get" {
             c.get(path)

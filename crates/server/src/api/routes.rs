@@ -178,7 +178,26 @@ pub(crate) fn router(state: Arc<ApiState>) -> Router {
                 .delete(clear_snapshot),
         )
         .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Errors axum answers itself (a query parameter of the wrong type, a missing path
+/// segment) come as text: give them the API's JSON error shape too.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let body = axum::body::to_bytes(resp.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    ApiError::new(status, body).into_response()
 }
 
 // ---- helpers ----
