@@ -27,6 +27,10 @@ pub const MAX_SAMPLING_MS: u64 = 300_000;
 /// Longest toppartitions list (`-k`).
 pub const MAX_LIST_SIZE: usize = 1000;
 
+/// One refresh at a time on the node: two would load the same files (and their
+/// outputs-only transaction logs would share a name).
+static REFRESH: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn sharding(s: &ApiState) -> Sharding {
     Sharding {
         nr_shards: s.ctx.shared.info.nr_shards,
@@ -300,6 +304,7 @@ pub(super) async fn refresh(
     let t = resolve(&schema(&s), &keyspace, &[cf.to_owned()])?
         .pop()
         .ok_or_else(|| ApiError::not_found(format!("unknown table {keyspace}.{cf}")))?;
+    let _one_at_a_time = REFRESH.lock().await;
     let for_dirs = t.clone();
     let dirs = s
         .ctx
