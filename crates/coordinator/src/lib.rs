@@ -12,6 +12,7 @@
 //! [`QueryError`] (mapped to CQL error codes in exactly one place, in `server`).
 
 pub mod api;
+pub mod batchlog;
 pub mod bignum;
 
 pub use api::*;

@@ -520,6 +520,41 @@ async fn read_rows(
     Ok(res.partitions.into_iter().flat_map(|p| p.rows).collect())
 }
 
+/// The base table, views and touched slices of a mutation on a table with views (None:
+/// no views, or the mutation touches no row).
+fn touch_of(
+    schema: &Schema,
+    m: &Mutation,
+) -> Option<(Arc<TableSchema>, Vec<ViewDef>, Vec<ClusteringSlice>)> {
+    let t = schema.table_by_id(m.table)?;
+    let views = views_of(schema, t);
+    if views.is_empty() {
+        return None;
+    }
+    let u = &m.update;
+    let whole = u.partition_deletion.is_some() || !u.range_tombstones.is_empty();
+    if !whole && u.rows.is_empty() {
+        return None;
+    }
+    let slices: Vec<ClusteringSlice> = if whole || t.clustering_key.is_empty() {
+        Vec::new()
+    } else {
+        u.rows
+            .iter()
+            .map(|r| ClusteringSlice {
+                start: ClusteringBound::inclusive(r.clustering.0.clone()),
+                end: ClusteringBound::inclusive(r.clustering.0.clone()),
+            })
+            .collect()
+    };
+    Some((t.clone(), views, slices))
+}
+
+/// Whether a base mutation implies view maintenance.
+pub fn has_views(schema: &Schema, m: &Mutation) -> bool {
+    touch_of(schema, m).is_some()
+}
+
 /// Reads the base rows `base` mutations touch (on tables with views).
 pub async fn prepare(
     inner: &Rc<Inner>,
@@ -528,32 +563,12 @@ pub async fn prepare(
 ) -> Result<Pending, QueryError> {
     let mut out = Pending::default();
     for m in base {
-        let Some(t) = schema.table_by_id(m.table) else {
+        let Some((base, views, slices)) = touch_of(schema, m) else {
             continue;
         };
-        let views = views_of(schema, t);
-        if views.is_empty() {
-            continue;
-        }
-        let u = &m.update;
-        let whole = u.partition_deletion.is_some() || !u.range_tombstones.is_empty();
-        if !whole && u.rows.is_empty() {
-            continue;
-        }
-        let slices: Vec<ClusteringSlice> = if whole || t.clustering_key.is_empty() {
-            Vec::new()
-        } else {
-            u.rows
-                .iter()
-                .map(|r| ClusteringSlice {
-                    start: ClusteringBound::inclusive(r.clustering.0.clone()),
-                    end: ClusteringBound::inclusive(r.clustering.0.clone()),
-                })
-                .collect()
-        };
-        let old = read_rows(inner, t.id, &m.key, &slices).await?;
+        let old = read_rows(inner, base.id, &m.key, &slices).await?;
         out.touched.push(Touched {
-            base: t.clone(),
+            base,
             views,
             key: m.key.clone(),
             slices,
@@ -561,6 +576,47 @@ pub async fn prepare(
         });
     }
     Ok(out)
+}
+
+impl Pending {
+    /// The rows read before the write, one base-table mutation per touched partition (what
+    /// the batchlog keeps to redo the view maintenance after a crash).
+    pub fn before(&self) -> Vec<Mutation> {
+        self.touched
+            .iter()
+            .map(|t| Mutation {
+                table: t.base.id,
+                key: t.key.clone(),
+                update: PartitionUpdate {
+                    rows: t.old.clone(),
+                    ..PartitionUpdate::default()
+                },
+            })
+            .collect()
+    }
+}
+
+/// Rebuilds a [`Pending`] from logged base mutations and the rows logged before them.
+pub fn pending_from(schema: &Schema, base: &[Mutation], before: Vec<Mutation>) -> Pending {
+    let mut out = Pending::default();
+    for m in base {
+        let Some((t, views, slices)) = touch_of(schema, m) else {
+            continue;
+        };
+        let old = before
+            .iter()
+            .find(|b| b.table == m.table && b.key == m.key)
+            .map(|b| b.update.rows.clone())
+            .unwrap_or_default();
+        out.touched.push(Touched {
+            base: t,
+            views,
+            key: m.key.clone(),
+            slices,
+            old,
+        });
+    }
+    out
 }
 
 /// Reads the touched base rows again and rewrites their view rows.

@@ -317,21 +317,21 @@ async fn apply_one(p: Planned) -> Result<(), String> {
 
 /// Applies writes and what they imply (secondary index entries, materialized view
 /// updates), each on the shard owning its token, concurrently.
-pub async fn apply_all(inner: &Rc<Inner>, mut planned: Vec<Planned>) -> Result<(), QueryError> {
+pub async fn apply_all(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
+    apply_all_with(inner, planned, false).await
+}
+
+/// [`apply_all`]; `logged` (a LOGGED batch) makes several partitions all-or-nothing across
+/// a crash. Groups with index entries or view updates, and logged multi-partition batches,
+/// go through the batchlog (`batchlog.rs`); a plain single-partition write never does.
+pub async fn apply_all_with(
+    inner: &Rc<Inner>,
+    planned: Vec<Planned>,
+    logged: bool,
+) -> Result<(), QueryError> {
     let schema = inner.schema();
-    if schema.has_derived() {
-        let base: Vec<&Mutation> = planned
-            .iter()
-            .filter_map(|p| match p {
-                Planned::Mutation(m) => Some(m),
-                Planned::Counter(_) => None,
-            })
-            .collect();
-        let extra = crate::index::derived_mutations(&schema, &base);
-        let pending = crate::view::prepare(inner, &schema, &base).await?;
-        planned.extend(extra.into_iter().map(Planned::Mutation));
-        apply_planned(inner, planned).await?;
-        return crate::view::finish(inner, &schema, pending).await;
+    if schema.has_derived() || (logged && planned.len() > 1) {
+        return crate::batchlog::apply_group(inner, &schema, planned, logged).await;
     }
     apply_planned(inner, planned).await
 }
@@ -1540,6 +1540,6 @@ pub async fn run_batch(
         return crate::lwt::run_conditional_batch(inner, conditional_items, now).await;
     }
     crate::guardrails::check_batch(&schema, kind, &planned)?;
-    apply_all(inner, planned).await?;
+    apply_all_with(inner, planned, kind == BatchType::Logged).await?;
     Ok(QueryResult::Void)
 }

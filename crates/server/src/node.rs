@@ -153,7 +153,9 @@ impl Node {
         let data_dir = cfg.data_dir.clone();
         let segment = cfg.commitlog_segment_size_bytes;
         let total = cfg.commitlog_total_space_bytes;
-        let tables: Vec<_> = schema.tables().cloned().collect();
+        let mut tables: Vec<_> = schema.tables().cloned().collect();
+        // The batchlog's hidden table exists on every node, outside the schema.
+        tables.push(amphora_coordinator::batchlog::table());
         let runtime = amphora_rt::start(
             amphora_rt::RtConfig {
                 nr_shards,
@@ -210,6 +212,13 @@ impl Node {
                 }
             })
             .await?;
+        // A crash in the middle of a logged batch (or of a write with index/view updates)
+        // left batchlog entries: apply them before clients connect.
+        runtime
+            .shards()
+            .submit_to(0, amphora_coordinator::batchlog::replay_on_start)
+            .await?
+            .map_err(|e| NodeError::Invalid(format!("batchlog replay failed: {e}")))?;
         let tcfg = TransportConfig {
             listen_address: cfg.listen_address,
             native_port,
