@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use amphora_storage::maintenance::{self, Granularity, MaintenanceReport, Owns, SSTableHistograms};
+use amphora_storage::maintenance::{
+    self, Granularity, MaintenanceReport, Owns, Progress, SSTableHistograms,
+};
 use amphora_types::schema::TableSchema;
 use amphora_types::token::shard_of;
 
@@ -30,8 +32,9 @@ impl ShardDb {
         &self,
         t: &TableSchema,
         granularity: Granularity,
+        progress: Progress<'_>,
     ) -> Result<MaintenanceReport, ReplicaError> {
-        Ok(maintenance::garbage_collect(self.storage(), t.id, granularity).await?)
+        Ok(maintenance::garbage_collect(self.storage(), t.id, granularity, progress).await?)
     }
 
     /// Drops the partitions of other shards from this shard's SSTables (on one node the
@@ -41,17 +44,19 @@ impl ShardDb {
         &self,
         t: &TableSchema,
         sharding: Sharding,
+        progress: Progress<'_>,
     ) -> Result<MaintenanceReport, ReplicaError> {
         let owns = self.owner_filter(sharding);
-        Ok(maintenance::cleanup(self.storage(), t.id, owns).await?)
+        Ok(maintenance::cleanup(self.storage(), t.id, owns, progress).await?)
     }
 
     pub async fn scrub(
         &self,
         t: &TableSchema,
         skip_corrupted: bool,
+        progress: Progress<'_>,
     ) -> Result<MaintenanceReport, ReplicaError> {
-        Ok(maintenance::scrub(self.storage(), t.id, skip_corrupted).await?)
+        Ok(maintenance::scrub(self.storage(), t.id, skip_corrupted, progress).await?)
     }
 
     /// This shard's `upload/` directory of the table and the SSTables in it.

@@ -84,6 +84,9 @@ impl MaintenanceReport {
 /// Which shard owns a token (the caller's token → shard mapping).
 pub type Owns = Arc<dyn Fn(i64) -> bool + Send + Sync>;
 
+/// Told the input bytes of each SSTable an operation is done with (task progress).
+pub type Progress<'a> = &'a mut dyn FnMut(u64);
+
 fn job_for(inputs: &[Arc<SSTableReader>]) -> CompactionJob {
     CompactionJob {
         inputs: inputs.iter().map(|s| s.generation).collect(),
@@ -113,6 +116,7 @@ pub async fn garbage_collect(
     st: &ShardStorage,
     id: TableId,
     granularity: Granularity,
+    progress: Progress<'_>,
 ) -> Result<MaintenanceReport> {
     let mut report = MaintenanceReport::default();
     for s in st.sstables(id) {
@@ -147,6 +151,9 @@ pub async fn garbage_collect(
                 &inp.purge,
                 Some(&mut hook),
             )?;
+            let (n, b) = sizes(&out.0);
+            r.sstables_out = n;
+            r.bytes_out = b;
             let _ = tx.send(r);
             Ok(out)
         });
@@ -157,10 +164,8 @@ pub async fn garbage_collect(
             r.bytes_in = bytes_in;
             report.add(&r);
         }
+        progress(bytes_in);
     }
-    let after = st.sstables(id);
-    report.sstables_out = after.len() as u64;
-    report.bytes_out = after.iter().map(|s| s.data_size()).sum();
     Ok(report)
 }
 
@@ -254,10 +259,16 @@ fn shadow_by(
 
 /// Rewrites the SSTables holding partitions this shard does not own (`owns`), without
 /// them. SSTables whose index shows only owned partitions are left alone.
-pub async fn cleanup(st: &ShardStorage, id: TableId, owns: Owns) -> Result<MaintenanceReport> {
+pub async fn cleanup(
+    st: &ShardStorage,
+    id: TableId,
+    owns: Owns,
+    progress: Progress<'_>,
+) -> Result<MaintenanceReport> {
     let mut report = MaintenanceReport::default();
     for s in st.sstables(id) {
         if !has_unowned(&s, &owns)? {
+            progress(s.data_size());
             continue;
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -297,6 +308,7 @@ pub async fn cleanup(st: &ShardStorage, id: TableId, owns: Owns) -> Result<Maint
             r.bytes_in = bytes_in;
             report.add(&r);
         }
+        progress(bytes_in);
     }
     Ok(report)
 }
@@ -329,6 +341,7 @@ pub async fn scrub(
     st: &ShardStorage,
     id: TableId,
     skip_corrupted: bool,
+    progress: Progress<'_>,
 ) -> Result<MaintenanceReport> {
     let schema = st.schema(id).ok_or(StorageError::UnknownTable(id))?;
     let abort = scrub_aborts_on_corruption(&schema, skip_corrupted);
@@ -347,7 +360,9 @@ pub async fn scrub(
             Ok(out)
         });
         if st.rewrite(id, inputs, out_of_service, work).await? {
-            report.add(&rx.try_recv().unwrap_or_default());
+            let r = rx.try_recv().unwrap_or_default();
+            progress(r.bytes_in);
+            report.add(&r);
         }
     }
     Ok(report)

@@ -73,11 +73,12 @@ impl Op {
         self,
         db: &ShardDb,
         t: &TableSchema,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<MaintenanceReport, amphora_replica::ReplicaError> {
         match self {
-            Op::GarbageCollect(g) => db.garbage_collect(t, g).await,
-            Op::Cleanup(sh) => db.cleanup(t, sh).await,
-            Op::Scrub { skip_corrupted } => db.scrub(t, skip_corrupted).await,
+            Op::GarbageCollect(g) => db.garbage_collect(t, g, progress).await,
+            Op::Cleanup(sh) => db.cleanup(t, sh, progress).await,
+            Op::Scrub { skip_corrupted } => db.scrub(t, skip_corrupted, progress).await,
         }
     }
 }
@@ -159,14 +160,17 @@ async fn start_task(
                     let db = amphora_replica::local().map_err(|e| e.to_string())?;
                     let mut sum = MaintenanceReport::default();
                     for t in tables {
+                        // Progress moves as each SSTable is done.
+                        let mut progress = |bytes: u64| {
+                            update_task(&st, &tid, |task| {
+                                task.progress_completed =
+                                    (task.progress_completed + bytes).min(task.progress_total)
+                            })
+                        };
                         let r = op
-                            .run(&db, &t)
+                            .run(&db, &t, &mut progress)
                             .await
                             .map_err(|e| format!("{}.{}: {e}", t.keyspace, t.name))?;
-                        update_task(&st, &tid, |task| {
-                            task.progress_completed =
-                                (task.progress_completed + r.bytes_in).min(task.progress_total)
-                        });
                         sum.add(&r);
                     }
                     Ok::<MaintenanceReport, String>(sum)

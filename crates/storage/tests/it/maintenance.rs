@@ -92,6 +92,7 @@ fn garbagecollect_drops_data_shadowed_by_another_sstable() {
             &s,
             TableId(TABLE),
             Granularity::Row,
+            &mut |_| {},
         ))
         .expect("garbagecollect");
     assert_eq!(r.sstables_in, 2);
@@ -124,7 +125,12 @@ fn cleanup_drops_only_partitions_of_other_shards() {
         .collect();
     assert!(!owned.is_empty() && owned.len() < rows.len());
     let r = rt()
-        .block_on(maintenance::cleanup(&s, TableId(TABLE), owns.clone()))
+        .block_on(maintenance::cleanup(
+            &s,
+            TableId(TABLE),
+            owns.clone(),
+            &mut |_| {},
+        ))
         .expect("cleanup");
     assert_eq!(r.partitions_kept as usize, owned.len() / 10, "{r:?}");
     assert_eq!(
@@ -134,7 +140,7 @@ fn cleanup_drops_only_partitions_of_other_shards() {
     assert_eq!(sorted(values(&read_all(&s, TABLE, 0))), owned);
     // A second cleanup finds nothing to rewrite.
     let again = rt()
-        .block_on(maintenance::cleanup(&s, TableId(TABLE), owns))
+        .block_on(maintenance::cleanup(&s, TableId(TABLE), owns, &mut |_| {}))
         .expect("cleanup");
     assert_eq!(again.sstables_in, 0);
 }
@@ -165,7 +171,7 @@ fn scrub_salvages_an_sstable_taken_out_of_service() {
     assert_eq!(s.metrics().sstable_count, 0);
 
     let r = rt()
-        .block_on(maintenance::scrub(&s, TableId(TABLE), false))
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false, &mut |_| {}))
         .expect("scrub");
     assert_eq!(r.sstables_salvaged, 1, "{r:?}");
     assert!(r.partitions_skipped >= 1, "{r:?}");
@@ -322,6 +328,7 @@ fn garbagecollect_cell_granularity_also_applies_cell_tombstones() {
         &s,
         TableId(TABLE),
         Granularity::Row,
+        &mut |_| {},
     ))
     .expect("gc");
     assert!(
@@ -332,6 +339,7 @@ fn garbagecollect_cell_granularity_also_applies_cell_tombstones() {
         &s,
         TableId(TABLE),
         Granularity::Cell,
+        &mut |_| {},
     ))
     .expect("gc");
     assert!(!oldest_holds_cell(&s, 4), "CELL granularity drops them");
@@ -363,6 +371,7 @@ fn garbagecollect_purges_tombstones_past_gc_grace() {
             &s,
             TableId(TABLE),
             Granularity::Row,
+            &mut |_| {},
         ))
         .expect("gc");
     assert_eq!(r.sstables_in, 2, "{r:?}");
@@ -430,13 +439,13 @@ fn scrub_of_a_counter_table_stops_unless_skip_corrupted() {
     std::fs::write(&data, b).expect("write");
     let s = open_with(d.path(), counter_schema());
     let err = rt()
-        .block_on(maintenance::scrub(&s, TableId(TABLE), false))
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false, &mut |_| {}))
         .expect_err("a counter table's corrupt partition stops scrub");
     assert!(err.to_string().contains("--skip-corrupted"), "{err}");
     // Nothing changed: the SSTable is still the one there was.
     assert_eq!(s.sstable_paths(TableId(TABLE)), vec![data]);
     let r = rt()
-        .block_on(maintenance::scrub(&s, TableId(TABLE), true))
+        .block_on(maintenance::scrub(&s, TableId(TABLE), true, &mut |_| {}))
         .expect("scrub --skip-corrupted");
     assert!(r.partitions_skipped >= 1, "{r:?}");
     assert_eq!(r.partitions_kept + r.partitions_skipped, 300, "{r:?}");
