@@ -60,6 +60,17 @@ impl TestNode {
 
     /// Starts a node on an existing data directory (e.g. to test restarts).
     pub fn start_in(dir: &Path, smp: u32, extra: &[&str]) -> anyhow::Result<TestNode> {
+        Self::start_in_env(dir, smp, extra, &[])
+    }
+
+    /// [`TestNode::start_in`] with extra environment variables for the server (test
+    /// failpoints such as `AMPHORA_FAILPOINT_BATCHLOG_ABORT`).
+    pub fn start_in_env(
+        dir: &Path,
+        smp: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<TestNode> {
         let native: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let shard_aware: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -78,6 +89,7 @@ impl TestNode {
             .args(["--api-port", &api.port().to_string()])
             .args(["--smp", &smp.to_string(), "--memory", "1G", "--no-pin"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

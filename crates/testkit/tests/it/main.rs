@@ -290,3 +290,5 @@ fn concurrent_ddl_from_many_connections_loses_nothing() {
         assert_eq!(rows.rows_num(), 24);
     });
 }
+
+mod derived;
