@@ -162,9 +162,11 @@ const USAGE: &[(&str, &str)] = &[
         "toppartitions",
         "nodetool toppartitions [-a <samplers>] [-k <topCount>] [-s <capacity>] [--] <keyspace> <cfname> <duration>\n\n\
          <duration>  sampling time in milliseconds (at most 300000)\n\
-         -a          comma-separated samplers: READS, WRITES (default both)\n\
-         -k          number of top partitions to list (default 10)\n\
-         -s          keys tracked per shard and sampler (default 256, at most 1024)",
+         -a          comma-separated samplers: READS, WRITES (default both; Cassandra's others are not supported)\n\
+         -k          number of top partitions to list (default 10, less than -s)\n\
+         -s          keys tracked per shard and sampler (default 256, at most 1024)\n\n\
+         Output as Cassandra 5.0's: 'Frequency of reads by partition:' then Table, Partition, Count, +/-\n\
+         (the cardinality of each sampler is in the REST answer).",
     ),
 ];
 
@@ -1190,6 +1192,19 @@ fn refresh(c: &Client, args: &[String]) -> R {
     Ok(())
 }
 
+/// Cassandra 5.0's samplers that are not implemented here (`-a`).
+const OTHER_SAMPLERS: &[&str] = &[
+    "CAS_CONTENTIONS",
+    "WRITE_SIZE",
+    "LOCAL_READ_TIME",
+    "READ_ROW_COUNT",
+    "READ_TOMBSTONE_COUNT",
+    "READ_SSTABLE_COUNT",
+];
+
+/// Cassandra 5.0's `toppartitions` (an alias of `profileload` since 4.0): per sampler,
+/// `Frequency of <reads|writes> by partition:` and a table of Table, Partition, Count,
+/// +/- (the 3.x layout with `READS Sampler:` and a cardinality line is gone in 4.0).
 fn toppartitions(c: &Client, args: &[String], out: &mut dyn Write) -> R {
     let o = Opts::parse("toppartitions", args, &["-k", "-s", "-a"], &[])?;
     let (ks, table, duration) = match o.pos.as_slice() {
@@ -1208,46 +1223,52 @@ fn toppartitions(c: &Client, args: &[String], out: &mut dyn Write) -> R {
     let duration = num("duration", duration)?;
     let k = num("-k", o.value(&["-k"]).unwrap_or("10"))?;
     let capacity = num("-s", o.value(&["-s"]).unwrap_or("256"))?;
-    let samplers = o
-        .value(&["-a"])
-        .unwrap_or("READS,WRITES")
-        .to_ascii_uppercase();
+    if k >= capacity {
+        return Err(NodetoolError::Usage(
+            "TopK count (-k) option must be smaller then the summary capacity (-s)".into(),
+        ));
+    }
+    let mut samplers = Vec::new();
+    for a in o.value(&["-a"]).unwrap_or("READS,WRITES").split(',') {
+        let a = a.trim().to_ascii_uppercase();
+        if OTHER_SAMPLERS.contains(&a.as_str()) {
+            return Err(NodetoolError::Unsupported(format!(
+                "the toppartitions sampler {a}"
+            )));
+        }
+        samplers.push(a);
+    }
     let r = c.get(&format!(
         "/column_family/toppartitions/{}?duration={duration}&list_size={k}&capacity={capacity}&samplers={}",
         encode(&format!("{ks}:{table}")),
-        encode(&samplers)
+        encode(&samplers.join(","))
     ))?;
+    let qualified = format!("{}.{}", s(&r, "keyspace"), s(&r, "table"));
     let mut first = true;
-    for (name, key) in [("WRITES", "writes"), ("READS", "reads")] {
+    for (name, key) in [("reads", "reads"), ("writes", "writes")] {
         let Some(v) = r.get(key) else { continue };
         if !first {
             writeln!(out)?;
         }
         first = false;
-        writeln!(out, "{name} Sampler:")?;
-        writeln!(
-            out,
-            "  Cardinality: ~{} ({capacity} capacity)",
-            u(v, "cardinality")
-        )?;
-        writeln!(out, "  Top {k} partitions:")?;
+        writeln!(out, "Frequency of {name} by partition:")?;
         let parts = arr(v.get("partitions").unwrap_or(&Value::Null));
         if parts.is_empty() {
-            writeln!(out, "\tNothing recorded during sampling period...")?;
+            writeln!(out, "   Nothing recorded during sampling period...")?;
             continue;
         }
         let mut t = TableBuilder::default();
-        t.add(["Partition", "Count", "+/-"]);
+        t.add(["  ", "Table", "Partition", "Count", "+/-"]);
         for p in parts {
             t.add([
+                "  ".to_string(),
+                qualified.clone(),
                 s(p, "partition").to_string(),
                 u(p, "count").to_string(),
                 u(p, "error").to_string(),
             ]);
         }
-        for line in t.render().lines() {
-            writeln!(out, "\t{line}")?;
-        }
+        write!(out, "{}", t.render())?;
     }
     Ok(())
 }

@@ -312,6 +312,16 @@ fn toppartitions_lists_the_hot_key() {
         )
     });
     std::thread::sleep(std::time::Duration::from_millis(700));
+    // One sampling at a time: a second one is refused while the first runs.
+    match amphora_nodetool::Client::new("127.0.0.1", node.api.port())
+        .get("/column_family/toppartitions/ks:tp?duration=10")
+    {
+        Err(amphora_nodetool::NodetoolError::Server { status, message }) => {
+            assert_eq!(status, 409, "{message}");
+            assert!(message.contains("already running"), "{message}");
+        }
+        other => panic!("a second sampling: {other:?}"),
+    }
     rt().block_on(async {
         let s = session(&node).await;
         let ins = s
@@ -334,32 +344,32 @@ fn toppartitions_lists_the_hot_key() {
     });
     let (code, out, err) = sampler.join().expect("join");
     assert_eq!(code, Some(0), "{out}{err}");
-    let writes = out.split("READS Sampler:").next().unwrap_or("");
-    let reads = out.split("READS Sampler:").nth(1).unwrap_or("");
-    assert!(writes.starts_with("WRITES Sampler:\n"), "{out}");
-    assert!(writes.contains("  Cardinality: ~6 (256 capacity)"), "{out}");
-    assert!(writes.contains("  Top 5 partitions:"), "{out}");
-    let hot: Vec<&str> = writes
+    // Cassandra 5.0's layout: reads, then writes.
+    let (reads, writes) = out
+        .split_once("\nFrequency of writes by partition:\n")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        reads.starts_with(
+            "Frequency of reads by partition:\n   Table Partition Count +/-\n   ks.tp 42        3     0\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        writes.starts_with("   Table Partition Count +/-\n   ks.tp 42        20    0\n"),
+        "{out}"
+    );
+    let others: Vec<Vec<&str>> = writes
         .lines()
-        .find(|l| l.trim_start().starts_with("42 "))
-        .unwrap_or_else(|| panic!("{out}"))
-        .split_whitespace()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(hot, ["42", "20", "0"], "{out}");
-    // The hot key comes first.
-    let first = writes
-        .lines()
-        .skip_while(|l| !l.contains("Partition"))
-        .nth(1)
-        .unwrap_or("");
-    assert!(first.trim_start().starts_with("42 "), "{out}");
-    let hot_read: Vec<&str> = reads
-        .lines()
-        .find(|l| l.trim_start().starts_with("42 "))
-        .unwrap_or_else(|| panic!("{out}"))
-        .split_whitespace()
-        .collect();
-    assert_eq!(hot_read, ["42", "3", "0"], "{out}");
+    assert_eq!(others.len(), 4, "-k 5: {out}");
+    assert!(
+        others
+            .iter()
+            .all(|r| r.len() == 4 && r[0] == "ks.tp" && r[2] == "1" && r[3] == "0"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -450,6 +460,16 @@ fn bad_maintenance_input_is_refused_clearly() {
             &["toppartitions", "ks", "t", "100", "-a", "SCANS"][..],
             1,
             "unknown sampler SCANS",
+        ),
+        (
+            &["toppartitions", "ks", "t", "100", "-a", "WRITE_SIZE"][..],
+            2,
+            "not supported yet",
+        ),
+        (
+            &["toppartitions", "ks", "t", "100", "-k", "300"][..],
+            1,
+            "must be smaller then the summary capacity",
         ),
         (
             &["garbagecollect", "-g", "PARTITION"][..],
