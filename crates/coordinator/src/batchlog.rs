@@ -321,14 +321,13 @@ pub async fn apply_group(
     mut planned: Vec<Planned>,
     logged: bool,
 ) -> Result<(), QueryError> {
-    let base: Vec<Mutation> = planned
+    let refs: Vec<&Mutation> = planned
         .iter()
         .filter_map(|p| match p {
-            Planned::Mutation(m) => Some(m.clone()),
+            Planned::Mutation(m) => Some(m),
             Planned::Counter(_) => None,
         })
         .collect();
-    let refs: Vec<&Mutation> = base.iter().collect();
     let extra = crate::index::derived_mutations(schema, &refs);
     // Base mutations of tables with views go through the owning shard's locked path.
     let (viewed, plain): (Vec<Planned>, Vec<Planned>) = planned
@@ -480,20 +479,24 @@ pub async fn replay(inner: &Rc<Inner>) -> Result<usize, QueryError> {
         found.extend(entries.into_iter().map(|(k, kind, e)| (shard, k, kind, e)));
     }
     found.sort_by_key(|(_, _, kind, _)| u8::from(*kind != KIND_VIEW));
-    let n = found.len();
-    for (shard, key, kind, e) in found {
-        if kind == KIND_VIEW {
-            replay_view(inner, e).await?;
+    let mut n = 0;
+    for (shard, key, kind, mut e) in found {
+        // Mutations of tables dropped since are dropped with them.
+        let schema = inner.schema();
+        e.mutations
+            .retain(|m| schema.table_by_id(m.table).is_some());
+        let r = if kind == KIND_VIEW {
+            replay_view(inner, e).await
         } else {
-            let schema = inner.schema();
-            apply_group(
-                inner,
-                &schema,
-                e.mutations.into_iter().map(Planned::Mutation).collect(),
-                false,
-            )
-            .await?;
+            let planned = e.mutations.into_iter().map(Planned::Mutation).collect();
+            apply_group(inner, &schema, planned, false).await
+        };
+        if let Err(err) = r {
+            // Kept for the next start; the node still starts.
+            tracing::error!(error = %err, "batchlog: replaying an entry failed");
+            continue;
         }
+        n += 1;
         crate::exec::on_shard(inner, shard, move || async move {
             let c = crate::exec::local().ok_or_else(|| fail("no coordinator on this shard"))?;
             remove(&c.inner, key).await

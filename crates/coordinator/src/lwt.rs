@@ -328,6 +328,22 @@ async fn check_and_apply(
         .shards
         .submit_to(shard, move || async move {
             let db = amphora_replica::local().map_err(|e| e.to_string())?;
+            // A table with views: the partition lock every write to it holds (batchlog.rs),
+            // across the check, the write and the view maintenance.
+            let coordinator = crate::exec::local();
+            let schema = coordinator.as_ref().map(|c| c.inner.schema());
+            let viewed = schema
+                .as_ref()
+                .is_some_and(|s| mutations.iter().any(|m| crate::view::has_views(s, m)));
+            let _guard = if viewed {
+                Some(
+                    crate::batchlog::PartitionLocks::local()
+                        .lock(table_for_shard.id, &key.key)
+                        .await,
+                )
+            } else {
+                None
+            };
             let mut cmd = ReadCommand::new(
                 table_for_shard.id,
                 PartitionRange::Single(key),
@@ -340,12 +356,27 @@ async fn check_and_apply(
                 .iter()
                 .all(|c| holds(&table_for_shard, c, part.as_ref()));
             if ok {
+                let views = match (&coordinator, &schema) {
+                    (Some(c), Some(schema)) if viewed => {
+                        let refs: Vec<&Mutation> = mutations.iter().collect();
+                        let pending = crate::view::prepare(&c.inner, schema, &refs)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        Some((c.inner.clone(), schema.clone(), pending))
+                    }
+                    _ => None,
+                };
                 let mut acks = Vec::with_capacity(mutations.len());
                 for m in &mutations {
                     acks.push(db.storage().apply(m).map_err(|e| e.to_string())?);
                 }
                 for a in acks {
                     a.await.map_err(|e| e.to_string())?;
+                }
+                if let Some((inner, schema, pending)) = views {
+                    crate::view::finish(&inner, &schema, pending)
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
             }
             Ok::<(bool, Option<PartitionData>), String>((ok, part))
@@ -355,36 +386,22 @@ async fn check_and_apply(
         .map_err(QueryError::Server)
 }
 
-/// Index entries and view updates of an applied conditional write.
-async fn apply_derived(
-    inner: &Rc<Inner>,
-    mutations: &[Mutation],
-    pending: Option<(Vec<Mutation>, crate::view::Pending)>,
-) -> Result<(), QueryError> {
-    let _ = mutations;
-    if let Some((entries, pending)) = pending {
-        let schema = inner.schema();
-        crate::write::apply_planned(inner, entries.into_iter().map(Planned::Mutation).collect())
-            .await?;
-        crate::view::finish(inner, &schema, pending).await?;
+/// Index entries of an applied conditional write (view updates are written on the owning
+/// shard, under the partition lock, in `check_and_apply`).
+async fn apply_derived(inner: &Rc<Inner>, entries: Vec<Mutation>) -> Result<(), QueryError> {
+    if entries.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    crate::write::apply_planned(inner, entries.into_iter().map(Planned::Mutation).collect()).await
 }
 
-async fn prepare_derived(
-    inner: &Rc<Inner>,
-    mutations: &[Mutation],
-) -> Result<Option<(Vec<Mutation>, crate::view::Pending)>, QueryError> {
+fn prepare_derived(inner: &Rc<Inner>, mutations: &[Mutation]) -> Vec<Mutation> {
     let schema = inner.schema();
     if !schema.has_derived() {
-        return Ok(None);
+        return Vec::new();
     }
     let refs: Vec<&Mutation> = mutations.iter().collect();
-    let pending = crate::view::prepare(inner, &schema, &refs).await?;
-    Ok(Some((
-        crate::index::derived_mutations(&schema, &refs),
-        pending,
-    )))
+    crate::index::derived_mutations(&schema, &refs)
 }
 
 fn applied_column(table: &TableSchema) -> ResultColumn {
@@ -465,7 +482,7 @@ pub async fn run_conditional(
     };
     let key = m.key.clone();
     let mutations = vec![m];
-    let derived = prepare_derived(inner, &mutations).await?;
+    let derived = prepare_derived(inner, &mutations);
     let (applied, part) = check_and_apply(
         inner,
         table,
@@ -476,7 +493,7 @@ pub async fn run_conditional(
     )
     .await?;
     if applied {
-        apply_derived(inner, &mutations, derived).await?;
+        apply_derived(inner, derived).await?;
     }
     let mut columns = vec![applied_column(table)];
     let mut cells = vec![applied_cell(applied)];
@@ -591,7 +608,7 @@ pub async fn run_conditional_batch(
     let Some(key) = key else {
         return Ok(QueryResult::Void);
     };
-    let derived = prepare_derived(inner, &mutations).await?;
+    let derived = prepare_derived(inner, &mutations);
     let (applied, part) = check_and_apply(
         inner,
         &table,
@@ -602,7 +619,7 @@ pub async fn run_conditional_batch(
     )
     .await?;
     if applied {
-        apply_derived(inner, &mutations, derived).await?;
+        apply_derived(inner, derived).await?;
     }
     let mut columns = vec![applied_column(&table)];
     if applied {
