@@ -720,6 +720,13 @@ fn tablehistograms(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             u(v, key).to_string()
         }
     };
+    if size.is_null() || cells.is_null() {
+        // Cassandra prints this on stderr too; stdout keeps its layout.
+        let _ = writeln!(
+            std::io::stderr(),
+            "No SSTables exists, unable to calculate 'Partition Size' and 'Cell Count' percentiles"
+        );
+    }
     writeln!(out, "{ks}/{t} histograms")?;
     writeln!(
         out,
