@@ -186,7 +186,7 @@ impl PointRead {
 
     /// The partition key from the bound terms; None when a term does not evaluate to a
     /// valid non-empty key (the general path then answers with its error).
-    fn key(
+    pub fn key(
         &self,
         t: &TableSchema,
         s: &ast::SelectStatement,

@@ -109,7 +109,7 @@ pub async fn run_write(
 /// for that shape. None when a term does not give a plain value (a null or unset key part,
 /// an invalid value, an empty or oversized key, an UPDATE left with no regular cell): the
 /// general path then decides, with its own error where there is one.
-pub(crate) fn plan_simple(
+pub fn plan_simple(
     t: &TableSchema,
     st: &ast::Statement,
     w: &SimpleWrite,
