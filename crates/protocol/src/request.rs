@@ -1,7 +1,7 @@
-//! Request bodies (spec §4.1), decoded into owned structs whose values are zero-copy `Bytes`
-//! slices of the envelope body.
+//! Request bodies (spec §4.1), decoded into owned structs whose values are positions in the
+//! envelope body ([`Values`]).
 //!
-//! PERF-CRITICAL: no allocation per value; one `Vec` per request for the values.
+//! PERF-CRITICAL: no allocation and no reference count per value.
 
 use bytes::Bytes;
 
@@ -11,7 +11,7 @@ use crate::envelope::{
     DEFAULT_MAX_FRAME_SIZE, Direction, Envelope, Flags, Opcode, ProtocolVersion,
 };
 use crate::error::DecodeError;
-use crate::wire::{Reader, Value};
+use crate::wire::{Reader, Values, read_values};
 
 /// Per-connection decoding settings, fixed after STARTUP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ pub struct QueryParameters {
     pub consistency: Consistency,
     /// The raw flags (a byte before v5, an int in v5).
     pub flags: u32,
-    pub values: Vec<Value>,
+    pub values: Values,
     /// Value names, when flag 0x40 is set (same length as `values`).
     pub names: Option<Vec<String>>,
     pub skip_metadata: bool,
@@ -101,7 +101,7 @@ impl Default for QueryParameters {
         Self {
             consistency: Consistency::One,
             flags: 0,
-            values: Vec::new(),
+            values: Values::default(),
             names: None,
             skip_metadata: false,
             page_size: None,
@@ -169,7 +169,7 @@ pub enum BatchStatementKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchStatement {
     pub statement: BatchStatementKind,
-    pub values: Vec<Value>,
+    pub values: Values,
 }
 
 /// BATCH. Flag 0x40 (names for values) is not functional in Cassandra (CASSANDRA-10246):
@@ -306,23 +306,19 @@ pub fn decode_query_parameters(
     let consistency = read_consistency(r)?;
     let flags = read_flags(r, version)?;
     let allow_unset = version >= ProtocolVersion::V4;
-    let mut values = Vec::new();
+    let mut values = Values::default();
     let mut names = None;
     if flags & VALUES != 0 {
         let n = r.read_u16()? as usize;
-        // Each value takes at least 4 bytes: bounds the allocation by the body size.
-        values.reserve_exact(n.min(r.remaining() / 4));
         if flags & NAMES_FOR_VALUES != 0 {
             let mut ns = Vec::with_capacity(n.min(r.remaining() / 6));
-            for _ in 0..n {
+            values = read_values(r, n, allow_unset, |r| {
                 ns.push(r.read_string()?);
-                values.push(r.read_value(allow_unset)?);
-            }
+                Ok(())
+            })?;
             names = Some(ns);
         } else {
-            for _ in 0..n {
-                values.push(r.read_value(allow_unset)?);
-            }
+            values = read_values(r, n, allow_unset, |_| Ok(()))?;
         }
     }
     let page_size = if flags & PAGE_SIZE != 0 {
@@ -391,10 +387,7 @@ fn decode_batch(r: &mut Reader, version: ProtocolVersion) -> Result<Batch, Decod
             other => return Err(DecodeError::UnknownBatchQueryKind(other)),
         };
         let nv = r.read_u16()? as usize;
-        let mut values = Vec::with_capacity(nv.min(r.remaining() / 4));
-        for _ in 0..nv {
-            values.push(r.read_value(allow_unset)?);
-        }
+        let values = read_values(r, nv, allow_unset, |_| Ok(()))?;
         statements.push(BatchStatement { statement, values });
     }
     let consistency = read_consistency(r)?;
@@ -439,6 +432,7 @@ mod tests {
 
     use super::*;
     use crate::compression::compress_body;
+    use crate::wire::{Value, ValueRef};
 
     // ---- client-side encoders, written as a driver would -------------------------------
 
@@ -452,11 +446,11 @@ mod tests {
         b.put_slice(s.as_bytes());
     }
 
-    fn put_value(b: &mut BytesMut, v: &Value) {
+    fn put_value(b: &mut BytesMut, v: ValueRef<'_>) {
         match v {
-            Value::Null => b.put_i32(-1),
-            Value::Unset => b.put_i32(-2),
-            Value::Set(x) => {
+            ValueRef::Null => b.put_i32(-1),
+            ValueRef::Unset => b.put_i32(-2),
+            ValueRef::Set(x) => {
                 b.put_i32(x.len() as i32);
                 b.put_slice(x);
             }
@@ -553,7 +547,7 @@ mod tests {
                 }
             }
             b.put_u16(s.values.len() as u16);
-            for val in &s.values {
+            for val in s.values.iter() {
                 put_value(b, val);
             }
         }
@@ -616,7 +610,7 @@ mod tests {
         let v5 = v >= ProtocolVersion::V5;
         (
             arb_consistency(),
-            proptest::collection::vec(arb_value(v), 0..8),
+            proptest::collection::vec(arb_value(v), 0..12),
             any::<bool>(),
             any::<bool>(),
             proptest::option::of(any::<i32>()),
@@ -633,7 +627,7 @@ mod tests {
                     let mut p = QueryParameters {
                         consistency: cl,
                         flags: 0,
-                        values,
+                        values: Values::from_values(&values),
                         names,
                         skip_metadata: skip,
                         page_size: ps,
@@ -659,7 +653,10 @@ mod tests {
             ],
             proptest::collection::vec(arb_value(v), 0..5),
         )
-            .prop_map(|(statement, values)| BatchStatement { statement, values });
+            .prop_map(|(statement, values)| BatchStatement {
+                statement,
+                values: Values::from_values(&values),
+            });
         (
             0u8..3,
             proptest::collection::vec(stmt, 0..5),
@@ -875,7 +872,7 @@ mod tests {
     fn values_are_zero_copy_slices_of_the_body() {
         let p = QueryParameters {
             flags: query_flags::VALUES,
-            values: vec![Value::Set(Bytes::from_static(b"abcdef"))],
+            values: Values::from_values(&[Value::Set(Bytes::from_static(b"abcdef"))]),
             ..QueryParameters::default()
         };
         let body = query_body(ProtocolVersion::V4, "q", &p).freeze();
@@ -892,10 +889,16 @@ mod tests {
         else {
             panic!("decode failed: {r:?}");
         };
-        let Some(Value::Set(v)) = q.parameters.values.first() else {
+        let Some(ValueRef::Set(v)) = q.parameters.values.get(0) else {
             panic!("no value")
         };
+        assert_eq!(v, b"abcdef");
         assert!(range.contains(&v.as_ptr()), "value was copied");
+        let owned: Vec<Value> = q.parameters.values.owned().collect();
+        let [Value::Set(o)] = &owned[..] else {
+            panic!("one set value: {owned:?}")
+        };
+        assert!(range.contains(&o.as_ptr()), "owned value was copied");
     }
 
     #[test]

@@ -298,7 +298,7 @@ pub fn bound_value(v: Value) -> BoundValue {
 pub fn query_options(p: QueryParameters) -> QueryOptions {
     QueryOptions {
         consistency: p.consistency.as_u16(),
-        values: p.values.into_iter().map(bound_value).collect(),
+        values: p.values.owned().map(bound_value).collect(),
         names: p.names,
         skip_metadata: p.skip_metadata,
         page_size: p.page_size,
@@ -325,7 +325,7 @@ pub fn batch_parts(b: proto::Batch) -> (BatchKind, Vec<BatchEntry>, QueryOptions
                 proto::BatchStatementKind::Query(q) => BatchQueryText::Text(q),
                 proto::BatchStatementKind::Prepared(id) => BatchQueryText::Prepared(id),
             },
-            values: s.values.into_iter().map(bound_value).collect(),
+            values: s.values.owned().map(bound_value).collect(),
         })
         .collect();
     let opts = QueryOptions {
