@@ -291,3 +291,34 @@ fn random_garbage_never_takes_the_node_down() {
     }
     assert_node_serves(&node);
 }
+
+#[test]
+fn v5_envelopes_over_the_limit_close_only_that_connection() {
+    const MAX: usize = 64 * 1024;
+    let node = TestNode::start_with(1, |cfg| cfg.max_frame_size = MAX);
+    // One self-contained frame carrying an envelope over the limit, then an envelope so
+    // large it spans several frames: both are refused from the envelope header.
+    for body_len in [100 * 1024, 300 * 1024] {
+        let mut c = Client::connect(node.native(), 5);
+        c.startup(&[]);
+        let mut body = BytesMut::new();
+        put_long_string(&mut body, &"x".repeat(body_len));
+        body.put_u16(1);
+        body.put_u32(0);
+        c.send(0, 3, Opcode::Query as u8, &body);
+        let (code, msg) = error_of(&c.recv());
+        assert_eq!(code, 0x000A, "{msg}");
+        c.expect_closed();
+    }
+    // Just under the limit is served, on v5 framing too.
+    let mut c = Client::connect(node.native(), 5);
+    c.startup(&[]);
+    let mut body = BytesMut::new();
+    put_long_string(&mut body, &"x".repeat(MAX - 9 - 4 - 6));
+    body.put_u16(1);
+    body.put_u32(0);
+    assert_eq!(body.len() + 9, MAX);
+    c.send(0, 4, Opcode::Query as u8, &body);
+    assert_eq!(c.recv().opcode, Opcode::Result);
+    assert_node_serves(&node);
+}
