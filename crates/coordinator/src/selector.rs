@@ -1086,7 +1086,7 @@ pub fn eval_row(
         }
         Sel::Ttl(id) => cell_of(t, *id, p, row)
             .filter(|c| c.ttl > 0)
-            .map(|c| Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())),
+            .map(|c| Bytes::copy_from_slice(&remaining_ttl(c, now_s).to_be_bytes())),
         Sel::Slice { base, from, to } => {
             let v = eval_row(t, base, p, row, now_s, static_only)?;
             let (kt, per) = match &base.ty {
@@ -1128,9 +1128,8 @@ pub fn eval_row(
             };
             let meta = |c: &Cell| -> Option<Bytes> {
                 if *ttl {
-                    (c.ttl > 0).then(|| {
-                        Bytes::copy_from_slice(&(c.local_expiry - now_s).max(0).to_be_bytes())
-                    })
+                    (c.ttl > 0)
+                        .then(|| Bytes::copy_from_slice(&remaining_ttl(c, now_s).to_be_bytes()))
                 } else {
                     Some(Bytes::copy_from_slice(&c.timestamp.to_be_bytes()))
                 }
@@ -1418,4 +1417,9 @@ pub fn finish(states: Vec<AggState>, items: &[SelItem]) -> Vec<Option<Bytes>> {
             (AggState::Native(_), _) => None,
         })
         .collect()
+}
+
+/// Seconds left before an expiring cell expires (the `ttl()` selector: an int).
+fn remaining_ttl(c: &Cell, now_s: i32) -> i32 {
+    (c.local_expiry - i64::from(now_s)).clamp(0, i64::from(i32::MAX)) as i32
 }

@@ -776,7 +776,7 @@ fn view_marker(base: &TableSchema, v: &ViewDef, row: &Row, ts: i64) -> LivenessI
     if let Some(m) = row.marker {
         return LivenessInfo { timestamp: ts, ..m };
     }
-    let mut latest: Option<(i32, i32)> = None;
+    let mut latest: Option<(amphora_types::data::LocalTime, i32)> = None;
     for (_, d) in &row.cells {
         let cells: Vec<&Cell> = match d {
             ColumnData::Simple(c) => vec![c],

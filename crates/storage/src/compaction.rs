@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::data::{
-    ColumnData, PartitionKey, PartitionUpdate, Row, apply_own_deletions, merge_partition_updates,
+    ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, apply_own_deletions,
+    merge_partition_updates,
 };
 use amphora_types::schema::TableSchema;
 
@@ -528,7 +529,8 @@ impl PurgeContext {
 /// Converts expired cells to tombstones and drops purgeable tombstones.
 pub fn purge(u: &mut PartitionUpdate, key: &PartitionKey, ctx: &PurgeContext) {
     let maxp = ctx.max_purgeable(key);
-    let purgeable = |ts: i64, ldt: i32| ldt < ctx.gc_before && ts < maxp;
+    let gc_before = LocalTime::from(ctx.gc_before);
+    let purgeable = |ts: i64, ldt: LocalTime| ldt < gc_before && ts < maxp;
     let now = ctx.now_seconds;
     if u.partition_deletion
         .is_some_and(|d| purgeable(d.marked_for_delete_at, d.local_deletion_time))
@@ -548,7 +550,9 @@ pub fn purge(u: &mut PartitionUpdate, key: &PartitionKey, ctx: &PurgeContext) {
             r.deletion = None;
         }
         if r.marker.is_some_and(|m| {
-            m.ttl > 0 && now >= m.local_expiry && purgeable(m.timestamp, m.local_expiry - m.ttl)
+            m.ttl > 0
+                && LocalTime::from(now) >= m.local_expiry
+                && purgeable(m.timestamp, m.local_expiry - LocalTime::from(m.ttl))
         }) {
             r.marker = None;
         }

@@ -510,7 +510,7 @@ mod tests {
         let complex = |cells: Vec<Cell>| ColumnData::Complex {
             deletion: Some(DeletionTime {
                 marked_for_delete_at: 1,
-                local_deletion_time: now - 5,
+                local_deletion_time: (now - 5).into(),
             }),
             cells: cells
                 .into_iter()

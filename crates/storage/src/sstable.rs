@@ -625,7 +625,11 @@ impl SSTableWriter {
             .sum();
         let bucket = (64 - cells.leading_zeros()).saturating_sub(1).min(39) as usize;
         s.cell_count_histogram[bucket] += 1;
-        let ldt = |t: i32, s: &mut Stats| {
+        let ldt = |t: amphora_types::data::LocalTime, s: &mut Stats| {
+            // Statistics.db keeps 32-bit times: a time past 2038 is recorded as i32::MAX,
+            // which every user of these bounds treats conservatively (never purgeable or
+            // expired before 2038).
+            let t = t.clamp(i32::MIN.into(), i32::MAX.into()) as i32;
             s.min_local_deletion_time = s.min_local_deletion_time.min(t);
             s.max_local_deletion_time = s.max_local_deletion_time.max(t);
         };

@@ -11,6 +11,10 @@
 //! clustering:= n:var bytes*
 //! column    := id:var kind:u8 (0 = simple cell | 1 = complex: hasdel:u8 [deletion] n:var (path:bytes cell)*)
 //! cell      := flags:u8 ts_delta:z [ttl:var] [expiry_or_ldt:z] [value:bytes]
+//!
+//! Local deletion and expiry times (`ldt`, `expiry`) are seconds as 64-bit zig-zag varints:
+//! values past 2038 are valid (encoders before that could not produce them, and their
+//! decoders rejected them as out of i32 range).
 //!              flags: 1 = tombstone, 2 = expiring, 4 = counter
 //! rt        := bound bound deletion      bound := inclusive:u8 clustering
 //! bytes     := len:var raw
@@ -134,7 +138,7 @@ pub fn encode_update_parts(
 
 fn put_deletion(out: &mut Vec<u8>, d: DeletionTime, base: i64) {
     put_z(out, d.marked_for_delete_at.wrapping_sub(base));
-    put_z(out, d.local_deletion_time as i64);
+    put_z(out, d.local_deletion_time);
 }
 
 fn put_clustering(out: &mut Vec<u8>, c: &Clustering) {
@@ -156,7 +160,7 @@ pub fn put_row(out: &mut Vec<u8>, r: &Row, base: i64) {
     if let Some(m) = r.marker {
         put_z(out, m.timestamp.wrapping_sub(base));
         put_var(out, m.ttl as u32 as u64);
-        put_z(out, m.local_expiry as i64);
+        put_z(out, m.local_expiry);
     }
     if let Some(d) = r.deletion {
         put_deletion(out, d, base);
@@ -193,7 +197,7 @@ fn put_cell(out: &mut Vec<u8>, c: &Cell, base: i64) {
         put_var(out, c.ttl as u32 as u64);
     }
     if expiring || c.is_tombstone {
-        put_z(out, c.local_expiry as i64);
+        put_z(out, c.local_expiry);
     }
     if !c.is_tombstone {
         put_bytes(out, &c.value);
@@ -267,9 +271,6 @@ impl Reader {
     pub fn z(&mut self) -> Result<i64, DecodeError> {
         let u = self.var()?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
-    }
-    fn i32z(&mut self) -> Result<i32, DecodeError> {
-        i32::try_from(self.z()?).map_err(|_| self.err("value out of i32 range"))
     }
     /// A count, bounded by the bytes left (each element takes at least one byte).
     pub fn count(&mut self) -> Result<usize, DecodeError> {
@@ -359,7 +360,7 @@ fn read_deletion(r: &mut Reader, base: i64) -> Result<DeletionTime, DecodeError>
     let ts = r.z()?.wrapping_add(base);
     Ok(DeletionTime {
         marked_for_delete_at: ts,
-        local_deletion_time: r.i32z()?,
+        local_deletion_time: r.z()?,
     })
 }
 
@@ -393,7 +394,7 @@ pub fn read_row(r: &mut Reader, base: i64) -> Result<Row, DecodeError> {
     let marker = if flags & 1 != 0 {
         let timestamp = r.z()?.wrapping_add(base);
         let ttl = r.var()? as u32 as i32;
-        let local_expiry = r.i32z()?;
+        let local_expiry = r.z()?;
         Some(LivenessInfo {
             timestamp,
             ttl,
@@ -451,11 +452,7 @@ fn read_cell(r: &mut Reader, base: i64) -> Result<Cell, DecodeError> {
     let expiring = flags & 2 != 0;
     let timestamp = r.z()?.wrapping_add(base);
     let ttl = if expiring { r.var()? as u32 as i32 } else { 0 };
-    let local_expiry = if expiring || is_tombstone {
-        r.i32z()?
-    } else {
-        0
-    };
+    let local_expiry = if expiring || is_tombstone { r.z()? } else { 0 };
     let value = if is_tombstone {
         Bytes::new()
     } else {
@@ -494,5 +491,35 @@ mod tests {
         fn garbage_never_panics(data in prop::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode_mutation(Bytes::from(data));
         }
+    }
+
+    #[test]
+    fn expiry_past_2038_round_trips() {
+        use crate::data::{Cell, Clustering, ColumnData, DeletionTime, LivenessInfo, Row};
+        // 2026-11-22 plus the maximum TTL (20 years) is past i32::MAX seconds (2038-01-19).
+        let now = 1_795_000_000;
+        let ttl = 630_720_000;
+        let cell = Cell::expiring(7, ttl, now, Bytes::from_static(b"v"));
+        assert_eq!(cell.local_expiry, 2_425_720_000);
+        assert!(cell.local_expiry > i64::from(i32::MAX));
+        assert!(cell.is_live(now) && cell.is_live(i32::MAX));
+        let u = PartitionUpdate {
+            partition_deletion: Some(DeletionTime::new(1, now)),
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: Some(LivenessInfo::expiring(7, ttl, now)),
+                deletion: None,
+                cells: vec![(1, ColumnData::Simple(cell))],
+            }],
+            ..Default::default()
+        };
+        let m = Mutation {
+            table: TableId(1),
+            key: PartitionKey::new(Bytes::from_static(b"k")),
+            update: u,
+        };
+        let mut out = Vec::new();
+        encode_mutation(&m, &mut out);
+        assert_eq!(decode_mutation(Bytes::from(out)).expect("decodes"), m);
     }
 }

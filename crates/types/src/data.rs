@@ -23,8 +23,12 @@ use crate::schema::{BoundSide, ClusteringComparator, ColumnId, TableId, TableSch
 /// Write timestamp in microseconds since the epoch.
 pub type Timestamp = i64;
 
+/// Seconds since the epoch of a local deletion or TTL expiry. 64-bit: an expiry 20 years
+/// ahead (the maximum TTL) is past 2038, which Cassandra 5.0 accepts (CASSANDRA-14227).
+pub type LocalTime = i64;
+
 /// "No local deletion time" (Cassandra's `Cell.NO_DELETION_TIME`).
-pub const NO_DELETION_TIME: i32 = i32::MAX;
+pub const NO_DELETION_TIME: LocalTime = LocalTime::MAX;
 
 /// A deletion: everything with a timestamp `<= marked_for_delete_at` is shadowed.
 /// Ordered by `(marked_for_delete_at, local_deletion_time)`, i.e. `a > b` iff `a`
@@ -33,14 +37,14 @@ pub const NO_DELETION_TIME: i32 = i32::MAX;
 pub struct DeletionTime {
     pub marked_for_delete_at: Timestamp,
     /// Seconds since the epoch when the deletion happened (for gc_grace_seconds).
-    pub local_deletion_time: i32,
+    pub local_deletion_time: LocalTime,
 }
 
 impl DeletionTime {
     pub fn new(marked_for_delete_at: Timestamp, local_deletion_time: i32) -> Self {
         DeletionTime {
             marked_for_delete_at,
-            local_deletion_time,
+            local_deletion_time: local_deletion_time.into(),
         }
     }
     #[inline]
@@ -68,7 +72,7 @@ pub struct LivenessInfo {
     /// Seconds; 0 = no TTL.
     pub ttl: i32,
     /// Expiry time in seconds since the epoch when `ttl > 0`, else 0.
-    pub local_expiry: i32,
+    pub local_expiry: LocalTime,
 }
 
 impl LivenessInfo {
@@ -83,16 +87,16 @@ impl LivenessInfo {
         LivenessInfo {
             timestamp,
             ttl,
-            local_expiry: now_seconds.saturating_add(ttl),
+            local_expiry: LocalTime::from(now_seconds) + LocalTime::from(ttl),
         }
     }
     pub fn is_expiring(&self) -> bool {
         self.ttl > 0
     }
     pub fn is_live(&self, now_seconds: i32) -> bool {
-        self.ttl <= 0 || now_seconds < self.local_expiry
+        self.ttl <= 0 || LocalTime::from(now_seconds) < self.local_expiry
     }
-    fn key(&self) -> (Timestamp, bool, i32, i32) {
+    fn key(&self) -> (Timestamp, bool, LocalTime, i32) {
         (
             self.timestamp,
             self.is_expiring(),
@@ -114,7 +118,7 @@ pub struct Cell {
     pub ttl: i32,
     /// For an expiring cell: expiry time (s). For a tombstone: local deletion time (s).
     /// Otherwise 0.
-    pub local_expiry: i32,
+    pub local_expiry: LocalTime,
     pub value: Bytes,
     pub is_tombstone: bool,
     /// The value is a counter context (see module docs).
@@ -140,7 +144,7 @@ impl Cell {
         Cell {
             timestamp,
             ttl,
-            local_expiry: now_seconds.saturating_add(ttl),
+            local_expiry: LocalTime::from(now_seconds) + LocalTime::from(ttl),
             value,
             is_tombstone: false,
             is_counter: false,
@@ -150,7 +154,7 @@ impl Cell {
         Cell {
             timestamp,
             ttl: 0,
-            local_expiry: now_seconds,
+            local_expiry: now_seconds.into(),
             value: Bytes::new(),
             is_tombstone: true,
             is_counter: false,
@@ -171,22 +175,22 @@ impl Cell {
     }
     /// Live (not a tombstone and not expired) at `now_seconds`.
     pub fn is_live(&self, now_seconds: i32) -> bool {
-        !self.is_tombstone && (self.ttl <= 0 || now_seconds < self.local_expiry)
+        !self.is_tombstone && (self.ttl <= 0 || LocalTime::from(now_seconds) < self.local_expiry)
     }
     /// Local deletion time if this is (or has become) a tombstone.
-    pub fn local_deletion_time(&self) -> i32 {
+    pub fn local_deletion_time(&self) -> LocalTime {
         if self.is_tombstone {
             self.local_expiry
         } else if self.ttl > 0 {
             // An expired cell counts as deleted since its write (Cassandra: expiry - ttl).
-            self.local_expiry.saturating_sub(self.ttl)
+            self.local_expiry - LocalTime::from(self.ttl)
         } else {
             NO_DELETION_TIME
         }
     }
     /// Converts an expired cell into the tombstone it has become.
     pub fn expire(&self, now_seconds: i32) -> Option<Cell> {
-        if self.is_expiring() && now_seconds >= self.local_expiry {
+        if self.is_expiring() && LocalTime::from(now_seconds) >= self.local_expiry {
             Some(Cell {
                 timestamp: self.timestamp,
                 ttl: 0,

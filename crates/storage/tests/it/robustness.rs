@@ -547,6 +547,60 @@ fn full_disk_child() {
     });
 }
 
+#[test]
+fn expiry_past_2038_survives_replay_flush_and_compaction() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // 2026-11-22; with the maximum TTL (20 years) the expiry is in 2046.
+    let now = 1_795_000_000;
+    let ttl = 630_720_000;
+    let (_, clock) = simulated_clock(now);
+    let mut cfg = config(dir.path());
+    cfg.clock = clock;
+    let schema = clustered_schema(60, ClusteringOrder::Asc);
+    let expiry_of = |s: &ShardStorage| -> Vec<i64> {
+        read_all(s, 60, now)
+            .partitions
+            .iter()
+            .flat_map(|p| p.rows.iter())
+            .filter_map(|r| match r.cell(2) {
+                Some(ColumnData::Simple(c)) => Some(c.local_expiry),
+                _ => None,
+            })
+            .collect()
+    };
+    let expected = i64::from(now) + i64::from(ttl);
+    assert!(expected > i64::from(i32::MAX));
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
+        for c in 0..2 {
+            s.apply(&ttl_write(60, "x", c, 1_000, ttl, now))
+                .expect("apply")
+                .await
+                .expect("ack");
+        }
+        assert_eq!(expiry_of(&s), vec![expected; 2]);
+        drop(s);
+        // Replayed from the commitlog.
+        let (s, rep) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("reopen");
+        assert_eq!(rep.mutations_replayed, 2);
+        assert_eq!(expiry_of(&s), vec![expected; 2]);
+        // Through an SSTable, and a compaction that merges and purges.
+        s.flush(TableId(60)).await.expect("flush");
+        s.apply(&ttl_write(60, "x", 2, 1_000, ttl, now))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(60)).await.expect("flush");
+        s.compact_major(TableId(60)).await.expect("compact");
+        assert_eq!(s.metrics().sstable_count, 1);
+        assert_eq!(expiry_of(&s), vec![expected; 3]);
+        // Still live at the last second an i32 clock can express (2038-01-19).
+        let live_at = |t: i32| read_all(&s, 60, t).partitions.len();
+        assert_eq!(live_at(i32::MAX), 1);
+        s.shutdown().await.expect("shutdown");
+    });
+}
+
 /// Every file under `dir`.
 pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
