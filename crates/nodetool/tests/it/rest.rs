@@ -55,7 +55,8 @@ fn every_documented_get_is_served_and_errors_are_json() {
         let concrete = if concrete.contains("natural_endpoints") {
             format!("{concrete}?cf=t&key=1")
         } else if concrete.contains("toppartitions") {
-            format!("{concrete}?duration=10")
+            // At the limits: the longest list, the largest capacity.
+            format!("{concrete}?duration=10&list_size=1000&capacity=1024")
         } else {
             concrete
         };
@@ -157,6 +158,25 @@ fn every_documented_get_is_served_and_errors_are_json() {
             "/column_family/toppartitions/ks:t?duration=10&list_size=50&capacity=10",
             400,
             "capacity must be between",
+        ),
+        // Limits: one past each is refused.
+        (
+            "get",
+            "/column_family/toppartitions/ks:t?duration=300001",
+            400,
+            "duration must be 1..=300000",
+        ),
+        (
+            "get",
+            "/column_family/toppartitions/ks:t?duration=10&list_size=10&capacity=1025",
+            400,
+            "capacity must be between",
+        ),
+        (
+            "get",
+            "/column_family/toppartitions/ks:t?duration=10&list_size=1001&capacity=1024",
+            400,
+            "list_size must be 1..=1000",
         ),
         // Parameters of the wrong type: axum's own rejection, in the JSON error shape.
         (
