@@ -172,3 +172,14 @@ def test_tracing_on_shows_the_request_events(cqlsh_home, session, keyspace):
     assert "Parsing SELECT v FROM" in out, out
     assert "Request complete" in out, out
     assert "one" in out, out
+
+
+def test_server_warnings_are_printed(cqlsh_home, session, keyspace):
+    t = f"{keyspace}.warn_cqlsh"
+    session.execute(f"CREATE TABLE IF NOT EXISTS {t} (k int PRIMARY KEY, v int)")
+    session.execute(f"INSERT INTO {t} (k, v) VALUES (1, 1)")
+    out = cqlsh(cqlsh_home, f"SELECT count(*) FROM {t}")
+    assert "Warnings :" in out, out
+    assert "Aggregation query used without partition key" in out, out
+    out = cqlsh(cqlsh_home, f"SELECT count(*) FROM {t} WHERE k = 1")
+    assert "Warnings" not in out, out
