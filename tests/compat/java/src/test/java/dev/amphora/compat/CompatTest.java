@@ -304,6 +304,20 @@ class CompatTest {
     assertEquals("new", row.getString("b"));
     // The driver keeps the new metadata: the next execution decodes the same way.
     assertEquals("new", session.execute(sel.bind(1)).one().getString("b"));
+
+    // One session alone: the ALTER drops the prepared statement, the EXECUTE is answered
+    // Unprepared, the driver re-prepares and executes again with its old metadata id.
+    String u = KS + ".alter_star_single";
+    session.execute("CREATE TABLE " + u + " (k int PRIMARY KEY, a int)");
+    session.execute("INSERT INTO " + u + " (k, a) VALUES (1, 10)");
+    PreparedStatement one = session.prepare("SELECT * FROM " + u + " WHERE k = ?");
+    assertEquals(2, session.execute(one.bind(1)).one().getColumnDefinitions().size());
+    session.execute("ALTER TABLE " + u + " ADD b text");
+    session.execute("UPDATE " + u + " SET b = 'single' WHERE k = 1");
+    Row again = session.execute(one.bind(1)).one();
+    assertNotNull(again);
+    assertEquals(3, again.getColumnDefinitions().size());
+    assertEquals("single", again.getString("b"));
   }
 
   @Test
