@@ -260,21 +260,51 @@ pub async fn run_select(
     opts: &QueryOptions,
     cache: Option<&std::sync::OnceLock<Arc<SelectPlan>>>,
 ) -> Result<QueryResult, QueryError> {
-    let schema = inner.schema();
-    let ctx = EvalCtx {
-        binds,
-        now_micros: crate::exec::now_micros(),
-    };
     let plan = match cache.and_then(|c| c.get()) {
         Some(p) => p.clone(),
         None => {
-            let p = Arc::new(plan_select(&schema, keyspace, s)?);
+            let p = Arc::new(plan_select(&inner.schema(), keyspace, s)?);
             if let Some(c) = cache {
                 let _ = c.set(p.clone());
             }
             p
         }
     };
+    let now_micros = crate::exec::now_micros();
+    if !plan.is_virtual {
+        let schema = inner.schema();
+        crate::consistency::check_accepted(
+            plan.consistency_ok,
+            schema.keyspace(&plan.table.keyspace),
+            opts.consistency,
+            false,
+        )?;
+        let ctx = EvalCtx { binds, now_micros };
+        if let Some(point) = &plan.point
+            && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
+            && let Some(key) = point.key(&plan.table, s, &ctx)
+            && let Ok(limit) = int_of(&s.limit, &ctx, "[limit]")
+        {
+            return read_point(inner, &plan, key, limit, &ctx, opts).await;
+        }
+    }
+    // Boxed: the general path's state (restrictions, index and range reads) stays out of
+    // the future of every point read.
+    Box::pin(select_general(inner, s, binds, now_micros, opts, plan)).await
+}
+
+/// Every SELECT but a [`PointRead`]: virtual tables, restrictions, indexes, range scans,
+/// paging, aggregates. The consistency level was checked (virtual tables have none).
+async fn select_general(
+    inner: &Rc<Inner>,
+    s: &ast::SelectStatement,
+    binds: &[BoundValue],
+    now_micros: i64,
+    opts: &QueryOptions,
+    plan: Arc<SelectPlan>,
+) -> Result<QueryResult, QueryError> {
+    let schema = inner.schema();
+    let ctx = EvalCtx { binds, now_micros };
     let table = &plan.table;
     let items = &plan.items;
     let columns = plan.columns.clone();
@@ -283,19 +313,6 @@ pub async fn run_select(
     {
         let rows = (v.rows)(&schema, &inner.shared.info);
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
-    }
-    crate::consistency::check_accepted(
-        plan.consistency_ok,
-        schema.keyspace(&table.keyspace),
-        opts.consistency,
-        false,
-    )?;
-    if let Some(point) = &plan.point
-        && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
-        && let Some(key) = point.key(table, s, &ctx)
-        && let Ok(limit) = int_of(&s.limit, &ctx, "[limit]")
-    {
-        return read_point(inner, &plan, key, limit, &ctx, opts).await;
     }
     let mut r = restrict::analyze(table, &s.where_clause, &ctx)?;
     // Secondary indexes serve some restrictions; the others still need filtering.

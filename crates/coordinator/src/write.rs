@@ -65,15 +65,31 @@ pub async fn run_write(
             p
         }
     };
-    let table = &plan.table;
-    let ks = schema.keyspace(&table.keyspace);
     if let Some(simple) = &plan.simple {
+        let ks = schema.keyspace(&plan.table.keyspace);
         crate::consistency::check_accepted(plan.consistency_ok, ks, opts.consistency, true)?;
-        if let Some(planned) = plan_simple(table, st, simple, &ctx, timestamp) {
+        if let Some(planned) = plan_simple(&plan.table, st, simple, &ctx, timestamp) {
             apply_all(inner, planned).await?;
             return Ok(QueryResult::Void);
         }
     }
+    // Boxed: reads before the write and conditional updates stay out of the future of
+    // every simple write.
+    Box::pin(write_general(inner, st, &ctx, timestamp, opts, plan)).await
+}
+
+/// Every write but a [`SimpleWrite`] (or one whose values left the simple path).
+async fn write_general(
+    inner: &Rc<Inner>,
+    st: &ast::Statement,
+    ctx: &EvalCtx<'_>,
+    timestamp: i64,
+    opts: &QueryOptions,
+    plan: Arc<WritePlan>,
+) -> Result<QueryResult, QueryError> {
+    let schema = inner.schema();
+    let table = &plan.table;
+    let ks = schema.keyspace(&table.keyspace);
     let conditional = match st {
         ast::Statement::Insert(s) => s.if_not_exists,
         ast::Statement::Update(s) => s.conditions.is_some(),
@@ -83,7 +99,7 @@ pub async fn run_write(
     check_writable(table)?;
     check_not_view(&schema, table)?;
     if conditional {
-        check_conditional(table, st, &ctx)?;
+        check_conditional(table, st, ctx)?;
     }
     crate::consistency::check_accepted(plan.consistency_ok, ks, opts.consistency, true)?;
     if conditional {
@@ -93,13 +109,13 @@ pub async fn run_write(
         crate::consistency::check(ks, serial, false)?;
     }
     let lists = if needs_list_read(table, st) {
-        read_lists(inner, table, st, &ctx).await?
+        read_lists(inner, table, st, ctx).await?
     } else {
         ListState::new()
     };
-    let planned = plan_write_with(table, st, &ctx, timestamp, &lists)?;
+    let planned = plan_write_with(table, st, ctx, timestamp, &lists)?;
     if conditional {
-        return crate::lwt::run_conditional(inner, table, st, &ctx, planned).await;
+        return crate::lwt::run_conditional(inner, table, st, ctx, planned).await;
     }
     apply_all(inner, planned).await?;
     Ok(QueryResult::Void)
