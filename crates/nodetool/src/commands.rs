@@ -1174,10 +1174,17 @@ fn scrub(c: &Client, args: &[String], out: &mut dyn Write) -> R {
             u(r, "sstables_salvaged")
         )?;
     }
+    if u(r, "index_blocks_skipped") > 0 {
+        writeln!(
+            out,
+            "{} unreadable index blocks skipped (up to 128 partitions each)",
+            u(r, "index_blocks_skipped")
+        )?;
+    }
     if u(r, "sstables_unreadable") > 0 {
         writeln!(
             out,
-            "{} out-of-service SSTables could not be opened and were left in place",
+            "{} SSTables could not be read (metadata or first index block) and were left as they are",
             u(r, "sstables_unreadable")
         )?;
     }

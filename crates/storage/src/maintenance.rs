@@ -59,8 +59,11 @@ pub struct MaintenanceReport {
     pub partitions_kept: u64,
     /// Partitions left out on purpose (not owned, fully deleted).
     pub partitions_dropped: u64,
-    /// Partitions (or index blocks' worth of them) that could not be read (scrub).
+    /// Partitions that could not be read (scrub).
     pub partitions_skipped: u64,
+    /// Index blocks (up to 128 partitions each) that could not be read (scrub): the
+    /// partitions they locate are not salvaged.
+    pub index_blocks_skipped: u64,
     /// Out-of-service SSTables that scrub rewrote and put back in service.
     pub sstables_salvaged: u64,
     /// Out-of-service SSTables scrub could not open at all (left in place).
@@ -76,6 +79,7 @@ impl MaintenanceReport {
         self.partitions_kept += o.partitions_kept;
         self.partitions_dropped += o.partitions_dropped;
         self.partitions_skipped += o.partitions_skipped;
+        self.index_blocks_skipped += o.index_blocks_skipped;
         self.sstables_salvaged += o.sstables_salvaged;
         self.sstables_unreadable += o.sstables_unreadable;
     }
@@ -335,8 +339,9 @@ pub fn scrub_aborts_on_corruption(schema: &TableSchema, skip_corrupted: bool) ->
 /// Reads every SSTable of the table, in service or not (taken out after a checksum
 /// failure, or unreadable at start), and rewrites each keeping the partitions that read
 /// back and verify, skipping the rest (see [`scrub_aborts_on_corruption`]). Rewritten
-/// out-of-service SSTables are back in service; one whose metadata cannot be opened at
-/// all stays where it is and is counted in `sstables_unreadable`.
+/// out-of-service SSTables are back in service. One whose metadata cannot be opened, or
+/// whose first index block is unreadable (so no partition can be found), is left as it
+/// is, in service or not, and counted in `sstables_unreadable`.
 pub async fn scrub(
     st: &ShardStorage,
     id: TableId,
@@ -347,11 +352,16 @@ pub async fn scrub(
     let abort = scrub_aborts_on_corruption(&schema, skip_corrupted);
     let mut report = MaintenanceReport::default();
     // Each live SSTable alone, then the out-of-service ones together.
-    let live = st
-        .sstables(id)
-        .into_iter()
-        .map(|s| (vec![s.generation], false));
-    for (inputs, out_of_service) in live.chain(std::iter::once((Vec::new(), true))) {
+    let mut live = Vec::new();
+    for s in st.sstables(id) {
+        if salvageable(&s.dir, s.generation) {
+            live.push((vec![s.generation], false));
+        } else {
+            report.sstables_unreadable += 1;
+            progress(s.data_size());
+        }
+    }
+    for (inputs, out_of_service) in live.into_iter().chain(std::iter::once((Vec::new(), true))) {
         let (tx, rx) = std::sync::mpsc::channel();
         let work = Box::new(move |inp: RewriteInput| {
             let mut r = MaintenanceReport::default();
@@ -366,6 +376,20 @@ pub async fn scrub(
         }
     }
     Ok(report)
+}
+
+/// Whether scrub can find any partition of an SSTable: it opens, and its first index
+/// block reads back (a fresh reader: a failure must not mark the live one).
+fn salvageable(dir: &Path, generation: u64) -> bool {
+    let ok = SSTableReader::open(dir, generation)
+        .and_then(|s| s.scan_from(i64::MIN, None, false).map(drop));
+    if let Err(e) = &ok {
+        tracing::error!(
+            "scrub: SSTable {generation} in {} cannot be read (no partition can be located) and is left as it is: {e}",
+            dir.display()
+        );
+    }
+    ok.is_ok()
 }
 
 fn scrub_job(
@@ -384,14 +408,8 @@ fn scrub_job(
     }
     for g in &inp.out_of_service {
         match SSTableReader::open(&inp.dir, *g) {
-            Ok(s) => sources.push((*g, Some(s), true)),
-            Err(e) => {
-                tracing::error!(
-                    "scrub: SSTable {g} in {} cannot be opened and stays out of service: {e}",
-                    inp.dir.display()
-                );
-                r.sstables_unreadable += 1;
-            }
+            Ok(s) if salvageable(&inp.dir, *g) => sources.push((*g, Some(s), true)),
+            _ => r.sstables_unreadable += 1,
         }
     }
     let replaced: Vec<u64> = sources
@@ -454,8 +472,8 @@ fn copy_readable(
     r: &mut MaintenanceReport,
     abort: bool,
 ) -> Result<()> {
-    let corrupt = |e: StorageError, r: &mut MaintenanceReport| -> Result<()> {
-        r.partitions_skipped += 1;
+    // Counters' corrupt partitions stop the scrub (see `scrub_aborts_on_corruption`).
+    let skip = |e: StorageError| -> Result<()> {
         if abort {
             return Err(StorageError::Invalid(format!(
                 "scrub stopped at a corrupt partition of a table with counters (rerun with --skip-corrupted to drop it): {e}"
@@ -463,13 +481,8 @@ fn copy_readable(
         }
         Ok(())
     };
-    let mut sc = match s.scan_from(i64::MIN, None, false) {
-        Ok(sc) => sc,
-        Err(e) => {
-            // The first index block is unreadable: the partitions it locates are lost.
-            return corrupt(e, r);
-        }
-    };
+    // Checked by `salvageable` first; failing here fails the job (nothing replaced).
+    let mut sc = s.scan_from(i64::MIN, None, false)?;
     let mut last: Option<PartitionKey> = None;
     loop {
         match sc.peek_key() {
@@ -477,17 +490,20 @@ fn copy_readable(
             Ok(Some(_)) => {}
             // An unreadable index block: the scanner moves on to the next one.
             Err(e) => {
-                corrupt(e, r)?;
+                r.index_blocks_skipped += 1;
+                skip(e)?;
                 continue;
             }
         }
         match sc.next_partition() {
             Ok(Some((k, u))) => {
                 if last.as_ref().is_some_and(|l| *l >= k) {
-                    corrupt(
-                        StorageError::corrupt(s.data_path(), 0, "partitions out of ring order"),
-                        r,
-                    )?;
+                    r.partitions_skipped += 1;
+                    skip(StorageError::corrupt(
+                        s.data_path(),
+                        0,
+                        "partitions out of ring order",
+                    ))?;
                     continue;
                 }
                 w.append(&k, &u)?;
@@ -495,7 +511,10 @@ fn copy_readable(
                 last = Some(k);
             }
             Ok(None) => return Ok(()),
-            Err(e @ StorageError::Corrupt { .. }) => corrupt(e, r)?,
+            Err(e @ StorageError::Corrupt { .. }) => {
+                r.partitions_skipped += 1;
+                skip(e)?;
+            }
             Err(e) => return Err(e),
         }
     }

@@ -47,6 +47,7 @@ fn report_json(r: &MaintenanceReport) -> Value {
         "partitions_kept": r.partitions_kept,
         "partitions_dropped": r.partitions_dropped,
         "partitions_skipped": r.partitions_skipped,
+        "index_blocks_skipped": r.index_blocks_skipped,
         "sstables_salvaged": r.sstables_salvaged,
         "sstables_unreadable": r.sstables_unreadable,
     })

@@ -454,3 +454,68 @@ fn scrub_of_a_counter_table_stops_unless_skip_corrupted() {
         r.partitions_kept
     );
 }
+
+#[test]
+fn scrub_leaves_an_sstable_it_cannot_open_in_place() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    fill(&s, 10, 10);
+    let bad = s.sstable_paths(TableId(TABLE)).remove(0);
+    for p in 10..20 {
+        s.apply(&row_write(TABLE, &format!("p{p}"), 0, "later", 20))
+            .expect("apply");
+    }
+    rt().block_on(s.flush(TableId(TABLE))).expect("flush");
+    drop(s);
+    // Damage the first SSTable's statistics: it no longer opens at start.
+    let stats = PathBuf::from(bad.to_string_lossy().replace("-Data.db", "-Statistics.db"));
+    let mut b = std::fs::read(&stats).expect("read");
+    b[20] ^= 0xff;
+    std::fs::write(&stats, b).expect("write");
+    let s = open(d.path());
+    assert_eq!(s.metrics().sstable_count, 1);
+    let r = rt()
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false, &mut |_| {}))
+        .expect("scrub");
+    assert_eq!(r.sstables_unreadable, 1, "{r:?}");
+    assert_eq!(r.sstables_salvaged, 0, "{r:?}");
+    assert_eq!(r.partitions_kept, 10, "{r:?}");
+    // Its files are still there for a human to look at; the other SSTable is served.
+    assert!(bad.exists() && stats.exists());
+    assert_eq!(values(&read_all(&s, TABLE, 0)).len(), 10);
+}
+
+#[test]
+fn scrub_skips_an_unreadable_index_block_and_keeps_an_sstable_it_cannot_index() {
+    for (at_start, label) in [(false, "middle"), (true, "first")] {
+        let d = tempfile::tempdir().expect("tmp");
+        let s = open(d.path());
+        // 300 partitions: index blocks of 128, 128 and 44 entries.
+        fill(&s, 300, 10);
+        let data = s.sstable_paths(TableId(TABLE)).remove(0);
+        drop(s);
+        let index = PathBuf::from(data.to_string_lossy().replace("-Data.db", "-Index.db"));
+        let mut b = std::fs::read(&index).expect("read");
+        let at = if at_start { 10 } else { b.len() / 2 };
+        b[at] ^= 0xff;
+        std::fs::write(&index, b).expect("write");
+        let s = open(d.path());
+        let r = rt()
+            .block_on(maintenance::scrub(&s, TableId(TABLE), false, &mut |_| {}))
+            .expect("scrub");
+        if at_start {
+            // No partition can be located: the SSTable is left as it is.
+            assert_eq!(r.sstables_unreadable, 1, "{label}: {r:?}");
+            assert_eq!(r.sstables_in, 0, "{label}: {r:?}");
+            assert!(index.exists() && data.exists(), "{label}");
+        } else {
+            assert_eq!(r.index_blocks_skipped, 1, "{label}: {r:?}");
+            assert_eq!(r.partitions_kept, 300 - 128, "{label}: {r:?}");
+            assert_eq!(
+                values(&read_all(&s, TABLE, 0)).len(),
+                (300 - 128) * 10,
+                "{label}"
+            );
+        }
+    }
+}
