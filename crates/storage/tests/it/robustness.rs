@@ -601,6 +601,87 @@ fn expiry_past_2038_survives_replay_flush_and_compaction() {
     });
 }
 
+/// Golden files with expiry times past 2038 (an SSTable and a commitlog segment, under
+/// tests/fixtures/v1-expiry64): a 20-year TTL written at 2026-11-22. Regenerate with
+/// `REGEN_FIXTURES=1 cargo test -p amphora-storage --test it robustness::regenerate_expiry64`.
+fn expiry64_fixture_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-expiry64")
+}
+
+const EXPIRY64_NOW: i32 = 1_795_000_000;
+const EXPIRY64_TTL: i32 = 630_720_000;
+
+#[test]
+fn regenerate_expiry64() {
+    if std::env::var("REGEN_FIXTURES").is_err() {
+        return;
+    }
+    let dir = expiry64_fixture_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = config(&dir);
+    cfg.commitlog_segment_size_bytes = 4096;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![clustered_schema(61, ClusteringOrder::Asc)])
+            .expect("open");
+        s.apply(&ttl_write(61, "sst", 1, 1_000, EXPIRY64_TTL, EXPIRY64_NOW))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush(TableId(61)).await.expect("flush");
+        s.apply(&ttl_write(61, "log", 2, 1_000, EXPIRY64_TTL, EXPIRY64_NOW))
+            .expect("apply")
+            .await
+            .expect("ack");
+        // No shutdown: the commitlog keeps the unflushed write.
+    });
+}
+
+#[test]
+fn expiry64_fixture_reads_back() {
+    let t = tempfile::tempdir().expect("tmp");
+    let copy = |from: &std::path::Path| {
+        for p in walk(from) {
+            let rel = p.strip_prefix(from).expect("under");
+            let to = t.path().join(rel);
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            std::fs::copy(&p, &to).expect("copy");
+        }
+    };
+    copy(&expiry64_fixture_dir());
+    let mut cfg = config(t.path());
+    cfg.commitlog_segment_size_bytes = 4096;
+    let (s, rep) = ShardStorage::open(cfg, vec![clustered_schema(61, ClusteringOrder::Asc)])
+        .expect("open fixture");
+    assert_eq!(rep.mutations_replayed, 1, "{rep:?}");
+    assert_eq!(s.metrics().sstable_count, 1);
+    let expected = i64::from(EXPIRY64_NOW) + i64::from(EXPIRY64_TTL);
+    let r = read_all(&s, 61, EXPIRY64_NOW);
+    let mut got: Vec<(String, i64, i64)> = r
+        .partitions
+        .iter()
+        .flat_map(|p| {
+            p.rows.iter().map(move |row| {
+                let e = match row.cell(2) {
+                    Some(ColumnData::Simple(c)) => c.local_expiry,
+                    _ => 0,
+                };
+                let m = row.marker.map_or(0, |m| m.local_expiry);
+                (String::from_utf8_lossy(&p.key.key).to_string(), e, m)
+            })
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("log".to_string(), expected, expected),
+            ("sst".to_string(), expected, expected)
+        ]
+    );
+    let report = amphora_storage::tools::validate_dir(t.path());
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}
+
 /// Every file under `dir`.
 pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
