@@ -349,7 +349,18 @@ pub async fn apply_group(
         .collect();
     shards.sort_unstable();
     shards.dedup();
-    let partitions = plain.len() + viewed.len();
+    // Statements of one partition may come as several mutations: count partitions.
+    let mut keys: Vec<(TableId, &Bytes)> = plain
+        .iter()
+        .chain(&viewed)
+        .filter_map(|p| match p {
+            Planned::Mutation(m) => Some((m.table, &m.key.key)),
+            Planned::Counter(_) => None,
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let partitions = keys.len();
     let log =
         !viewed.is_empty() || (logged && partitions > 1) || (has_index_entries && shards.len() > 1);
     let entry_key = if log {
