@@ -1327,13 +1327,15 @@ impl ShardStorage {
                         .get(&id)
                         .ok_or(StorageError::UnknownTable(id))?;
                     let holds = inputs.iter().any(|g| t.compacting.contains(g));
+                    // A failed flush waits for its retry: waiting on it could be forever.
+                    let flushing = t.flushing.iter().filter(|f| !f.failed).map(|f| f.job);
                     let settling = out_of_service
-                        && (!t.running_compactions.is_empty() || !t.flushing.is_empty());
+                        && (!t.running_compactions.is_empty() || flushing.clone().next().is_some());
                     if holds || settling {
                         t.running_compactions
                             .iter()
                             .copied()
-                            .chain(t.flushing.iter().map(|f| f.job))
+                            .chain(flushing)
                             .collect()
                     } else {
                         Vec::new()
