@@ -346,6 +346,70 @@ fn noise_write(table: u128, k: &str, seed: u64) -> Mutation {
     }
 }
 
+#[test]
+fn admit_fails_instead_of_waiting_when_flushes_fail_and_recovers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.memtable_budget_bytes = 256 << 10;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![standard1(70)]).expect("open");
+        // Flushes fail: a file stands where the table directory was.
+        let table_dir = std::fs::read_dir(dir.path().join("keyspace1"))
+            .expect("keyspace dir")
+            .flatten()
+            .next()
+            .expect("table dir")
+            .path();
+        std::fs::remove_dir_all(&table_dir).expect("remove table dir");
+        std::fs::write(&table_dir, b"not a directory").expect("file");
+        let mut acked = Vec::new();
+        let mut refused = None;
+        for n in 0..2_000 {
+            // Bounded: a wedged admit fails the test instead of hanging it.
+            let admitted = tokio::time::timeout(std::time::Duration::from_secs(30), s.admit())
+                .await
+                .expect("admit answers (does not wait forever)");
+            if let Err(e) = admitted {
+                refused = Some(e);
+                break;
+            }
+            let k = format!("k{n}");
+            s.apply(&wide_write(70, &k, 200))
+                .expect("apply")
+                .await
+                .expect("ack");
+            acked.push(k);
+        }
+        let e = refused.expect("writes are refused once memory is full and flushes fail");
+        assert!(
+            matches!(e, amphora_storage::StorageError::MemtableFull { .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains(&table_dir.display().to_string()),
+            "{e}"
+        );
+        assert!(s.metrics().memtable_bytes > 256 << 10);
+        // The directory is back: the retried flushes free memory and writes go on.
+        std::fs::remove_file(&table_dir).expect("remove file");
+        std::fs::create_dir_all(&table_dir).expect("mkdir");
+        s.admit().await.expect("admitted after the flush succeeded");
+        s.apply(&wide_write(70, "after", 200))
+            .expect("apply")
+            .await
+            .expect("ack");
+        acked.push("after".to_string());
+        let mut keys: Vec<String> = read_all(&s, 70, 0)
+            .partitions
+            .iter()
+            .map(|p| String::from_utf8_lossy(&p.key.key).to_string())
+            .collect();
+        keys.sort();
+        acked.sort();
+        assert_eq!(keys, acked);
+    });
+}
+
 /// Runs [`full_disk_child`] in a private mount namespace on an 8 MiB tmpfs.
 #[test]
 fn full_disk_fails_writes_cleanly_and_recovers() {
