@@ -431,23 +431,39 @@ impl BacklogController {
 }
 
 /// How much of its thread a compaction may use, in per-mille; shared between the shard
-/// (which sets it from the backlog) and the compaction thread (which reads it).
+/// (which sets it from the backlog and counts foreground requests) and the compaction
+/// thread (which reads both). Like a CPU share, it only limits compaction while there is
+/// foreground work to yield to: a slice with no foreground request in it is not paused.
 #[derive(Debug, Clone)]
-pub struct CompactionShare(Arc<std::sync::atomic::AtomicU32>);
+pub struct CompactionShare {
+    permille: Arc<std::sync::atomic::AtomicU32>,
+    foreground: Arc<AtomicU64>,
+}
 
 impl Default for CompactionShare {
     fn default() -> Self {
-        CompactionShare(Arc::new(std::sync::atomic::AtomicU32::new(1000)))
+        CompactionShare {
+            permille: Arc::new(std::sync::atomic::AtomicU32::new(1000)),
+            foreground: Arc::new(AtomicU64::new(0)),
+        }
     }
 }
 
 impl CompactionShare {
     pub fn set(&self, share: f64) {
         let pm = (share.clamp(0.001, 1.0) * 1000.0).round() as u32;
-        self.0.store(pm, AtomicOrdering::Relaxed);
+        self.permille.store(pm, AtomicOrdering::Relaxed);
     }
     pub fn get(&self) -> f64 {
-        f64::from(self.0.load(AtomicOrdering::Relaxed)) / 1000.0
+        f64::from(self.permille.load(AtomicOrdering::Relaxed)) / 1000.0
+    }
+    /// Counts a foreground request (a read or a write on the shard).
+    #[inline]
+    pub fn note_foreground(&self) {
+        self.foreground.fetch_add(1, AtomicOrdering::Relaxed);
+    }
+    fn foreground(&self) -> u64 {
+        self.foreground.load(AtomicOrdering::Relaxed)
     }
 
     /// Runs `f` with this share throttling the compactions it runs on this thread.
@@ -456,6 +472,7 @@ impl CompactionShare {
             *t.borrow_mut() = Some(Throttle {
                 share: self.clone(),
                 since: std::time::Instant::now(),
+                foreground_seen: self.foreground(),
             })
         });
         let out = f();
@@ -478,6 +495,7 @@ pub fn throttle_pause(worked: std::time::Duration, share: f64) -> std::time::Dur
 struct Throttle {
     share: CompactionShare,
     since: std::time::Instant,
+    foreground_seen: u64,
 }
 
 thread_local! {
@@ -495,8 +513,11 @@ fn throttle_point() {
         if worked < std::time::Duration::from_millis(10) {
             return;
         }
+        let fg = t.share.foreground();
+        let busy = fg != t.foreground_seen;
+        t.foreground_seen = fg;
         let pause = throttle_pause(worked, t.share.get());
-        if !pause.is_zero() {
+        if busy && !pause.is_zero() {
             std::thread::sleep(pause);
         }
         t.since = std::time::Instant::now();
@@ -1093,5 +1114,35 @@ mod tests {
         assert_eq!(throttle_pause(ms(20), 0.5), ms(20));
         // Bounded.
         assert_eq!(throttle_pause(ms(1000), 0.1), ms(100));
+    }
+
+    #[test]
+    fn throttle_pauses_only_while_foreground_requests_arrive() {
+        use std::time::{Duration, Instant};
+        let share = CompactionShare::default();
+        share.set(0.1);
+        let work = |ms: u64| {
+            let until = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        };
+        // No foreground request during the slice: no pause.
+        let idle = share.run(|| {
+            let t = Instant::now();
+            work(20);
+            throttle_point();
+            t.elapsed()
+        });
+        assert!(idle < Duration::from_millis(100), "{idle:?}");
+        // A request arrived: the slice is followed by its pause (20 ms * 9, capped at 100).
+        let busy = share.run(|| {
+            let t = Instant::now();
+            work(20);
+            share.note_foreground();
+            throttle_point();
+            t.elapsed()
+        });
+        assert!(busy >= Duration::from_millis(120), "{busy:?}");
     }
 }

@@ -560,6 +560,7 @@ impl ShardStorage {
             t.memtable.apply(&m.key, &m.update, Some(start));
             inner.memtable_total += t.memtable.size_bytes - before;
             inner.metrics.writes += 1;
+            inner.compaction_share.note_foreground();
             (start, end)
         };
         let _ = start;
@@ -1586,6 +1587,7 @@ impl ShardStorage {
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
         inner.metrics.reads += 1;
+        inner.compaction_share.note_foreground();
         let t = inner
             .tables
             .get(&cmd.table)
