@@ -198,16 +198,14 @@ fn run_seed(seed: u64, ops: usize) {
     };
     let schema = schema_for(seed, order);
     let clock = Arc::new(AtomicI32::new(1_000_000));
+    let tiny_cache = (seed / 7).is_multiple_of(3);
     let mk_cfg = || {
         let mut c: StorageConfig = config(dir.path());
         let cl = clock.clone();
         c.clock = Clock::from_fn(move || cl.load(Ordering::Relaxed));
         c.commitlog_segment_size_bytes = 64 << 10;
-        c.row_cache_bytes = Some(if (seed / 7).is_multiple_of(3) {
-            4 << 10
-        } else {
-            1 << 20
-        });
+        // A tiny cache holds partitions up to 512 bytes: some fit, most are bypassed.
+        c.row_cache_bytes = Some(if tiny_cache { 4 << 10 } else { 1 << 20 });
         c
     };
     // Row cache hits over the whole run (counters restart with the shard).
@@ -515,7 +513,7 @@ fn run_seed(seed: u64, ops: usize) {
             }
         }
         cache_hits += s.row_cache_stats().hits;
-        if ops >= 300 {
+        if ops >= 300 && !tiny_cache {
             assert!(cache_hits > 0, "seed {seed}: no row cache hit");
         }
     });
