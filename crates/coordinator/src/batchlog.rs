@@ -207,7 +207,11 @@ async fn write(inner: &Inner, kind: u8, e: &Entry) -> Result<PartitionKey, Query
     };
     let db = amphora_replica::local().map_err(fail)?;
     db.apply(m).await.map_err(fail)?;
-    failpoint_after_write(e);
+    if kind == KIND_GROUP
+        && failpoint_armed(Failpoint::Logged, &e.mutations.iter().collect::<Vec<_>>())
+    {
+        failpoint_abort(Failpoint::Logged);
+    }
     Ok(key)
 }
 
@@ -227,30 +231,50 @@ async fn remove(inner: &Inner, key: PartitionKey) -> Result<(), QueryError> {
     db.apply(m).await.map_err(fail)
 }
 
-/// Test failpoint: with `AMPHORA_FAILPOINT_BATCHLOG_ABORT=<keyspace>` in the environment,
-/// the process aborts right after logging a group that writes to that keyspace, before
-/// applying it (a crash between the batchlog write and the mutations).
-fn failpoint_after_write(e: &Entry) {
-    static KS: OnceLock<Option<String>> = OnceLock::new();
-    let Some(ks) = KS
-        .get_or_init(|| std::env::var("AMPHORA_FAILPOINT_BATCHLOG_ABORT").ok())
-        .as_deref()
-    else {
-        return;
+/// Where a test failpoint can abort the process.
+#[derive(Clone, Copy, PartialEq)]
+enum Failpoint {
+    /// Right after a group is logged, before any of it is applied
+    /// (`AMPHORA_FAILPOINT_BATCHLOG_ABORT=<keyspace>`).
+    Logged,
+    /// After a base write to a table with views is applied, before its view rows are
+    /// written (`AMPHORA_FAILPOINT_BATCHLOG_ABORT=<keyspace>:view`).
+    ViewBaseApplied,
+}
+
+/// Whether the test failpoint `at` is armed for a write to one of `mutations`' keyspaces
+/// (never, unless the environment variable is set).
+fn failpoint_armed(at: Failpoint, mutations: &[&Mutation]) -> bool {
+    static SPEC: OnceLock<Option<(String, Failpoint)>> = OnceLock::new();
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("AMPHORA_FAILPOINT_BATCHLOG_ABORT").ok()?;
+        Some(match v.strip_suffix(":view") {
+            Some(ks) => (ks.to_string(), Failpoint::ViewBaseApplied),
+            None => (v, Failpoint::Logged),
+        })
+    });
+    let Some((ks, point)) = spec else {
+        return false;
     };
     let Some(c) = crate::exec::local() else {
-        return;
+        return false;
     };
     let schema = c.inner.schema();
-    let hit = e.mutations.iter().any(|m| {
-        schema
-            .table_by_id(m.table)
-            .is_some_and(|t| t.keyspace == ks)
-    });
-    if hit {
-        tracing::error!("batchlog failpoint: aborting after logging a batch on {ks}");
-        std::process::abort();
-    }
+    *point == at
+        && mutations.iter().any(|m| {
+            schema
+                .table_by_id(m.table)
+                .is_some_and(|t| t.keyspace == *ks)
+        })
+}
+
+fn failpoint_abort(at: Failpoint) -> ! {
+    let stage = match at {
+        Failpoint::Logged => "after logging a batch",
+        Failpoint::ViewBaseApplied => "after a base write, before its view rows",
+    };
+    tracing::error!("batchlog failpoint: aborting {stage}");
+    std::process::abort();
 }
 
 /// Per-shard locks on base partitions, serializing materialized-view maintenance (read the
@@ -427,11 +451,30 @@ async fn apply_viewed(inner: &Rc<Inner>, m: Mutation) -> Result<(), QueryError> 
             },
         )
         .await?;
+        let abort = failpoint_armed(Failpoint::ViewBaseApplied, &[&m]);
         crate::write::apply_planned(&inner, vec![Planned::Mutation(m)]).await?;
+        if abort {
+            failpoint_abort(Failpoint::ViewBaseApplied);
+        }
         crate::view::finish(&inner, &schema, pending).await?;
         remove(&inner, key).await
     })
     .await?
+}
+
+/// Logs a view entry on this shard (the caller holds the partition lock): the base
+/// mutations and the rows read before them. Returns the entry's key for [`forget`].
+pub(crate) async fn log_view(
+    inner: &Inner,
+    mutations: Vec<Mutation>,
+    before: Vec<Mutation>,
+) -> Result<PartitionKey, QueryError> {
+    write(inner, KIND_VIEW, &Entry { mutations, before }).await
+}
+
+/// Deletes an entry of this shard once what it protects is applied.
+pub(crate) async fn forget(inner: &Inner, key: PartitionKey) -> Result<(), QueryError> {
+    remove(inner, key).await
 }
 
 /// Replays one view entry: applies the base mutation again, then rewrites the view rows

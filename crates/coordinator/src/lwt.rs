@@ -362,7 +362,16 @@ async fn check_and_apply(
                         let pending = crate::view::prepare(&c.inner, schema, &refs)
                             .await
                             .map_err(|e| e.to_string())?;
-                        Some((c.inner.clone(), schema.clone(), pending))
+                        // Logged with the rows read, so a crash before the view rows are
+                        // written is redone at the next start.
+                        let entry = crate::batchlog::log_view(
+                            &c.inner,
+                            mutations.clone(),
+                            pending.before(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        Some((c.inner.clone(), schema.clone(), pending, entry))
                     }
                     _ => None,
                 };
@@ -373,8 +382,11 @@ async fn check_and_apply(
                 for a in acks {
                     a.await.map_err(|e| e.to_string())?;
                 }
-                if let Some((inner, schema, pending)) = views {
+                if let Some((inner, schema, pending, entry)) = views {
                     crate::view::finish(&inner, &schema, pending)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    crate::batchlog::forget(&inner, entry)
                         .await
                         .map_err(|e| e.to_string())?;
                 }
