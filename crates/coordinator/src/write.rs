@@ -347,7 +347,12 @@ pub async fn apply_all_with(
 ) -> Result<(), QueryError> {
     let schema = inner.schema();
     if schema.has_derived() || (logged && planned.len() > 1) {
-        return crate::batchlog::apply_group(inner, &schema, planned, logged).await;
+        // Boxed: the batchlog and view state would otherwise size the future of every
+        // write (and, through exec::run, of every read): ~15 KB copied per request.
+        return Box::pin(crate::batchlog::apply_group(
+            inner, &schema, planned, logged,
+        ))
+        .await;
     }
     apply_planned(inner, planned).await
 }
