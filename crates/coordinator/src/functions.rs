@@ -791,19 +791,12 @@ fn eval_non_null(
                     .collect()
             };
             let (a, w) = (floats(&v), floats(&r));
-            let dot: f32 = a.iter().zip(&w).map(|(x, y)| x * y).sum();
-            let score = match kind {
-                0 => {
-                    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-                    let nb: f32 = w.iter().map(|x| x * x).sum::<f32>().sqrt();
-                    (1.0 + dot / (na * nb)) / 2.0
-                }
-                1 => {
-                    let d2: f32 = a.iter().zip(&w).map(|(x, y)| (x - y) * (x - y)).sum();
-                    1.0 / (1.0 + d2)
-                }
-                _ => (1.0 + dot) / 2.0,
+            let f = match kind {
+                0 => crate::ann::Similarity::Cosine,
+                1 => crate::ann::Similarity::Euclidean,
+                _ => crate::ann::Similarity::DotProduct,
             };
+            let score = f.score(&a, &w);
             Ok(b(&score.to_be_bytes()))
         }
         Native::Operation(op) => {

@@ -11,6 +11,7 @@
 //! Key types: [`Coordinator`] (one per shard), [`QueryOptions`], [`QueryResult`],
 //! [`QueryError`] (mapped to CQL error codes in exactly one place, in `server`).
 
+pub mod ann;
 pub mod api;
 pub mod batchlog;
 pub mod bignum;

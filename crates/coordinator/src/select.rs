@@ -66,6 +66,14 @@ fn int_of(e: &Option<ast::Expr>, ctx: &EvalCtx<'_>, name: &str) -> Result<Option
     }
 }
 
+/// The statement's LIMIT, if any.
+pub(crate) fn limit_of(
+    s: &ast::SelectStatement,
+    ctx: &EvalCtx<'_>,
+) -> Result<Option<u32>, QueryError> {
+    int_of(&s.limit, ctx, "[limit]")
+}
+
 /// Position after which the next page starts, plus rows still allowed by LIMIT.
 struct PagingState {
     key: PartitionKey,
@@ -313,6 +321,9 @@ async fn select_general(
     {
         let rows = (v.rows)(&schema, &inner.shared.info);
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
+    }
+    if s.order_by.iter().any(|o| o.ann_of.is_some()) {
+        return crate::ann::select(inner, s, &ctx, &plan, opts).await;
     }
     let mut r = restrict::analyze(table, &s.where_clause, &ctx)?;
     // Secondary indexes serve some restrictions; the others still need filtering.
@@ -917,7 +928,7 @@ fn check_selection_rules(
 }
 
 /// SELECT JSON: one text column `[json]` holding each row as a JSON object.
-fn json_rows(
+pub(crate) fn json_rows(
     t: &TableSchema,
     items: &[SelItem],
     cells: Vec<Option<Bytes>>,
@@ -948,7 +959,7 @@ fn json_rows(
     (columns, out)
 }
 
-async fn read_on(
+pub(crate) async fn read_on(
     inner: &Rc<Inner>,
     shard: u32,
     cmd: ReadCommand,
