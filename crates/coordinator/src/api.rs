@@ -203,6 +203,16 @@ pub enum QueryError {
         block_for: i32,
         data_present: bool,
     },
+    /// A replica failed the read (not a timeout): CQL `ReadFailure` (0x1300).
+    #[error("Operation failed - received {received} responses and {failures} failures")]
+    ReadFailure {
+        consistency: ConsistencyCode,
+        received: i32,
+        block_for: i32,
+        /// Replicas that failed (each reported with reason UNKNOWN).
+        failures: i32,
+        data_present: bool,
+    },
     #[error("{0}")]
     Overloaded(String),
     #[error("{message}")]

@@ -698,7 +698,7 @@ async fn select_general(
             match states.as_mut() {
                 Some(st) => {
                     if grouping > 0 {
-                        let key = group_by.key(table, p, row, now_s, static_only);
+                        let key = group_by.key(table, p, row, now_s, static_only)?;
                         if group.as_ref() != Some(&key) {
                             if ppl.is_some_and(|l| groups_in_partition >= l) {
                                 break;

@@ -933,7 +933,7 @@ impl GroupBy {
         row: &Row,
         now_s: i32,
         static_only: bool,
-    ) -> Vec<Option<Bytes>> {
+    ) -> Result<Vec<Option<Bytes>>, QueryError> {
         let plain = self.len - usize::from(self.bucket.is_some());
         let mut key: Vec<Option<Bytes>> = t
             .partition_key
@@ -943,9 +943,21 @@ impl GroupBy {
             .map(|id| column_value(t, *id, p, row, static_only))
             .collect();
         if let Some(b) = &self.bucket {
-            key.push(eval_row(t, b, p, row, now_s, static_only));
+            // A bucket function failing on a row (floor() of a time before its start)
+            // fails the read on the replica in Cassandra: ReadFailure, not a null group.
+            let v = eval_row_checked(t, b, p, row, now_s, static_only).map_err(|e| {
+                tracing::debug!(error = %e, "GROUP BY bucket failed");
+                QueryError::ReadFailure {
+                    consistency: 1,
+                    received: 0,
+                    block_for: 1,
+                    failures: 1,
+                    data_present: false,
+                }
+            })?;
+            key.push(v);
         }
-        key
+        Ok(key)
     }
 }
 

@@ -9,6 +9,7 @@
 //! | Truncate        | 0x1003 | –                                       |
 //! | WriteTimeout    | 0x1100 | cl, received, blockfor, writeType       |
 //! | ReadTimeout     | 0x1200 | cl, received, blockfor, data_present    |
+//! | ReadFailure     | 0x1300 | cl, received, blockfor, reasonmap (v5) / numfailures (v4), data_present |
 //! | WriteFailure    | 0x1500 | cl, received, blockfor, failures, type  |
 //! | Syntax          | 0x2000 | –                                       |
 //! | Unauthorized    | 0x2100 | –                                       |
@@ -69,6 +70,26 @@ pub fn query_error(e: &QueryError) -> ErrorResponse {
             consistency: consistency_level(*consistency),
             received: *received,
             block_for: *block_for,
+            data_present: *data_present,
+        },
+        QueryError::ReadFailure {
+            consistency,
+            received,
+            block_for,
+            failures,
+            data_present,
+        } => ErrorKind::ReadFailure {
+            consistency: consistency_level(*consistency),
+            received: *received,
+            block_for: *block_for,
+            // Reason UNKNOWN (0x0000); the coordinator does not report the failing
+            // replicas' addresses yet.
+            failures: (0..*failures)
+                .map(|_| amphora_protocol::FailureReason {
+                    endpoint: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                    code: 0,
+                })
+                .collect(),
             data_present: *data_present,
         },
         QueryError::Overloaded(_) => ErrorKind::Overloaded,
@@ -178,6 +199,16 @@ mod tests {
                     data_present: false,
                 },
                 ErrorCode::ReadTimeout,
+            ),
+            (
+                QueryError::ReadFailure {
+                    consistency: 1,
+                    received: 0,
+                    block_for: 1,
+                    failures: 1,
+                    data_present: false,
+                },
+                ErrorCode::ReadFailure,
             ),
             (QueryError::Overloaded("o".into()), ErrorCode::Overloaded),
             (
