@@ -32,6 +32,33 @@ pub struct TaskStatus {
 }
 
 impl TaskStatus {
+    /// A task of `kind` over `tables` that starts now with `total` bytes to go, under a new id.
+    pub fn running(
+        kind: &str,
+        keyspace: String,
+        tables: &[std::sync::Arc<amphora_types::schema::TableSchema>],
+        total: u64,
+        start_time_ms: u64,
+    ) -> TaskStatus {
+        TaskStatus {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: kind.into(),
+            keyspace,
+            tables: tables
+                .iter()
+                .map(|t| format!("{}.{}", t.keyspace, t.name))
+                .collect(),
+            state: "running".into(),
+            progress_total: total,
+            progress_completed: 0,
+            progress_units: "bytes".into(),
+            start_time_ms,
+            end_time_ms: None,
+            error: None,
+            result: None,
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         self.state != "running"
     }

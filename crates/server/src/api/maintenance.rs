@@ -124,24 +124,8 @@ async fn start_task(
         .await
         .map_err(ApiError::internal)?;
     let total: u64 = sizes.into_iter().filter_map(Result::ok).sum();
-    let id = uuid::Uuid::new_v4().to_string();
-    let task = TaskStatus {
-        id: id.clone(),
-        kind: op.kind().into(),
-        keyspace,
-        tables: tables
-            .iter()
-            .map(|t| format!("{}.{}", t.keyspace, t.name))
-            .collect(),
-        state: "running".into(),
-        progress_total: total,
-        progress_completed: 0,
-        progress_units: "bytes".into(),
-        start_time_ms: now_ms(),
-        end_time_ms: None,
-        error: None,
-        result: None,
-    };
+    let task = TaskStatus::running(op.kind(), keyspace, &tables, total, now_ms());
+    let id = task.id.clone();
     if let Ok(mut j) = s.jobs.lock() {
         j.insert(task);
     }

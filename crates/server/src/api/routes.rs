@@ -1074,24 +1074,8 @@ async fn start_major(
         .flat_map(|sh| sh.tables.iter())
         .filter_map(|(_, st, _)| st.as_ref().map(|st| st.sstable_bytes))
         .sum();
-    let id = uuid::Uuid::new_v4().to_string();
-    let task = TaskStatus {
-        id: id.clone(),
-        kind: "major_compaction".into(),
-        keyspace,
-        tables: tables
-            .iter()
-            .map(|t| format!("{}.{}", t.keyspace, t.name))
-            .collect(),
-        state: "running".into(),
-        progress_total: total,
-        progress_completed: 0,
-        progress_units: "bytes".into(),
-        start_time_ms: now_ms(),
-        end_time_ms: None,
-        error: None,
-        result: None,
-    };
+    let task = TaskStatus::running("major_compaction", keyspace, &tables, total, now_ms());
+    let id = task.id.clone();
     if let Ok(mut j) = s.jobs.lock() {
         j.insert(task);
     }
