@@ -71,7 +71,27 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The two halves of PREPARE apart: parsing alone, and planning a parsed statement.
+    c.bench_function("prepare/stress_update: parse", |b| {
+        b.iter(|| ast::parse(black_box(STRESS_UPDATE)).expect("parses"))
+    });
+    c.bench_function("prepare/stress_select: parse", |b| {
+        b.iter(|| ast::parse(black_box(STRESS_SELECT)).expect("parses"))
+    });
     let update = ast::parse(STRESS_UPDATE).expect("parses").statement;
+    c.bench_function("prepare/stress_update: plan", |b| {
+        b.iter(|| WritePlan::of(&schema, ks, black_box(&update)).expect("plans"))
+    });
+    let select = ast::parse(STRESS_SELECT).expect("parses").statement;
+    let ast::Statement::Select(s) = &select else {
+        unreachable!("a SELECT")
+    };
+    c.bench_function("prepare/stress_select: plan", |b| {
+        b.iter(|| {
+            amphora_coordinator::select::plan_select(&schema, ks, black_box(s)).expect("plans")
+        })
+    });
+
     let plan = WritePlan::of(&schema, ks, &update).expect("plans");
     let simple = plan
         .simple
@@ -107,10 +127,6 @@ fn bench(c: &mut Criterion) {
         },
     );
 
-    let select = ast::parse(STRESS_SELECT).expect("parses").statement;
-    let ast::Statement::Select(s) = &select else {
-        unreachable!("a SELECT")
-    };
     let plan = amphora_coordinator::select::plan_select(&schema, ks, s).expect("plans");
     let point = plan
         .point

@@ -37,7 +37,7 @@ pub fn name(cl: ConsistencyCode) -> &'static str {
 }
 
 /// Replication factor per data center of a keyspace.
-fn rf_by_dc(ks: &KeyspaceDef) -> Vec<(String, u32)> {
+fn rf_by_dc(ks: &KeyspaceDef) -> Vec<(&str, u32)> {
     let class = ks
         .replication
         .get("class")
@@ -47,17 +47,17 @@ fn rf_by_dc(ks: &KeyspaceDef) -> Vec<(String, u32)> {
         ks.replication
             .iter()
             .filter(|(k, _)| k.as_str() != "class")
-            .map(|(k, v)| (k.clone(), v.parse().unwrap_or(0)))
+            .map(|(k, v)| (k.as_str(), v.parse().unwrap_or(0)))
             .collect()
     } else if class.ends_with("EverywhereStrategy") {
-        vec![(LOCAL_DC.to_string(), 1)]
+        vec![(LOCAL_DC, 1)]
     } else {
         let rf = ks
             .replication
             .get("replication_factor")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
-        vec![(LOCAL_DC.to_string(), rf)]
+        vec![(LOCAL_DC, rf)]
     }
 }
 
@@ -65,24 +65,23 @@ fn quorum(rf: u32) -> u32 {
     rf / 2 + 1
 }
 
-/// Checks that `cl` can be met with the live replicas (this node only, for now).
-pub fn check(
-    ks: Option<&KeyspaceDef>,
-    cl: ConsistencyCode,
-    is_write: bool,
-) -> Result<(), QueryError> {
-    let Some(ks) = ks else { return Ok(()) };
+/// Why a consistency level cannot be met; [`check`] turns it into the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    AnyRead,
+    SerialWrite,
+    Unavailable { required: u32, alive: u32 },
+    Unknown,
+}
+
+/// [`check`] against a keyspace's replication factors, without building an error.
+fn verdict(dcs: &[(&str, u32)], cl: ConsistencyCode, is_write: bool) -> Result<(), Refusal> {
     if cl == ANY && !is_write {
-        return Err(QueryError::Invalid(
-            "ANY ConsistencyLevel is only supported for writes".into(),
-        ));
+        return Err(Refusal::AnyRead);
     }
     if matches!(cl, SERIAL | LOCAL_SERIAL) && is_write {
-        return Err(QueryError::Invalid(
-            "You must use conditional updates for serializable writes".into(),
-        ));
+        return Err(Refusal::SerialWrite);
     }
-    let dcs = rf_by_dc(ks);
     let total: u32 = dcs.iter().map(|d| d.1).sum();
     let local: u32 = dcs.iter().filter(|d| d.0 == LOCAL_DC).map(|d| d.1).sum();
     // The one live node is a replica of every range when the local DC has RF >= 1.
@@ -96,39 +95,59 @@ pub fn check(
         ALL => (total, alive_local),
         LOCAL_QUORUM | LOCAL_SERIAL => (quorum(local), alive_local),
         EACH_QUORUM => {
-            for (dc, rf) in &dcs {
+            for &(dc, rf) in dcs {
                 let alive = if dc == LOCAL_DC { alive_local } else { 0 };
-                if *rf > 0 && alive < quorum(*rf) {
-                    return Err(QueryError::Unavailable {
-                        consistency: cl,
-                        required: quorum(*rf) as i32,
-                        alive: alive as i32,
+                if rf > 0 && alive < quorum(rf) {
+                    return Err(Refusal::Unavailable {
+                        required: quorum(rf),
+                        alive,
                     });
                 }
             }
             return Ok(());
         }
-        other => {
-            return Err(QueryError::Invalid(format!(
-                "Unknown consistency level {other}"
-            )));
-        }
+        _ => return Err(Refusal::Unknown),
     };
     if alive < required || (required == 0 && !matches!(cl, ANY)) {
-        return Err(QueryError::Unavailable {
-            consistency: cl,
-            required: required.max(1) as i32,
-            alive: alive as i32,
+        return Err(Refusal::Unavailable {
+            required: required.max(1),
+            alive,
         });
     }
     Ok(())
 }
 
+/// Checks that `cl` can be met with the live replicas (this node only, for now).
+pub fn check(
+    ks: Option<&KeyspaceDef>,
+    cl: ConsistencyCode,
+    is_write: bool,
+) -> Result<(), QueryError> {
+    let Some(ks) = ks else { return Ok(()) };
+    verdict(&rf_by_dc(ks), cl, is_write).map_err(|r| match r {
+        Refusal::AnyRead => {
+            QueryError::Invalid("ANY ConsistencyLevel is only supported for writes".into())
+        }
+        Refusal::SerialWrite => {
+            QueryError::Invalid("You must use conditional updates for serializable writes".into())
+        }
+        Refusal::Unavailable { required, alive } => QueryError::Unavailable {
+            consistency: cl,
+            required: required as i32,
+            alive: alive as i32,
+        },
+        Refusal::Unknown => QueryError::Invalid(format!("Unknown consistency level {cl}")),
+    })
+}
+
 /// The consistency levels (one bit per code, ANY … LOCAL_ONE) that [`check`] accepts for
 /// keyspace `ks`: computed once per prepared statement, which a keyspace change invalidates.
 pub fn accepted(ks: Option<&KeyspaceDef>, is_write: bool) -> u32 {
+    let all = (ANY..=LOCAL_ONE).fold(0, |mask, cl| mask | 1 << cl);
+    let Some(ks) = ks else { return all };
+    let dcs = rf_by_dc(ks);
     (ANY..=LOCAL_ONE)
-        .filter(|cl| check(ks, *cl, is_write).is_ok())
+        .filter(|cl| verdict(&dcs, *cl, is_write).is_ok())
         .fold(0, |mask, cl| mask | 1 << cl)
 }
 

@@ -11,9 +11,17 @@ use crate::api::{QueryError, ResultColumn};
 use crate::schema::Schema;
 
 pub fn keyspace_of(name: &ast::QualifiedName, current: Option<&str>) -> Result<String, QueryError> {
+    keyspace_ref(name, current).map(str::to_string)
+}
+
+/// [`keyspace_of`] without copying the name.
+pub fn keyspace_ref<'a>(
+    name: &'a ast::QualifiedName,
+    current: Option<&'a str>,
+) -> Result<&'a str, QueryError> {
     match (&name.keyspace, current) {
-        (Some(k), _) => Ok(k.name.clone()),
-        (None, Some(k)) => Ok(k.to_string()),
+        (Some(k), _) => Ok(&k.name),
+        (None, Some(k)) => Ok(k),
         (None, None) => Err(QueryError::invalid(
             "No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename",
         )),
@@ -26,14 +34,14 @@ pub fn resolve_table(
     current: Option<&str>,
     name: &ast::QualifiedName,
 ) -> Result<Arc<TableSchema>, QueryError> {
-    let ks = keyspace_of(name, current)?;
-    if let Some(t) = schema.table(&ks, &name.name.name) {
+    let ks = keyspace_ref(name, current)?;
+    if let Some(t) = schema.table(ks, &name.name.name) {
         return Ok(t.clone());
     }
-    if let Some(v) = crate::system::virtual_table(&ks, &name.name.name) {
+    if let Some(v) = crate::system::virtual_table(ks, &name.name.name) {
         return Ok(v.schema.clone());
     }
-    if schema.keyspace(&ks).is_none() && !crate::schema::is_system_keyspace(&ks) {
+    if schema.keyspace(ks).is_none() && !crate::schema::is_system_keyspace(ks) {
         return Err(QueryError::invalid(format!("Keyspace {ks} does not exist")));
     }
     Err(QueryError::invalid(format!(
@@ -613,7 +621,7 @@ impl SimpleWrite {
         let mut w = SimpleWrite {
             pk: vec![usize::MAX; t.partition_key.len()],
             ck: vec![usize::MAX; t.clustering_key.len()],
-            cells: Vec::new(),
+            cells: Vec::with_capacity(t.columns.len()),
             is_update: false,
         };
         // Records column `name` as supplied by term `i`; false if it cannot be.

@@ -76,21 +76,21 @@ pub struct SelItem {
 
 /// `SELECT *` column order: partition key, clustering, then statics and regular columns by name.
 pub fn wildcard_columns(t: &TableSchema) -> Vec<ColumnId> {
-    let mut out: Vec<ColumnId> = t.partition_key.clone();
+    let mut out: Vec<ColumnId> = Vec::with_capacity(t.columns.len());
+    out.extend(&t.partition_key);
     out.extend(&t.clustering_key);
-    let by_kind = |k: ColumnKind| {
-        let mut v: Vec<ColumnId> = (0..t.columns.len() as ColumnId)
-            .filter(|i| t.columns[*i as usize].kind == k && !t.is_dropped(*i))
-            .collect();
-        v.sort_by(|a, b| {
+    for kind in [ColumnKind::Static, ColumnKind::Regular] {
+        let from = out.len();
+        out.extend(
+            (0..t.columns.len() as ColumnId)
+                .filter(|i| t.columns[*i as usize].kind == kind && !t.is_dropped(*i)),
+        );
+        out[from..].sort_unstable_by(|a, b| {
             t.columns[*a as usize]
                 .name
                 .cmp(&t.columns[*b as usize].name)
         });
-        v
-    };
-    out.extend(by_kind(ColumnKind::Static));
-    out.extend(by_kind(ColumnKind::Regular));
+    }
     out
 }
 
@@ -763,16 +763,16 @@ fn native_item(
 }
 
 pub fn selection(t: &TableSchema, s: &ast::SelectStatement) -> Result<Vec<SelItem>, QueryError> {
-    let ctx = EvalCtx {
-        binds: &[],
-        now_micros: crate::exec::now_micros(),
-    };
     let items = match &s.selection {
         ast::Selection::Wildcard => wildcard_columns(t)
             .into_iter()
             .map(|i| column_item(t, i))
             .collect(),
         ast::Selection::List(sels) => {
+            let ctx = EvalCtx {
+                binds: &[],
+                now_micros: crate::exec::now_micros(),
+            };
             let mut out = Vec::with_capacity(sels.len());
             for sel in sels {
                 let mut item = resolve(t, &sel.expr, &ctx)?;
