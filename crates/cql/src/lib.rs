@@ -31,20 +31,22 @@ pub use keyword::is_reserved_word;
 
 /// Parses one statement (an optional trailing `;` is allowed).
 pub fn parse_statement(cql: &str) -> Result<Statement, ParseError> {
-    parser::parse_one(cql).map(|p| p.statement)
+    parser::parse_one(cql).map(|p| p.statement).map_err(|e| *e)
 }
 
 /// Parses one statement and returns its bind markers too (for PREPARE).
 pub fn parse(cql: &str) -> Result<ParsedStatement, ParseError> {
-    parser::parse_one(cql)
+    parser::parse_one(cql).map_err(|e| *e)
 }
 
 /// Parses a `;`-separated script (cqlsh `SOURCE`, schema files).
 pub fn parse_statements(cql: &str) -> Result<Vec<Statement>, ParseError> {
-    parser::parse_script(cql).map(|v| v.into_iter().map(|p| p.statement).collect())
+    parser::parse_script(cql)
+        .map(|v| v.into_iter().map(|p| p.statement).collect())
+        .map_err(|e| *e)
 }
 
 /// Like [`parse_statements`], keeping each statement's bind markers.
 pub fn parse_script(cql: &str) -> Result<Vec<ParsedStatement>, ParseError> {
-    parser::parse_script(cql)
+    parser::parse_script(cql).map_err(|e| *e)
 }

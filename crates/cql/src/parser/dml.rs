@@ -154,7 +154,7 @@ impl<'a> Parser<'a> {
         if self.eat(Tok::Star) {
             return Ok(Selection::Wildcard);
         }
-        let mut list = Vec::new();
+        let mut list = Vec::with_capacity(self.items_before(Tok::Keyword(Keyword::From)));
         loop {
             let expr = self.selector_expr()?;
             let alias = if self.eat_kw(Keyword::As) {
@@ -572,14 +572,16 @@ impl<'a> Parser<'a> {
             if !self.eat(Tok::LParen) {
                 return Err(self.no_viable());
             }
-            let mut columns = vec![self.cident()?];
+            let mut columns = Vec::with_capacity(self.items_before(Tok::RParen));
+            columns.push(self.cident()?);
             while self.eat(Tok::Comma) {
                 columns.push(self.cident()?);
             }
             self.expect(Tok::RParen)?;
             self.expect_kw(Keyword::Values)?;
             self.expect(Tok::LParen)?;
-            let mut values = vec![self.term()?];
+            let mut values = Vec::with_capacity(self.items_before(Tok::RParen));
+            values.push(self.term()?);
             while self.eat(Tok::Comma) {
                 values.push(self.term()?);
             }
@@ -602,7 +604,8 @@ impl<'a> Parser<'a> {
         let table = self.table_name()?;
         let using = self.using_clause(true)?;
         self.expect_kw(Keyword::Set)?;
-        let mut assignments = vec![self.assignment()?];
+        let mut assignments = Vec::with_capacity(self.items_before(Tok::Keyword(Keyword::Where)));
+        assignments.push(self.assignment()?);
         while self.eat(Tok::Comma) {
             let next = self.assignment()?;
             if assignments.iter().any(|a| {

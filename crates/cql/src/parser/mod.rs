@@ -14,10 +14,17 @@ use crate::error::{ParseError, ParseErrorKind, line_col};
 use crate::keyword::Keyword;
 use crate::lexer::{Tok, Token, tokenize};
 
-pub(crate) type PResult<T> = Result<T, ParseError>;
+/// Errors are boxed inside the parser: a `Result` of a small value (a token, an
+/// identifier, `()`) then fits in registers instead of being copied through memory on
+/// every rule's return. The public functions unbox it.
+pub(crate) type PResult<T> = Result<T, Box<ParseError>>;
 
 /// Nesting limit for expressions and types: deeper input is rejected, not a stack overflow.
 const MAX_DEPTH: u32 = 128;
+
+/// Largest capacity [`Parser::items_before`] suggests: longer lists grow as usual, so a
+/// huge statement cannot make the parser reserve memory ahead of parsing it.
+const MAX_CAPACITY_HINT: usize = 64;
 
 pub(crate) struct Parser<'a> {
     src: &'a str,
@@ -99,11 +106,18 @@ fn hidden_tokens(src: &str, from: usize, to: usize, out: &mut Vec<(usize, usize)
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> PResult<Self> {
+        let toks = tokenize(src)?;
+        // Every marker is a `?` or follows a `:` (an upper bound: map literals use `:`
+        // too), so the marker list is allocated once.
+        let markers = toks
+            .iter()
+            .filter(|t| matches!(t.tok, Tok::QMark | Tok::Colon))
+            .count();
         Ok(Parser {
             src,
-            toks: tokenize(src)?,
+            toks,
             pos: 0,
-            binds: Vec::new(),
+            binds: Vec::with_capacity(markers),
             depth: 0,
             where_end: usize::MAX,
             operand_end: usize::MAX,
@@ -221,23 +235,23 @@ impl<'a> Parser<'a> {
 
     /// A syntax error at the current token; `highlight` is the token index ANTLR's stream
     /// was at (the start of the failed decision), which Cassandra brackets in the snippet.
-    fn error_at(&self, highlight: usize, message: String) -> ParseError {
+    fn error_at(&self, highlight: usize, message: String) -> Box<ParseError> {
         let t = self.cur();
         let (line, column) = line_col(self.src, t.start as usize);
-        ParseError {
+        Box::new(ParseError {
             kind: ParseErrorKind::Syntax,
             line,
             column,
             token: self.display_token(t),
             message,
             snippet: self.snippet(highlight),
-        }
+        })
     }
 
     /// ANTLR's MismatchedTokenException text — except right after a name, literal or
     /// marker, where ANTLR's lookahead decision fails first and reports no viable
     /// alternative (from the name or marker itself).
-    fn mismatch(&self, expected: &str) -> ParseError {
+    fn mismatch(&self, expected: &str) -> Box<ParseError> {
         let t = self.cur();
         if t.tok != Tok::Eof && self.pos == self.operand_end && self.pos > 0 {
             let prev = self.toks.get(self.pos - 1).map(|t| t.tok);
@@ -248,7 +262,7 @@ impl<'a> Parser<'a> {
     }
 
     /// ANTLR's MismatchedTokenException text, always.
-    fn mismatch_exact(&self, expected: &str) -> ParseError {
+    fn mismatch_exact(&self, expected: &str) -> Box<ParseError> {
         let t = self.cur();
         self.error_at(
             self.pos,
@@ -260,13 +274,13 @@ impl<'a> Parser<'a> {
     }
 
     /// ANTLR's NoViableAltException text.
-    fn no_viable(&self) -> ParseError {
+    fn no_viable(&self) -> Box<ParseError> {
         self.no_viable_from(self.pos)
     }
 
     /// NoViableAlt for a decision that started at token `start` (ANTLR looked ahead from
     /// there and failed at the current token).
-    fn no_viable_from(&self, start: usize) -> ParseError {
+    fn no_viable_from(&self, start: usize) -> Box<ParseError> {
         let t = self.cur();
         self.error_at(
             start.min(self.pos),
@@ -277,7 +291,7 @@ impl<'a> Parser<'a> {
     /// Input left after a complete statement. ANTLR reports it where its last lookahead
     /// decision failed: after a name or a marker that decision started on that token,
     /// after a WHERE clause on the extra token; otherwise EOF was simply expected.
-    fn trailing_input(&self) -> ParseError {
+    fn trailing_input(&self) -> Box<ParseError> {
         let prev = self
             .pos
             .checked_sub(1)
@@ -298,8 +312,8 @@ impl<'a> Parser<'a> {
 
     /// An error with a bare message (Cassandra's `addRecognitionError`), positioned at
     /// the current token for callers that want it.
-    fn recognition(&self, kind: ParseErrorKind, message: impl Into<String>) -> ParseError {
-        let mut e = ParseError::recognition(kind, message);
+    fn recognition(&self, kind: ParseErrorKind, message: impl Into<String>) -> Box<ParseError> {
+        let mut e = Box::new(ParseError::recognition(kind, message));
         let t = self.cur();
         let (line, column) = line_col(self.src, t.start as usize);
         e.line = line;
@@ -359,6 +373,32 @@ impl<'a> Parser<'a> {
             s.push_str("...");
         }
         Some(s)
+    }
+
+    /// The number of comma-separated items from the current token up to the first
+    /// `stop` token or unmatched closing bracket (or the end), at most
+    /// [`MAX_CAPACITY_HINT`]: a capacity hint for list rules, so a typical list is
+    /// allocated once instead of grown.
+    fn items_before(&self, stop: Tok) -> usize {
+        let mut depth = 0u32;
+        let mut items = 1;
+        for t in self.toks.get(self.pos..).unwrap_or(&[]) {
+            match t.tok {
+                t if t == stop && depth == 0 => break,
+                Tok::Eof => break,
+                Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
+                Tok::RParen | Tok::RBracket | Tok::RBrace if depth == 0 => break,
+                Tok::RParen | Tok::RBracket | Tok::RBrace => depth -= 1,
+                Tok::Comma if depth == 0 => {
+                    items += 1;
+                    if items == MAX_CAPACITY_HINT {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        items
     }
 
     fn enter(&mut self) -> PResult<()> {
