@@ -110,7 +110,7 @@ pub(crate) struct Token {
 }
 
 /// Splits `src` into tokens, ending with one `Eof` token.
-pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
+pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, Box<ParseError>> {
     let mut lx = Lexer {
         src,
         bytes: src.as_bytes(),
@@ -148,7 +148,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Lexes one token into `out`; returns whether it was EOF.
-    fn next(&mut self, out: &mut Vec<Token>) -> Result<bool, ParseError> {
+    fn next(&mut self, out: &mut Vec<Token>) -> Result<bool, Box<ParseError>> {
         self.skip_trivia()?;
         let start = self.pos;
         let Some(&c) = self.bytes.get(start) else {
@@ -221,11 +221,11 @@ impl<'a> Lexer<'a> {
             b'%' => Tok::Percent,
             _ => {
                 let ch = self.src[start..].chars().next().unwrap_or('\0');
-                return Err(ParseError::lexer(
+                return Err(Box::new(ParseError::lexer(
                     self.src,
                     start,
                     format!("no viable alternative at character '{ch}'"),
-                ));
+                )));
             }
         };
         self.pos += 1;
@@ -233,7 +233,7 @@ impl<'a> Lexer<'a> {
         Ok(false)
     }
 
-    fn skip_trivia(&mut self) -> Result<(), ParseError> {
+    fn skip_trivia(&mut self) -> Result<(), Box<ParseError>> {
         loop {
             match self.at(self.pos) {
                 b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
@@ -244,11 +244,11 @@ impl<'a> Lexer<'a> {
                     match self.src[body..].find("*/") {
                         Some(i) => self.pos = body + i + 2,
                         None => {
-                            return Err(ParseError::lexer(
+                            return Err(Box::new(ParseError::lexer(
                                 self.src,
                                 self.src.len(),
                                 "mismatched character '<EOF>' expecting '*'".into(),
-                            ));
+                            )));
                         }
                     }
                 }
@@ -264,16 +264,16 @@ impl<'a> Lexer<'a> {
     }
 
     /// `'…'` with `''` as an escaped quote.
-    fn string(&mut self, start: usize) -> Result<Token, ParseError> {
+    fn string(&mut self, start: usize) -> Result<Token, Box<ParseError>> {
         let mut i = start + 1;
         loop {
             match self.bytes.get(i) {
                 None => {
-                    return Err(ParseError::lexer(
+                    return Err(Box::new(ParseError::lexer(
                         self.src,
                         self.src.len(),
                         "mismatched character '<EOF>' expecting '''".into(),
-                    ));
+                    )));
                 }
                 Some(b'\'') if self.at(i + 1) == b'\'' => i += 2,
                 Some(b'\'') => break,
@@ -285,23 +285,23 @@ impl<'a> Lexer<'a> {
     }
 
     /// `$$…$$` (no escapes).
-    fn dollar_string(&mut self, start: usize) -> Result<Token, ParseError> {
+    fn dollar_string(&mut self, start: usize) -> Result<Token, Box<ParseError>> {
         let body = start + 2;
         match self.src[body..].find("$$") {
             Some(i) => {
                 self.pos = body + i + 2;
                 Ok(self.token(Tok::Str, start))
             }
-            None => Err(ParseError::lexer(
+            None => Err(Box::new(ParseError::lexer(
                 self.src,
                 self.src.len(),
                 "mismatched character '<EOF>' expecting '$'".into(),
-            )),
+            ))),
         }
     }
 
     /// `"…"` with `""` as an escaped quote; `""` alone is the empty quoted name.
-    fn quoted_name(&mut self, start: usize) -> Result<Token, ParseError> {
+    fn quoted_name(&mut self, start: usize) -> Result<Token, Box<ParseError>> {
         if self.at(start + 1) == b'"' && self.at(start + 2) != b'"' {
             self.pos = start + 2;
             return Ok(self.token(Tok::EmptyQuotedName, start));
@@ -310,11 +310,11 @@ impl<'a> Lexer<'a> {
         loop {
             match self.bytes.get(i) {
                 None => {
-                    return Err(ParseError::lexer(
+                    return Err(Box::new(ParseError::lexer(
                         self.src,
                         self.src.len(),
                         "mismatched character '<EOF>' expecting '\"'".into(),
-                    ));
+                    )));
                 }
                 Some(b'"') if self.at(i + 1) == b'"' => i += 2,
                 Some(b'"') => break,

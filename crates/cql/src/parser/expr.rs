@@ -33,6 +33,19 @@ const RESERVED_TYPE_NAMES: &[&str] = &[
 impl<'a> Parser<'a> {
     /// `term`.
     pub(crate) fn term(&mut self) -> PResult<Expr> {
+        // A lone `?` (no operator after it) is most terms of a prepared statement: the
+        // same marker the general path below produces, without its rule calls.
+        if self.at(Tok::QMark)
+            && self.depth < super::MAX_DEPTH
+            && !matches!(
+                self.peek_n(1),
+                Tok::Plus | Tok::Minus | Tok::Star | Tok::Slash | Tok::Percent
+            )
+        {
+            self.bump();
+            self.operand_end = self.pos;
+            return Ok(Expr::Bind(self.new_bind(None)));
+        }
         self.expr(Mode::Term)
     }
 
@@ -147,15 +160,15 @@ impl<'a> Parser<'a> {
     /// `constant` at the current token, if it is one (without a sign).
     pub(crate) fn constant(&mut self) -> Option<Literal> {
         let t = self.cur();
-        let text = self.text(t);
+        let text = || self.text(t).to_string();
         let lit = match t.tok {
             Tok::Str => Literal::String(self.string_value(t)),
-            Tok::Integer => Literal::Integer(text.to_string()),
-            Tok::Float => Literal::Float(text.to_string()),
-            Tok::Boolean => Literal::Boolean(text.eq_ignore_ascii_case("true")),
-            Tok::Duration => Literal::Duration(text.to_string()),
-            Tok::Uuid => Literal::Uuid(text.to_string()),
-            Tok::Hex => Literal::Hex(text.to_string()),
+            Tok::Integer => Literal::Integer(text()),
+            Tok::Float => Literal::Float(text()),
+            Tok::Boolean => Literal::Boolean(self.text(t).eq_ignore_ascii_case("true")),
+            Tok::Duration => Literal::Duration(text()),
+            Tok::Uuid => Literal::Uuid(text()),
+            Tok::Hex => Literal::Hex(text()),
             Tok::Keyword(Keyword::Nan) => Literal::NaN,
             Tok::Keyword(Keyword::Infinity) => Literal::Infinity,
             _ => return None,

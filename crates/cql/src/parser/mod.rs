@@ -20,7 +20,7 @@ use crate::lexer::{Tok, Token, tokenize};
 pub(crate) type PResult<T> = Result<T, Box<ParseError>>;
 
 /// Nesting limit for expressions and types: deeper input is rejected, not a stack overflow.
-const MAX_DEPTH: u32 = 128;
+pub(crate) const MAX_DEPTH: u32 = 128;
 
 /// Largest capacity [`Parser::items_before`] suggests: longer lists grow as usual, so a
 /// huge statement cannot make the parser reserve memory ahead of parsing it.
