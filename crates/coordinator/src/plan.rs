@@ -869,8 +869,16 @@ mod tests {
         let s = schema(&[
             "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}",
             "CREATE KEYSPACE one WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+            "CREATE KEYSPACE nts WITH replication = {'class': 'NetworkTopologyStrategy', 'datacenter1': 1, 'dc2': 3}",
+            "CREATE KEYSPACE other WITH replication = {'class': 'NetworkTopologyStrategy', 'dc2': 1}",
         ]);
-        for ks in [s.keyspace("ks"), s.keyspace("one"), None] {
+        for ks in [
+            s.keyspace("ks"),
+            s.keyspace("one"),
+            s.keyspace("nts"),
+            s.keyspace("other"),
+            None,
+        ] {
             for is_write in [false, true] {
                 let mask = crate::consistency::accepted(ks, is_write);
                 for cl in 0..=12u16 {
@@ -881,12 +889,59 @@ mod tests {
                 }
             }
         }
+        let nts = crate::consistency::accepted(s.keyspace("nts"), false);
+        assert_ne!(nts & 1 << crate::consistency::LOCAL_QUORUM, 0);
+        assert_eq!(nts & 1 << crate::consistency::EACH_QUORUM, 0, "dc2 is down");
         let rf3 = crate::consistency::accepted(s.keyspace("ks"), false);
         assert_ne!(rf3 & 1 << crate::consistency::ONE, 0);
         assert_eq!(
             rf3 & 1 << crate::consistency::QUORUM,
             0,
             "QUORUM of RF 3 needs 2 nodes"
+        );
+    }
+
+    #[test]
+    fn select_star_shares_its_columns_per_table_version() {
+        let s = tables();
+        let plan = |s: &Schema, q: &str| {
+            let st = ast::parse(q).expect("parses").statement;
+            let ast::Statement::Select(sel) = &st else {
+                panic!("a SELECT")
+            };
+            crate::select::plan_select(s, Some("ks"), sel).expect("plans")
+        };
+        let a = plan(&s, "SELECT * FROM standard1 WHERE key = ?");
+        let b = plan(&s, "SELECT * FROM ks.standard1 LIMIT 3");
+        assert!(Arc::ptr_eq(&a.columns, &b.columns));
+        assert!(Arc::ptr_eq(&a.items, &b.items));
+        let names: Vec<&str> = a.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["key", "C0", "C1"]);
+        // Another table, a selector list: their own columns.
+        let t = plan(&s, "SELECT * FROM t");
+        assert!(!Arc::ptr_eq(&a.columns, &t.columns));
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["p", "q", "c", "s", "l", "v"]);
+        let listed = plan(&s, "SELECT key, \"C0\", \"C1\" FROM standard1");
+        assert!(!Arc::ptr_eq(&a.columns, &listed.columns));
+        assert_eq!(*a.columns, *listed.columns);
+        // A new table version (ALTER) gets a new list with the added column.
+        let ast::Statement::AlterTable(alter) = ast::parse("ALTER TABLE standard1 ADD \"C2\" blob")
+            .expect("parses")
+            .statement
+        else {
+            panic!("an ALTER TABLE")
+        };
+        let s2 = crate::schema::alter_table(&s, &alter, Some("ks"))
+            .expect("alters")
+            .schema;
+        let c = plan(&s2, "SELECT * FROM standard1");
+        let names: Vec<&str> = c.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["key", "C0", "C1", "C2"]);
+        let again = plan(&s, "SELECT * FROM standard1");
+        assert!(
+            Arc::ptr_eq(&a.columns, &again.columns),
+            "the old version is still cached"
         );
     }
 }

@@ -142,7 +142,8 @@ fn decode_paging(b: &[u8]) -> Result<PagingState, QueryError> {
 #[derive(Debug)]
 pub struct SelectPlan {
     pub table: Arc<TableSchema>,
-    pub items: Vec<SelItem>,
+    /// Shared with other plans over the same table version for `SELECT *`.
+    pub items: Arc<Vec<SelItem>>,
     pub columns: Arc<Vec<ResultColumn>>,
     pub is_virtual: bool,
     /// Consistency levels a read of this keyspace accepts ([`crate::consistency::accepted`]).
@@ -225,24 +226,85 @@ impl PointRead {
     }
 }
 
+/// `SELECT *`'s selector items and result columns of one table version.
+struct Wildcard {
+    /// Keeps the table's allocation, so its address (the key) is not reused while the
+    /// entry exists; an entry whose table is gone is stale.
+    table: std::sync::Weak<TableSchema>,
+    items: Arc<Vec<SelItem>>,
+    columns: Arc<Vec<ResultColumn>>,
+}
+
+/// Bound on the per-shard wildcard cache; it is cleared when full.
+const WILDCARD_CACHE_ENTRIES: usize = 256;
+
+thread_local! {
+    /// Wildcard selections by the address of the table's `Arc`: every `SELECT *` planned
+    /// on this shard against one table version shares one list (and one encoded result
+    /// metadata in the transport's cache, which is keyed by the columns' `Arc`).
+    static WILDCARDS: std::cell::RefCell<std::collections::HashMap<usize, Wildcard>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn result_columns_of(table: &TableSchema, items: &[SelItem]) -> Vec<ResultColumn> {
+    items
+        .iter()
+        .map(|i| ResultColumn {
+            keyspace: table.keyspace.clone(),
+            table: table.name.clone(),
+            name: i.name.clone(),
+            ty: i.ty.clone(),
+        })
+        .collect()
+}
+
+/// A plan's selector items and its result columns.
+type PlannedSelection = (Arc<Vec<SelItem>>, Arc<Vec<ResultColumn>>);
+
+/// The items and result columns of `s`'s selection; a plain `SELECT *` takes them from
+/// the shard's wildcard cache.
+fn plan_selection(
+    table: &Arc<TableSchema>,
+    s: &ast::SelectStatement,
+) -> Result<PlannedSelection, QueryError> {
+    if !matches!(s.selection, ast::Selection::Wildcard) || s.distinct {
+        let items = selection(table, s)?;
+        let columns = Arc::new(result_columns_of(table, &items));
+        return Ok((Arc::new(items), columns));
+    }
+    let key = Arc::as_ptr(table) as usize;
+    WILDCARDS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(w) = cache.get(&key)
+            && w.table.upgrade().is_some_and(|t| Arc::ptr_eq(&t, table))
+        {
+            return Ok((w.items.clone(), w.columns.clone()));
+        }
+        let items = selection(table, s)?;
+        let columns = Arc::new(result_columns_of(table, &items));
+        let items = Arc::new(items);
+        if cache.len() >= WILDCARD_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(
+            key,
+            Wildcard {
+                table: Arc::downgrade(table),
+                items: items.clone(),
+                columns: columns.clone(),
+            },
+        );
+        Ok((items, columns))
+    })
+}
+
 pub fn plan_select(
     schema: &crate::schema::Schema,
     keyspace: Option<&str>,
     s: &ast::SelectStatement,
 ) -> Result<SelectPlan, QueryError> {
     let table = crate::plan::resolve_table(schema, keyspace, &s.table)?;
-    let items = selection(&table, s)?;
-    let columns = Arc::new(
-        items
-            .iter()
-            .map(|i| ResultColumn {
-                keyspace: table.keyspace.clone(),
-                table: table.name.clone(),
-                name: i.name.clone(),
-                ty: i.ty.clone(),
-            })
-            .collect::<Vec<_>>(),
-    );
+    let (items, columns) = plan_selection(&table, s)?;
     let is_virtual = crate::system::virtual_table(&table.keyspace, &table.name).is_some();
     let consistency_ok = crate::consistency::accepted(schema.keyspace(&table.keyspace), false);
     let point = if is_virtual {
@@ -632,7 +694,7 @@ async fn select_general(
                     key: p.key.clone(),
                     partition_deletion: p.partition_deletion,
                     static_row: p.static_row.clone(),
-                    rows: vec![row.clone()],
+                    rows: vec![row.clone()].into(),
                 });
             }
         }
@@ -829,7 +891,7 @@ async fn read_point(
                 exhausted = false;
                 break 'outer;
             }
-            for it in &plan.items {
+            for it in plan.items.iter() {
                 cells.push(selector::eval_row_checked(
                     table,
                     it,
