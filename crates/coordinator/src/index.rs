@@ -1063,7 +1063,7 @@ impl AsyncChunk for IndexBuild {
         for p in parts {
             let u = PartitionUpdate {
                 static_row: p.static_row,
-                rows: p.rows,
+                rows: p.rows.into(),
                 ..PartitionUpdate::default()
             };
             for m in entries_for(&self.idx, &self.base, &p.key, &u) {

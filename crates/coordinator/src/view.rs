@@ -673,7 +673,7 @@ fn partition_of(key: &PartitionKey) -> PartitionData {
         key: key.clone(),
         partition_deletion: None,
         static_row: None,
-        rows: Vec::new(),
+        rows: Default::default(),
     }
 }
 

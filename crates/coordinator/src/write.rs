@@ -164,17 +164,18 @@ pub fn plan_simple(
     let ts = timestamp_of(using, default_ts, ctx).ok()?;
     let ttl = ttl_of(using, t, ctx).ok()?;
     let now_s = now_seconds(ctx);
-    let mut pk = t
-        .partition_key
-        .iter()
-        .zip(&w.pk)
-        .map(|(id, term)| key_part(id, term))
-        .collect::<Option<Vec<Bytes>>>()?;
-    let key = if pk.len() == 1 {
-        pk.pop()?
-    } else {
-        let refs: Vec<&[u8]> = pk.iter().map(|p| &p[..]).collect();
-        Bytes::from(amphora_types::token::serialize_composite_key(&refs))
+    let key = match (t.partition_key.as_slice(), w.pk.as_slice()) {
+        ([id], [term]) => key_part(id, term)?,
+        _ => {
+            let pk = t
+                .partition_key
+                .iter()
+                .zip(&w.pk)
+                .map(|(id, term)| key_part(id, term))
+                .collect::<Option<Vec<Bytes>>>()?;
+            let refs: Vec<&[u8]> = pk.iter().map(|p| &p[..]).collect();
+            Bytes::from(amphora_types::token::serialize_composite_key(&refs))
+        }
     };
     if key.is_empty() {
         return None;
