@@ -16,7 +16,7 @@ use bytes::Bytes;
 use crate::cache::BlockCache;
 use crate::error::Result;
 use crate::memtable::Memtable;
-use crate::rowcache::RowCache;
+use crate::rowcache::{CachedPartition, RowCache};
 use crate::sstable::SSTableReader;
 
 /// Which partitions a read covers.
@@ -414,34 +414,51 @@ pub(crate) fn read_single<'a>(
             merge_into(schema, &mut acc, u);
         }
     } else {
-        let part = match row_cache.get(t.table, key) {
+        let entry = match row_cache.get(t.table, key) {
             Some(entry) => {
                 amphora_trace::event(|| "Row cache hit".to_string());
-                slice_of(entry, &cmd.slices, t.cmp)
+                entry.clone()
             }
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
                 let mut full = read_sstables(&t, key, None, None, block_cache, &mut sstables_read)?
                     .unwrap_or_default();
                 apply_own_deletions(schema, &mut full);
-                let part = slice_of(&full, &cmd.slices, t.cmp);
-                row_cache.insert(t.table, key, full);
-                part
+                row_cache.insert(t.table, key, full).0
             }
         };
+        if acc.is_none()
+            && let Some(r) = read_cached(t.cmp, &entry, key, cmd, sstables_read)
+        {
+            return Ok(r);
+        }
+        let part = slice_of(&entry.data, &cmd.slices, t.cmp);
         if !part.is_empty() {
             // Entries are canonical, and so is what merging produces.
             canonical = true;
             merge_into(schema, &mut acc, part);
         }
     }
+    Ok(result_of(schema, key, acc, canonical, cmd, sstables_read))
+}
+
+/// The live result of a single-partition read from the partition's merged data
+/// (`canonical`: its own deletions are already applied).
+fn result_of(
+    schema: &TableSchema,
+    key: &PartitionKey,
+    acc: Option<PartitionUpdate>,
+    canonical: bool,
+    cmd: &ReadCommand,
+    sstables_read: u32,
+) -> ReadResult {
     let mut result = ReadResult {
         sstables_read,
         exhausted: true,
         ..Default::default()
     };
     let Some(mut merged) = acc else {
-        return Ok(result);
+        return result;
     };
     if !canonical {
         // A single source was never merged: apply its internal shadowing too.
@@ -450,7 +467,7 @@ pub(crate) fn read_single<'a>(
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
             Some(c) => Some(c),
-            None => return Ok(result),
+            None => return result,
         },
         _ => None,
     };
@@ -462,7 +479,116 @@ pub(crate) fn read_single<'a>(
         result.partitions.push(d);
     }
     result.exhausted = !cut;
-    Ok(result)
+    result
+}
+
+/// A read answered by a row cache entry alone (no memtable holds the partition) whose rows
+/// are already their live view: a copy of one run of them, without slicing, merging or
+/// filtering cells. None if the read needs more (a column filter, reversed order, rows not
+/// in their live form at `now`, disjoint slices): it is read the general way.
+fn read_cached(
+    cmp: &ClusteringComparator,
+    entry: &CachedPartition,
+    key: &PartitionKey,
+    cmd: &ReadCommand,
+    sstables_read: u32,
+) -> Option<ReadResult> {
+    if cmd.columns.is_some() || cmd.reversed || !entry.rows_live_at(cmd.now_seconds) {
+        return None;
+    }
+    let mut result = ReadResult {
+        sstables_read,
+        exhausted: true,
+        ..Default::default()
+    };
+    let u = &*entry.data;
+    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp)?;
+    let after = match &cmd.start_after {
+        Some((k, c)) if k == key => match c {
+            Some(c) => Some(c),
+            None => return Some(result),
+        },
+        _ => None,
+    };
+    if let Some(a) = after {
+        from = from.max(
+            u.rows
+                .partition_point(|r| cmp.compare(&r.clustering.0, &a.0).is_le()),
+        );
+    }
+    let n = to.saturating_sub(from);
+    let mut remaining = limit(cmd.row_limit);
+    let per_part = limit(cmd.per_partition_limit);
+    let take = (n as u64).min(per_part).min(remaining);
+    // As `live_partition`: the row limit cuts the read, the per-partition limit does not.
+    let cut = take < n as u64 && take < per_part;
+    let static_row = u
+        .static_row
+        .as_ref()
+        .and_then(|r| live_row(r, None, cmd.now_seconds, true));
+    if take == 0 {
+        // A partition with only static data counts as one row (not when resuming inside it).
+        match static_row {
+            Some(s) if after.is_none() && !has_clustering_restriction(cmd) => {
+                if remaining == 0 {
+                    result.exhausted = false;
+                    return Some(result);
+                }
+                remaining -= 1;
+                result.partitions.push(PartitionData {
+                    key: key.clone(),
+                    partition_deletion: u.partition_deletion,
+                    static_row: Some(s),
+                    rows: Vec::new(),
+                });
+            }
+            _ => {}
+        }
+        result.rows_counted = limit(cmd.row_limit) - remaining;
+        result.exhausted = !cut;
+        return Some(result);
+    }
+    let rows = u.rows.get(from..from + take as usize)?.to_vec();
+    result.rows_counted = take;
+    result.exhausted = !cut;
+    result.partitions.push(PartitionData {
+        key: key.clone(),
+        partition_deletion: u.partition_deletion,
+        static_row,
+        rows,
+    });
+    Some(result)
+}
+
+/// The rows of `rows` within `slices` (empty = all) as one run `from..to`; None if they
+/// form several disjoint runs.
+fn one_run(
+    rows: &[Row],
+    slices: &[ClusteringSlice],
+    cmp: &ClusteringComparator,
+) -> Option<(usize, usize)> {
+    let mut run: Option<(usize, usize)> = None;
+    if slices.is_empty() {
+        return Some((0, rows.len()));
+    }
+    for s in slices {
+        let from = rows.partition_point(|r| !cmp.after_start(&r.clustering, &s.start));
+        let len = rows
+            .get(from..)
+            .unwrap_or_default()
+            .partition_point(|r| cmp.before_end(&r.clustering, &s.end));
+        if len == 0 {
+            continue;
+        }
+        let to = from + len;
+        run = match run {
+            None => Some((from, to)),
+            // Overlapping or touching runs join; a gap ends the fast path.
+            Some((a, b)) if from <= b && a <= to => Some((a.min(from), b.max(to))),
+            Some(_) => return None,
+        };
+    }
+    Some(run.unwrap_or((0, 0)))
 }
 
 fn has_clustering_restriction(cmd: &ReadCommand) -> bool {
@@ -495,7 +621,7 @@ pub(crate) fn in_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::data::{Cell, LivenessInfo};
+    use amphora_types::data::{Cell, ClusteringBound, LivenessInfo, LocalTime};
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -573,5 +699,263 @@ mod tests {
         }
         // Both outcomes are exercised.
         assert!(live > 0 && live < rows().len() * 8, "{live}");
+    }
+
+    /// A small xorshift generator: the seed is printed on failure.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    fn clustered() -> TableSchema {
+        use amphora_types::CqlType;
+        use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableOptions};
+        let cd = |n: &str, ty, kind| ColumnDef {
+            name: n.into(),
+            ty,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Asc,
+        };
+        TableSchema::new(
+            TableId(7),
+            "ks",
+            "t",
+            vec![
+                cd("k", CqlType::Blob, ColumnKind::PartitionKey),
+                cd("c", CqlType::Int, ColumnKind::Clustering),
+                cd("s", CqlType::Blob, ColumnKind::Static),
+                cd("v", CqlType::Blob, ColumnKind::Regular),
+                cd("w", CqlType::Blob, ColumnKind::Regular),
+            ],
+            TableOptions::default(),
+        )
+    }
+
+    fn ck(x: u64) -> Clustering {
+        Clustering(vec![Bytes::copy_from_slice(&(x as i32).to_be_bytes())])
+    }
+
+    /// A canonical row: cells live, expiring around `now`, or tombstones, sometimes a
+    /// collection, sometimes a row deletion.
+    fn random_row(rng: &mut Rng, clustering: Clustering, now: i32) -> Row {
+        let cell = |rng: &mut Rng| match rng.below(10) {
+            0 => Cell::tombstone(5, now - 3),
+            1 | 2 => Cell::expiring(5, 10, now - 12 + rng.below(5) as i32, b("e")),
+            _ => Cell::live(5, b("v")),
+        };
+        let mut cells = Vec::new();
+        for id in [2, 3, 4] {
+            match rng.below(6) {
+                0 => {}
+                1 => cells.push((
+                    id,
+                    ColumnData::Complex {
+                        deletion: rng.chance(20).then_some(DeletionTime {
+                            marked_for_delete_at: 1,
+                            local_deletion_time: (now - 9).into(),
+                        }),
+                        cells: (0..rng.below(3))
+                            .map(|i| (Bytes::from(vec![i as u8]), cell(rng)))
+                            .collect(),
+                    },
+                )),
+                _ => cells.push((id, ColumnData::Simple(cell(rng)))),
+            }
+        }
+        Row {
+            clustering,
+            marker: match rng.below(4) {
+                0 => None,
+                1 => Some(LivenessInfo::expiring(
+                    5,
+                    10,
+                    now - 2 + rng.below(5) as i32 - 10,
+                )),
+                _ => Some(LivenessInfo::new(5)),
+            },
+            deletion: rng.chance(5).then_some(DeletionTime {
+                marked_for_delete_at: 2,
+                local_deletion_time: (now - 9).into(),
+            }),
+            cells,
+        }
+    }
+
+    fn random_bound(rng: &mut Rng) -> ClusteringBound {
+        match rng.below(3) {
+            0 => ClusteringBound::unbounded(),
+            1 => ClusteringBound::inclusive(ck(rng.below(12)).0),
+            _ => ClusteringBound::exclusive(ck(rng.below(12)).0),
+        }
+    }
+
+    fn random_command(rng: &mut Rng, key: &PartitionKey, now: i32) -> ReadCommand {
+        let mut cmd = ReadCommand::new(TableId(7), PartitionRange::Single(key.clone()), now);
+        let mut starts: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(12)).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        for (i, from) in starts.iter().enumerate() {
+            let to = match starts.get(i + 1) {
+                Some(next) => from + rng.below(next - from + 1),
+                None => from + rng.below(4),
+            };
+            let mut s = ClusteringSlice {
+                start: ClusteringBound::inclusive(ck(*from).0),
+                end: ClusteringBound::inclusive(ck(to).0),
+            };
+            if rng.chance(30) {
+                s.start = random_bound(rng);
+            }
+            if rng.chance(30) {
+                s.end.inclusive = false;
+            }
+            cmd.slices.push(s);
+        }
+        if rng.chance(10) {
+            cmd.slices = vec![ClusteringSlice::all()];
+        }
+        cmd.columns = rng.chance(10).then(|| vec![3]);
+        cmd.reversed = rng.chance(10);
+        cmd.row_limit = [0, 0, 1, 2, 3, u32::MAX][rng.below(6) as usize];
+        cmd.per_partition_limit = [0, 0, 1, 2][rng.below(4) as usize];
+        cmd.start_after = match rng.below(6) {
+            0 => Some((key.clone(), None)),
+            1 | 2 => Some((key.clone(), Some(ck(rng.below(12))))),
+            3 => Some((PartitionKey::new(b("other")), Some(ck(3)))),
+            _ => None,
+        };
+        cmd
+    }
+
+    /// Reads served from a row cache entry's shared rows give exactly what the general
+    /// path (copy, slice, live view, limits) gives for the same entry, and the shared path
+    /// is taken whenever it may be.
+    #[test]
+    fn shared_cache_reads_match_the_general_path() {
+        let schema = clustered();
+        let cmp = schema.clustering_comparator();
+        let key = PartitionKey::new(b("k"));
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        let mut rng = Rng(seed);
+        let (mut shared, mut fallback) = (0, 0);
+        for case in 0..20_000 {
+            let now = 1000;
+            let plain = rng.chance(60);
+            let mut u = PartitionUpdate::default();
+            for c in 0..12 {
+                if rng.chance(50) {
+                    let mut r = random_row(&mut rng, ck(c), now);
+                    if plain {
+                        // Only what shared reads may serve: live or expiring cells.
+                        r.deletion = None;
+                        r.cells.retain(|(_, d)| match d {
+                            ColumnData::Simple(c) => !c.is_tombstone,
+                            ColumnData::Complex { .. } => false,
+                        });
+                        if r.cells.is_empty() && r.marker.is_none() {
+                            r.marker = Some(LivenessInfo::new(1));
+                        }
+                    }
+                    u.rows.push(r);
+                }
+            }
+            if rng.chance(20) {
+                u.static_row = Some(random_row(&mut rng, Clustering::empty(), now));
+            }
+            if rng.chance(10) {
+                u.partition_deletion = Some(DeletionTime {
+                    marked_for_delete_at: 1,
+                    local_deletion_time: (now - 50).into(),
+                });
+            }
+            let entry = CachedPartition::new(u.clone());
+            let read_now = now - 3 + rng.below(6) as i32;
+            let cmd = random_command(&mut rng, &key, read_now);
+            let want = result_of(
+                &schema,
+                &key,
+                Some(slice_of(&u, &cmd.slices, &cmp)),
+                true,
+                &cmd,
+                1,
+            );
+            match read_cached(&cmp, &entry, &key, &cmd, 1) {
+                Some(got) => {
+                    shared += 1;
+                    assert_eq!(got, want, "seed {seed} case {case}: {cmd:?}\n{u:?}");
+                }
+                None => fallback += 1,
+            }
+            // Every read the shared path may serve, it serves.
+            let may = cmd.columns.is_none()
+                && !cmd.reversed
+                && entry.rows_live_at(cmd.now_seconds)
+                && one_run(&u.rows, &cmd.slices, &cmp).is_some();
+            assert_eq!(
+                may,
+                read_cached(&cmp, &entry, &key, &cmd, 1).is_some(),
+                "seed {seed} case {case}"
+            );
+        }
+        assert!(shared > 2_000 && fallback > 2_000, "{shared} {fallback}");
+    }
+
+    #[test]
+    fn rows_are_live_until_the_first_expiry_and_never_with_tombstones() {
+        let now = 1000;
+        let row = |cells: Vec<(ColumnId, ColumnData)>, marker| Row {
+            clustering: Clustering::empty(),
+            marker,
+            deletion: None,
+            cells,
+        };
+        let part = |rows| PartitionUpdate {
+            rows,
+            ..Default::default()
+        };
+        let live = |ts| ColumnData::Simple(Cell::live(ts, b("v")));
+        let e = CachedPartition::new(part(vec![
+            row(vec![(1, live(1))], None),
+            row(vec![], Some(LivenessInfo::expiring(1, 10, now - 5))),
+            row(
+                vec![(
+                    1,
+                    ColumnData::Simple(Cell::expiring(1, 10, now - 7, b("x"))),
+                )],
+                Some(LivenessInfo::new(1)),
+            ),
+        ]));
+        assert_eq!(e.rows_live_until, LocalTime::from(now + 3));
+        assert!(e.rows_live_at(now + 2) && !e.rows_live_at(now + 3));
+        assert!(CachedPartition::new(part(vec![])).rows_live_at(i32::MAX));
+        for bad in [
+            row(vec![(1, ColumnData::Simple(Cell::tombstone(1, now)))], None),
+            row(vec![], None),
+            Row {
+                deletion: Some(DeletionTime {
+                    marked_for_delete_at: 0,
+                    local_deletion_time: now.into(),
+                }),
+                ..row(vec![(1, live(1))], None)
+            },
+        ] {
+            let e = CachedPartition::new(part(vec![row(vec![(1, live(1))], None), bad]));
+            assert!(!e.rows_live_at(i32::MIN), "{e:?}");
+        }
     }
 }

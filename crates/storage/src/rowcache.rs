@@ -30,9 +30,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use amphora_types::data::{
-    ColumnData, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
+    ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
 };
 use amphora_types::schema::{TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
@@ -57,7 +58,7 @@ pub struct RowCacheStats {
 /// already a Murmur3 hash of the key bytes. Byte strings (and their lengths) are skipped;
 /// equal tokens are told apart by the map's equality check.
 #[derive(Default)]
-struct TokenHasher(u64);
+pub(crate) struct TokenHasher(u64);
 
 impl Hasher for TokenHasher {
     fn finish(&self) -> u64 {
@@ -81,14 +82,83 @@ impl Hasher for TokenHasher {
     }
 }
 
-type Hash = BuildHasherDefault<TokenHasher>;
+/// A hasher for maps keyed by table ids and partition keys (integers already random).
+pub(crate) type Hash = BuildHasherDefault<TokenHasher>;
 
 struct Slot {
     table: TableId,
     key: PartitionKey,
-    data: PartitionUpdate,
+    entry: CachedPartition,
     cost: usize,
     referenced: bool,
+}
+
+/// A cached partition: shared, never modified (a change installs a new one), so a read
+/// result may hold its rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedPartition {
+    pub data: Arc<PartitionUpdate>,
+    /// The partition's clustering rows are exactly their live view (what a read returns
+    /// with no column filter) at every `now` (seconds) below this: no tombstone cells, row
+    /// deletions, complex deletions or empty rows, and this is the earliest expiry of a TTL
+    /// cell or marker. `LocalTime::MIN` when there is no such time.
+    pub rows_live_until: LocalTime,
+}
+
+impl CachedPartition {
+    /// Wraps a canonical partition (own deletions applied).
+    pub fn new(data: PartitionUpdate) -> Self {
+        let rows_live_until = data
+            .rows
+            .iter()
+            .map(row_live_until)
+            .min()
+            .unwrap_or(LocalTime::MAX);
+        CachedPartition {
+            data: Arc::new(data),
+            rows_live_until,
+        }
+    }
+
+    /// Whether the rows are their own live view at `now_seconds`.
+    #[inline]
+    pub fn rows_live_at(&self, now_seconds: i32) -> bool {
+        LocalTime::from(now_seconds) < self.rows_live_until
+    }
+}
+
+/// Until when a row is its own live view (see [`CachedPartition::rows_live_until`]).
+fn row_live_until(r: &Row) -> LocalTime {
+    if r.deletion.is_some() || (r.marker.is_none() && r.cells.is_empty()) {
+        return LocalTime::MIN;
+    }
+    let mut until = LocalTime::MAX;
+    if let Some(m) = r.marker
+        && m.ttl > 0
+    {
+        until = until.min(m.local_expiry);
+    }
+    let mut cell = |c: &amphora_types::data::Cell| {
+        until = if c.is_tombstone {
+            LocalTime::MIN
+        } else if c.ttl > 0 {
+            until.min(c.local_expiry)
+        } else {
+            until
+        }
+    };
+    for (_, d) in &r.cells {
+        match d {
+            ColumnData::Simple(c) => cell(c),
+            ColumnData::Complex { deletion, cells } => {
+                if deletion.is_some() || cells.is_empty() {
+                    return LocalTime::MIN;
+                }
+                cells.iter().for_each(|(_, c)| cell(c));
+            }
+        }
+    }
+    until
 }
 
 /// Bytes accounted per entry on top of its data (slot, map entries, key header).
@@ -211,13 +281,13 @@ impl RowCache {
 
     /// The cached SSTable-side content of a partition, marking it recently used; counts a
     /// hit or a miss.
-    pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&PartitionUpdate> {
+    pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&CachedPartition> {
         let i = self.index(table, key);
         match i.and_then(|i| self.slots.get_mut(i)) {
             Some(slot) => {
                 slot.referenced = true;
                 self.hits += 1;
-                Some(&slot.data)
+                Some(&slot.entry)
             }
             None => {
                 self.misses += 1;
@@ -232,17 +302,24 @@ impl RowCache {
     }
 
     /// Caches a partition's SSTable-side content (canonical: own deletions applied),
-    /// replacing any entry for the key and evicting as needed. Returns false (and caches
-    /// nothing) if the partition is over the size limit or the cache is disabled.
-    pub fn insert(&mut self, table: TableId, key: &PartitionKey, data: PartitionUpdate) -> bool {
+    /// replacing any entry for the key and evicting as needed. Returns the entry and
+    /// whether it was cached: not if the partition is over the size limit or the cache is
+    /// disabled.
+    pub fn insert(
+        &mut self,
+        table: TableId,
+        key: &PartitionKey,
+        data: PartitionUpdate,
+    ) -> (CachedPartition, bool) {
         let cost = entry_cost(key, &data);
         if cost > self.partition_max || cost > self.capacity {
             self.remove(table, key);
-            return false;
+            return (CachedPartition::new(data), false);
         }
         self.remove(table, key);
         while self.bytes + cost > self.capacity && self.evict_one() {}
         let (key, data) = compact(key, data);
+        let entry = CachedPartition::new(data);
         self.tables
             .entry(table)
             .or_default()
@@ -250,13 +327,13 @@ impl RowCache {
         self.slots.push(Slot {
             table,
             key,
-            data,
+            entry: entry.clone(),
             cost,
             referenced: false,
         });
         self.bytes += cost;
         self.insertions += 1;
-        true
+        (entry, true)
     }
 
     /// Drops one entry.
@@ -312,7 +389,7 @@ impl RowCache {
             let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(i)) else {
                 continue;
             };
-            let merged = merge_partition_updates(schema, &slot.data, &mem.to_update(p, &[]));
+            let merged = merge_partition_updates(schema, &slot.entry.data, &mem.to_update(p, &[]));
             let cost = entry_cost(&key, &merged);
             if cost > self.partition_max || cost > self.capacity {
                 too_big.push(key);
@@ -320,7 +397,7 @@ impl RowCache {
             }
             self.bytes = self.bytes - slot.cost + cost;
             slot.cost = cost;
-            slot.data = compact(&key, merged).1;
+            slot.entry = CachedPartition::new(compact(&key, merged).1);
         }
         self.invalidations += too_big.len() as u64;
         for key in too_big {
@@ -404,10 +481,10 @@ mod tests {
     fn hit_after_insert_and_keys_with_equal_tokens_stay_apart() {
         let mut c = RowCache::new(1 << 20, 1 << 20);
         let t = TableId(1);
-        assert!(c.insert(t, &key(5, "a"), part(10)));
-        assert!(c.insert(t, &key(5, "b"), part(20)));
-        assert_eq!(c.get(t, &key(5, "a")), Some(&part(10)));
-        assert_eq!(c.get(t, &key(5, "b")), Some(&part(20)));
+        assert!(c.insert(t, &key(5, "a"), part(10)).1);
+        assert!(c.insert(t, &key(5, "b"), part(20)).1);
+        assert_eq!(c.get(t, &key(5, "a")).map(|e| &*e.data), Some(&part(10)));
+        assert_eq!(c.get(t, &key(5, "b")).map(|e| &*e.data), Some(&part(20)));
         assert_eq!(c.get(t, &key(5, "c")), None);
         assert_eq!(c.get(TableId(2), &key(5, "a")), None);
         let s = c.stats();
@@ -424,17 +501,17 @@ mod tests {
         let mut c = RowCache::new((cost * 4) as u64, 1 << 20);
         let t = TableId(1);
         for i in 0..4 {
-            assert!(c.insert(t, &key(i, &format!("k{i}")), part(100)));
+            assert!(c.insert(t, &key(i, &format!("k{i}")), part(100)).1);
         }
         assert!(c.get(t, &key(0, "k0")).is_some());
-        assert!(c.insert(t, &key(4, "k4"), part(100)));
+        assert!(c.insert(t, &key(4, "k4"), part(100)).1);
         let s = c.stats();
         assert_eq!((s.partitions, s.evictions), (4, 1));
         assert!(s.bytes as usize <= cost * 4);
         assert!(c.contains(t, &key(0, "k0")));
         assert!(!c.contains(t, &key(1, "k1")));
         for i in 5..300 {
-            c.insert(t, &key(i, &format!("k{i}")), part(100));
+            assert!(c.insert(t, &key(i, &format!("k{i}")), part(100)).1);
             assert!(c.stats().bytes as usize <= cost * 4);
         }
         // Every survivor still maps to its own entry.
@@ -451,15 +528,15 @@ mod tests {
     fn oversized_partitions_and_disabled_cache_are_bypassed() {
         let t = TableId(1);
         let mut c = RowCache::new(1 << 20, 1000);
-        assert!(c.insert(t, &key(1, "small"), part(100)));
-        assert!(!c.insert(t, &key(2, "big"), part(5000)));
+        assert!(c.insert(t, &key(1, "small"), part(100)).1);
+        assert!(!c.insert(t, &key(2, "big"), part(5000)).1);
         assert!(!c.contains(t, &key(2, "big")));
         // Replacing an entry with an oversized version drops the old one.
-        assert!(!c.insert(t, &key(1, "small"), part(5000)));
+        assert!(!c.insert(t, &key(1, "small"), part(5000)).1);
         assert!(!c.contains(t, &key(1, "small")));
         let mut off = RowCache::new(0, 1 << 20);
         assert!(!off.enabled());
-        assert!(!off.insert(t, &key(1, "a"), part(1)));
+        assert!(!off.insert(t, &key(1, "a"), part(1)).1);
         assert_eq!(off.stats().partitions, 0);
     }
 
@@ -475,8 +552,8 @@ mod tests {
             key: chunk.slice(10..20),
         };
         let mut c = RowCache::new(1 << 20, 1 << 20);
-        assert!(c.insert(TableId(1), &k, u.clone()));
-        let e = c.get(TableId(1), &k).cloned().expect("cached");
+        assert!(c.insert(TableId(1), &k, u.clone()).1);
+        let e = (*c.get(TableId(1), &k).expect("cached").data).clone();
         assert_eq!(e, u);
         let Some(ColumnData::Simple(cell)) = e.rows[0].cell(1) else {
             panic!("{e:?}")
@@ -490,7 +567,10 @@ mod tests {
     fn invalidating_a_table_keeps_the_others_reachable() {
         let mut c = RowCache::new(1 << 20, 1 << 20);
         for i in 0..50 {
-            c.insert(TableId(i % 3), &key(i as i64, "k"), part(i as usize));
+            assert!(
+                c.insert(TableId(i % 3), &key(i as i64, "k"), part(i as usize))
+                    .1
+            );
         }
         c.invalidate_table(TableId(1));
         let s = c.stats();
@@ -502,7 +582,9 @@ mod tests {
             .sum();
         assert_eq!(s.bytes as usize, expect);
         for i in 0..50u128 {
-            let got = c.get(TableId(i % 3), &key(i as i64, "k")).cloned();
+            let got = c
+                .get(TableId(i % 3), &key(i as i64, "k"))
+                .map(|e| (*e.data).clone());
             if i % 3 == 1 {
                 assert_eq!(got, None);
             } else {

@@ -15,7 +15,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc;
 
 use amphora_types::data::{
@@ -192,6 +192,24 @@ impl Worker {
     }
 }
 
+/// Sends a background result to the shard and counts it, so that reads and writes skip
+/// polling the channel while nothing is pending.
+#[derive(Clone)]
+struct ResultSender {
+    tx: mpsc::Sender<BgResult>,
+    /// Results sent minus results received (briefly negative between a send and its
+    /// count).
+    pending: Arc<AtomicI64>,
+}
+
+impl ResultSender {
+    fn send(&self, r: BgResult) -> std::result::Result<(), mpsc::SendError<BgResult>> {
+        let sent = self.tx.send(r);
+        self.pending.fetch_add(1, AtomicOrdering::Release);
+        sent
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         self.tx = None;
@@ -203,14 +221,16 @@ impl Drop for Worker {
 
 struct Inner {
     cfg: StorageConfig,
-    tables: HashMap<TableId, TableState>,
+    tables: HashMap<TableId, TableState, crate::rowcache::Hash>,
     metrics: StorageMetrics,
     memtable_total: u64,
     /// Part of `memtable_total` in memtables being flushed.
     flushing_total: u64,
     next_job: u64,
-    results_tx: mpsc::Sender<BgResult>,
+    results_tx: ResultSender,
     results_rx: mpsc::Receiver<BgResult>,
+    /// Shared with `results_tx`.
+    results_pending: Arc<AtomicI64>,
     /// Signalled by background threads when a result is ready.
     notify: Arc<Notify>,
     /// Wakes writers waiting in `admit` after a flush finished (or failed).
@@ -334,7 +354,7 @@ impl ShardStorage {
     /// Opens the shard: loads SSTables and replays the commitlog.
     pub fn open(cfg: StorageConfig, tables: Vec<Arc<TableSchema>>) -> Result<(Self, ReplayReport)> {
         fs::create_dir_all(&cfg.data_dir).map_err(|e| StorageError::io(&cfg.data_dir, e))?;
-        let mut states = HashMap::new();
+        let mut states = HashMap::default();
         let mut corrupt = 0;
         for s in tables {
             let dir = table_dir(&cfg.data_dir, &s);
@@ -382,6 +402,11 @@ impl ShardStorage {
         )?;
         log.adopt_replayed(segs);
         let (results_tx, results_rx) = mpsc::channel();
+        let results_pending = Arc::new(AtomicI64::new(0));
+        let results_tx = ResultSender {
+            tx: results_tx,
+            pending: results_pending.clone(),
+        };
         let memtable_total = states.values().map(|t| t.memtable.size_bytes).sum();
         let shard = cfg.shard;
         let metrics = StorageMetrics {
@@ -402,6 +427,7 @@ impl ShardStorage {
             next_job: 1,
             results_tx,
             results_rx,
+            results_pending,
             notify: Arc::new(Notify::new()),
             flush_done: Arc::new(Notify::new()),
             compaction_share: CompactionShare::default(),
@@ -860,7 +886,14 @@ impl ShardStorage {
         loop {
             let r = {
                 let inner = self.inner.borrow();
-                inner.results_rx.try_recv()
+                if inner.results_pending.load(AtomicOrdering::Acquire) <= 0 {
+                    break;
+                }
+                let r = inner.results_rx.try_recv();
+                if r.is_ok() {
+                    inner.results_pending.fetch_sub(1, AtomicOrdering::Relaxed);
+                }
+                r
             };
             let Ok(r) = r else { break };
             self.install(r);
