@@ -1,8 +1,13 @@
-//! Flush and major-compaction throughput on standard1 rows (MB/s of raw row data).
-//! `cargo run --release -p amphora-storage --example flush_compact -- 200000`
+//! Flush and major compaction of standard1 rows, once each, for profiling
+//! (`valgrind --tool=callgrind`, `perf record`) and quick before/after checks: prints the
+//! wall time and the process CPU time (the shard thread is parked meanwhile, so that is
+//! the background thread's) of a flush of `ROWS` rows and of a major compaction of four
+//! SSTables of `ROWS / 4` interleaved rows, in MB/s of raw standard1 data.
+//!
+//! `cargo run --profile bench -p amphora-storage --example flush_compact [ROWS] [flush|compact]`
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use amphora_storage::{ShardStorage, StorageConfig};
 use amphora_types::CqlType;
@@ -14,13 +19,24 @@ use amphora_types::schema::{
 };
 use bytes::Bytes;
 
-fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(200_000);
-    let cd = |name: &str, kind| ColumnDef {
-        name: name.into(),
+const RAW_ROW_BYTES: u64 = 10 + 5 * 34;
+
+/// Process CPU time (user + system) from /proc/self/stat, in clock ticks of 10 ms.
+fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn standard1() -> Arc<TableSchema> {
+    let cd = |n: &str, kind| ColumnDef {
+        name: n.into(),
         ty: CqlType::Blob,
         kind,
         position: 0,
@@ -30,65 +46,96 @@ fn main() {
     for i in 0..5 {
         cols.push(cd(&format!("C{i}"), ColumnKind::Regular));
     }
-    let schema = Arc::new(TableSchema::new(
+    Arc::new(TableSchema::new(
         TableId(1),
         "keyspace1",
         "standard1",
         cols,
         TableOptions::default(),
-    ));
-    let dir = std::env::temp_dir().join(format!("amphora-flush-{}", std::process::id()));
-    let mut cfg = StorageConfig::new(&dir, 0);
-    cfg.memtable_budget_bytes = 1 << 40;
+    ))
+}
+
+fn mutation(n: u64, ts: i64) -> Mutation {
+    let key = Bytes::from(format!("{:010}", n % 10_000_000_000));
+    let v: Vec<u8> = (0..34u8)
+        .map(|i| i.wrapping_mul(n as u8).wrapping_add(i))
+        .collect();
+    let v = Bytes::from(v);
+    Mutation {
+        table: TableId(1),
+        key: PartitionKey::new(key),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: Some(LivenessInfo::new(ts)),
+                deletion: None,
+                cells: (1..6)
+                    .map(|c| (c, ColumnData::Simple(Cell::live(ts, v.clone()))))
+                    .collect(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+fn open(dir: &std::path::Path) -> ShardStorage {
+    let mut cfg = StorageConfig::new(dir, 0);
+    cfg.memtable_budget_bytes = 1 << 30;
     cfg.auto_compaction = false;
-    let (s, _) = ShardStorage::open(cfg, vec![schema]).expect("open");
+    ShardStorage::open(cfg, vec![standard1()]).expect("open").0
+}
+
+fn report(what: &str, rows: u64, wall: Duration, cpu: Duration) {
+    let mb = (rows * RAW_ROW_BYTES) as f64 / 1e6;
+    println!(
+        "{what}: {rows} rows, wall {:.1} ms ({:.1} MB/s), cpu {:.0} ms ({:.1} MB/s per core)",
+        wall.as_secs_f64() * 1e3,
+        mb / wall.as_secs_f64(),
+        cpu.as_secs_f64() * 1e3,
+        mb / cpu.as_secs_f64().max(1e-9),
+    );
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let rows: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let which = args.next().unwrap_or_default();
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .expect("rt");
-    let raw_mb = (n * 180) as f64 / 1e6;
-    rt.block_on(async {
-        let mut flush_secs = 0.0;
-        for part in 0..4u64 {
-            for i in 0..n / 4 {
-                let i = i * 4 + part;
-                let v = Bytes::from(
-                    (0..34u8)
-                        .map(|j| j.wrapping_mul(i as u8))
-                        .collect::<Vec<u8>>(),
-                );
-                let m = Mutation {
-                    table: TableId(1),
-                    key: PartitionKey::new(Bytes::from(format!("{:010}", i))),
-                    update: PartitionUpdate {
-                        rows: vec![Row {
-                            clustering: Clustering::empty(),
-                            marker: Some(LivenessInfo::new(1)),
-                            deletion: None,
-                            cells: (1..6)
-                                .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
-                                .collect(),
-                        }],
-                        ..Default::default()
-                    },
-                };
-                drop(s.apply(&m).expect("apply"));
+    if which.is_empty() || which == "flush" {
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = open(dir.path());
+        rt.block_on(async {
+            for n in 0..rows {
+                drop(s.apply(&mutation(n, 1)).expect("apply"));
             }
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu_time());
             s.flush_all().await.expect("flush");
-            flush_secs += t.elapsed().as_secs_f64();
-        }
-        println!(
-            "flush: {raw_mb:.1} MB raw in {flush_secs:.2}s = {:.1} MB/s",
-            raw_mb / flush_secs
-        );
-        let t = Instant::now();
-        s.compact_major(TableId(1)).await.expect("compact");
-        let e = t.elapsed().as_secs_f64();
-        println!(
-            "major compaction: {raw_mb:.1} MB raw in {e:.2}s = {:.1} MB/s",
-            raw_mb / e
-        );
-    });
-    drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
+            report("flush", rows, t.elapsed(), cpu_time().saturating_sub(c));
+        });
+    }
+    if which.is_empty() || which == "compact" {
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = open(dir.path());
+        rt.block_on(async {
+            for part in 0..4u64 {
+                for n in 0..rows / 4 {
+                    drop(s.apply(&mutation(n * 4 + part, 1)).expect("apply"));
+                }
+                s.flush_all().await.expect("flush");
+            }
+            // Let the flushed memtables be freed before timing.
+            std::thread::sleep(Duration::from_millis(200));
+            let (t, c) = (Instant::now(), cpu_time());
+            s.compact_major(TableId(1)).await.expect("compact");
+            report(
+                "major compaction",
+                rows,
+                t.elapsed(),
+                cpu_time().saturating_sub(c),
+            );
+        });
+    }
 }
