@@ -16,8 +16,11 @@ use bytes::Bytes;
 use crate::cache::BlockCache;
 use crate::error::Result;
 use crate::memtable::Memtable;
+#[path = "read_rows.rs"]
+mod read_rows;
 use crate::rowcache::{CachedPartition, RowCache};
 use crate::sstable::SSTableReader;
+pub use read_rows::Rows;
 
 /// Which partitions a read covers.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,7 +95,8 @@ pub struct PartitionData {
     pub key: PartitionKey,
     pub partition_deletion: Option<DeletionTime>,
     pub static_row: Option<Row>,
-    pub rows: Vec<Row>,
+    /// Owned, or shared with the row cache (see [`Rows`]).
+    pub rows: Rows,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -244,7 +248,7 @@ pub(crate) fn live_partition(
                         key,
                         partition_deletion,
                         static_row: Some(s),
-                        rows,
+                        rows: rows.into(),
                     }),
                     cut,
                 );
@@ -257,7 +261,7 @@ pub(crate) fn live_partition(
             key,
             partition_deletion,
             static_row,
-            rows,
+            rows: rows.into(),
         }),
         cut,
     )
@@ -483,9 +487,9 @@ fn result_of(
 }
 
 /// A read answered by a row cache entry alone (no memtable holds the partition) whose rows
-/// are already their live view: a copy of one run of them, without slicing, merging or
-/// filtering cells. None if the read needs more (a column filter, reversed order, rows not
-/// in their live form at `now`, disjoint slices): it is read the general way.
+/// are already their live view: one run of them, shared with the cache (no copy of rows,
+/// cells or values). None if the read needs its own copy (a column filter, reversed order,
+/// rows not in their live form at `now`, disjoint slices): it is read the general way.
 fn read_cached(
     cmp: &ClusteringComparator,
     entry: &CachedPartition,
@@ -539,7 +543,7 @@ fn read_cached(
                     key: key.clone(),
                     partition_deletion: u.partition_deletion,
                     static_row: Some(s),
-                    rows: Vec::new(),
+                    rows: Rows::new(),
                 });
             }
             _ => {}
@@ -548,15 +552,16 @@ fn read_cached(
         result.exhausted = !cut;
         return Some(result);
     }
-    let rows = u.rows.get(from..from + take as usize)?.to_vec();
+    let rows = Rows::shared(entry.data.clone(), from..from + take as usize)?;
     result.rows_counted = take;
     result.exhausted = !cut;
-    result.partitions.push(PartitionData {
+    // Allocated at its size (a push would grow an empty vector).
+    result.partitions = vec![PartitionData {
         key: key.clone(),
         partition_deletion: u.partition_deletion,
         static_row,
         rows,
-    });
+    }];
     Some(result)
 }
 
