@@ -203,8 +203,9 @@ struct ResultSender {
 }
 
 impl ResultSender {
-    fn send(&self, r: BgResult) -> std::result::Result<(), mpsc::SendError<BgResult>> {
-        let sent = self.tx.send(r);
+    /// False if the shard is gone.
+    fn send(&self, r: BgResult) -> bool {
+        let sent = self.tx.send(r).is_ok();
         self.pending.fetch_add(1, AtomicOrdering::Release);
         sent
     }
