@@ -85,12 +85,17 @@ impl Hasher for TokenHasher {
 /// A hasher for maps keyed by table ids and partition keys (integers already random).
 pub(crate) type Hash = BuildHasherDefault<TokenHasher>;
 
+/// An entry's place in the CLOCK order.
 struct Slot {
     table: TableId,
     key: PartitionKey,
-    entry: CachedPartition,
     cost: usize,
-    referenced: bool,
+}
+
+/// What the map holds per key: a hit reads only this (and the entry's reference bit).
+struct Mapped {
+    slot: usize,
+    entry: CachedPartition,
 }
 
 /// A cached partition: shared, never modified (a change installs a new one), so a read
@@ -226,8 +231,10 @@ fn compact(key: &PartitionKey, mut data: PartitionUpdate) -> (PartitionKey, Part
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
 /// disables it.
 pub struct RowCache {
-    tables: HashMap<TableId, HashMap<PartitionKey, usize, Hash>, Hash>,
+    tables: HashMap<TableId, HashMap<PartitionKey, Mapped, Hash>, Hash>,
     slots: Vec<Slot>,
+    /// CLOCK reference bits, one per slot (apart from the slots so a hit touches neither).
+    referenced: Vec<bool>,
     hand: usize,
     bytes: usize,
     capacity: usize,
@@ -246,6 +253,7 @@ impl RowCache {
         RowCache {
             tables: HashMap::default(),
             slots: Vec::new(),
+            referenced: Vec::new(),
             hand: 0,
             bytes: 0,
             capacity: usize::try_from(capacity_bytes).unwrap_or(usize::MAX),
@@ -276,18 +284,22 @@ impl RowCache {
     }
 
     fn index(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
-        self.tables.get(&table).and_then(|m| m.get(key)).copied()
+        self.tables
+            .get(&table)
+            .and_then(|m| m.get(key))
+            .map(|m| m.slot)
     }
 
     /// The cached SSTable-side content of a partition, marking it recently used; counts a
     /// hit or a miss.
     pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&CachedPartition> {
-        let i = self.index(table, key);
-        match i.and_then(|i| self.slots.get_mut(i)) {
-            Some(slot) => {
-                slot.referenced = true;
+        match self.tables.get(&table).and_then(|m| m.get(key)) {
+            Some(m) => {
+                if let Some(r) = self.referenced.get_mut(m.slot) {
+                    *r = true;
+                }
                 self.hits += 1;
-                Some(&slot.entry)
+                Some(&m.entry)
             }
             None => {
                 self.misses += 1;
@@ -320,17 +332,15 @@ impl RowCache {
         while self.bytes + cost > self.capacity && self.evict_one() {}
         let (key, data) = compact(key, data);
         let entry = CachedPartition::new(data);
-        self.tables
-            .entry(table)
-            .or_default()
-            .insert(key.clone(), self.slots.len());
-        self.slots.push(Slot {
-            table,
-            key,
-            entry: entry.clone(),
-            cost,
-            referenced: false,
-        });
+        self.tables.entry(table).or_default().insert(
+            key.clone(),
+            Mapped {
+                slot: self.slots.len(),
+                entry: entry.clone(),
+            },
+        );
+        self.slots.push(Slot { table, key, cost });
+        self.referenced.push(false);
         self.bytes += cost;
         self.insertions += 1;
         (entry, true)
@@ -352,13 +362,24 @@ impl RowCache {
             return;
         }
         self.invalidations += gone.len() as u64;
-        self.slots.retain(|s| s.table != table);
+        let mut i = 0;
+        let referenced = &mut self.referenced;
+        let mut kept = Vec::with_capacity(referenced.len());
+        self.slots.retain(|s| {
+            let keep = s.table != table;
+            if keep {
+                kept.push(referenced.get(i).copied().unwrap_or(false));
+            }
+            i += 1;
+            keep
+        });
+        *referenced = kept;
         self.bytes = self.slots.iter().map(|s| s.cost).sum();
         for (i, s) in self.slots.iter().enumerate() {
             if let Some(m) = self.tables.get_mut(&s.table)
-                && let Some(slot) = m.get_mut(&s.key)
+                && let Some(mapped) = m.get_mut(&s.key)
             {
-                *slot = i;
+                mapped.slot = i;
             }
         }
         if self.hand >= self.slots.len() {
@@ -373,23 +394,29 @@ impl RowCache {
             return;
         };
         // Walk the smaller side.
-        let hit: Vec<(PartitionKey, usize)> = if m.len() <= mem.partitions.len() {
-            m.iter()
-                .filter(|(k, _)| mem.partitions.contains_key(*k))
-                .map(|(k, i)| (k.clone(), *i))
+        let hit: Vec<PartitionKey> = if m.len() <= mem.partitions.len() {
+            m.keys()
+                .filter(|k| mem.partitions.contains_key(*k))
+                .cloned()
                 .collect()
         } else {
             mem.partitions
                 .keys()
-                .filter_map(|k| m.get(k).map(|i| (k.clone(), *i)))
+                .filter(|k| m.contains_key(*k))
+                .cloned()
                 .collect()
         };
         let mut too_big = Vec::new();
-        for (key, i) in hit {
-            let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(i)) else {
+        for key in hit {
+            let Some(mapped) = self.tables.get_mut(&table).and_then(|m| m.get_mut(&key)) else {
                 continue;
             };
-            let merged = merge_partition_updates(schema, &slot.entry.data, &mem.to_update(p, &[]));
+            let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(mapped.slot))
+            else {
+                continue;
+            };
+            let merged =
+                merge_partition_updates(schema, &mapped.entry.data, &mem.to_update(p, &[]));
             let cost = entry_cost(&key, &merged);
             if cost > self.partition_max || cost > self.capacity {
                 too_big.push(key);
@@ -397,7 +424,7 @@ impl RowCache {
             }
             self.bytes = self.bytes - slot.cost + cost;
             slot.cost = cost;
-            slot.entry = CachedPartition::new(compact(&key, merged).1);
+            mapped.entry = CachedPartition::new(compact(&key, merged).1);
         }
         self.invalidations += too_big.len() as u64;
         for key in too_big {
@@ -413,11 +440,11 @@ impl RowCache {
             if self.hand >= self.slots.len() {
                 self.hand = 0;
             }
-            let Some(slot) = self.slots.get_mut(self.hand) else {
+            let Some(referenced) = self.referenced.get_mut(self.hand) else {
                 return false;
             };
-            if slot.referenced {
-                slot.referenced = false;
+            if *referenced {
+                *referenced = false;
                 self.hand += 1;
             } else {
                 self.remove_slot(self.hand);
@@ -433,7 +460,11 @@ impl RowCache {
         if i >= self.slots.len() {
             return;
         }
+        debug_assert_eq!(self.slots.len(), self.referenced.len());
         let gone = self.slots.swap_remove(i);
+        if i < self.referenced.len() {
+            self.referenced.swap_remove(i);
+        }
         if let Some(m) = self.tables.get_mut(&gone.table) {
             m.remove(&gone.key);
         }
@@ -444,7 +475,7 @@ impl RowCache {
                 .get_mut(&moved.table)
                 .and_then(|m| m.get_mut(&moved.key))
         {
-            *slot = i;
+            slot.slot = i;
         }
     }
 }
