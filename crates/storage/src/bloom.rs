@@ -24,6 +24,13 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
+/// The `k` bit positions of `token` in a filter of `num_bits` (> 0) bits.
+fn bit_positions(token: i64, k: u32, num_bits: u64) -> impl Iterator<Item = u64> {
+    let h1 = token as u64;
+    let h2 = mix(h1 ^ 0x9e37_79b9_7f4a_7c15) | 1;
+    (0..k as u64).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % num_bits)
+}
+
 impl Bloom {
     /// Builds a filter for `tokens` with false-positive chance `fp` (>= 1.0 disables it).
     pub fn build(tokens: &[i64], fp: f64) -> Self {
@@ -44,26 +51,22 @@ impl Bloom {
             k,
             words: vec![0; (num_bits / 64) as usize],
         };
+        let (k, words) = (b.k, &mut b.words);
         for t in tokens {
-            let bits: Vec<u64> = b.bits(*t).collect();
-            for bit in bits {
-                b.words[(bit / 64) as usize] |= 1 << (bit % 64);
+            for bit in bit_positions(*t, k, num_bits) {
+                if let Some(w) = words.get_mut((bit / 64) as usize) {
+                    *w |= 1 << (bit % 64);
+                }
             }
         }
         b
-    }
-
-    fn bits(&self, token: i64) -> impl Iterator<Item = u64> + '_ {
-        let h1 = token as u64;
-        let h2 = mix(h1 ^ 0x9e37_79b9_7f4a_7c15) | 1;
-        (0..self.k as u64).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % self.num_bits)
     }
 
     pub fn may_contain(&self, token: i64) -> bool {
         if self.num_bits == 0 {
             return true;
         }
-        self.bits(token).all(|bit| {
+        bit_positions(token, self.k, self.num_bits).all(|bit| {
             self.words
                 .get((bit / 64) as usize)
                 .is_some_and(|w| w & (1 << (bit % 64)) != 0)

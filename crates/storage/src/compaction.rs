@@ -622,9 +622,15 @@ pub fn purge(u: &mut PartitionUpdate, key: &PartitionKey, ctx: &PurgeContext) {
 pub struct CompactionTxn {
     pub path: PathBuf,
     file: std::fs::File,
+    /// The log's lines so far are durable, and so is its directory entry.
+    synced: bool,
+    dir_synced: bool,
 }
 
 impl CompactionTxn {
+    /// Starts the log. Its lines are made durable by [`sync`](Self::sync) before the
+    /// first output is published (the writer runs it alongside its own syncs), or by
+    /// [`commit`](Self::commit): until an output is published, a lost log loses nothing.
     pub fn begin(dir: &Path, inputs: &[u64]) -> Result<Self> {
         let first = inputs.iter().min().copied().unwrap_or(0);
         let path = dir.join(format!("compaction-{first}.txn"));
@@ -634,31 +640,51 @@ impl CompactionTxn {
             .write(true)
             .open(&path)
             .map_err(|e| StorageError::io(&path, e))?;
-        let mut t = CompactionTxn { path, file };
+        let mut t = CompactionTxn {
+            path,
+            file,
+            synced: false,
+            dir_synced: false,
+        };
         let line: Vec<String> = inputs.iter().map(|g| g.to_string()).collect();
         t.append(&format!("inputs {}\n", line.join(" ")))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
         Ok(t)
     }
 
     fn append(&mut self, line: &str) -> Result<()> {
         use std::io::Write;
+        self.synced = false;
         self.file
             .write_all(line.as_bytes())
-            .map_err(|e| StorageError::io(&self.path, e))?;
-        self.file
-            .sync_data()
             .map_err(|e| StorageError::io(&self.path, e))
     }
 
+    /// Makes the lines written so far and the log's directory entry durable.
+    pub fn sync(&mut self) -> Result<()> {
+        if !self.synced {
+            self.file
+                .sync_data()
+                .map_err(|e| StorageError::io(&self.path, e))?;
+            self.synced = true;
+        }
+        if !self.dir_synced {
+            let dir = self.path.parent().unwrap_or(Path::new("."));
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| StorageError::io(dir, e))?;
+            self.dir_synced = true;
+        }
+        Ok(())
+    }
+
+    /// Names output `generation` (made durable before that output is published).
     pub fn add_output(&mut self, generation: u64) -> Result<()> {
         self.append(&format!("output {generation}\n"))
     }
 
     pub fn commit(&mut self) -> Result<()> {
-        self.append("commit\n")
+        self.append("commit\n")?;
+        self.sync()
     }
 }
 
@@ -775,21 +801,50 @@ pub fn run_rewrite(
     }
 }
 
+/// Finishes `writer`, publishing its SSTable once `txn` (which names it) is durable too.
+fn finish_output(
+    writer: SSTableWriter,
+    outputs: &mut Vec<SSTableReader>,
+    job: &CompactionJob,
+    upper: u64,
+    txn: &mut CompactionTxn,
+) -> Result<()> {
+    let mut sync_txn = || txn.sync();
+    if let Some(r) = writer.finish_with(upper, job.output_level, Some(&mut sync_txn))? {
+        outputs.push(r);
+    }
+    Ok(())
+}
+
 fn split_if_full(
     writer: &mut Option<SSTableWriter>,
     outputs: &mut Vec<SSTableReader>,
     job: &CompactionJob,
     upper: u64,
+    txn: &mut CompactionTxn,
 ) -> Result<()> {
     if job
         .max_output_bytes
         .is_some_and(|m| writer.as_ref().is_some_and(|w| w.uncompressed_bytes() >= m))
         && let Some(w) = writer.take()
-        && let Some(r) = w.finish(upper, job.output_level)?
     {
-        outputs.push(r);
+        finish_output(w, outputs, job, upper, txn)?;
     }
     Ok(())
+}
+
+/// Index of the scanner whose next partition comes first in ring order (None when all
+/// are done); every scanner's next key must be loaded (`peek_key`).
+fn first_scanner(scanners: &[Scanner<'_>]) -> Option<usize> {
+    let mut min: Option<(usize, &PartitionKey)> = None;
+    for (i, s) in scanners.iter().enumerate() {
+        if let Some(k) = s.current_key()
+            && min.is_none_or(|(_, m)| k < m)
+        {
+            min = Some((i, k));
+        }
+    }
+    min.map(|(i, _)| i)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -815,47 +870,45 @@ fn compact_into(
         .unwrap_or(0);
     let mut outputs = Vec::new();
     let mut writer: Option<SSTableWriter> = None;
+    let mut holders: Vec<usize> = Vec::with_capacity(scanners.len());
     loop {
         throttle_point();
-        let mut min: Option<PartitionKey> = None;
         for s in scanners.iter_mut() {
-            if let Some(k) = s.peek_key()?
-                && min.as_ref().is_none_or(|m| k < m)
-            {
-                min = Some(k.clone());
-            }
+            s.peek_key()?;
         }
-        let Some(key) = min else { break };
-        let holders: Vec<usize> = {
-            let mut v = Vec::new();
-            for (i, s) in scanners.iter_mut().enumerate() {
-                if s.peek_key()? == Some(&key) {
-                    v.push(i);
-                }
-            }
-            v
+        let Some(first) = first_scanner(&scanners) else {
+            break;
         };
-        if writer.is_none() {
-            let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
-            txn.add_output(g)?;
-            created.push(g);
-            writer = Some(SSTableWriter::new(dir, g, schema)?);
+        holders.clear();
+        let key = scanners[first].current_key();
+        for (i, s) in scanners.iter().enumerate() {
+            if s.current_key() == key {
+                holders.push(i);
+            }
         }
+        let w = match writer.as_mut() {
+            Some(w) => w,
+            None => {
+                let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
+                txn.add_output(g)?;
+                created.push(g);
+                writer.insert(SSTableWriter::new(dir, g, schema)?)
+            }
+        };
         // Fast path: one source, and nothing in that SSTable can expire or be purged:
-        // copy the serialized partition as is.
+        // copy the serialized partition as is, straight from the source's chunk.
         if let ([only], None) = (&holders[..], &hook) {
-            let only = *only;
-            let st = &scanners[only].sstable().stats;
+            let sst = scanners[*only].sstable();
+            let st = &sst.stats;
             if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
-                if let (Some((k, bytes)), Some(w)) = (scanners[only].next_raw()?, writer.as_mut()) {
-                    w.append_raw(&k, &bytes, st)?;
-                }
-                split_if_full(&mut writer, &mut outputs, job, upper)?;
+                scanners[*only].next_raw_with(|k, bytes| w.append_raw(k, bytes, st))?;
+                split_if_full(&mut writer, &mut outputs, job, upper, txn)?;
                 continue;
             }
         }
+        let Some(key) = key.cloned() else { break };
         let mut merged: Option<PartitionUpdate> = None;
-        for i in holders {
+        for &i in &holders {
             if let Some((_, u)) = scanners[i].next_partition()? {
                 merged = Some(match merged {
                     None => u,
@@ -880,12 +933,10 @@ fn compact_into(
         if let Some(w) = writer.as_mut() {
             w.append(&key, &merged)?;
         }
-        split_if_full(&mut writer, &mut outputs, job, upper)?;
+        split_if_full(&mut writer, &mut outputs, job, upper, txn)?;
     }
-    if let Some(w) = writer.take()
-        && let Some(r) = w.finish(upper, job.output_level)?
-    {
-        outputs.push(r);
+    if let Some(w) = writer.take() {
+        finish_output(w, &mut outputs, job, upper, txn)?;
     }
     txn.commit()?;
     Ok(outputs)

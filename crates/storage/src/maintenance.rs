@@ -438,7 +438,13 @@ fn scrub_job(
                     r.partitions_skipped - skipped_before
                 );
             }
-            if let Some(o) = w.finish(s.stats.commitlog_upper_bound, s.stats.level)? {
+            // Published only once the log naming it is durable.
+            let mut sync_txn = || txn.sync();
+            if let Some(o) = w.finish_with(
+                s.stats.commitlog_upper_bound,
+                s.stats.level,
+                Some(&mut sync_txn),
+            )? {
                 r.sstables_out += 1;
                 r.bytes_out += o.data_size();
                 outputs.push(o);

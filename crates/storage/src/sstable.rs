@@ -286,47 +286,82 @@ impl Stats {
     }
 }
 
-/// Lowest and highest timestamp in a partition's parts.
-fn timestamp_range(
-    deletion: Option<DeletionTime>,
-    static_row: Option<&Row>,
-    rows: &[&Row],
-    rts: &[RangeTombstone],
-) -> (i64, i64) {
-    let mut lo = i64::MAX;
-    let mut hi = i64::MIN;
-    let mut see = |t: i64| {
-        lo = lo.min(t);
-        hi = hi.max(t);
-    };
-    if let Some(d) = deletion {
-        see(d.marked_for_delete_at);
+/// Bucket of `v` in a Statistics.db histogram: `[2^i, 2^(i+1))`, 0 in bucket 0.
+fn histogram_bucket(v: u64) -> usize {
+    (64 - v.leading_zeros()).saturating_sub(1).min(39) as usize
+}
+
+/// One partition's contribution to [`Stats`], gathered in one pass over its parts.
+struct PartStats {
+    min_ts: i64,
+    max_ts: i64,
+    min_ldt: i32,
+    max_ldt: i32,
+    tombstones: u64,
+    cells: u64,
+    non_expiring: bool,
+}
+
+impl PartStats {
+    fn ts(&mut self, t: i64) {
+        self.min_ts = self.min_ts.min(t);
+        self.max_ts = self.max_ts.max(t);
     }
-    for rt in rts {
-        see(rt.deletion.marked_for_delete_at);
+
+    /// Statistics.db keeps 32-bit times: a time past 2038 is recorded as i32::MAX, which
+    /// every user of these bounds treats conservatively (never purgeable or expired
+    /// before 2038).
+    fn ldt(&mut self, t: amphora_types::data::LocalTime) {
+        let t = t.clamp(i32::MIN.into(), i32::MAX.into()) as i32;
+        self.min_ldt = self.min_ldt.min(t);
+        self.max_ldt = self.max_ldt.max(t);
     }
-    for r in static_row.into_iter().chain(rows.iter().copied()) {
+
+    fn deletion(&mut self, d: DeletionTime) {
+        self.ts(d.marked_for_delete_at);
+        self.tombstones += 1;
+        self.ldt(d.local_deletion_time);
+    }
+
+    fn cell(&mut self, c: &amphora_types::data::Cell) {
+        self.ts(c.timestamp);
+        self.cells += 1;
+        if c.is_tombstone {
+            self.tombstones += 1;
+            self.ldt(c.local_expiry);
+        } else if c.ttl > 0 {
+            self.ldt(c.local_expiry);
+        } else {
+            self.non_expiring = true;
+        }
+    }
+
+    fn row(&mut self, r: &Row) {
         if let Some(m) = r.marker {
-            see(m.timestamp);
+            self.ts(m.timestamp);
+            if m.ttl > 0 {
+                self.ldt(m.local_expiry);
+            } else {
+                self.non_expiring = true;
+            }
         }
         if let Some(d) = r.deletion {
-            see(d.marked_for_delete_at);
+            self.deletion(d);
         }
         for (_, d) in &r.cells {
             match d {
-                ColumnData::Simple(c) => see(c.timestamp),
+                ColumnData::Simple(c) => self.cell(c),
                 ColumnData::Complex { deletion, cells } => {
                     if let Some(d) = deletion {
-                        see(d.marked_for_delete_at);
+                        self.deletion(*d);
                     }
                     for (_, c) in cells {
-                        see(c.timestamp);
+                        self.cell(c);
                     }
                 }
             }
         }
     }
-    if lo == i64::MAX { (0, 0) } else { (lo, hi) }
 }
 
 /// Splits off and verifies a trailing CRC32C (little-endian) over the rest.
@@ -376,7 +411,8 @@ pub struct SSTableWriter {
     bloom_keys: Vec<i64>,
     fp_chance: f64,
     stats: Stats,
-    last_key: Option<PartitionKey>,
+    /// The last partition appended (ring order is checked without cloning keys).
+    last_key: Option<(i64, Vec<u8>)>,
     cmp: amphora_types::schema::ClusteringComparator,
     scratch: Vec<u8>,
     compressed: Vec<u8>,
@@ -453,7 +489,7 @@ impl SSTableWriter {
         if deletion.is_none() && static_row.is_none() && rows.is_empty() && rts.is_empty() {
             return Ok(());
         }
-        let (min_ts, max_ts) = timestamp_range(deletion, static_row, rows, rts);
+        let (_, max_ts) = self.note_parts(deletion, static_row, rows, rts);
         self.scratch.clear();
         put_bytes(&mut self.scratch, &key.key);
         self.scratch.extend_from_slice(&key.token.to_be_bytes());
@@ -463,9 +499,14 @@ impl SSTableWriter {
         encode_update_parts(deletion, static_row, rows, rts, base, &mut self.scratch);
         let len = self.scratch.len() as u64;
         let bytes = std::mem::take(&mut self.scratch);
-        self.push_partition(key, &bytes)?;
+        let pushed = self.push_partition(key, &bytes);
         self.scratch = bytes;
-        self.update_stats(key, deletion, static_row, rows, rts, len, min_ts, max_ts);
+        pushed?;
+        let s = &mut self.stats;
+        s.partitions += 1;
+        s.min_token = s.min_token.min(key.token);
+        s.max_token = s.max_token.max(key.token);
+        s.partition_size_histogram[histogram_bucket(len)] += 1;
         Ok(())
     }
 
@@ -481,8 +522,7 @@ impl SSTableWriter {
         s.min_timestamp = s.min_timestamp.min(src.min_timestamp);
         s.max_timestamp = s.max_timestamp.max(src.max_timestamp);
         let len = bytes.len() as u64;
-        let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
-        s.partition_size_histogram[bucket] += 1;
+        s.partition_size_histogram[histogram_bucket(len)] += 1;
         s.rows += src.rows.checked_div(src.partitions).unwrap_or(0);
         s.has_non_expiring_data |= src.has_non_expiring_data;
         // The cell count of a copied partition is not decoded: count it in the source's
@@ -517,13 +557,18 @@ impl SSTableWriter {
     }
 
     fn push_partition(&mut self, key: &PartitionKey, bytes: &[u8]) -> Result<()> {
-        if let Some(last) = &self.last_key {
-            assert!(
-                last < key,
-                "SSTable partitions must be appended in ring order"
-            );
+        match self.last_key.as_mut() {
+            Some((token, k)) => {
+                assert!(
+                    (*token, &k[..]) < (key.token, &key.key[..]),
+                    "SSTable partitions must be appended in ring order"
+                );
+                *token = key.token;
+                k.clear();
+                k.extend_from_slice(&key.key);
+            }
+            None => self.last_key = Some((key.token, key.key.to_vec())),
         }
-        self.last_key = Some(key.clone());
         let start = self.uncompressed_bytes();
         let len = bytes.len() as u64;
         self.pending.extend_from_slice(bytes);
@@ -593,89 +638,51 @@ impl SSTableWriter {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn update_stats(
+    /// Adds a partition's content to the statistics (all but its size and token, known
+    /// once it is encoded) in one pass over its rows; returns its lowest and highest
+    /// timestamp ((0, 0) if it has none).
+    fn note_parts(
         &mut self,
-        key: &PartitionKey,
         deletion: Option<DeletionTime>,
         static_row: Option<&Row>,
         rows: &[&Row],
         rts: &[RangeTombstone],
-        len: u64,
-        min_ts: i64,
-        max_ts: i64,
-    ) {
-        let s = &mut self.stats;
-        s.partitions += 1;
-        s.rows += rows.len() as u64;
-        s.min_token = s.min_token.min(key.token);
-        s.max_token = s.max_token.max(key.token);
-        s.min_timestamp = s.min_timestamp.min(min_ts);
-        s.max_timestamp = s.max_timestamp.max(max_ts);
-        let bucket = (64 - len.leading_zeros()).saturating_sub(1).min(39) as usize;
-        s.partition_size_histogram[bucket] += 1;
-        let cells: u64 = static_row
-            .into_iter()
-            .chain(rows.iter().copied())
-            .flat_map(|r| r.cells.iter())
-            .map(|(_, d)| match d {
-                ColumnData::Simple(_) => 1,
-                ColumnData::Complex { cells, .. } => cells.len() as u64,
-            })
-            .sum();
-        let bucket = (64 - cells.leading_zeros()).saturating_sub(1).min(39) as usize;
-        s.cell_count_histogram[bucket] += 1;
-        let ldt = |t: amphora_types::data::LocalTime, s: &mut Stats| {
-            // Statistics.db keeps 32-bit times: a time past 2038 is recorded as i32::MAX,
-            // which every user of these bounds treats conservatively (never purgeable or
-            // expired before 2038).
-            let t = t.clamp(i32::MIN.into(), i32::MAX.into()) as i32;
-            s.min_local_deletion_time = s.min_local_deletion_time.min(t);
-            s.max_local_deletion_time = s.max_local_deletion_time.max(t);
+    ) -> (i64, i64) {
+        let mut n = PartStats {
+            min_ts: i64::MAX,
+            max_ts: i64::MIN,
+            min_ldt: i32::MAX,
+            max_ldt: i32::MIN,
+            tombstones: 0,
+            cells: 0,
+            non_expiring: false,
         };
         if let Some(d) = deletion {
-            s.tombstones += 1;
-            ldt(d.local_deletion_time, s);
+            n.deletion(d);
         }
         for rt in rts {
-            s.tombstones += 1;
-            ldt(rt.deletion.local_deletion_time, s);
+            n.deletion(rt.deletion);
         }
-        for r in static_row.into_iter().chain(rows.iter().copied()) {
-            if let Some(d) = r.deletion {
-                s.tombstones += 1;
-                ldt(d.local_deletion_time, s);
-            }
-            if let Some(m) = r.marker {
-                if m.ttl > 0 {
-                    ldt(m.local_expiry, s);
-                } else {
-                    s.has_non_expiring_data = true;
-                }
-            }
-            for (_, d) in &r.cells {
-                let cells: Box<dyn Iterator<Item = &amphora_types::data::Cell>> = match d {
-                    ColumnData::Simple(c) => Box::new(std::iter::once(c)),
-                    ColumnData::Complex { deletion, cells } => {
-                        if let Some(d) = deletion {
-                            s.tombstones += 1;
-                            ldt(d.local_deletion_time, s);
-                        }
-                        Box::new(cells.iter().map(|(_, c)| c))
-                    }
-                };
-                for c in cells {
-                    if c.is_tombstone {
-                        s.tombstones += 1;
-                        ldt(c.local_expiry, s);
-                    } else if c.ttl > 0 {
-                        ldt(c.local_expiry, s);
-                    } else {
-                        s.has_non_expiring_data = true;
-                    }
-                }
-            }
+        if let Some(r) = static_row {
+            n.row(r);
         }
+        for r in rows {
+            n.row(r);
+        }
+        let s = &mut self.stats;
+        s.rows += rows.len() as u64;
+        s.tombstones += n.tombstones;
+        s.min_local_deletion_time = s.min_local_deletion_time.min(n.min_ldt);
+        s.max_local_deletion_time = s.max_local_deletion_time.max(n.max_ldt);
+        s.has_non_expiring_data |= n.non_expiring;
+        s.cell_count_histogram[histogram_bucket(n.cells)] += 1;
+        let (lo, hi) = if n.min_ts == i64::MAX {
+            (0, 0)
+        } else {
+            (n.min_ts, n.max_ts)
+        };
+        s.min_timestamp = s.min_timestamp.min(lo);
+        s.max_timestamp = s.max_timestamp.max(hi);
         if let Some(first) = rows.first()
             && (s.min_clustering.is_empty()
                 || self
@@ -694,6 +701,7 @@ impl SSTableWriter {
         {
             s.max_clustering = last.clustering.0.clone();
         }
+        (lo, hi)
     }
 
     /// Writes the remaining components, syncs, and publishes the SSTable by renaming its
@@ -703,8 +711,20 @@ impl SSTableWriter {
         commitlog_upper_bound: LogPosition,
         level: u32,
     ) -> Result<Option<SSTableReader>> {
+        self.finish_with(commitlog_upper_bound, level, None)
+    }
+
+    /// [`finish`](Self::finish), running `before_publish` (for instance the fsync of a
+    /// compaction log naming this output) concurrently with the components' syncs; the
+    /// SSTable is published only if every sync and `before_publish` succeeded.
+    pub fn finish_with(
+        self,
+        commitlog_upper_bound: LogPosition,
+        level: u32,
+        before_publish: Option<&mut (dyn FnMut() -> Result<()> + Send)>,
+    ) -> Result<Option<SSTableReader>> {
         let (dir, g) = (self.dir.clone(), self.generation);
-        let r = self.finish_inner(commitlog_upper_bound, level);
+        let r = self.finish_inner(commitlog_upper_bound, level, before_publish);
         if r.is_err() {
             // Leaves nothing of this generation (a full disk must not stay full of it).
             for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
@@ -719,6 +739,7 @@ impl SSTableWriter {
         mut self,
         commitlog_upper_bound: LogPosition,
         level: u32,
+        before_publish: Option<&mut (dyn FnMut() -> Result<()> + Send)>,
     ) -> Result<Option<SSTableReader>> {
         if self.stats.partitions == 0 {
             let _ = fs::remove_file(tmp_path(&self.dir, self.generation, "Data.db"));
@@ -736,9 +757,6 @@ impl SSTableWriter {
             .data
             .into_inner()
             .map_err(|e| StorageError::io(&data_path, e.into_error()))?;
-        data.sync_data()
-            .map_err(|e| StorageError::io(&data_path, e))?;
-        drop(data);
 
         let mut ci = MAGIC_COMPRESSION.to_vec();
         ci.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -771,29 +789,53 @@ impl SSTableWriter {
         let mut index = std::mem::take(&mut self.index);
         let crc = crc32c::crc32c(&index);
         index.extend_from_slice(&crc.to_le_bytes());
-        let parts: [(&str, Vec<u8>); 5] = [
-            ("CompressionInfo.db", ci),
-            ("Index.db", index),
-            ("Summary.db", summary),
-            ("Filter.db", bloom.encode()),
-            ("Statistics.db", self.stats.encode()),
-        ];
-        for (name, bytes) in &parts {
-            let p = tmp_path(&dir, g, name);
-            let mut f = create(&p)?;
-            f.write_all(bytes).map_err(|e| StorageError::io(&p, e))?;
-            f.sync_data().map_err(|e| StorageError::io(&p, e))?;
-        }
         let toc: String = COMPONENTS
             .iter()
             .map(|c| format!("{c}\n"))
             .collect::<String>()
             + "TOC.txt\n";
-        let tp = tmp_path(&dir, g, "TOC.txt");
-        let mut f = create(&tp)?;
-        f.write_all(toc.as_bytes())
-            .map_err(|e| StorageError::io(&tp, e))?;
-        f.sync_data().map_err(|e| StorageError::io(&tp, e))?;
+        let parts: [(&str, Vec<u8>); 6] = [
+            ("CompressionInfo.db", ci),
+            ("Index.db", index),
+            ("Summary.db", summary),
+            ("Filter.db", bloom.encode()),
+            ("Statistics.db", self.stats.encode()),
+            ("TOC.txt", toc.into_bytes()),
+        ];
+        // Every component (the TOC too: it is only the commit point once renamed) is
+        // written and fdatasynced on its own thread: the file system commits concurrent
+        // syncs together, where one after the other each waits for its own commit.
+        let write_synced = |name: &str, bytes: &[u8]| -> Result<()> {
+            let p = tmp_path(&dir, g, name);
+            let mut f = create(&p)?;
+            f.write_all(bytes).map_err(|e| StorageError::io(&p, e))?;
+            f.sync_data().map_err(|e| StorageError::io(&p, e))
+        };
+        let joined = |h: std::thread::Result<Result<()>>| {
+            h.unwrap_or_else(|_| {
+                Err(StorageError::io(
+                    &dir,
+                    std::io::Error::other("SSTable sync thread panicked"),
+                ))
+            })
+        };
+        let results: Vec<Result<()>> = std::thread::scope(|sc| {
+            let mut handles = Vec::with_capacity(parts.len() + 2);
+            let data_path = &data_path;
+            handles.push(
+                sc.spawn(move || data.sync_data().map_err(|e| StorageError::io(data_path, e))),
+            );
+            for (name, bytes) in &parts {
+                handles.push(sc.spawn(move || write_synced(name, bytes)));
+            }
+            if let Some(f) = before_publish {
+                handles.push(sc.spawn(f));
+            }
+            handles.into_iter().map(|h| joined(h.join())).collect()
+        });
+        for r in results {
+            r?;
+        }
         for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
             let from = tmp_path(&dir, g, c);
             let to = component_path(&dir, g, c);
@@ -1370,6 +1412,8 @@ impl SSTableReader {
             block: start_block,
             entries: Vec::new(),
             pos: 0,
+            chunk: None,
+            scratch: Vec::new(),
         };
         s.load_block()?;
         // Skip entries before the start.
@@ -1503,6 +1547,10 @@ pub struct Scanner<'a> {
     block: usize,
     entries: Vec<(PartitionKey, IndexEntry)>,
     pos: usize,
+    /// The decompressed chunk [`next_raw_with`](Self::next_raw_with) reads from.
+    chunk: Option<(usize, Bytes)>,
+    /// A partition that spans chunks, assembled.
+    scratch: Vec<u8>,
 }
 
 impl<'a> Scanner<'a> {
@@ -1553,6 +1601,61 @@ impl<'a> Scanner<'a> {
         };
         self.pos += 1;
         Ok(Some((k, self.sst.read_range(e.position, e.len, None)?)))
+    }
+
+    /// The key [`peek_key`](Self::peek_key) last returned, without loading anything.
+    pub fn current_key(&self) -> Option<&PartitionKey> {
+        self.entries.get(self.pos).map(|e| &e.0)
+    }
+
+    /// Passes the next partition's key and serialized bytes, undecoded and borrowed from
+    /// the scanner's current chunk (checked when read), to `f`; false at the end.
+    pub fn next_raw_with(
+        &mut self,
+        f: impl FnOnce(&PartitionKey, &[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        if self.peek_key()?.is_none() {
+            return Ok(false);
+        }
+        let Some((k, e)) = self.entries.get(self.pos) else {
+            return Ok(false);
+        };
+        self.pos += 1;
+        let sst = self.sst;
+        let (pos, len) = (e.position, e.len);
+        if pos
+            .checked_add(len)
+            .is_none_or(|end| end > sst.uncompressed_len)
+        {
+            return Err(StorageError::corrupt(
+                &sst.data_path,
+                pos,
+                "partition extends past the end of the data",
+            ));
+        }
+        let cb = sst.chunk_bytes;
+        let first = (pos / cb) as usize;
+        let last = ((pos + len).saturating_sub(1) / cb) as usize;
+        self.scratch.clear();
+        for i in first..=last {
+            if self.chunk.as_ref().is_none_or(|(ci, _)| *ci != i) {
+                self.chunk = Some((i, sst.read_chunk(i)?));
+            }
+            let Some((_, c)) = self.chunk.as_ref() else {
+                continue;
+            };
+            let cstart = i as u64 * cb;
+            let s = (pos.max(cstart) - cstart) as usize;
+            let e = ((pos + len).min(cstart + cb) - cstart) as usize;
+            let part = c
+                .get(s..e)
+                .ok_or_else(|| StorageError::corrupt(&sst.data_path, pos, "short chunk"))?;
+            if first == last {
+                return f(k, part).map(|()| true);
+            }
+            self.scratch.extend_from_slice(part);
+        }
+        f(k, &self.scratch).map(|()| true)
     }
 
     /// The SSTable being scanned.
