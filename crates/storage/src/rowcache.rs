@@ -92,6 +92,48 @@ struct Slot {
     cost: usize,
 }
 
+/// Longest partition key held inside a [`CacheKey`].
+const INLINE_KEY_MAX: usize = 30;
+
+/// A map key: the partition's token and key bytes, the bytes inline when short, so a hit
+/// compares keys without following a pointer. Canonical (inline exactly when short), so
+/// equal keys are equal variants; hashed by the token alone.
+#[derive(Clone, PartialEq, Eq)]
+struct CacheKey {
+    token: i64,
+    bytes: KeyBytes,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum KeyBytes {
+    Inline(u8, [u8; INLINE_KEY_MAX]),
+    Heap(Bytes),
+}
+
+impl CacheKey {
+    fn of(k: &PartitionKey) -> Self {
+        let b: &[u8] = &k.key;
+        let mut a = [0u8; INLINE_KEY_MAX];
+        let bytes = match a.get_mut(..b.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(b);
+                KeyBytes::Inline(b.len() as u8, a)
+            }
+            None => KeyBytes::Heap(k.key.clone()),
+        };
+        CacheKey {
+            token: k.token,
+            bytes,
+        }
+    }
+}
+
+impl std::hash::Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_i64(self.token);
+    }
+}
+
 /// What the map holds per key: a hit reads only this (and the entry's reference bit).
 struct Mapped {
     slot: usize,
@@ -231,7 +273,7 @@ fn compact(key: &PartitionKey, mut data: PartitionUpdate) -> (PartitionKey, Part
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
 /// disables it.
 pub struct RowCache {
-    tables: HashMap<TableId, HashMap<PartitionKey, Mapped, Hash>, Hash>,
+    tables: HashMap<TableId, HashMap<CacheKey, Mapped, Hash>, Hash>,
     slots: Vec<Slot>,
     /// CLOCK reference bits, one per slot (apart from the slots so a hit touches neither).
     referenced: Vec<bool>,
@@ -286,14 +328,18 @@ impl RowCache {
     fn index(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
         self.tables
             .get(&table)
-            .and_then(|m| m.get(key))
+            .and_then(|m| m.get(&CacheKey::of(key)))
             .map(|m| m.slot)
     }
 
     /// The cached SSTable-side content of a partition, marking it recently used; counts a
     /// hit or a miss.
     pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&CachedPartition> {
-        match self.tables.get(&table).and_then(|m| m.get(key)) {
+        match self
+            .tables
+            .get(&table)
+            .and_then(|m| m.get(&CacheKey::of(key)))
+        {
             Some(m) => {
                 if let Some(r) = self.referenced.get_mut(m.slot) {
                     *r = true;
@@ -333,7 +379,7 @@ impl RowCache {
         let (key, data) = compact(key, data);
         let entry = CachedPartition::new(data);
         self.tables.entry(table).or_default().insert(
-            key.clone(),
+            CacheKey::of(&key),
             Mapped {
                 slot: self.slots.len(),
                 entry: entry.clone(),
@@ -377,7 +423,7 @@ impl RowCache {
         self.bytes = self.slots.iter().map(|s| s.cost).sum();
         for (i, s) in self.slots.iter().enumerate() {
             if let Some(m) = self.tables.get_mut(&s.table)
-                && let Some(mapped) = m.get_mut(&s.key)
+                && let Some(mapped) = m.get_mut(&CacheKey::of(&s.key))
             {
                 mapped.slot = i;
             }
@@ -395,20 +441,25 @@ impl RowCache {
         };
         // Walk the smaller side.
         let hit: Vec<PartitionKey> = if m.len() <= mem.partitions.len() {
-            m.keys()
-                .filter(|k| mem.partitions.contains_key(*k))
-                .cloned()
+            self.slots
+                .iter()
+                .filter(|s| s.table == table && mem.partitions.contains_key(&s.key))
+                .map(|s| s.key.clone())
                 .collect()
         } else {
             mem.partitions
                 .keys()
-                .filter(|k| m.contains_key(*k))
+                .filter(|k| m.contains_key(&CacheKey::of(k)))
                 .cloned()
                 .collect()
         };
         let mut too_big = Vec::new();
         for key in hit {
-            let Some(mapped) = self.tables.get_mut(&table).and_then(|m| m.get_mut(&key)) else {
+            let Some(mapped) = self
+                .tables
+                .get_mut(&table)
+                .and_then(|m| m.get_mut(&CacheKey::of(&key)))
+            else {
                 continue;
             };
             let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(mapped.slot))
@@ -466,14 +517,14 @@ impl RowCache {
             self.referenced.swap_remove(i);
         }
         if let Some(m) = self.tables.get_mut(&gone.table) {
-            m.remove(&gone.key);
+            m.remove(&CacheKey::of(&gone.key));
         }
         self.bytes -= gone.cost;
         if let Some(moved) = self.slots.get(i)
             && let Some(slot) = self
                 .tables
                 .get_mut(&moved.table)
-                .and_then(|m| m.get_mut(&moved.key))
+                .and_then(|m| m.get_mut(&CacheKey::of(&moved.key)))
         {
             slot.slot = i;
         }
@@ -524,6 +575,32 @@ mod tests {
             s.bytes as usize,
             entry_cost(&key(5, "a"), &part(10)) + entry_cost(&key(5, "b"), &part(20))
         );
+    }
+
+    #[test]
+    fn short_and_long_keys_with_equal_tokens_stay_apart() {
+        let mut c = RowCache::new(1 << 20, 1 << 20);
+        let t = TableId(1);
+        let keys: Vec<String> = [1, 29, 30, 31, 64]
+            .iter()
+            .flat_map(|&n| ["a".repeat(n), "b".repeat(n)])
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            assert!(c.insert(t, &key(9, k), part(i)).1, "{k}");
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                c.get(t, &key(9, k)).map(|e| &*e.data),
+                Some(&part(i)),
+                "{k}"
+            );
+        }
+        assert!(c.get(t, &key(9, &"a".repeat(32))).is_none());
+        assert!(c.get(t, &key(8, &"a".repeat(30))).is_none());
+        c.remove(t, &key(9, &"b".repeat(31)));
+        assert!(!c.contains(t, &key(9, &"b".repeat(31))));
+        assert!(c.contains(t, &key(9, &"a".repeat(31))));
+        assert_eq!(c.stats().partitions as usize, keys.len() - 1);
     }
 
     #[test]
