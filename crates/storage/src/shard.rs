@@ -35,7 +35,7 @@ use crate::compaction::{
 };
 use crate::config::StorageConfig;
 use crate::error::{Result, StorageError};
-use crate::memtable::Memtable;
+use crate::memtable::{MemPartition, Memtable};
 use crate::read::{
     PartitionData, PartitionRange, ReadCommand, ReadResult, in_range, limit, live_partition,
 };
@@ -1705,24 +1705,74 @@ fn flush_memtable(
     let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
-    for (k, p) in &mem.partitions {
-        rows.clear();
-        rows.extend(p.rows.iter());
-        let normalized;
-        let rts: &[amphora_types::data::RangeTombstone] = if p.range_tombstones.len() > 1 {
-            normalized = normalize_range_tombstones(&cmp, &p.range_tombstones, p.deletion);
-            &normalized
-        } else {
-            &p.range_tombstones
-        };
-        if let Err(e) = w.append_parts(k, p.deletion, p.static_row.as_ref(), &rows, rts) {
-            w.abort();
-            return Err(e);
+    let mut parts = mem.partitions.iter();
+    let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
+    loop {
+        batch.clear();
+        batch.extend(parts.by_ref().take(FLUSH_BATCH).map(|(k, p)| (k, &**p)));
+        if batch.is_empty() {
+            break;
+        }
+        warm_partitions(&batch);
+        for &(k, p) in &batch {
+            rows.clear();
+            rows.extend(p.rows.iter());
+            let normalized;
+            let rts: &[amphora_types::data::RangeTombstone] = if p.range_tombstones.len() > 1 {
+                normalized = normalize_range_tombstones(&cmp, &p.range_tombstones, p.deletion);
+                &normalized
+            } else {
+                &p.range_tombstones
+            };
+            if let Err(e) = w.append_parts(k, p.deletion, p.static_row.as_ref(), &rows, rts) {
+                w.abort();
+                return Err(e);
+            }
         }
     }
     // A failed finish removes its own files (not other writers' tmp files: a compaction
     // may be writing in the same directory).
     w.finish(upper, 0)
+}
+
+/// Partitions a flush encodes between two [`warm_partitions`] passes.
+const FLUSH_BATCH: usize = 32;
+
+/// Touches the memory the encoding of `batch` will read, one level of indirection at a
+/// time across the whole batch (partition, row vector, cell vector, values), so the
+/// cache misses of different partitions overlap instead of coming one after the other
+/// (memtable partitions are scattered in insertion order, a flush reads them in ring
+/// order). Reads only; the results are discarded.
+fn warm_partitions(batch: &[(&PartitionKey, &MemPartition)]) {
+    use crate::memtable::MemRows;
+    use std::hint::black_box;
+    fn first_row(p: &MemPartition) -> Option<&Row> {
+        match &p.rows {
+            MemRows::Small(v) => v.first(),
+            MemRows::Large(_) => None,
+        }
+    }
+    for (k, p) in batch {
+        black_box(k.key.first().copied());
+        black_box(p.rows.len());
+    }
+    for (_, p) in batch {
+        black_box(first_row(p).map(|r| r.cells.len()));
+    }
+    for (_, p) in batch {
+        black_box(
+            first_row(p)
+                .and_then(|r| r.cells.first())
+                .map(|(id, _)| *id),
+        );
+    }
+    for (_, p) in batch {
+        for (_, d) in first_row(p).map_or(&[][..], |r| &r.cells[..]) {
+            if let ColumnData::Simple(c) = d {
+                black_box(c.value.first().copied());
+            }
+        }
+    }
 }
 
 fn restrict(u: &mut PartitionUpdate, schema: &TableSchema, slices: &[ClusteringSlice]) {
