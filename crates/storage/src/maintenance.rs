@@ -124,53 +124,78 @@ pub async fn garbage_collect(
 ) -> Result<MaintenanceReport> {
     let mut report = MaintenanceReport::default();
     for s in st.sstables(id) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let work = Box::new(move |inp: RewriteInput| {
-            let mut r = MaintenanceReport::default();
+        rewrite_one(st, id, &s, &mut report, move |inp: &RewriteInput| {
             let cmp = inp.schema.clustering_comparator();
             let others = inp.purge.others.clone();
-            let mut hook = |key: &PartitionKey, mut u: PartitionUpdate| {
+            move |key: &PartitionKey, mut u: PartitionUpdate| {
                 for o in others.iter().filter(|o| o.may_contain(key)) {
                     // A read error here only means less is dropped.
                     if let Ok(Some(d)) = o.get(key) {
                         shadow_by(&cmp, &mut u, &d, granularity);
                     }
                 }
-                if u.is_empty() {
-                    r.partitions_dropped += 1;
-                    None
-                } else {
-                    r.partitions_kept += 1;
-                    Some(u)
-                }
-            };
-            let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
-            let out = run_rewrite(
-                &inp.schema,
-                &inp.dir,
-                &inp.inputs,
-                &gens,
-                &inp.next_generation,
-                &job_for(&inp.inputs),
-                &inp.purge,
-                Some(&mut hook),
-            )?;
-            let (n, b) = sizes(&out.0);
-            r.sstables_out = n;
-            r.bytes_out = b;
-            let _ = tx.send(r);
-            Ok(out)
-        });
-        let bytes_in = s.data_size();
-        if st.rewrite(id, vec![s.generation], false, work).await? {
-            let mut r = rx.try_recv().unwrap_or_default();
-            r.sstables_in = 1;
-            r.bytes_in = bytes_in;
-            report.add(&r);
-        }
-        progress(bytes_in);
+                (!u.is_empty()).then_some(u)
+            }
+        })
+        .await?;
+        progress(s.data_size());
     }
     Ok(report)
+}
+
+/// Rewrites the single SSTable `s` (its own compaction transaction, purging under a
+/// compaction's rules), passing each partition through the filter `make_filter` builds
+/// on the background thread (None drops the partition), and adds what it did to
+/// `report`: one SSTable and its bytes in, the outputs, partitions kept and dropped.
+async fn rewrite_one<M, F>(
+    st: &ShardStorage,
+    id: TableId,
+    s: &SSTableReader,
+    report: &mut MaintenanceReport,
+    make_filter: M,
+) -> Result<()>
+where
+    M: FnOnce(&RewriteInput) -> F + Send + 'static,
+    F: FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let work = Box::new(move |inp: RewriteInput| {
+        let mut r = MaintenanceReport::default();
+        let mut filter = make_filter(&inp);
+        let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
+            let kept = filter(key, u);
+            if kept.is_some() {
+                r.partitions_kept += 1;
+            } else {
+                r.partitions_dropped += 1;
+            }
+            kept
+        };
+        let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
+        let out = run_rewrite(
+            &inp.schema,
+            &inp.dir,
+            &inp.inputs,
+            &gens,
+            &inp.next_generation,
+            &job_for(&inp.inputs),
+            &inp.purge,
+            Some(&mut hook),
+        )?;
+        let (n, b) = sizes(&out.0);
+        r.sstables_out = n;
+        r.bytes_out = b;
+        let _ = tx.send(r);
+        Ok(out)
+    });
+    let bytes_in = s.data_size();
+    if st.rewrite(id, vec![s.generation], false, work).await? {
+        let mut r = rx.try_recv().unwrap_or_default();
+        r.sstables_in = 1;
+        r.bytes_in = bytes_in;
+        report.add(&r);
+    }
+    Ok(())
 }
 
 /// Removes from `u` what the deletions of `other` (the same partition in another source)
@@ -275,44 +300,12 @@ pub async fn cleanup(
             progress(s.data_size());
             continue;
         }
-        let (tx, rx) = std::sync::mpsc::channel();
         let owns = owns.clone();
-        let work = Box::new(move |inp: RewriteInput| {
-            let mut r = MaintenanceReport::default();
-            let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
-                if owns(key.token) {
-                    r.partitions_kept += 1;
-                    Some(u)
-                } else {
-                    r.partitions_dropped += 1;
-                    None
-                }
-            };
-            let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
-            let out = run_rewrite(
-                &inp.schema,
-                &inp.dir,
-                &inp.inputs,
-                &gens,
-                &inp.next_generation,
-                &job_for(&inp.inputs),
-                &inp.purge,
-                Some(&mut hook),
-            )?;
-            let (n, b) = sizes(&out.0);
-            r.sstables_out = n;
-            r.bytes_out = b;
-            let _ = tx.send(r);
-            Ok(out)
-        });
-        let bytes_in = s.data_size();
-        if st.rewrite(id, vec![s.generation], false, work).await? {
-            let mut r = rx.try_recv().unwrap_or_default();
-            r.sstables_in = 1;
-            r.bytes_in = bytes_in;
-            report.add(&r);
-        }
-        progress(bytes_in);
+        rewrite_one(st, id, &s, &mut report, move |_: &RewriteInput| {
+            move |key: &PartitionKey, u: PartitionUpdate| owns(key.token).then_some(u)
+        })
+        .await?;
+        progress(s.data_size());
     }
     Ok(report)
 }
