@@ -516,6 +516,13 @@ fn finish(
 ) -> anyhow::Result<()> {
     if auto.is_none() {
         print_summary(&m, names, settings, out);
+        if let Some(h) = &m.result.start_lag {
+            let l = metrics::latency_of(h);
+            out.line(&format!(
+                "Client start lag          : median {:.2} ms, .99 {:.2} ms, .999 {:.2} ms, max {:.2} ms (fixed rate: intended start to the driver; part of every latency above)",
+                l.p50, l.p99, l.p999, l.max
+            ));
+        }
     }
     let Measured {
         threads,
@@ -557,6 +564,7 @@ fn finish(
                 .collect(),
             intervals: result.intervals.clone(),
             aborted: result.aborted.clone(),
+            client_start_lag_ms: result.start_lag.as_ref().map(metrics::latency_of),
             auto_steps: auto,
         };
         report::write_json(p, &summary)?;

@@ -58,19 +58,24 @@ impl OpStats {
     }
 
     pub fn latency(&self) -> Latency {
-        let ms = |us: u64| us as f64 / 1000.0;
-        if self.hist.is_empty() {
-            return Latency::default();
-        }
-        Latency {
-            mean: self.hist.mean() / 1000.0,
-            p50: ms(self.hist.value_at_quantile(0.50)),
-            p90: ms(self.hist.value_at_quantile(0.90)),
-            p95: ms(self.hist.value_at_quantile(0.95)),
-            p99: ms(self.hist.value_at_quantile(0.99)),
-            p999: ms(self.hist.value_at_quantile(0.999)),
-            max: ms(self.hist.max()),
-        }
+        latency_of(&self.hist)
+    }
+}
+
+/// The summary (ms) of a histogram of microseconds.
+pub fn latency_of(hist: &Histogram<u64>) -> Latency {
+    let ms = |us: u64| us as f64 / 1000.0;
+    if hist.is_empty() {
+        return Latency::default();
+    }
+    Latency {
+        mean: hist.mean() / 1000.0,
+        p50: ms(hist.value_at_quantile(0.50)),
+        p90: ms(hist.value_at_quantile(0.90)),
+        p95: ms(hist.value_at_quantile(0.95)),
+        p99: ms(hist.value_at_quantile(0.99)),
+        p999: ms(hist.value_at_quantile(0.999)),
+        max: ms(hist.max()),
     }
 }
 

@@ -19,7 +19,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StressError;
-use crate::metrics::{Figures, IntervalReport};
+use crate::metrics::{Figures, IntervalReport, Latency};
 
 /// The JSON result of one run.
 #[derive(Debug, Clone, Serialize)]
@@ -37,6 +37,9 @@ pub struct RunSummary {
     pub ops: Vec<OpSummary>,
     pub intervals: Vec<IntervalReport>,
     pub aborted: Option<String>,
+    /// Fixed rate: the client's own start lag (intended start to hand-off to the driver).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_start_lag_ms: Option<Latency>,
     /// `-rate auto`: every thread count tried (the rest of the file is the fastest step).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_steps: Option<Vec<AutoStep>>,

@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::distribution::Rng;
-use crate::metrics::{Figures, IntervalReport, OpStats};
+use crate::metrics::{Figures, IntervalReport, OpStats, new_histogram};
 use crate::settings::RateMode;
 
 /// What a successful operation touched.
@@ -81,6 +82,13 @@ pub struct RunResult {
     pub intervals: Vec<IntervalReport>,
     /// Set when an operation failed all its tries and errors are not ignored.
     pub aborted: Option<String>,
+    /// Fixed rate only: how late the client itself started each operation, from its intended
+    /// start to the moment it was handed to the driver (pacer and worker scheduling). This
+    /// part of every latency is the load generator's own; the rest is the driver, the network
+    /// and the server.
+    pub start_lag: Option<Histogram<u64>>,
+    /// Fixed rate with precise pacing: how many times the pacer thread woke up.
+    pub pacer_wakeups: u64,
 }
 
 impl RunResult {
@@ -108,6 +116,9 @@ enum Pace {
 
 struct Shared {
     current: Mutex<Vec<OpStats>>,
+    /// Fixed rate: the client's start lag of every operation, in µs (see `RunResult`).
+    start_lag: Mutex<Histogram<u64>>,
+    pacer_wakeups: AtomicU64,
     issued: AtomicU64,
     completed: AtomicU64,
     stop: AtomicBool,
@@ -143,6 +154,13 @@ impl Shared {
 /// rather than making a syscall per operation (each is then at most this late).
 const PACER_MIN_SLEEP: Duration = Duration::from_micros(50);
 
+/// Permits released but not taken yet above which the pacer sleeps [`PACER_BEHIND_SLEEP`]:
+/// the workers are all busy (the run is behind its schedule), so waking every 50 µs to add
+/// permits nobody waits for would only take the client's core from the workers. 256 permits
+/// last at least 1 ms below 256k op/s, so no worker waits for the pacer meanwhile.
+const PACER_BEHIND_PERMITS: usize = 256;
+const PACER_BEHIND_SLEEP: Duration = Duration::from_millis(1);
+
 /// Releases one permit on `gate` as each operation's intended start time passes, on its own OS
 /// thread (`std::thread::sleep` is nanosleep: microsecond precision, unlike tokio's 1 ms wheel).
 /// Closes the gate when the run is over so waiting workers end.
@@ -155,6 +173,7 @@ fn spawn_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
         .spawn(move || {
             let mut released: u64 = 0;
             loop {
+                shared.pacer_wakeups.fetch_add(1, Ordering::Relaxed);
                 let now = std::time::Instant::now();
                 if shared.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
                     break;
@@ -179,7 +198,13 @@ fn spawn_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
                 }
                 let next = start + Duration::from_secs_f64(released as f64 / rate);
                 let wait = next.saturating_duration_since(std::time::Instant::now());
-                std::thread::sleep(wait.max(PACER_MIN_SLEEP));
+                let min = if gate.available_permits() >= PACER_BEHIND_PERMITS {
+                    PACER_BEHIND_SLEEP
+                        .min(Duration::from_secs_f64(PACER_BEHIND_PERMITS as f64 / rate))
+                } else {
+                    PACER_MIN_SLEEP
+                };
+                std::thread::sleep(wait.max(min));
             }
             gate.close();
         });
@@ -226,6 +251,8 @@ pub async fn run<W: Workload>(
     };
     let shared = Arc::new(Shared {
         current: Mutex::new((0..n_ops).map(|_| OpStats::default()).collect()),
+        start_lag: Mutex::new(new_histogram()),
+        pacer_wakeups: AtomicU64::new(0),
         issued: AtomicU64::new(0),
         completed: AtomicU64::new(0),
         stop: AtomicBool::new(false),
@@ -290,6 +317,12 @@ pub async fn run<W: Workload>(
                     }
                 };
                 let op = choose(&weights, total_weight, &mut rng);
+                if let Pace::Fixed { .. } = &shared.pace {
+                    let lag = Instant::now().saturating_duration_since(began);
+                    let us = (lag.as_micros() as u64).clamp(1, crate::metrics::LATENCY_MAX_US);
+                    let mut h = shared.start_lag.lock().unwrap_or_else(|e| e.into_inner());
+                    h.saturating_record(us);
+                }
                 let mut attempt = 0;
                 let outcome = loop {
                     attempt += 1;
@@ -399,11 +432,23 @@ pub async fn run<W: Workload>(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
+    let start_lag = match &shared.pace {
+        Pace::Fixed { .. } => Some(
+            shared
+                .start_lag
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        ),
+        _ => None,
+    };
     RunResult {
         totals,
         elapsed: end.saturating_duration_since(start),
         intervals,
         aborted,
+        start_lag,
+        pacer_wakeups: shared.pacer_wakeups.load(Ordering::Relaxed),
     }
 }
 
@@ -478,6 +523,19 @@ mod tests {
         assert!(l.p50 > 5.0, "median {} ms should include queueing", l.p50);
         assert!(l.p99 > 900.0, "p99 {} ms", l.p99);
         assert!(l.max >= 1000.0, "max {} ms", l.max);
+        // With one worker, the operations due during the stall started late by the client
+        // itself: the start lag shows that part (up to the 1 s stall), per operation.
+        let lag = r
+            .start_lag
+            .as_ref()
+            .expect("fixed rate records the start lag");
+        assert_eq!(lag.len(), 200);
+        assert!(
+            lag.count_between(500_000, u64::MAX) >= 50,
+            "start lag over 500 ms: {}",
+            lag.count_between(500_000, u64::MAX)
+        );
+        assert!(lag.max() >= 980_000, "start lag max {} µs", lag.max());
     }
 
     #[tokio::test(start_paused = true)]
@@ -487,6 +545,7 @@ mod tests {
         assert_eq!(t.ops, 200);
         // Only the stalled operation itself is slow: the omission fixed mode corrects.
         assert_eq!(t.hist.count_between(500_000, u64::MAX), 1);
+        assert!(r.start_lag.is_none(), "start lag is a fixed-rate figure");
         let l = t.latency();
         assert!(l.p99 < 2.0, "p99 {} ms", l.p99);
     }
@@ -507,6 +566,10 @@ mod tests {
         let ops = r.total().ops;
         assert!((2990..=3001).contains(&ops), "{ops}");
         assert!(r.intervals.len() >= 3);
+        // Enough workers for the rate: every operation started on time.
+        let lag = r.start_lag.expect("fixed rate records the start lag");
+        assert_eq!(lag.len(), ops);
+        assert!(lag.max() < 1_000, "start lag max {} µs", lag.max());
     }
 
     #[tokio::test(start_paused = true)]
@@ -592,6 +655,37 @@ mod tests {
                 "op {i} started early"
             );
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn precise_pacing_behind_schedule_keeps_workers_busy_and_pacer_quiet() {
+        // 4 workers, 2 ms operations: at most ~2,000 op/s against 100,000/s intended, so
+        // the run is behind from the start and every worker should always have a permit.
+        struct Slow;
+        impl Workload for Slow {
+            async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: 1,
+                })
+            }
+        }
+        let mut c = cfg(RateMode::Fixed(100_000.0), u64::MAX);
+        c.count = None;
+        c.duration = Some(Duration::from_millis(500));
+        c.threads = 4;
+        c.precise_pacing = true;
+        let r = run(Arc::new(Slow), &["READ".to_string()], &c, |_| {}).await;
+        let ops = r.total().ops;
+        // Two runtime threads each sleeping 2 ms per operation: ~500 in 0.5 s.
+        assert!(ops >= 300, "workers starved of permits: {ops} ops");
+        // Waking every 50 µs would be ~10,000 wake-ups in 0.5 s; behind, it is every 1 ms.
+        assert!(
+            r.pacer_wakeups < 2_000,
+            "pacer woke {} times while behind",
+            r.pacer_wakeups
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
