@@ -13,11 +13,21 @@
 //! inbox as a boxed `FnOnce` that B runs on its own event loop; the caller awaits a oneshot
 //! with the result. Shard-local state lives in thread-locals owned by the crates above
 //! (e.g. the replica's per-shard database), so the hot path takes no locks.
+//!
+//! Idle polling: a shard whose inputs (reads the transport reports with [`note_io`]) arrive
+//! on average less than the idle-poll window apart keeps polling the I/O driver (epoll with
+//! a zero timeout) for up to that window after the last input instead of sleeping in
+//! `epoll_wait`, so the next request is picked up without a sleep/wake-up (a context switch
+//! and, on a VM, a halted vCPU to wake). Off by default ([`DEFAULT_IDLE_POLL`]); set with
+//! [`set_idle_poll`] or `AMPHORA_IDLE_POLL_US`. The polling time counts as the shard's CPU.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -35,6 +45,49 @@ enum Msg {
 thread_local! {
     static CURRENT_SHARD: Cell<Option<ShardId>> = const { Cell::new(None) };
     static SHARDS: std::cell::RefCell<Option<Shards>> = const { std::cell::RefCell::new(None) };
+    /// Set by [`note_io`]; taken by the idle poller.
+    static IO_SEEN: Cell<bool> = const { Cell::new(false) };
+    /// The idle poller's waker while it sleeps (no recent I/O).
+    static POLLER: RefCell<Option<Waker>> = const { RefCell::new(None) };
+    /// Turns of the event loop the idle poller kept from sleeping (see [`idle_poll_turns`]).
+    static POLL_TURNS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times the calling shard's idle poller yielded to poll for I/O instead of
+/// letting the event loop sleep (0 off the shard threads or with polling off).
+pub fn idle_poll_turns() -> u64 {
+    POLL_TURNS.with(|c| c.get())
+}
+
+/// How long a shard keeps polling for I/O (epoll with a zero timeout) after its last input
+/// before it lets the event loop sleep, in nanoseconds; 0 = never poll. See [`set_idle_poll`].
+static IDLE_POLL_NS: AtomicU64 = AtomicU64::new(DEFAULT_IDLE_POLL.as_nanos() as u64);
+
+/// Default of [`set_idle_poll`] (overridden by `AMPHORA_IDLE_POLL_US` at [`start`]).
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(0);
+
+/// Sets the idle-poll window of shards started afterwards (see the crate docs, "Idle
+/// polling"). `Duration::ZERO` turns polling off.
+pub fn set_idle_poll(window: Duration) {
+    IDLE_POLL_NS.store(
+        window.as_nanos().min(u128::from(u64::MAX)) as u64,
+        Ordering::Relaxed,
+    );
+}
+
+/// The idle-poll window shards start with.
+pub fn idle_poll() -> Duration {
+    Duration::from_nanos(IDLE_POLL_NS.load(Ordering::Relaxed))
+}
+
+/// Tells the calling shard's idle poller that input arrived (the transport calls it after
+/// each read that returned bytes). Cheap: a thread-local flag, plus a local wake-up when the
+/// poller was asleep. A no-op off the shard threads or with polling off.
+pub fn note_io() {
+    IO_SEEN.with(|f| f.set(true));
+    if let Some(w) = POLLER.with(|p| p.borrow_mut().take()) {
+        w.wake();
+    }
 }
 
 /// The shard the calling thread runs, or `None` off the shard threads.
@@ -158,7 +211,29 @@ impl Runtime {
 
 /// Starts `cfg.nr_shards` shard threads. `init(shard)` runs first on each shard's loop
 /// (to set up its thread-local state) before the shard starts taking messages.
+///
+/// The shards poll for I/O for [`idle_poll`] after their last input (see
+/// [`start_with_idle_poll`]); the environment variable `AMPHORA_IDLE_POLL_US`, when set to a
+/// number, replaces that window (0 turns polling off).
 pub fn start<I, Fut>(cfg: RtConfig, init: I) -> Result<Runtime, RtError>
+where
+    I: Fn(ShardId) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let window = std::env::var("AMPHORA_IDLE_POLL_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or_else(idle_poll, Duration::from_micros);
+    start_with_idle_poll(cfg, window, init)
+}
+
+/// [`start`] with an explicit idle-poll window (`Duration::ZERO`: the shards sleep in
+/// `epoll_wait` as soon as they have nothing to run).
+pub fn start_with_idle_poll<I, Fut>(
+    cfg: RtConfig,
+    idle_window: Duration,
+    init: I,
+) -> Result<Runtime, RtError>
 where
     I: Fn(ShardId) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = ()> + 'static,
@@ -209,6 +284,9 @@ where
                 };
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
+                    if !idle_window.is_zero() {
+                        tokio::task::spawn_local(idle_poller(idle_window));
+                    }
                     init(shard).await;
                     while let Some(Msg::Run(task)) = rx.recv().await {
                         tokio::task::spawn_local(task());
@@ -220,6 +298,52 @@ where
         threads.push(handle);
     }
     Ok(Runtime { shards, threads })
+}
+
+/// Waits for the next [`note_io`] (returns at once if one happened since the last call).
+fn next_io() -> impl Future<Output = ()> {
+    std::future::poll_fn(|cx| {
+        if IO_SEEN.with(|f| f.replace(false)) {
+            Poll::Ready(())
+        } else {
+            POLLER.with(|p| *p.borrow_mut() = Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    })
+}
+
+/// Keeps the shard's event loop polling for I/O while inputs arrive closer together than
+/// `window`, instead of sleeping in `epoll_wait` between them.
+///
+/// While this task yields, the current-thread scheduler polls the I/O driver with a zero
+/// timeout on every turn (a yielded task is a deferred wake-up, so the loop does not park).
+/// It stops yielding `window` after the last input, or at once when inputs have been further
+/// apart than `window` on average (at low rates polling would only burn CPU), and then
+/// sleeps until the next input.
+async fn idle_poller(window: Duration) {
+    // Exponentially weighted mean of the gaps between inputs (1/8 weight for the newest).
+    let mut mean_gap = window * 8;
+    let mut last_io = Instant::now();
+    loop {
+        next_io().await;
+        let now = Instant::now();
+        mean_gap = (mean_gap * 7 + now.saturating_duration_since(last_io)) / 8;
+        last_io = now;
+        if mean_gap > window {
+            continue;
+        }
+        loop {
+            tokio::task::yield_now().await;
+            POLL_TURNS.with(|c| c.set(c.get() + 1));
+            let now = Instant::now();
+            if IO_SEEN.with(|f| f.replace(false)) {
+                mean_gap = (mean_gap * 7 + now.saturating_duration_since(last_io)) / 8;
+                last_io = now;
+            } else if now.saturating_duration_since(last_io) >= window {
+                break;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +394,78 @@ mod tests {
         ));
         shards.close();
         rt.join();
+    }
+
+    /// Runs `f` on shard 0 of a one-shard runtime with the given idle-poll window.
+    fn on_shard<T: Send + 'static, Fut: Future<Output = T> + 'static>(
+        window: Duration,
+        f: impl FnOnce() -> Fut + Send + 'static,
+    ) -> T {
+        let rt = start_with_idle_poll(
+            RtConfig {
+                nr_shards: 1,
+                pin: false,
+            },
+            window,
+            |_| async {},
+        )
+        .expect("start");
+        let shards = rt.shards().clone();
+        let out = futures_lite_block(shards.submit_to(0, f)).expect("submit");
+        shards.close();
+        rt.join();
+        out
+    }
+
+    /// Inputs `gap` apart, `n` times; then `quiet` without input. Returns the poll turns
+    /// counted during the inputs and during the quiet time.
+    async fn inputs(n: u32, gap: Duration, quiet: Duration) -> (u64, u64) {
+        let t0 = idle_poll_turns();
+        for _ in 0..n {
+            note_io();
+            let until = Instant::now() + gap;
+            // Busy-wait on the loop (yielding), as requests would keep it busy.
+            while Instant::now() < until {
+                tokio::task::yield_now().await;
+            }
+        }
+        let t1 = idle_poll_turns();
+        tokio::time::sleep(quiet).await;
+        (t1 - t0, idle_poll_turns() - t1)
+    }
+
+    #[test]
+    fn idle_poller_polls_between_close_inputs_then_sleeps() {
+        let window = Duration::from_millis(2);
+        let (busy, quiet) = on_shard(window, || {
+            inputs(50, Duration::from_micros(100), Duration::from_millis(50))
+        });
+        assert!(busy > 0, "no polling between inputs 100 µs apart");
+        // After the last input the poller may run for one window, then must sleep: in a
+        // 50 ms quiet time a poller that never stops would turn many thousand times. One
+        // turn takes at least ~1 µs, so the window allows at most ~2,000.
+        let spin_limit = 2 * window.as_micros() as u64;
+        assert!(
+            quiet <= spin_limit,
+            "poller kept spinning after the inputs stopped: {quiet} turns"
+        );
+    }
+
+    #[test]
+    fn idle_poller_off_or_inputs_far_apart_never_polls() {
+        let (busy, quiet) = on_shard(Duration::ZERO, || {
+            inputs(20, Duration::from_micros(100), Duration::from_millis(5))
+        });
+        assert_eq!((busy, quiet), (0, 0), "polling is off");
+        // Inputs 3 ms apart with a 200 µs window: the mean gap stays above the window.
+        let (busy, quiet) = on_shard(Duration::from_micros(200), || {
+            inputs(10, Duration::from_millis(3), Duration::from_millis(5))
+        });
+        assert_eq!(
+            (busy, quiet),
+            (0, 0),
+            "polled although inputs are far apart"
+        );
     }
 
     fn futures_lite_block<F: Future>(f: F) -> F::Output {

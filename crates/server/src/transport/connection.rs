@@ -430,7 +430,7 @@ impl<B: Backend> Conn<B> {
                 _ = self.close.notify.notified() => return "close requested",
                 r = rd.read_buf(&mut rbuf) => match r {
                     Ok(0) => return "end of stream",
-                    Ok(_) => {}
+                    Ok(_) => amphora_rt::note_io(),
                     Err(e) => {
                         tracing::debug!(error = %e, "transport: read failed");
                         return "read error";
