@@ -46,4 +46,4 @@ pub use response::{
     TopologyChangeType, WriteType, encode_frame_error, encode_response, encode_unsupported_version,
 };
 pub use segment::{SegmentCompression, SegmentDecoder, SegmentEncoder};
-pub use wire::{Value, ValueRef, Values};
+pub use wire::{PreparedId, Value, ValueRef, Values};

@@ -11,7 +11,7 @@ use crate::envelope::{
     DEFAULT_MAX_FRAME_SIZE, Direction, Envelope, Flags, Opcode, ProtocolVersion,
 };
 use crate::error::DecodeError;
-use crate::wire::{Reader, Values, read_values};
+use crate::wire::{PreparedId, Reader, Values, read_values};
 
 /// Per-connection decoding settings, fixed after STARTUP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +145,8 @@ pub struct Prepare {
 /// EXECUTE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Execute {
-    pub id: Bytes,
+    /// Inline up to 16 bytes (no reference count on the body).
+    pub id: PreparedId,
     /// v5, or v4 with `SCYLLA_USE_METADATA_ID`.
     pub result_metadata_id: Option<Bytes>,
     pub parameters: QueryParameters,
@@ -224,11 +225,28 @@ pub fn decode_request_owned(env: Envelope, opts: &DecodeOptions) -> Result<Reque
     } else {
         None
     };
-    let message = decode_message(env.opcode, env.version, &mut r, opts)?;
+    let mut message = read_message(env.opcode, env.version, &mut r, opts)?;
+    // The body's one reference moves into the bound values.
+    attach_body(&mut message, r.into_body());
     Ok(Request {
         custom_payload,
         message,
     })
+}
+
+/// Gives the bound values of `message` the body their positions refer to.
+#[inline]
+fn attach_body(message: &mut RequestMessage, body: Bytes) {
+    match message {
+        RequestMessage::Query(Query { parameters, .. })
+        | RequestMessage::Execute(Execute { parameters, .. }) => parameters.values.attach(body),
+        RequestMessage::Batch(b) => {
+            for s in b.statements.iter_mut().filter(|s| !s.values.is_empty()) {
+                s.values.attach(body.clone());
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Decodes one request message body (no prefix, already decompressed).
@@ -238,14 +256,41 @@ pub fn decode_message(
     r: &mut Reader,
     opts: &DecodeOptions,
 ) -> Result<RequestMessage, DecodeError> {
+    let mut message = read_message(opcode, version, r, opts)?;
+    attach_body(&mut message, r.body().clone());
+    Ok(message)
+}
+
+/// [`decode_message`] leaving the bound values without their body.
+#[inline(always)]
+fn read_message(
+    opcode: Opcode,
+    version: ProtocolVersion,
+    r: &mut Reader,
+    opts: &DecodeOptions,
+) -> Result<RequestMessage, DecodeError> {
     Ok(match opcode {
+        Opcode::Execute => {
+            let id = r.read_prepared_id()?;
+            let result_metadata_id = if version >= ProtocolVersion::V5 || opts.use_metadata_id {
+                Some(r.read_short_bytes()?)
+            } else {
+                None
+            };
+            let parameters = read_query_parameters(r, version)?;
+            RequestMessage::Execute(Execute {
+                id,
+                result_metadata_id,
+                parameters,
+            })
+        }
         Opcode::Startup => RequestMessage::Startup(Startup {
             options: r.read_string_map()?,
         }),
         Opcode::Options => RequestMessage::Options,
         Opcode::Query => {
             let query = r.read_long_string()?;
-            let parameters = decode_query_parameters(r, version)?;
+            let parameters = read_query_parameters(r, version)?;
             RequestMessage::Query(Query { query, parameters })
         }
         Opcode::Prepare => {
@@ -258,20 +303,6 @@ pub fn decode_message(
                 }
             }
             RequestMessage::Prepare(Prepare { query, keyspace })
-        }
-        Opcode::Execute => {
-            let id = r.read_short_bytes()?;
-            let result_metadata_id = if version >= ProtocolVersion::V5 || opts.use_metadata_id {
-                Some(r.read_short_bytes()?)
-            } else {
-                None
-            };
-            let parameters = decode_query_parameters(r, version)?;
-            RequestMessage::Execute(Execute {
-                id,
-                result_metadata_id,
-                parameters,
-            })
         }
         Opcode::Batch => RequestMessage::Batch(decode_batch(r, version)?),
         Opcode::Register => RequestMessage::Register(Register {
@@ -299,6 +330,17 @@ fn read_flags(r: &mut Reader, version: ProtocolVersion) -> Result<u32, DecodeErr
 
 /// Decodes `<query_parameters>`.
 pub fn decode_query_parameters(
+    r: &mut Reader,
+    version: ProtocolVersion,
+) -> Result<QueryParameters, DecodeError> {
+    let mut p = read_query_parameters(r, version)?;
+    p.values.attach(r.body().clone());
+    Ok(p)
+}
+
+/// [`decode_query_parameters`] leaving the values without their body.
+#[inline(always)]
+fn read_query_parameters(
     r: &mut Reader,
     version: ProtocolVersion,
 ) -> Result<QueryParameters, DecodeError> {
@@ -751,7 +793,7 @@ mod tests {
             prop_assert_eq!(r, Ok(Request {
                 custom_payload: None,
                 message: RequestMessage::Execute(Execute {
-                    id: Bytes::from(id),
+                    id: PreparedId::from_slice(&id),
                     result_metadata_id: with_meta.then(|| Bytes::from(meta)),
                     parameters: p,
                 }),

@@ -6,7 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 
@@ -156,6 +156,12 @@ impl Values {
         self.spans.as_slice().len()
     }
 
+    /// Sets the body the positions refer to (the whole request body they were read from).
+    #[inline]
+    pub(crate) fn attach(&mut self, body: Bytes) {
+        self.body = body;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -214,119 +220,262 @@ impl std::fmt::Debug for Values {
     }
 }
 
-/// Reads `n` `[value]`s into [`Values`] over `r`'s body.
+/// Reads one `[value]` at the reader's position as a [`Span`].
+#[inline(always)]
+fn read_span(r: &mut Reader, allow_unset: bool) -> Result<Span, DecodeError> {
+    let len = r.read_i32()?;
+    match len {
+        -1 => Ok(Span { start: 0, len: -1 }),
+        -2 if allow_unset => Ok(Span { start: 0, len: -2 }),
+        l if l < 0 => Err(DecodeError::InvalidValueLength { length: l }),
+        l => {
+            let start = r.pos;
+            r.skip(l as usize)?;
+            Ok(Span {
+                start: u32::try_from(start)
+                    .map_err(|_| DecodeError::InvalidValueLength { length: l })?,
+                len: l,
+            })
+        }
+    }
+}
+
+/// Reads `n` `[value]`s as positions in `r`'s body. The returned [`Values`] has no body yet:
+/// the caller attaches it ([`Values::attach`]) once the whole request is read, so the body's
+/// one reference moves there instead of being counted again.
+#[inline]
 pub(crate) fn read_values(
     r: &mut Reader,
     n: usize,
     allow_unset: bool,
     mut before_each: impl FnMut(&mut Reader) -> Result<(), DecodeError>,
 ) -> Result<Values, DecodeError> {
-    // Each value takes at least 4 bytes: bounds the inline/heap choice by the body size.
-    let mut spans = Spans::with_capacity(n.min(r.remaining() / 4));
-    let body = r.buf.clone();
-    let total = body.len();
-    for _ in 0..n {
-        before_each(r)?;
-        let len = r.read_i32()?;
-        let span = match len {
-            -1 => Span { start: 0, len: -1 },
-            -2 if allow_unset => Span { start: 0, len: -2 },
-            l if l < 0 => return Err(DecodeError::InvalidValueLength { length: l }),
-            l => {
-                let start = total - r.remaining();
-                r.skip(l as usize)?;
-                Span {
-                    start: u32::try_from(start)
-                        .map_err(|_| DecodeError::InvalidValueLength { length: l })?,
-                    len: l,
-                }
-            }
-        };
-        spans.push(span);
+    let spans = if n <= INLINE_VALUES {
+        let mut items = [Span::default(); INLINE_VALUES];
+        for slot in items.iter_mut().take(n) {
+            before_each(r)?;
+            *slot = read_span(r, allow_unset)?;
+        }
+        Spans::Inline {
+            len: n as u8,
+            items,
+        }
+    } else {
+        // Each value takes at least 4 bytes: bounds the allocation by the body size.
+        let mut v = Vec::with_capacity(n.min(r.remaining() / 4));
+        for _ in 0..n {
+            before_each(r)?;
+            v.push(read_span(r, allow_unset)?);
+        }
+        Spans::Heap(v)
+    };
+    Ok(Values {
+        body: Bytes::new(),
+        spans,
+    })
+}
+
+/// Longest prepared id kept inline (Cassandra's and Scylla's are 16-byte MD5 digests).
+const INLINE_ID: usize = 16;
+
+/// A prepared statement id (`[short bytes]`): up to 16 bytes stored inline (copying them is
+/// cheaper than an atomic reference count on the body), longer ones as a slice of the body.
+/// Derefs to the bytes.
+#[derive(Clone)]
+pub struct PreparedId(IdRepr);
+
+#[derive(Clone)]
+enum IdRepr {
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    Shared(Bytes),
+}
+
+impl PreparedId {
+    /// An id holding a copy of `id`.
+    pub fn from_slice(id: &[u8]) -> Self {
+        Self::inline(id).unwrap_or_else(|| PreparedId(IdRepr::Shared(Bytes::copy_from_slice(id))))
     }
-    Ok(Values { body, spans })
+
+    fn inline(id: &[u8]) -> Option<Self> {
+        let mut bytes = [0u8; INLINE_ID];
+        bytes.get_mut(..id.len())?.copy_from_slice(id);
+        Some(PreparedId(IdRepr::Inline {
+            len: id.len() as u8,
+            bytes,
+        }))
+    }
+
+    /// The id as `Bytes` (a copy when inline).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            IdRepr::Inline { .. } => Bytes::copy_from_slice(self),
+            IdRepr::Shared(b) => b.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for PreparedId {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            IdRepr::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            IdRepr::Shared(b) => b,
+        }
+    }
+}
+
+impl AsRef<[u8]> for PreparedId {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl From<&[u8]> for PreparedId {
+    fn from(id: &[u8]) -> Self {
+        Self::from_slice(id)
+    }
+}
+
+impl PartialEq for PreparedId {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl Eq for PreparedId {}
+
+impl std::hash::Hash for PreparedId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self[..].hash(state)
+    }
+}
+
+impl std::fmt::Debug for PreparedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PreparedId").field(&&self[..]).finish()
+    }
 }
 
 /// A bounds-checked cursor over a request body. Every read returns an error instead of
-/// panicking when the body is short.
+/// panicking when the body is short. Reads borrow the body; only [`Reader::read_slice`]
+/// (and what calls it) takes a reference count.
 #[derive(Debug, Clone)]
 pub struct Reader {
     buf: Bytes,
+    pos: usize,
 }
 
 impl Reader {
     pub fn new(buf: Bytes) -> Self {
-        Self { buf }
+        Self { buf, pos: 0 }
     }
 
     pub fn remaining(&self) -> usize {
-        self.buf.len()
+        self.buf.len().saturating_sub(self.pos)
     }
 
     /// The bytes not yet read.
-    pub fn rest(&self) -> &Bytes {
+    pub fn rest(&self) -> &[u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
+    /// The whole body (read and unread), giving up the reader.
+    pub fn into_body(self) -> Bytes {
+        self.buf
+    }
+
+    /// The whole body (read and unread).
+    pub fn body(&self) -> &Bytes {
         &self.buf
     }
 
-    fn need(&self, n: usize) -> Result<(), DecodeError> {
-        if self.buf.len() < n {
-            Err(DecodeError::TooFewBytes {
-                expected: n,
-                received: self.buf.len(),
-            })
-        } else {
-            Ok(())
+    #[inline(always)]
+    fn too_few(&self, n: usize) -> DecodeError {
+        DecodeError::TooFewBytes {
+            expected: n,
+            received: self.remaining(),
         }
     }
 
+    /// The next `n` bytes, borrowed; advances past them.
+    #[inline(always)]
+    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
+        let end = self.pos.checked_add(n).ok_or_else(|| self.too_few(n))?;
+        match self.buf.get(self.pos..end) {
+            Some(s) => {
+                self.pos = end;
+                Ok(s)
+            }
+            None => Err(self.too_few(n)),
+        }
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    #[inline]
     pub fn read_u8(&mut self) -> Result<u8, DecodeError> {
-        self.need(1)?;
-        Ok(self.buf.get_u8())
+        self.array::<1>().map(|[b]| b)
     }
 
+    #[inline]
     pub fn read_u16(&mut self) -> Result<u16, DecodeError> {
-        self.need(2)?;
-        Ok(self.buf.get_u16())
+        self.array().map(u16::from_be_bytes)
     }
 
+    #[inline]
     pub fn read_i32(&mut self) -> Result<i32, DecodeError> {
-        self.need(4)?;
-        Ok(self.buf.get_i32())
+        self.array().map(i32::from_be_bytes)
     }
 
+    #[inline]
     pub fn read_u32(&mut self) -> Result<u32, DecodeError> {
-        self.need(4)?;
-        Ok(self.buf.get_u32())
+        self.array().map(u32::from_be_bytes)
     }
 
+    #[inline]
     pub fn read_i64(&mut self) -> Result<i64, DecodeError> {
-        self.need(8)?;
-        Ok(self.buf.get_i64())
+        self.array().map(i64::from_be_bytes)
     }
 
     /// Skips `n` bytes.
+    #[inline]
     pub fn skip(&mut self, n: usize) -> Result<(), DecodeError> {
-        self.need(n)?;
-        self.buf.advance(n);
-        Ok(())
+        self.take(n).map(|_| ())
     }
 
-    /// Takes `n` bytes as a zero-copy slice.
+    /// Takes `n` bytes as a zero-copy slice (one reference count).
     pub fn read_slice(&mut self, n: usize) -> Result<Bytes, DecodeError> {
-        self.need(n)?;
-        Ok(self.buf.split_to(n))
+        let start = self.pos;
+        self.skip(n)?;
+        Ok(self.buf.slice(start..start + n))
     }
 
     fn read_utf8(&mut self, n: usize) -> Result<String, DecodeError> {
-        self.need(n)?;
-        let raw = self.buf.get(..n).unwrap_or_default();
-        let s = std::str::from_utf8(raw)
+        let raw = self.take(n)?;
+        std::str::from_utf8(raw)
+            .map(str::to_owned)
             .map_err(|e| DecodeError::InvalidUtf8 {
                 valid_up_to: e.valid_up_to(),
-            })?
-            .to_owned();
-        self.buf.advance(n);
-        Ok(s)
+            })
+    }
+
+    /// `[short bytes]` as a [`PreparedId`]: no reference count for ids up to 16 bytes.
+    #[inline]
+    pub fn read_prepared_id(&mut self) -> Result<PreparedId, DecodeError> {
+        let n = self.read_u16()? as usize;
+        let start = self.pos;
+        let id = self.take(n)?;
+        Ok(match PreparedId::inline(id) {
+            Some(id) => id,
+            None => PreparedId(IdRepr::Shared(self.buf.slice(start..start + n))),
+        })
     }
 
     /// `[string]`: u16 length + UTF-8.
@@ -638,8 +787,9 @@ mod tests {
             body.put_slice(b"tail");
             let body = body.freeze();
             let mut r = Reader::new(body.clone());
-            let vs = read_values(&mut r, n, true, |_| Ok(())).expect("decodes");
-            assert_eq!(r.rest().as_ref(), b"tail");
+            let mut vs = read_values(&mut r, n, true, |_| Ok(())).expect("decodes");
+            vs.attach(body.clone());
+            assert_eq!(r.rest(), b"tail");
             assert_eq!(vs.len(), n);
             assert_eq!(vs, Values::from_values(&owned));
             assert_eq!(vs.owned().collect::<Vec<_>>(), owned);

@@ -1207,7 +1207,7 @@ impl RequestSummary {
         Some(match msg {
             RequestMessage::Query(q) => RequestSummary::Text("QUERY", q.query.clone()),
             RequestMessage::Prepare(p) => RequestSummary::Text("PREPARE", p.query.clone()),
-            RequestMessage::Execute(e) => RequestSummary::Execute(e.id.clone()),
+            RequestMessage::Execute(e) => RequestSummary::Execute(e.id.to_bytes()),
             RequestMessage::Batch(b) => RequestSummary::Batch(b.statements.len()),
             _ => return None,
         })
