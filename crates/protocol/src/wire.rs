@@ -820,6 +820,34 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn prepared_ids_inline_up_to_16_bytes_else_a_slice_of_the_body() {
+        for n in [0usize, 1, 16, 17, 40] {
+            let id: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(7)).collect();
+            let mut body = BytesMut::new();
+            body.put_u16(n as u16);
+            body.put_slice(&id);
+            body.put_slice(b"rest");
+            let body = body.freeze();
+            let mut r = Reader::new(body.clone());
+            let got = r.read_prepared_id().expect("decodes");
+            assert_eq!(&got[..], &id[..]);
+            assert_eq!(got, PreparedId::from_slice(&id));
+            assert_eq!(got.to_bytes(), Bytes::from(id.clone()));
+            assert_eq!(r.rest(), b"rest");
+            let in_body = body.as_ptr_range().contains(&got.as_ptr());
+            assert_eq!(in_body, n > 16, "{n}: inline iff at most 16 bytes");
+            // Every strict prefix fails.
+            for cut in 0..n + 2 {
+                assert!(Reader::new(body.slice(..cut)).read_prepared_id().is_err());
+            }
+        }
+        assert_ne!(
+            PreparedId::from_slice(b"ab"),
+            PreparedId::from_slice(b"ab\0")
+        );
+    }
+
+    #[test]
     fn vint_spec_vector() {
         let mut b = BytesMut::new();
         write_unsigned_vint(&mut b, 256_000);
