@@ -1048,6 +1048,15 @@ impl SSTableReader {
     }
 
     fn read_chunk(&self, i: usize) -> Result<Bytes> {
+        let (mut raw, mut out) = (Vec::new(), Vec::new());
+        self.read_chunk_into(i, &mut raw, &mut out)?;
+        Ok(Bytes::from(out))
+    }
+
+    /// Reads and verifies chunk `i` into `out` (its uncompressed bytes), with `raw` as the
+    /// buffer for the stored bytes: sequential readers reuse both (no allocation or
+    /// zeroing per chunk).
+    fn read_chunk_into(&self, i: usize, raw: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<()> {
         let (Some(&start), Some(&end)) = (self.chunk_offsets.get(i), self.chunk_offsets.get(i + 1))
         else {
             return Err(StorageError::corrupt(
@@ -1056,18 +1065,18 @@ impl SSTableReader {
                 format!("chunk {i} out of range"),
             ));
         };
-        let mut buf = vec![0u8; (end - start) as usize];
+        raw.resize((end - start) as usize, 0);
         self.data
-            .read_exact_at(&mut buf, start)
+            .read_exact_at(raw, start)
             .map_err(|e| StorageError::io(&self.data_path, e))?;
-        if buf.len() < 4 {
+        if raw.len() < 4 {
             return Err(StorageError::corrupt(
                 &self.data_path,
                 start,
                 "chunk too short",
             ));
         }
-        let (body, c) = buf.split_at(buf.len() - 4);
+        let (body, c) = raw.split_at(raw.len() - 4);
         let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         let actual = crc32c::crc32c(body);
         if stored != actual {
@@ -1082,12 +1091,13 @@ impl SSTableReader {
             (self.uncompressed_len - i as u64 * self.chunk_bytes).min(self.chunk_bytes) as usize;
         match self.compressor {
             Compressor::None => {
-                buf.truncate(buf.len() - 4);
-                Ok(Bytes::from(buf))
+                raw.truncate(raw.len() - 4);
+                std::mem::swap(raw, out);
+                Ok(())
             }
             Compressor::Lz4 => {
-                let mut out = vec![0u8; ulen];
-                let n = lz4_flex::block::decompress_into(body, &mut out).map_err(|e| {
+                out.resize(ulen, 0);
+                let n = lz4_flex::block::decompress_into(body, out).map_err(|e| {
                     StorageError::corrupt(
                         &self.data_path,
                         start,
@@ -1101,7 +1111,7 @@ impl SSTableReader {
                         format!("chunk {i} has {n} bytes, expected {ulen}"),
                     ));
                 }
-                Ok(Bytes::from(out))
+                Ok(())
             }
         }
     }
@@ -1413,6 +1423,8 @@ impl SSTableReader {
             entries: Vec::new(),
             pos: 0,
             chunk: None,
+            chunk_data: Vec::new(),
+            chunk_raw: Vec::new(),
             scratch: Vec::new(),
         };
         s.load_block()?;
@@ -1547,8 +1559,11 @@ pub struct Scanner<'a> {
     block: usize,
     entries: Vec<(PartitionKey, IndexEntry)>,
     pos: usize,
-    /// The decompressed chunk [`next_raw_with`](Self::next_raw_with) reads from.
-    chunk: Option<(usize, Bytes)>,
+    /// The chunk [`next_raw_with`](Self::next_raw_with) reads from (its index and its
+    /// uncompressed bytes), and the buffer its stored bytes are read into.
+    chunk: Option<usize>,
+    chunk_data: Vec<u8>,
+    chunk_raw: Vec<u8>,
     /// A partition that spans chunks, assembled.
     scratch: Vec<u8>,
 }
@@ -1638,12 +1653,12 @@ impl<'a> Scanner<'a> {
         let last = ((pos + len).saturating_sub(1) / cb) as usize;
         self.scratch.clear();
         for i in first..=last {
-            if self.chunk.as_ref().is_none_or(|(ci, _)| *ci != i) {
-                self.chunk = Some((i, sst.read_chunk(i)?));
+            if self.chunk != Some(i) {
+                self.chunk = None;
+                sst.read_chunk_into(i, &mut self.chunk_raw, &mut self.chunk_data)?;
+                self.chunk = Some(i);
             }
-            let Some((_, c)) = self.chunk.as_ref() else {
-                continue;
-            };
+            let c = &self.chunk_data;
             let cstart = i as u64 * cb;
             let s = (pos.max(cstart) - cstart) as usize;
             let e = ((pos + len).min(cstart + cb) - cstart) as usize;
