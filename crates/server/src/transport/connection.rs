@@ -5,7 +5,7 @@
 //!                                                                  │ handshake, OPTIONS,
 //!                                                                  │ REGISTER: inline
 //!                                                                  ▼ QUERY/PREPARE/EXECUTE/BATCH:
-//!                                                         one spawn_local task each
+//!                                           run inline; a spawn_local task once one waits
 //!   socket ◀──write── writer task ◀── outbox (v4: compressed per envelope;
 //!                                     v5: envelopes framed in batches) ◀── responses
 //! ```
