@@ -16,6 +16,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 const STRESS_UPDATE: &str =
     r#"UPDATE "standard1" SET "C0" = ?,"C1" = ?,"C2" = ?,"C3" = ?,"C4" = ? WHERE KEY=?"#;
 const STRESS_SELECT: &str = r#"SELECT * FROM "standard1" WHERE KEY=?"#;
+/// The same write as an INSERT (what drivers' object mappers and latte's standard1 send).
+const STANDARD1_INSERT: &str =
+    r#"INSERT INTO "standard1" (KEY, "C0", "C1", "C2", "C3", "C4") VALUES (?, ?, ?, ?, ?, ?)"#;
 
 fn schema() -> Schema {
     let mut s = Schema::default();
@@ -54,6 +57,14 @@ fn bench(c: &mut Criterion) {
     c.bench_function("prepare/stress_update (parse + plan)", |b| {
         b.iter(|| {
             let st = ast::parse(black_box(STRESS_UPDATE))
+                .expect("parses")
+                .statement;
+            WritePlan::of(&schema, ks, &st).expect("plans")
+        })
+    });
+    c.bench_function("prepare/standard1_insert (parse + plan)", |b| {
+        b.iter(|| {
+            let st = ast::parse(black_box(STANDARD1_INSERT))
                 .expect("parses")
                 .statement;
             WritePlan::of(&schema, ks, &st).expect("plans")
