@@ -12,22 +12,20 @@
 //! `cargo bench -p amphora-storage --bench storage`
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use amphora_storage::memtable::Memtable;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
-use amphora_types::CqlType;
-use amphora_types::data::{
-    Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionKey, PartitionUpdate, Row,
-};
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
+use amphora_types::data::{Mutation, PartitionKey};
+use amphora_types::schema::TableId;
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 /// Nanoseconds the calling thread has run on a CPU (0 if unreadable).
+#[path = "support/standard1.rs"]
+mod standard1;
+use standard1::{mutation, standard1};
+
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
@@ -57,52 +55,8 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn standard1() -> Arc<TableSchema> {
-    let cd = |n: &str, kind| ColumnDef {
-        name: n.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    };
-    let mut cols = vec![cd("key", ColumnKind::PartitionKey)];
-    for i in 0..5 {
-        cols.push(cd(&format!("C{i}"), ColumnKind::Regular));
-    }
-    Arc::new(TableSchema::new(
-        TableId(1),
-        "keyspace1",
-        "standard1",
-        cols,
-        TableOptions::default(),
-    ))
-}
-
 /// Raw bytes of one standard1 row: 10-byte key + five 34-byte values.
 const RAW_ROW_BYTES: u64 = 10 + 5 * 34;
-
-fn mutation(n: u64, ts: i64) -> Mutation {
-    let key = Bytes::from(format!("{:010}", n % 10_000_000_000));
-    let v: Vec<u8> = (0..34u8)
-        .map(|i| i.wrapping_mul(n as u8).wrapping_add(i))
-        .collect();
-    let v = Bytes::from(v);
-    Mutation {
-        table: TableId(1),
-        key: PartitionKey::new(key),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: Some(LivenessInfo::new(ts)),
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(ts, v.clone()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
-}
 
 fn open(dir: &std::path::Path, budget: u64) -> ShardStorage {
     open_with_row_cache(dir, budget, None)

@@ -6,22 +6,18 @@
 //!
 //! `cargo run --profile bench -p amphora-storage --example flush_compact [ROWS] [flush|compact]`
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use amphora_storage::{ShardStorage, StorageConfig};
-use amphora_types::CqlType;
-use amphora_types::data::{
-    Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionKey, PartitionUpdate, Row,
-};
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
-use bytes::Bytes;
+use amphora_types::schema::TableId;
 
 const RAW_ROW_BYTES: u64 = 10 + 5 * 34;
 
 /// Process CPU time (user + system) from /proc/self/stat, in clock ticks of 10 ms.
+#[path = "../benches/support/standard1.rs"]
+mod standard1;
+use standard1::{mutation, standard1};
+
 fn cpu_time() -> Duration {
     let ticks = std::fs::read_to_string("/proc/self/stat")
         .ok()
@@ -32,50 +28,6 @@ fn cpu_time() -> Duration {
         })
         .unwrap_or(0);
     Duration::from_millis(ticks * 10)
-}
-
-fn standard1() -> Arc<TableSchema> {
-    let cd = |n: &str, kind| ColumnDef {
-        name: n.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    };
-    let mut cols = vec![cd("key", ColumnKind::PartitionKey)];
-    for i in 0..5 {
-        cols.push(cd(&format!("C{i}"), ColumnKind::Regular));
-    }
-    Arc::new(TableSchema::new(
-        TableId(1),
-        "keyspace1",
-        "standard1",
-        cols,
-        TableOptions::default(),
-    ))
-}
-
-fn mutation(n: u64, ts: i64) -> Mutation {
-    let key = Bytes::from(format!("{:010}", n % 10_000_000_000));
-    let v: Vec<u8> = (0..34u8)
-        .map(|i| i.wrapping_mul(n as u8).wrapping_add(i))
-        .collect();
-    let v = Bytes::from(v);
-    Mutation {
-        table: TableId(1),
-        key: PartitionKey::new(key),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: Some(LivenessInfo::new(ts)),
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(ts, v.clone()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
 }
 
 fn open(dir: &std::path::Path) -> ShardStorage {

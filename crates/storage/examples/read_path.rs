@@ -6,68 +6,22 @@
 //! `cargo run --release -p amphora-storage --example read_path -- rowcache 200000 2000000`
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Instant;
 
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
-use amphora_types::CqlType;
-use amphora_types::data::{
-    Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionKey, PartitionUpdate, Row,
-};
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
+use amphora_types::data::PartitionKey;
+use amphora_types::schema::TableId;
 use bytes::Bytes;
+
+#[path = "../benches/support/standard1.rs"]
+mod standard1;
+use standard1::{mutation, standard1};
 
 fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|st| st.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-fn schema() -> Arc<TableSchema> {
-    let cd = |name: &str, kind| ColumnDef {
-        name: name.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    };
-    let mut cols = vec![cd("key", ColumnKind::PartitionKey)];
-    for i in 0..5 {
-        cols.push(cd(&format!("C{i}"), ColumnKind::Regular));
-    }
-    Arc::new(TableSchema::new(
-        TableId(1),
-        "keyspace1",
-        "standard1",
-        cols,
-        TableOptions::default(),
-    ))
-}
-
-fn mutation(n: u64) -> Mutation {
-    let v = Bytes::from(
-        (0..34u8)
-            .map(|i| i.wrapping_mul(n as u8))
-            .collect::<Vec<_>>(),
-    );
-    Mutation {
-        table: TableId(1),
-        key: PartitionKey::new(Bytes::from(format!("{n:010}"))),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: Some(LivenessInfo::new(1)),
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
 }
 
 #[inline(never)]
@@ -102,14 +56,14 @@ fn main() {
         "miss" => Some(1 << 20),
         _ => None,
     };
-    let s = ShardStorage::open(cfg, vec![schema()]).expect("open").0;
+    let s = ShardStorage::open(cfg, vec![standard1()]).expect("open").0;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("rt");
     rt.block_on(async {
         for n in 0..rows {
-            drop(s.apply(&mutation(n)).expect("apply"));
+            drop(s.apply(&mutation(n, 1)).expect("apply"));
         }
         s.flush_all().await.expect("flush");
     });
