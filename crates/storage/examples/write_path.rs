@@ -2,42 +2,21 @@
 //! Run under `perf stat -e task-clock` to get CPU time per write on a busy machine:
 //! `cargo run --release -p amphora-storage --example write_path -- 500000`
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use amphora_storage::{ShardStorage, StorageConfig};
-use amphora_types::CqlType;
-use amphora_types::data::{
-    Cell, Clustering, ColumnData, LivenessInfo, Mutation, PartitionKey, PartitionUpdate, Row,
-};
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
-use bytes::Bytes;
+use amphora_types::data::Mutation;
+
+#[path = "../benches/support/standard1.rs"]
+mod standard1;
+use standard1::{mutation, standard1};
 
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(500_000);
-    let cd = |name: &str, kind| ColumnDef {
-        name: name.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    };
-    let mut cols = vec![cd("key", ColumnKind::PartitionKey)];
-    for i in 0..5 {
-        cols.push(cd(&format!("C{i}"), ColumnKind::Regular));
-    }
-    let schema = Arc::new(TableSchema::new(
-        TableId(1),
-        "keyspace1",
-        "standard1",
-        cols,
-        TableOptions::default(),
-    ));
+    let schema = standard1();
     let dir = std::env::temp_dir().join(format!("amphora-write-path-{}", std::process::id()));
     let mut cfg = StorageConfig::new(&dir, 0);
     cfg.memtable_budget_bytes = 1 << 40;
@@ -46,27 +25,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("rt");
-    let muts: Vec<Mutation> = (0..n)
-        .map(|i| {
-            let v: Vec<u8> = (0..34u8).map(|j| j.wrapping_mul(i as u8)).collect();
-            let v = Bytes::from(v);
-            Mutation {
-                table: TableId(1),
-                key: PartitionKey::new(Bytes::from(format!("{:010}", i))),
-                update: PartitionUpdate {
-                    rows: vec![Row {
-                        clustering: Clustering::empty(),
-                        marker: Some(LivenessInfo::new(i as i64)),
-                        deletion: None,
-                        cells: (1..6)
-                            .map(|c| (c, ColumnData::Simple(Cell::live(i as i64, v.clone()))))
-                            .collect(),
-                    }],
-                    ..Default::default()
-                },
-            }
-        })
-        .collect();
+    let muts: Vec<Mutation> = (0..n).map(|i| mutation(i, i as i64)).collect();
     let t = Instant::now();
     rt.block_on(async {
         for chunk in muts.chunks(64) {
