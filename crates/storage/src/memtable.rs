@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use amphora_types::codec;
 use amphora_types::data::{
     Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
     RangeTombstone, Row, max_deletion, merge_column_data, merge_rows, reconcile_cells,
@@ -56,6 +57,10 @@ pub enum MemRows {
 }
 
 const SMALL_ROWS_MAX: usize = 16;
+
+/// Accounted bytes of a [`MemPartition::Single`] entry besides its key and encoding: the
+/// B-tree slot (key handle, token, entry) with the tree's typical fill.
+const SINGLE_ENTRY_BYTES: usize = 96;
 
 impl Default for MemRows {
     fn default() -> Self {
@@ -151,12 +156,89 @@ impl MemRows {
     }
 }
 
+/// A partition in a memtable.
+#[derive(Debug, Clone)]
+pub enum MemPartition {
+    /// The common shape (one row; no partition deletion, static row or range tombstones):
+    /// the row encoded in one run of the memtable's arena ([`encode_single`] layout), so
+    /// it costs one handle and no per-cell structure. Decoded on read and flush.
+    Single(Bytes),
+    /// Anything else.
+    General(Box<GeneralPartition>),
+}
+
 #[derive(Debug, Default, Clone)]
-pub struct MemPartition {
+pub struct GeneralPartition {
     pub deletion: Option<DeletionTime>,
     pub static_row: Option<Row>,
     pub rows: MemRows,
     pub range_tombstones: Vec<RangeTombstone>,
+}
+
+impl MemPartition {
+    /// The single row of a [`MemPartition::Single`], decoded (values are slices of the
+    /// arena).
+    pub fn single_row(enc: &Bytes) -> Row {
+        decode_single(enc)
+    }
+
+    /// The partition in the general shape (a single row is decoded).
+    pub fn to_general(&self) -> GeneralPartition {
+        match self {
+            MemPartition::Single(enc) => GeneralPartition {
+                rows: MemRows::Small(vec![decode_single(enc)]),
+                ..Default::default()
+            },
+            MemPartition::General(g) => (**g).clone(),
+        }
+    }
+}
+
+/// Encodes a single row as the memtable keeps it: the row's first timestamp (8 bytes,
+/// little endian) then the row in the mutation codec's row layout with timestamps as
+/// deltas from it (`amphora_types::codec::put_row`), so most timestamps take one byte.
+fn encode_single(out: &mut Vec<u8>, r: &Row) {
+    let base = row_base_timestamp(r);
+    out.extend_from_slice(&base.to_le_bytes());
+    codec::put_row(out, r, base);
+}
+
+fn row_base_timestamp(r: &Row) -> i64 {
+    if let Some(m) = r.marker {
+        return m.timestamp;
+    }
+    for (_, d) in &r.cells {
+        match d {
+            ColumnData::Simple(c) => return c.timestamp,
+            ColumnData::Complex { deletion, cells } => {
+                if let Some((_, c)) = cells.first() {
+                    return c.timestamp;
+                }
+                if let Some(d) = deletion {
+                    return d.marked_for_delete_at;
+                }
+            }
+        }
+    }
+    r.deletion.map_or(0, |d| d.marked_for_delete_at)
+}
+
+/// Decodes what [`encode_single`] wrote. The bytes were encoded by this memtable from a
+/// valid row, so a failure is a bug: it is reported loudly (debug builds panic) and the
+/// row reads as empty rather than taking the node down.
+fn decode_single(enc: &Bytes) -> Row {
+    let mut r = codec::Reader::new(enc.clone());
+    let decoded = r
+        .fixed::<8>()
+        .and_then(|b| codec::read_row(&mut r, i64::from_le_bytes(b)));
+    match decoded {
+        Ok(row) => row,
+        Err(e) => {
+            debug_assert!(false, "memtable row encoding: {e}");
+            tracing::error!(error = %e, "memtable row encoding unreadable (bug)");
+            Row::new(Clustering::empty())
+        }
+    }
 }
 
 /// Copies values into large shared chunks.
@@ -185,7 +267,7 @@ impl Arena {
 pub struct Memtable {
     pub schema: Arc<TableSchema>,
     pub cmp: Arc<ClusteringComparator>,
-    pub partitions: BTreeMap<PartitionKey, Box<MemPartition>>,
+    pub partitions: BTreeMap<PartitionKey, MemPartition>,
     pub size_bytes: u64,
     pub min_timestamp: i64,
     pub max_timestamp: i64,
@@ -193,6 +275,11 @@ pub struct Memtable {
     pub min_log_pos: Option<LogPosition>,
     pub mutations: u64,
     arena: Arena,
+    /// Keep one-row partitions encoded ([`MemPartition::Single`]); off only in tests that
+    /// compare the two shapes.
+    single_rows: bool,
+    /// Reused encoding buffer for single rows (copied into the arena once complete).
+    scratch: Vec<u8>,
 }
 
 impl Memtable {
@@ -210,6 +297,8 @@ impl Memtable {
             arena: Arena {
                 chunk: BytesMut::new(),
             },
+            single_rows: true,
+            scratch: Vec::new(),
         }
     }
 
@@ -288,6 +377,106 @@ impl Memtable {
         let ts = u.max_timestamp();
         self.max_timestamp = self.max_timestamp.max(ts);
         self.min_timestamp = self.min_timestamp.min(min_timestamp(u));
+        let single = u.partition_deletion.is_none()
+            && u.static_row.is_none()
+            && u.range_tombstones.is_empty()
+            && u.rows.len() == 1
+            && self.single_rows;
+        let added = if single {
+            self.apply_single(key, &u.rows[0])
+        } else {
+            self.apply_general(key, u)
+        };
+        self.size_bytes += added as u64;
+    }
+
+    /// A one-row update: kept encoded while the partition stays a single row. Returns
+    /// the growth in bytes.
+    fn apply_single(&mut self, key: &PartitionKey, r: &Row) -> usize {
+        let owned;
+        let r = if self.is_canonical(r) {
+            r
+        } else {
+            owned = self.own_row(r);
+            &owned
+        };
+        match self.partitions.get_mut(key) {
+            None => {
+                let enc = self.encode(r);
+                let k = PartitionKey {
+                    token: key.token,
+                    key: self.arena.copy(&key.key),
+                };
+                let grow = SINGLE_ENTRY_BYTES + k.key.len() + enc.len();
+                self.partitions.insert(k, MemPartition::Single(enc));
+                grow
+            }
+            Some(MemPartition::Single(enc)) => {
+                let old = decode_single(enc);
+                if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
+                    let merged = merge_rows(&self.schema, &old, r);
+                    let enc = self.encode(&merged);
+                    // The old encoding stays in its arena chunk until the memtable is
+                    // dropped: account the whole new one.
+                    let grow = enc.len();
+                    if let Some(p) = self.partitions.get_mut(key) {
+                        *p = MemPartition::Single(enc);
+                    }
+                    grow
+                } else {
+                    let u = PartitionUpdate {
+                        rows: vec![r.clone()],
+                        ..Default::default()
+                    };
+                    self.apply_general(key, &u)
+                }
+            }
+            Some(MemPartition::General(_)) => {
+                let u = PartitionUpdate {
+                    rows: vec![r.clone()],
+                    ..Default::default()
+                };
+                self.apply_general(key, &u)
+            }
+        }
+    }
+
+    /// Encodes a canonical row into the arena.
+    fn encode(&mut self, r: &Row) -> Bytes {
+        self.scratch.clear();
+        encode_single(&mut self.scratch, r);
+        self.arena.copy(&self.scratch)
+    }
+
+    /// Whether a row's cells are already in canonical order (sorted by column id, one
+    /// entry per column, complex cells strictly ordered by the type's path comparator).
+    fn is_canonical(&self, r: &Row) -> bool {
+        let mut prev: Option<ColumnId> = None;
+        for (id, d) in &r.cells {
+            if prev.is_some_and(|p| p >= *id) {
+                return false;
+            }
+            prev = Some(*id);
+            if let ColumnData::Complex { cells, .. } = d {
+                if cells.len() > 1 {
+                    let Some(col) = self.schema.column_by_id(*id) else {
+                        return false;
+                    };
+                    if !cells
+                        .windows(2)
+                        .all(|w| col.ty.compare_cell_path(&w[0].0, &w[1].0).is_lt())
+                    {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Any update, applied to the partition in its general shape. Returns the growth in
+    /// bytes.
+    fn apply_general(&mut self, key: &PartitionKey, u: &PartitionUpdate) -> usize {
         let mut added = 0usize;
         let static_row = u.static_row.as_ref().map(|r| self.own_row(r));
         let rows: Vec<Row> = u.rows.iter().map(|r| self.own_row(r)).collect();
@@ -300,7 +489,7 @@ impl Memtable {
                 deletion: rt.deletion,
             })
             .collect();
-        let part = match self.partitions.get_mut(key) {
+        let entry = match self.partitions.get_mut(key) {
             Some(p) => p,
             None => {
                 added += 96 + key.key.len();
@@ -308,8 +497,21 @@ impl Memtable {
                     token: key.token,
                     key: self.arena.copy(&key.key),
                 };
-                self.partitions.entry(k).or_default()
+                self.partitions
+                    .entry(k)
+                    .or_insert_with(|| MemPartition::General(Box::default()))
             }
+        };
+        if let MemPartition::Single(enc) = entry {
+            let row = decode_single(enc);
+            added += 96 + row.size_bytes();
+            *entry = MemPartition::General(Box::new(GeneralPartition {
+                rows: MemRows::Small(vec![row]),
+                ..Default::default()
+            }));
+        }
+        let MemPartition::General(part) = entry else {
+            return added;
         };
         part.deletion = max_deletion(part.deletion, u.partition_deletion);
         if let Some(sr) = static_row {
@@ -328,7 +530,7 @@ impl Memtable {
                 part.range_tombstones.push(rt);
             }
         }
-        self.size_bytes += added as u64;
+        added
     }
 
     /// The partition's data restricted to `slices` (empty = all), or None if absent.
@@ -337,6 +539,20 @@ impl Memtable {
     }
 
     pub fn to_update(&self, p: &MemPartition, slices: &[ClusteringSlice]) -> PartitionUpdate {
+        let p = match p {
+            MemPartition::Single(enc) => {
+                let row = decode_single(enc);
+                let keep = slices.is_empty()
+                    || slices
+                        .iter()
+                        .any(|s| s.contains(&self.cmp, &row.clustering));
+                return PartitionUpdate {
+                    rows: if keep { vec![row] } else { Vec::new() },
+                    ..Default::default()
+                };
+            }
+            MemPartition::General(g) => g,
+        };
         let rows = if slices.is_empty() {
             p.rows.iter().cloned().collect()
         } else {
@@ -366,7 +582,7 @@ impl Memtable {
         &'a self,
         start: Bound<&PartitionKey>,
         end: Bound<&PartitionKey>,
-    ) -> impl Iterator<Item = (&'a PartitionKey, &'a Box<MemPartition>)> + 'a {
+    ) -> impl Iterator<Item = (&'a PartitionKey, &'a MemPartition)> + 'a {
         let s = match start {
             Bound::Included(k) => Bound::Included(k.clone()),
             Bound::Excluded(k) => Bound::Excluded(k.clone()),
@@ -443,4 +659,144 @@ pub fn min_timestamp(u: &PartitionUpdate) -> i64 {
         m = m.min(rt.deletion.marked_for_delete_at);
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amphora_types::CqlType;
+    use amphora_types::data::LivenessInfo;
+    use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions};
+    use proptest::prelude::*;
+
+    /// pk blob, ck int DESC, s blob static, v blob, tags set<int>: ids 0..=4.
+    fn schema() -> Arc<TableSchema> {
+        let cd = |n: &str, ty, kind| ColumnDef {
+            name: n.into(),
+            ty,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Desc,
+        };
+        let set = CqlType::Set {
+            elem: Box::new(CqlType::Int),
+            frozen: false,
+        };
+        Arc::new(TableSchema::new(
+            TableId(7),
+            "ks",
+            "t",
+            vec![
+                cd("pk", CqlType::Blob, ColumnKind::PartitionKey),
+                cd("ck", CqlType::Int, ColumnKind::Clustering),
+                cd("s", CqlType::Blob, ColumnKind::Static),
+                cd("v", CqlType::Blob, ColumnKind::Regular),
+                cd("tags", set, ColumnKind::Regular),
+            ],
+            TableOptions::default(),
+        ))
+    }
+
+    fn int(v: i32) -> Bytes {
+        Bytes::copy_from_slice(&v.to_be_bytes())
+    }
+
+    fn cell() -> impl Strategy<Value = Cell> {
+        (0i64..6, 0u8..4, prop::collection::vec(any::<u8>(), 0..5)).prop_map(|(ts, kind, v)| {
+            match kind {
+                0 => Cell::tombstone(ts, 1_000),
+                1 => Cell::expiring(ts, 60, 1_000, Bytes::from(v)),
+                _ => Cell::live(ts, Bytes::from(v)),
+            }
+        })
+    }
+
+    fn row() -> impl Strategy<Value = Row> {
+        (
+            0i32..3,
+            prop::option::of(0i64..6),
+            prop::option::of(0i64..6),
+            prop::option::of(cell()),
+            prop::option::of((
+                prop::option::of(0i64..6),
+                prop::collection::vec((0i32..4, cell()), 0..4),
+            )),
+            any::<bool>(),
+        )
+            .prop_map(|(ck, marker, del, v, tags, reversed)| {
+                let mut cells = Vec::new();
+                if let Some(c) = v {
+                    cells.push((3, ColumnData::Simple(c)));
+                }
+                if let Some((d, elems)) = tags {
+                    cells.push((
+                        4,
+                        ColumnData::Complex {
+                            deletion: d.map(|t| DeletionTime::new(t, 1_000)),
+                            cells: elems.into_iter().map(|(e, c)| (int(e), c)).collect(),
+                        },
+                    ));
+                }
+                if reversed {
+                    // Writers need not send cells in canonical order.
+                    cells.reverse();
+                }
+                Row {
+                    clustering: Clustering(vec![int(ck)]),
+                    marker: marker.map(LivenessInfo::new),
+                    deletion: del.map(|t| DeletionTime::new(t, 1_000)),
+                    cells,
+                }
+            })
+    }
+
+    fn update() -> impl Strategy<Value = (u8, PartitionUpdate)> {
+        let one_row = row().prop_map(|r| PartitionUpdate {
+            rows: vec![r],
+            ..Default::default()
+        });
+        let other = (
+            prop::option::of(0i64..6),
+            prop::option::of(cell()),
+            prop::collection::vec(row(), 0..3),
+        )
+            .prop_map(|(pd, s, rows)| PartitionUpdate {
+                partition_deletion: pd.map(|t| DeletionTime::new(t, 1_000)),
+                static_row: s.map(|c| Row {
+                    clustering: Clustering::empty(),
+                    marker: None,
+                    deletion: None,
+                    cells: vec![(2, ColumnData::Simple(c))],
+                }),
+                rows,
+                range_tombstones: Vec::new(),
+            });
+        (0u8..3, prop_oneof![4 => one_row, 1 => other])
+    }
+
+    proptest! {
+        /// Single-row partitions kept encoded read back exactly as the general shape
+        /// does, through overwrites, clustering changes and every other kind of update.
+        #[test]
+        fn single_rows_match_general_shape(ups in prop::collection::vec(update(), 1..40)) {
+            let schema = schema();
+            let mut fast = Memtable::new(schema.clone());
+            let mut general = Memtable::new(schema);
+            general.single_rows = false;
+            for (k, u) in &ups {
+                let key = PartitionKey::new(Bytes::from(vec![*k]));
+                fast.apply(&key, u, None);
+                general.apply(&key, u, None);
+            }
+            prop_assert_eq!(fast.partitions.len(), general.partitions.len());
+            let slices = [ClusteringSlice {
+                start: amphora_types::data::ClusteringBound::inclusive(vec![int(1)]),
+                end: amphora_types::data::ClusteringBound::unbounded(),
+            }];
+            for (key, _) in general.range(Bound::Unbounded, Bound::Unbounded) {
+                prop_assert_eq!(fast.get(key, &[]), general.get(key, &[]));
+                prop_assert_eq!(fast.get(key, &slices), general.get(key, &slices));
+            }
+        }
+    }
 }

@@ -1709,22 +1709,33 @@ fn flush_memtable(
     let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     loop {
         batch.clear();
-        batch.extend(parts.by_ref().take(FLUSH_BATCH).map(|(k, p)| (k, &**p)));
+        batch.extend(parts.by_ref().take(FLUSH_BATCH));
         if batch.is_empty() {
             break;
         }
         warm_partitions(&batch);
         for &(k, p) in &batch {
-            rows.clear();
-            rows.extend(p.rows.iter());
-            let normalized;
-            let rts: &[amphora_types::data::RangeTombstone] = if p.range_tombstones.len() > 1 {
-                normalized = normalize_range_tombstones(&cmp, &p.range_tombstones, p.deletion);
-                &normalized
-            } else {
-                &p.range_tombstones
+            let appended = match p {
+                MemPartition::Single(enc) => {
+                    let row = MemPartition::single_row(enc);
+                    w.append_parts(k, None, None, &[&row], &[])
+                }
+                MemPartition::General(p) => {
+                    rows.clear();
+                    rows.extend(p.rows.iter());
+                    let normalized;
+                    let rts: &[amphora_types::data::RangeTombstone] =
+                        if p.range_tombstones.len() > 1 {
+                            normalized =
+                                normalize_range_tombstones(&cmp, &p.range_tombstones, p.deletion);
+                            &normalized
+                        } else {
+                            &p.range_tombstones
+                        };
+                    w.append_parts(k, p.deletion, p.static_row.as_ref(), &rows, rts)
+                }
             };
-            if let Err(e) = w.append_parts(k, p.deletion, p.static_row.as_ref(), &rows, rts) {
+            if let Err(e) = appended {
                 w.abort();
                 return Err(e);
             }
@@ -1739,22 +1750,29 @@ fn flush_memtable(
 const FLUSH_BATCH: usize = 32;
 
 /// Touches the memory the encoding of `batch` will read, one level of indirection at a
-/// time across the whole batch (partition, row vector, cell vector, values), so the
-/// cache misses of different partitions overlap instead of coming one after the other
+/// time across the whole batch (key, partition, first row, its cells), so the cache
+/// misses of different partitions overlap instead of coming one after the other
 /// (memtable partitions are scattered in insertion order, a flush reads them in ring
-/// order). Reads only; the results are discarded.
+/// order). Single-row partitions are one contiguous encoded run: its first line is
+/// touched. Reads only; the results are discarded.
 fn warm_partitions(batch: &[(&PartitionKey, &MemPartition)]) {
     use crate::memtable::MemRows;
     use std::hint::black_box;
     fn first_row(p: &MemPartition) -> Option<&Row> {
-        match &p.rows {
-            MemRows::Small(v) => v.first(),
-            MemRows::Large(_) => None,
+        match p {
+            MemPartition::General(g) => match &g.rows {
+                MemRows::Small(v) => v.first(),
+                MemRows::Large(_) => None,
+            },
+            MemPartition::Single(_) => None,
         }
     }
     for (k, p) in batch {
         black_box(k.key.first().copied());
-        black_box(p.rows.len());
+        match p {
+            MemPartition::Single(enc) => black_box(enc.first().copied()),
+            MemPartition::General(g) => black_box(Some(g.rows.len() as u8)),
+        };
     }
     for (_, p) in batch {
         black_box(first_row(p).map(|r| r.cells.len()));
