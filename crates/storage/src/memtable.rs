@@ -457,17 +457,17 @@ impl Memtable {
                 return false;
             }
             prev = Some(*id);
-            if let ColumnData::Complex { cells, .. } = d {
-                if cells.len() > 1 {
-                    let Some(col) = self.schema.column_by_id(*id) else {
-                        return false;
-                    };
-                    if !cells
-                        .windows(2)
-                        .all(|w| col.ty.compare_cell_path(&w[0].0, &w[1].0).is_lt())
-                    {
-                        return false;
-                    }
+            if let ColumnData::Complex { cells, .. } = d
+                && cells.len() > 1
+            {
+                let Some(col) = self.schema.column_by_id(*id) else {
+                    return false;
+                };
+                if !cells
+                    .windows(2)
+                    .all(|w| col.ty.compare_cell_path(&w[0].0, &w[1].0).is_lt())
+                {
+                    return false;
                 }
             }
         }
