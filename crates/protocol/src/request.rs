@@ -76,23 +76,72 @@ impl Startup {
 }
 
 /// `<query_parameters>` of QUERY and EXECUTE.
+///
+/// PERF-CRITICAL: kept small (it is moved with every request); the parameters that need
+/// an allocation and are rarely sent live in [`ExtraParameters`], boxed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueryParameters {
     pub consistency: Consistency,
+    pub serial_consistency: Option<Consistency>,
+    pub skip_metadata: bool,
     /// The raw flags (a byte before v5, an int in v5).
     pub flags: u32,
-    pub values: Values,
-    /// Value names, when flag 0x40 is set (same length as `values`).
-    pub names: Option<Vec<String>>,
-    pub skip_metadata: bool,
     pub page_size: Option<i32>,
-    pub paging_state: Option<Bytes>,
-    pub serial_consistency: Option<Consistency>,
-    pub default_timestamp: Option<i64>,
-    /// v5 only.
-    pub keyspace: Option<String>,
     /// v5 only.
     pub now_in_seconds: Option<i32>,
+    pub default_timestamp: Option<i64>,
+    pub values: Values,
+    /// Value names, paging state and keyspace: `None` unless one of them was sent.
+    pub extra: Option<Box<ExtraParameters>>,
+}
+
+/// The rarely sent `<query_parameters>` that own heap data.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExtraParameters {
+    /// Value names, when flag 0x40 is set (same length as `values`).
+    pub names: Option<Vec<String>>,
+    pub paging_state: Option<Bytes>,
+    /// v5 only.
+    pub keyspace: Option<String>,
+}
+
+impl ExtraParameters {
+    /// Boxed, or `None` when nothing is set (the form the decoder produces).
+    pub fn boxed(
+        names: Option<Vec<String>>,
+        paging_state: Option<Bytes>,
+        keyspace: Option<String>,
+    ) -> Option<Box<Self>> {
+        if names.is_none() && paging_state.is_none() && keyspace.is_none() {
+            return None;
+        }
+        Some(Box::new(Self {
+            names,
+            paging_state,
+            keyspace,
+        }))
+    }
+}
+
+impl QueryParameters {
+    /// Value names (flag 0x40).
+    pub fn names(&self) -> Option<&[String]> {
+        self.extra.as_ref()?.names.as_deref()
+    }
+
+    pub fn paging_state(&self) -> Option<&Bytes> {
+        self.extra.as_ref()?.paging_state.as_ref()
+    }
+
+    /// The v5 keyspace parameter.
+    pub fn keyspace(&self) -> Option<&str> {
+        self.extra.as_ref()?.keyspace.as_deref()
+    }
+
+    /// Takes the rarely sent parameters out (all `None` when none was sent).
+    pub fn take_extra(&mut self) -> ExtraParameters {
+        self.extra.take().map(|e| *e).unwrap_or_default()
+    }
 }
 
 impl Default for QueryParameters {
@@ -100,16 +149,14 @@ impl Default for QueryParameters {
     fn default() -> Self {
         Self {
             consistency: Consistency::One,
-            flags: 0,
-            values: Values::default(),
-            names: None,
-            skip_metadata: false,
-            page_size: None,
-            paging_state: None,
             serial_consistency: None,
-            default_timestamp: None,
-            keyspace: None,
+            skip_metadata: false,
+            flags: 0,
+            page_size: None,
             now_in_seconds: None,
+            default_timestamp: None,
+            values: Values::default(),
+            extra: None,
         }
     }
 }
@@ -348,21 +395,24 @@ fn read_query_parameters(
     let consistency = read_consistency(r)?;
     let flags = read_flags(r, version)?;
     let allow_unset = version >= ProtocolVersion::V4;
-    let mut values = Values::default();
     let mut names = None;
-    if flags & VALUES != 0 {
+    // Assigned once: overwriting a default `Values` would drop it (a vtable call).
+    let values = if flags & VALUES != 0 {
         let n = r.read_u16()? as usize;
         if flags & NAMES_FOR_VALUES != 0 {
             let mut ns = Vec::with_capacity(n.min(r.remaining() / 6));
-            values = read_values(r, n, allow_unset, |r| {
+            let values = read_values(r, n, allow_unset, |r| {
                 ns.push(r.read_string()?);
                 Ok(())
             })?;
             names = Some(ns);
+            values
         } else {
-            values = read_values(r, n, allow_unset, |_| Ok(()))?;
+            read_values(r, n, allow_unset, |_| Ok(()))?
         }
-    }
+    } else {
+        Values::default()
+    };
     let page_size = if flags & PAGE_SIZE != 0 {
         Some(r.read_i32()?)
     } else {
@@ -396,16 +446,14 @@ fn read_query_parameters(
     };
     Ok(QueryParameters {
         consistency,
-        flags,
-        values,
-        names,
-        skip_metadata: flags & SKIP_METADATA != 0,
-        page_size,
-        paging_state,
         serial_consistency,
-        default_timestamp,
-        keyspace,
+        skip_metadata: flags & SKIP_METADATA != 0,
+        flags,
+        page_size,
         now_in_seconds,
+        default_timestamp,
+        values,
+        extra: ExtraParameters::boxed(names, paging_state, keyspace),
     })
 }
 
@@ -510,10 +558,10 @@ mod tests {
     fn params_flags(p: &QueryParameters) -> u32 {
         use query_flags::*;
         let mut f = 0;
-        if !p.values.is_empty() || p.names.is_some() {
+        if !p.values.is_empty() || p.names().is_some() {
             f |= VALUES;
         }
-        if p.names.is_some() {
+        if p.names().is_some() {
             f |= NAMES_FOR_VALUES;
         }
         if p.skip_metadata {
@@ -522,7 +570,7 @@ mod tests {
         if p.page_size.is_some() {
             f |= PAGE_SIZE;
         }
-        if p.paging_state.is_some() {
+        if p.paging_state().is_some() {
             f |= PAGING_STATE;
         }
         if p.serial_consistency.is_some() {
@@ -531,7 +579,7 @@ mod tests {
         if p.default_timestamp.is_some() {
             f |= DEFAULT_TIMESTAMP;
         }
-        if p.keyspace.is_some() {
+        if p.keyspace().is_some() {
             f |= KEYSPACE;
         }
         if p.now_in_seconds.is_some() {
@@ -546,7 +594,7 @@ mod tests {
         if p.flags & query_flags::VALUES != 0 {
             b.put_u16(p.values.len() as u16);
             for (i, val) in p.values.iter().enumerate() {
-                if let Some(names) = &p.names {
+                if let Some(names) = p.names() {
                     put_string(b, &names[i]);
                 }
                 put_value(b, val);
@@ -555,7 +603,7 @@ mod tests {
         if let Some(n) = p.page_size {
             b.put_i32(n);
         }
-        if let Some(ps) = &p.paging_state {
+        if let Some(ps) = p.paging_state() {
             b.put_i32(ps.len() as i32);
             b.put_slice(ps);
         }
@@ -565,7 +613,7 @@ mod tests {
         if let Some(t) = p.default_timestamp {
             b.put_i64(t);
         }
-        if let Some(ks) = &p.keyspace {
+        if let Some(ks) = p.keyspace() {
             put_string(b, ks);
         }
         if let Some(n) = p.now_in_seconds {
@@ -668,16 +716,18 @@ mod tests {
                         named.then(|| (0..values.len()).map(|i| format!("v{i}é")).collect());
                     let mut p = QueryParameters {
                         consistency: cl,
-                        flags: 0,
-                        values: Values::from_values(&values),
-                        names,
-                        skip_metadata: skip,
-                        page_size: ps,
-                        paging_state: state.map(Bytes::from),
                         serial_consistency: serial,
-                        default_timestamp: ts,
-                        keyspace: ks.filter(|_| v5),
+                        skip_metadata: skip,
+                        flags: 0,
+                        page_size: ps,
                         now_in_seconds: now.filter(|_| v5),
+                        default_timestamp: ts,
+                        values: Values::from_values(&values),
+                        extra: ExtraParameters::boxed(
+                            names,
+                            state.map(Bytes::from),
+                            ks.filter(|_| v5),
+                        ),
                     };
                     p.flags = params_flags(&p);
                     p
@@ -838,6 +888,15 @@ mod tests {
             let opts = DecodeOptions { compression: Some(Compression::Lz4), ..DecodeOptions::default() };
             let _ = decode_request(&env(v, flags, op, BytesMut::from(&body[..])), &opts);
         }
+    }
+
+    #[test]
+    fn requests_stay_small() {
+        // Every request is moved a few times between decoding and the coordinator; the rare
+        // parameters are boxed so the common EXECUTE stays this small.
+        let size = std::mem::size_of::<Request>();
+        assert!(size <= 240, "Request is {size} bytes");
+        assert!(std::mem::size_of::<QueryParameters>() <= 152);
     }
 
     #[test]

@@ -295,17 +295,18 @@ pub fn bound_value(v: Value) -> BoundValue {
 }
 
 /// QUERY / EXECUTE parameters as the coordinator takes them.
-pub fn query_options(p: QueryParameters) -> QueryOptions {
+pub fn query_options(mut p: QueryParameters) -> QueryOptions {
+    let extra = p.take_extra();
     QueryOptions {
         consistency: p.consistency.as_u16(),
         values: p.values.owned().map(bound_value).collect(),
-        names: p.names,
+        names: extra.names,
         skip_metadata: p.skip_metadata,
         page_size: p.page_size,
-        paging_state: p.paging_state,
+        paging_state: extra.paging_state,
         serial_consistency: p.serial_consistency.map(|c| c.as_u16()),
         timestamp: p.default_timestamp,
-        keyspace: p.keyspace,
+        keyspace: extra.keyspace,
         now_in_seconds: p.now_in_seconds,
     }
 }
