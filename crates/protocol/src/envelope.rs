@@ -273,11 +273,19 @@ pub fn begin_envelope(
 ) -> usize {
     let start = buf.len();
     buf.reserve(HEADER_LEN + 64);
-    buf.put_u8(version.as_u8() | 0x80);
-    buf.put_u8(flags.0);
-    buf.put_i16(stream);
-    buf.put_u8(opcode as u8);
-    buf.put_i32(0);
+    let [s0, s1] = stream.to_be_bytes();
+    // One append instead of five (each checks the capacity).
+    buf.put_slice(&[
+        version.as_u8() | 0x80,
+        flags.0,
+        s0,
+        s1,
+        opcode as u8,
+        0,
+        0,
+        0,
+        0,
+    ]);
     start
 }
 

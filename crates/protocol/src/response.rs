@@ -943,8 +943,8 @@ impl<'a> RowsMetadata<'a> {
         if self.new_metadata_id.is_some() {
             flags |= rows_flags::METADATA_CHANGED;
         }
-        buf.put_i32(flags);
-        buf.put_i32(column_count(self.column_count())?);
+        let count = column_count(self.column_count())?;
+        buf.put_u64(two_ints(flags, count));
         if let Some(ps) = self.paging_state {
             write_bytes(buf, Some(ps))?;
         }
@@ -959,6 +959,12 @@ impl<'a> RowsMetadata<'a> {
         }
         Ok(())
     }
+}
+
+/// Two `[int]`s as one big-endian u64, to append them with one capacity check.
+#[inline]
+fn two_ints(a: i32, b: i32) -> u64 {
+    (u64::from(a as u32) << 32) | u64::from(b as u32)
 }
 
 fn column_count(n: usize) -> Result<i32, EncodeError> {
