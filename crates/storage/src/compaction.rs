@@ -13,7 +13,7 @@ use amphora_types::data::{
 use amphora_types::schema::TableSchema;
 
 use crate::error::{Result, StorageError};
-use crate::sstable::{SSTableReader, SSTableWriter, Scanner};
+use crate::sstable::{RawSource, SSTableReader, SSTableWriter, Scanner};
 
 /// What a chooser sees of one SSTable.
 #[derive(Debug, Clone, PartialEq)]
@@ -863,6 +863,7 @@ fn compact_into(
     for s in inputs {
         scanners.push(s.scan_from(i64::MIN, None, false)?);
     }
+    let raw_sources: Vec<RawSource<'_>> = inputs.iter().map(|s| RawSource::of(&s.stats)).collect();
     let upper = inputs
         .iter()
         .map(|s| s.stats.commitlog_upper_bound)
@@ -898,10 +899,10 @@ fn compact_into(
         // Fast path: one source, and nothing in that SSTable can expire or be purged:
         // copy the serialized partition as is, straight from the source's chunk.
         if let ([only], None) = (&holders[..], &hook) {
-            let sst = scanners[*only].sstable();
-            let st = &sst.stats;
+            let st = &scanners[*only].sstable().stats;
             if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
-                scanners[*only].next_raw_with(|k, bytes| w.append_raw(k, bytes, st))?;
+                let src = &raw_sources[*only];
+                scanners[*only].next_raw_with(|k, bytes| w.append_raw(k, bytes, src))?;
                 split_if_full(&mut writer, &mut outputs, job, upper, txn)?;
                 continue;
             }

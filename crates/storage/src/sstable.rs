@@ -391,6 +391,32 @@ fn create(path: &Path) -> Result<File> {
         .map_err(|e| StorageError::io(path, e))
 }
 
+/// A source SSTable of [`SSTableWriter::append_raw`]: what each partition copied from it
+/// adds to the output's statistics, derived once per compaction (not per partition).
+pub struct RawSource<'a> {
+    stats: &'a Stats,
+    rows_per_partition: u64,
+    /// The cell count of a copied partition is not decoded: it is counted in the source's
+    /// median bucket (None when the source has no cell histogram).
+    cell_bucket: Option<usize>,
+}
+
+impl<'a> RawSource<'a> {
+    pub fn of(stats: &'a Stats) -> Self {
+        let half = stats.cell_count_histogram.iter().sum::<u64>().div_ceil(2);
+        let mut seen = 0;
+        let cell_bucket = stats.cell_count_histogram.iter().position(|n| {
+            seen += n;
+            half > 0 && seen >= half
+        });
+        RawSource {
+            stats,
+            rows_per_partition: stats.rows.checked_div(stats.partitions).unwrap_or(0),
+            cell_bucket,
+        }
+    }
+}
+
 /// Writes one SSTable; partitions must be appended in ring order.
 pub struct SSTableWriter {
     dir: PathBuf,
@@ -513,8 +539,14 @@ impl SSTableWriter {
     /// Appends a partition's serialized bytes copied from another SSTable, merging that
     /// SSTable's statistics conservatively (used by compaction for partitions that need
     /// no merge and no purge).
-    pub fn append_raw(&mut self, key: &PartitionKey, bytes: &[u8], src: &Stats) -> Result<()> {
+    pub fn append_raw(
+        &mut self,
+        key: &PartitionKey,
+        bytes: &[u8],
+        src: &RawSource<'_>,
+    ) -> Result<()> {
         self.push_partition(key, bytes)?;
+        let (rows, cell_bucket, src) = (src.rows_per_partition, src.cell_bucket, src.stats);
         let s = &mut self.stats;
         s.partitions += 1;
         s.min_token = s.min_token.min(key.token);
@@ -523,16 +555,9 @@ impl SSTableWriter {
         s.max_timestamp = s.max_timestamp.max(src.max_timestamp);
         let len = bytes.len() as u64;
         s.partition_size_histogram[histogram_bucket(len)] += 1;
-        s.rows += src.rows.checked_div(src.partitions).unwrap_or(0);
+        s.rows += rows;
         s.has_non_expiring_data |= src.has_non_expiring_data;
-        // The cell count of a copied partition is not decoded: count it in the source's
-        // median bucket.
-        let half = src.cell_count_histogram.iter().sum::<u64>().div_ceil(2);
-        let mut seen = 0;
-        if let Some(b) = src.cell_count_histogram.iter().position(|n| {
-            seen += n;
-            half > 0 && seen >= half
-        }) {
+        if let Some(b) = cell_bucket {
             s.cell_count_histogram[b] += 1;
         }
         if !src.min_clustering.is_empty()
@@ -1417,27 +1442,10 @@ impl SSTableReader {
         exclusive: bool,
     ) -> Result<Scanner<'_>> {
         let start_block = self.block_for(token, key).unwrap_or(0);
-        let mut s = Scanner {
-            sst: self,
-            block: start_block,
-            entries: Vec::new(),
-            pos: 0,
-            chunk: None,
-            chunk_data: Vec::new(),
-            chunk_raw: Vec::new(),
-            scratch: Vec::new(),
-        };
+        let mut s = Scanner::new(self, start_block);
         s.load_block()?;
         // Skip entries before the start.
-        loop {
-            let Some((k, _)) = s.entries.get(s.pos) else {
-                if s.block + 1 >= self.summary.len() {
-                    break;
-                }
-                s.block += 1;
-                s.load_block()?;
-                continue;
-            };
+        while let Some(k) = s.peek_key()? {
             let before = match key {
                 Some(kk) => {
                     let c = (k.token, &k.key).cmp(&(token, kk));
@@ -1445,11 +1453,10 @@ impl SSTableReader {
                 }
                 None => k.token < token || (exclusive && k.token == token),
             };
-            if before {
-                s.pos += 1;
-            } else {
+            if !before {
                 break;
             }
+            s.skip();
         }
         Ok(s)
     }
@@ -1554,11 +1561,20 @@ fn search_index_table(t: &[u8], key: &PartitionKey) -> Option<IndexEntry> {
 }
 
 /// Sequential reader over partitions in ring order.
+///
+/// Index entries are parsed one at a time from the current (verified) index block, so a
+/// scan allocates nothing per partition (PERF-CRITICAL: compaction reads every entry).
 pub struct Scanner<'a> {
     sst: &'a SSTableReader,
     block: usize,
-    entries: Vec<(PartitionKey, IndexEntry)>,
-    pos: usize,
+    /// The current index block's body (verified, without its CRC), its offset in Index.db,
+    /// where its next unparsed entry starts and how many entries are left in it.
+    block_body: Bytes,
+    block_offset: u64,
+    next_at: usize,
+    left: u32,
+    /// The entry [`peek_key`](Self::peek_key) loaded and nothing has consumed yet.
+    current: Option<(PartitionKey, IndexEntry)>,
     /// The chunk [`next_raw_with`](Self::next_raw_with) reads from (its index and its
     /// uncompressed bytes), and the buffer its stored bytes are read into.
     chunk: Option<usize>,
@@ -1569,32 +1585,98 @@ pub struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    fn new(sst: &'a SSTableReader, block: usize) -> Self {
+        Scanner {
+            sst,
+            block,
+            block_body: Bytes::new(),
+            block_offset: 0,
+            next_at: 0,
+            left: 0,
+            current: None,
+            chunk: None,
+            chunk_data: Vec::new(),
+            chunk_raw: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
     fn load_block(&mut self) -> Result<()> {
-        self.entries = self.sst.index_block(self.block)?;
-        self.pos = 0;
+        self.current = None;
+        self.left = 0;
+        let Some((body, offset)) = self.sst.index_block_bytes(self.block)? else {
+            return Ok(());
+        };
+        let n = body
+            .get(0..4)
+            .and_then(|x| x.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| {
+                StorageError::corrupt(&self.sst.index_path, offset, "malformed index entry")
+            })?;
+        self.block_body = body;
+        self.block_offset = offset;
+        self.next_at = 4;
+        self.left = n;
         Ok(())
+    }
+
+    /// Parses the next entry of the current block (one is left).
+    fn parse_entry(&mut self) -> Result<(PartitionKey, IndexEntry)> {
+        let body = &self.block_body;
+        let mut pos = self.next_at;
+        let bad = |at: usize| {
+            StorageError::corrupt(
+                &self.sst.index_path,
+                self.block_offset + at as u64,
+                "malformed index entry",
+            )
+        };
+        let token = i64::from_le_bytes(
+            body.get(pos..pos + 8)
+                .and_then(|x| x.try_into().ok())
+                .ok_or_else(|| bad(pos))?,
+        );
+        pos += 8;
+        let klen = read_var(body, &mut pos).ok_or_else(|| bad(pos))? as usize;
+        let kend = pos.checked_add(klen).filter(|&e| e <= body.len());
+        let Some(kend) = kend else {
+            return Err(bad(pos));
+        };
+        let key = body.slice(pos..kend);
+        pos = kend;
+        let position = read_var(body, &mut pos).ok_or_else(|| bad(pos))?;
+        let len = read_var(body, &mut pos).ok_or_else(|| bad(pos))?;
+        self.next_at = pos;
+        self.left -= 1;
+        Ok((PartitionKey { token, key }, IndexEntry { position, len }))
     }
 
     /// The key of the next partition without reading it.
     pub fn peek_key(&mut self) -> Result<Option<&PartitionKey>> {
-        while self.pos >= self.entries.len() {
-            if self.block + 1 >= self.sst.summary.len() {
+        while self.current.is_none() {
+            if self.left > 0 {
+                self.current = Some(self.parse_entry()?);
+            } else if self.block + 1 >= self.sst.summary.len() {
                 return Ok(None);
+            } else {
+                self.block += 1;
+                self.load_block()?;
             }
-            self.block += 1;
-            self.load_block()?;
         }
-        Ok(self.entries.get(self.pos).map(|e| &e.0))
+        Ok(self.current.as_ref().map(|e| &e.0))
+    }
+
+    /// Consumes the next index entry.
+    fn take_entry(&mut self) -> Result<Option<(PartitionKey, IndexEntry)>> {
+        self.peek_key()?;
+        Ok(self.current.take())
     }
 
     pub fn next_partition(&mut self) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
-        if self.peek_key()?.is_none() {
-            return Ok(None);
-        }
-        let Some((k, e)) = self.entries.get(self.pos).cloned() else {
+        let Some((k, e)) = self.take_entry()? else {
             return Ok(None);
         };
-        self.pos += 1;
         let (k2, u) = self.sst.read_partition_at(e)?;
         if k2 != k {
             return Err(StorageError::corrupt(
@@ -1608,19 +1690,15 @@ impl<'a> Scanner<'a> {
 
     /// The next partition's serialized bytes, undecoded.
     pub fn next_raw(&mut self) -> Result<Option<(PartitionKey, Bytes)>> {
-        if self.peek_key()?.is_none() {
-            return Ok(None);
-        }
-        let Some((k, e)) = self.entries.get(self.pos).cloned() else {
+        let Some((k, e)) = self.take_entry()? else {
             return Ok(None);
         };
-        self.pos += 1;
         Ok(Some((k, self.sst.read_range(e.position, e.len, None)?)))
     }
 
     /// The key [`peek_key`](Self::peek_key) last returned, without loading anything.
     pub fn current_key(&self) -> Option<&PartitionKey> {
-        self.entries.get(self.pos).map(|e| &e.0)
+        self.current.as_ref().map(|e| &e.0)
     }
 
     /// Passes the next partition's key and serialized bytes, undecoded and borrowed from
@@ -1629,13 +1707,9 @@ impl<'a> Scanner<'a> {
         &mut self,
         f: impl FnOnce(&PartitionKey, &[u8]) -> Result<()>,
     ) -> Result<bool> {
-        if self.peek_key()?.is_none() {
-            return Ok(false);
-        }
-        let Some((k, e)) = self.entries.get(self.pos) else {
+        let Some((k, e)) = self.take_entry()? else {
             return Ok(false);
         };
-        self.pos += 1;
         let sst = self.sst;
         let (pos, len) = (e.position, e.len);
         if pos
@@ -1666,11 +1740,11 @@ impl<'a> Scanner<'a> {
                 .get(s..e)
                 .ok_or_else(|| StorageError::corrupt(&sst.data_path, pos, "short chunk"))?;
             if first == last {
-                return f(k, part).map(|()| true);
+                return f(&k, part).map(|()| true);
             }
             self.scratch.extend_from_slice(part);
         }
-        f(k, &self.scratch).map(|()| true)
+        f(&k, &self.scratch).map(|()| true)
     }
 
     /// The SSTable being scanned.
@@ -1678,7 +1752,8 @@ impl<'a> Scanner<'a> {
         self.sst
     }
 
+    /// Drops the entry [`peek_key`](Self::peek_key) loaded (nothing if none is loaded).
     pub fn skip(&mut self) {
-        self.pos += 1;
+        self.current = None;
     }
 }
