@@ -254,6 +254,19 @@ struct Inner {
     rewrite_jobs: HashSet<u64>,
 }
 
+/// Whether the active memtables are over their share of the budget, and whether the
+/// commitlog is over its total space (either starts a flush).
+#[inline]
+fn flush_thresholds(inner: &Inner, log: &Commitlog) -> (bool, bool) {
+    // Active memtables may use half the budget; the other half absorbs writes while they
+    // are flushed.
+    (
+        inner.memtable_total.saturating_sub(inner.flushing_total)
+            > inner.cfg.memtable_budget_bytes / 2,
+        log.total_bytes() > inner.cfg.commitlog_total_space_bytes,
+    )
+}
+
 /// One shard's storage engine.
 #[derive(Clone)]
 pub struct ShardStorage {
@@ -569,29 +582,38 @@ impl ShardStorage {
     /// Appends to the commitlog and memtable. The returned ack resolves when the write is
     /// durable per the sync mode; it borrows nothing.
     pub fn apply(&self, m: &Mutation) -> Result<WriteAck> {
-        self.poll_background();
-        let (start, end) = {
+        // PERF-CRITICAL: one table lookup, no allocation; the flush checks are two
+        // comparisons unless a threshold is crossed.
+        let results_pending = self
+            .inner
+            .borrow()
+            .results_pending
+            .load(AtomicOrdering::Acquire);
+        if results_pending > 0 {
+            self.poll_background();
+        }
+        let (end, flush_needed) = {
             let mut inner = self.inner.borrow_mut();
+            let inner = &mut *inner;
             if inner.closed {
                 return Err(StorageError::ShutDown);
             }
-            if !inner.tables.contains_key(&m.table) {
-                return Err(StorageError::UnknownTable(m.table));
-            }
-            let (start, end) = self.log.borrow_mut().append(m)?;
-            let inner = &mut *inner;
             let Some(t) = inner.tables.get_mut(&m.table) else {
                 return Err(StorageError::UnknownTable(m.table));
             };
+            let mut log = self.log.borrow_mut();
+            let (start, end) = log.append(m)?;
             let before = t.memtable.size_bytes;
             t.memtable.apply(&m.key, &m.update, Some(start));
             inner.memtable_total += t.memtable.size_bytes - before;
             inner.metrics.writes += 1;
             inner.compaction_share.note_foreground();
-            (start, end)
+            let (over_mem, over_log) = flush_thresholds(inner, &log);
+            (end, over_mem || over_log)
         };
-        let _ = start;
-        self.maybe_flush_for_memory();
+        if flush_needed {
+            self.maybe_flush_for_memory();
+        }
         Ok(WriteAck::new(self.log.clone(), end))
     }
 
@@ -769,17 +791,7 @@ impl ShardStorage {
     }
 
     fn maybe_flush_for_memory(&self) {
-        let (over_mem, over_log) = {
-            let inner = self.inner.borrow();
-            let log = self.log.borrow();
-            // Active memtables may use half the budget; the other half absorbs writes while
-            // they are flushed.
-            (
-                inner.memtable_total.saturating_sub(inner.flushing_total)
-                    > inner.cfg.memtable_budget_bytes / 2,
-                log.total_bytes() > inner.cfg.commitlog_total_space_bytes,
-            )
-        };
+        let (over_mem, over_log) = flush_thresholds(&self.inner.borrow(), &self.log.borrow());
         if over_mem {
             // Flush the largest memtable.
             let largest = {
