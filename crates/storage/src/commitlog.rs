@@ -334,7 +334,8 @@ enum SyncMsg {
         file: Arc<File>,
         up_to: LogPosition,
     },
-    /// The active segment changed (for periodic syncs).
+    /// The active segment changed (for periodic syncs); its directory entry is not
+    /// synced yet.
     Active {
         file: Arc<File>,
     },
@@ -385,16 +386,17 @@ impl Commitlog {
         shard: u32,
     ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
-        let active = create_segment(dir, after_id + 1)?;
+        let active = create_segment(dir, after_id + 1, true)?;
         let (sync_tx, sync_rx) = mpsc::channel();
         let (durable_tx, durable_rx) = watch::channel(Durable {
             pos: log_position(active.id, SEGMENT_HEADER_BYTES),
             error: None,
         });
         let first = active.file.clone();
+        let sync_dir = dir.to_path_buf();
         let sync_thread = std::thread::Builder::new()
             .name(format!("commitlog-sync-{shard}"))
-            .spawn(move || sync_loop(mode, sync_rx, durable_tx, first))
+            .spawn(move || sync_loop(mode, &sync_dir, sync_rx, durable_tx, first))
             .map_err(|e| StorageError::io(dir, e))?;
         Ok(Commitlog {
             dir: dir.to_path_buf(),
@@ -507,7 +509,7 @@ impl Commitlog {
 
     fn rotate(&mut self) -> Result<()> {
         self.write_buffered()?;
-        let next = create_segment(&self.dir, self.active.id + 1)?;
+        let next = create_segment(&self.dir, self.active.id + 1, false)?;
         let old = std::mem::replace(&mut self.active, next);
         let end = log_position(old.id, old.written);
         let _ = self.sync_tx.send(SyncMsg::Sync {
@@ -614,7 +616,10 @@ impl Drop for Commitlog {
     }
 }
 
-fn create_segment(dir: &Path, id: u64) -> Result<Segment> {
+/// Creates segment `id`. `sync_dir`: sync the directory entry now (at open); at rotation
+/// the sync thread does it (told by `SyncMsg::Active`) before it reports any entry of the
+/// new segment durable, so the shard thread never waits for a directory fsync.
+fn create_segment(dir: &Path, id: u64, sync_dir: bool) -> Result<Segment> {
     let path = dir.join(segment_file_name(id));
     let file = OpenOptions::new()
         .create(true)
@@ -626,7 +631,7 @@ fn create_segment(dir: &Path, id: u64) -> Result<Segment> {
     file.write_all_at(&segment_header(id), 0)
         .map_err(|e| StorageError::io(&path, e))?;
     // The new file's directory entry must survive a crash for replay to find it.
-    if let Ok(d) = File::open(dir) {
+    if sync_dir && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(Segment {
@@ -637,20 +642,30 @@ fn create_segment(dir: &Path, id: u64) -> Result<Segment> {
     })
 }
 
+/// Syncs the commitlog directory (a segment was created since the last time).
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 fn sync_loop(
     mode: SyncMode,
+    dir: &Path,
     rx: mpsc::Receiver<SyncMsg>,
     durable: watch::Sender<Durable>,
     first: Arc<File>,
 ) {
     let mut active = first;
     let mut best: LogPosition = 0;
+    let mut dir_dirty = false;
     loop {
         let msg = match mode {
             SyncMode::Periodic { period_ms } => {
                 match rx.recv_timeout(Duration::from_millis(period_ms.max(1))) {
                     Ok(m) => Some(m),
                     Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if dir_dirty {
+                            dir_dirty = sync_dir(dir).is_err();
+                        }
                         let _ = active.sync_data();
                         continue;
                     }
@@ -674,7 +689,10 @@ fn sync_loop(
                 }
                 *best = (*best).max(up_to);
             }
-            SyncMsg::Active { file } => *active = file,
+            SyncMsg::Active { file } => {
+                *active = file;
+                dir_dirty = true;
+            }
             SyncMsg::Stop => stop = true,
         };
         if let Some(m) = msg {
@@ -690,6 +708,12 @@ fn sync_loop(
             handle(m, &mut files, &mut active, &mut best);
         }
         let mut error = None;
+        if dir_dirty {
+            match sync_dir(dir) {
+                Ok(()) => dir_dirty = false,
+                Err(e) => error = Some(format!("fsync of {} failed: {e}", dir.display())),
+            }
+        }
         for f in &files {
             if let Err(e) = f.sync_data() {
                 error = Some(format!("fdatasync failed: {e}"));
