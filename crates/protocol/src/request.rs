@@ -272,13 +272,14 @@ pub fn decode_request_owned(env: Envelope, opts: &DecodeOptions) -> Result<Reque
     } else {
         None
     };
-    let mut message = read_message(env.opcode, env.version, &mut r, opts)?;
-    // The body's one reference moves into the bound values.
-    attach_body(&mut message, r.into_body());
-    Ok(Request {
+    // Built in place and patched: moving the message into a `Request` afterwards would copy it.
+    let mut request = Request {
         custom_payload,
-        message,
-    })
+        message: read_message(env.opcode, env.version, &mut r, opts)?,
+    };
+    // The body's one reference moves into the bound values.
+    attach_body(&mut request.message, r.into_body());
+    Ok(request)
 }
 
 /// Gives the bound values of `message` the body their positions refer to.
