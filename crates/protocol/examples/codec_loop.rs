@@ -1,6 +1,9 @@
 //! The codec benchmark's decode + encode loop without criterion, for instruction counts:
 //! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='codec_loop::step'
 //! target/release/examples/codec_loop 10000` (instructions per request = total / N).
+//! With a second argument `read-loop`, each frame is appended to one long-lived read buffer
+//! before its step (as the server's read loop does; the append is outside `step`) instead
+//! of each request having a fresh buffer of its own.
 
 use std::hint::black_box;
 
@@ -86,10 +89,18 @@ fn main() {
         return;
     };
     let mut out = BytesMut::with_capacity(4096);
-    let mut inputs: Vec<BytesMut> = (0..n).map(|_| frame.clone()).collect();
     let mut total = 0;
-    for input in &mut inputs {
-        total += step(input, &opts, &mut out, &enc);
+    if std::env::args().nth(2).as_deref() == Some("read-loop") {
+        let mut rbuf = BytesMut::with_capacity(64 * 1024);
+        for _ in 0..n {
+            rbuf.extend_from_slice(&frame);
+            total += step(&mut rbuf, &opts, &mut out, &enc);
+        }
+    } else {
+        let mut inputs: Vec<BytesMut> = (0..n).map(|_| frame.clone()).collect();
+        for input in &mut inputs {
+            total += step(input, &opts, &mut out, &enc);
+        }
     }
     black_box(total);
 }
