@@ -431,11 +431,14 @@ pub(crate) fn read_single<'a>(
                 row_cache.insert(t.table, key, full).0
             }
         };
-        if acc.is_none()
-            && let Some(r) = read_cached(t.cmp, &entry, key, cmd, sstables_read)
-        {
-            return Ok(r);
-        }
+        let entry = if acc.is_none() {
+            match read_cached(t.cmp, entry, key, cmd, sstables_read) {
+                Ok(r) => return Ok(r),
+                Err(entry) => entry,
+            }
+        } else {
+            entry
+        };
         let part = slice_of(&entry.data, &cmd.slices, t.cmp);
         if !part.is_empty() {
             // Entries are canonical, and so is what merging produces.
@@ -489,28 +492,31 @@ fn result_of(
 /// A read answered by a row cache entry alone (no memtable holds the partition) whose rows
 /// are already their live view: one run of them, shared with the cache (no copy of rows,
 /// cells or values). None if the read needs its own copy (a column filter, reversed order,
-/// rows not in their live form at `now`, disjoint slices): it is read the general way.
+/// rows not in their live form at `now`, disjoint slices): it is read the general way, and
+/// the entry is given back (`Err`).
 fn read_cached(
     cmp: &ClusteringComparator,
-    entry: &CachedPartition,
+    entry: Arc<CachedPartition>,
     key: &PartitionKey,
     cmd: &ReadCommand,
     sstables_read: u32,
-) -> Option<ReadResult> {
+) -> std::result::Result<ReadResult, Arc<CachedPartition>> {
     if cmd.columns.is_some() || cmd.reversed || !entry.rows_live_at(cmd.now_seconds) {
-        return None;
+        return Err(entry);
     }
     let mut result = ReadResult {
         sstables_read,
         exhausted: true,
         ..Default::default()
     };
-    let u = &*entry.data;
-    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp)?;
+    let u = &entry.data;
+    let Some((mut from, to)) = one_run(&u.rows, &cmd.slices, cmp) else {
+        return Err(entry);
+    };
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
             Some(c) => Some(c),
-            None => return Some(result),
+            None => return Ok(result),
         },
         _ => None,
     };
@@ -536,7 +542,7 @@ fn read_cached(
             Some(s) if after.is_none() && !has_clustering_restriction(cmd) => {
                 if remaining == 0 {
                     result.exhausted = false;
-                    return Some(result);
+                    return Ok(result);
                 }
                 remaining -= 1;
                 result.partitions.push(PartitionData {
@@ -550,19 +556,20 @@ fn read_cached(
         }
         result.rows_counted = limit(cmd.row_limit) - remaining;
         result.exhausted = !cut;
-        return Some(result);
+        return Ok(result);
     }
-    let rows = Rows::shared(entry.data.clone(), from..from + take as usize)?;
+    let partition_deletion = u.partition_deletion;
+    let rows = Rows::shared(entry, from..from + take as usize)?;
     result.rows_counted = take;
     result.exhausted = !cut;
     // Allocated at its size (a push would grow an empty vector).
     result.partitions = vec![PartitionData {
         key: key.clone(),
-        partition_deletion: u.partition_deletion,
+        partition_deletion,
         static_row,
         rows,
     }];
-    Some(result)
+    Ok(result)
 }
 
 /// The rows of `rows` within `slices` (empty = all) as one run `from..to`; None if they
@@ -888,7 +895,7 @@ mod tests {
                     local_deletion_time: (now - 50).into(),
                 });
             }
-            let entry = CachedPartition::new(u.clone());
+            let entry = Arc::new(CachedPartition::new(u.clone()));
             let read_now = now - 3 + rng.below(6) as i32;
             let cmd = random_command(&mut rng, &key, read_now);
             let want = result_of(
@@ -899,7 +906,7 @@ mod tests {
                 &cmd,
                 1,
             );
-            match read_cached(&cmp, &entry, &key, &cmd, 1) {
+            match read_cached(&cmp, entry.clone(), &key, &cmd, 1).ok() {
                 Some(got) => {
                     shared += 1;
                     assert_eq!(got, want, "seed {seed} case {case}: {cmd:?}\n{u:?}");
@@ -913,7 +920,7 @@ mod tests {
                 && one_run(&u.rows, &cmd.slices, &cmp).is_some();
             assert_eq!(
                 may,
-                read_cached(&cmp, &entry, &key, &cmd, 1).is_some(),
+                read_cached(&cmp, entry.clone(), &key, &cmd, 1).is_ok(),
                 "seed {seed} case {case}"
             );
         }

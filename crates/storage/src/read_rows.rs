@@ -11,7 +11,9 @@
 use std::ops::{Deref, Range};
 use std::sync::Arc;
 
-use amphora_types::data::{PartitionUpdate, Row};
+use amphora_types::data::Row;
+
+use crate::rowcache::CachedPartition;
 
 /// The rows of a [`crate::PartitionData`], in result order.
 #[derive(Clone)]
@@ -22,7 +24,7 @@ enum Repr {
     Owned(Vec<Row>),
     /// `rows[range]` of a cached partition (never modified once shared).
     Shared {
-        entry: Arc<PartitionUpdate>,
+        entry: Arc<CachedPartition>,
         range: Range<usize>,
     },
 }
@@ -33,10 +35,16 @@ impl Rows {
         Rows(Repr::Owned(Vec::new()))
     }
 
-    /// `entry.rows[range]`, shared with the cache; None if `range` is not within the rows.
-    pub(crate) fn shared(entry: Arc<PartitionUpdate>, range: Range<usize>) -> Option<Self> {
-        entry.rows.get(range.clone())?;
-        Some(Rows(Repr::Shared { entry, range }))
+    /// `entry.data.rows[range]`, shared with the cache; the entry back if `range` is not
+    /// within the rows.
+    pub(crate) fn shared(
+        entry: Arc<CachedPartition>,
+        range: Range<usize>,
+    ) -> Result<Self, Arc<CachedPartition>> {
+        if entry.data.rows.get(range.clone()).is_none() {
+            return Err(entry);
+        }
+        Ok(Rows(Repr::Shared { entry, range }))
     }
 
     /// The rows as a vector of their own (copied if shared).
@@ -66,7 +74,7 @@ impl Deref for Rows {
         match &self.0 {
             Repr::Owned(v) => v,
             // Checked when made (`Rows::shared`), and the entry never changes.
-            Repr::Shared { entry, range } => entry.rows.get(range.clone()).unwrap_or_default(),
+            Repr::Shared { entry, range } => entry.data.rows.get(range.clone()).unwrap_or_default(),
         }
     }
 }
@@ -126,7 +134,7 @@ impl IntoIterator for Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::data::Clustering;
+    use amphora_types::data::{Clustering, PartitionUpdate};
     use bytes::Bytes;
 
     fn row(c: u8) -> Row {
@@ -135,10 +143,10 @@ mod tests {
 
     #[test]
     fn shared_rows_read_like_owned_ones() {
-        let entry = Arc::new(PartitionUpdate {
+        let entry = Arc::new(CachedPartition::new(PartitionUpdate {
             rows: (0..5).map(row).collect(),
             ..Default::default()
-        });
+        }));
         let shared = Rows::shared(entry.clone(), 1..4).expect("in range");
         assert!(shared.is_shared());
         let owned: Rows = (1..4).map(row).collect();
@@ -153,9 +161,9 @@ mod tests {
         // The entry itself is untouched by what is done with the copies.
         let mut v = shared.clone().into_vec();
         v.clear();
-        assert_eq!(entry.rows.len(), 5);
+        assert_eq!(entry.data.rows.len(), 5);
         assert_eq!(shared.len(), 3);
-        assert!(Rows::shared(entry.clone(), 3..6).is_none());
-        assert!(Rows::shared(entry, 5..5).is_some_and(|r| r.is_empty()));
+        assert!(Rows::shared(entry.clone(), 3..6).is_err());
+        assert!(Rows::shared(entry, 5..5).is_ok_and(|r| r.is_empty()));
     }
 }

@@ -28,7 +28,6 @@
 //!
 //! PERF-CRITICAL: `get` is on every single-partition read.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -85,76 +84,63 @@ impl Hasher for TokenHasher {
 /// A hasher for maps keyed by table ids and partition keys (integers already random).
 pub(crate) type Hash = BuildHasherDefault<TokenHasher>;
 
-/// An entry's place in the CLOCK order.
-struct Slot {
-    table: TableId,
-    key: PartitionKey,
-    cost: usize,
-}
-
-/// Longest partition key held inside a [`CacheKey`].
+/// Longest partition key held inside a [`CachedPartition`] (standard1's keys are 10 bytes).
 const INLINE_KEY_MAX: usize = 30;
 
-/// A map key: the partition's token and key bytes, the bytes inline when short, so a hit
-/// compares keys without following a pointer. Canonical (inline exactly when short), so
-/// equal keys are equal variants; hashed by the token alone.
-#[derive(Clone, PartialEq, Eq)]
-struct CacheKey {
-    token: i64,
-    bytes: KeyBytes,
-}
-
-#[derive(Clone, PartialEq, Eq)]
+/// A partition key's bytes as an entry holds them: inline when short, so a hit compares
+/// keys without following a pointer; otherwise a copy of their own (never a slice of the
+/// buffer they were read from).
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum KeyBytes {
     Inline(u8, [u8; INLINE_KEY_MAX]),
     Heap(Bytes),
 }
 
-impl CacheKey {
-    fn of(k: &PartitionKey) -> Self {
-        let b: &[u8] = &k.key;
+impl KeyBytes {
+    fn of(b: &[u8]) -> Self {
         let mut a = [0u8; INLINE_KEY_MAX];
-        let bytes = match a.get_mut(..b.len()) {
+        match a.get_mut(..b.len()) {
             Some(dst) => {
                 dst.copy_from_slice(b);
                 KeyBytes::Inline(b.len() as u8, a)
             }
-            None => KeyBytes::Heap(k.key.clone()),
-        };
-        CacheKey {
-            token: k.token,
-            bytes,
+            None => KeyBytes::Heap(Bytes::copy_from_slice(b)),
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline(n, a) => a.get(..*n as usize).unwrap_or_default(),
+            KeyBytes::Heap(b) => b,
         }
     }
 }
 
-impl std::hash::Hash for CacheKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_i64(self.token);
-    }
-}
-
-/// What the map holds per key: a hit reads only this (and the entry's reference bit).
-struct Mapped {
-    slot: usize,
-    entry: CachedPartition,
-}
-
-/// A cached partition: shared, never modified (a change installs a new one), so a read
-/// result may hold its rows.
-#[derive(Debug, Clone, PartialEq)]
+/// A cached partition: one allocation holding its key, its accounted cost and its data,
+/// shared (`Arc`) and never modified (a change installs a new one), so a read result may
+/// hold its rows. A hit follows one pointer from the key map to this.
+#[derive(Debug, PartialEq)]
 pub struct CachedPartition {
-    pub data: Arc<PartitionUpdate>,
+    table: TableId,
+    token: i64,
+    key: KeyBytes,
+    cost: usize,
     /// The partition's clustering rows are exactly their live view (what a read returns
     /// with no column filter) at every `now` (seconds) below this: no tombstone cells, row
     /// deletions, complex deletions or empty rows, and this is the earliest expiry of a TTL
     /// cell or marker. `LocalTime::MIN` when there is no such time.
     pub rows_live_until: LocalTime,
+    pub data: PartitionUpdate,
 }
 
 impl CachedPartition {
-    /// Wraps a canonical partition (own deletions applied).
+    /// Wraps a canonical partition (own deletions applied), outside any cache.
     pub fn new(data: PartitionUpdate) -> Self {
+        Self::of(TableId(0), &PartitionKey::new(Bytes::new()), data, 0)
+    }
+
+    fn of(table: TableId, key: &PartitionKey, data: PartitionUpdate, cost: usize) -> Self {
         let rows_live_until = data
             .rows
             .iter()
@@ -162,8 +148,12 @@ impl CachedPartition {
             .min()
             .unwrap_or(LocalTime::MAX);
         CachedPartition {
-            data: Arc::new(data),
+            table,
+            token: key.token,
+            key: KeyBytes::of(&key.key),
+            cost,
             rows_live_until,
+            data,
         }
     }
 
@@ -171,6 +161,18 @@ impl CachedPartition {
     #[inline]
     pub fn rows_live_at(&self, now_seconds: i32) -> bool {
         LocalTime::from(now_seconds) < self.rows_live_until
+    }
+
+    #[inline]
+    fn is(&self, table: TableId, key: &PartitionKey) -> bool {
+        self.token == key.token && self.table == table && self.key.as_slice() == &key.key[..]
+    }
+
+    fn partition_key(&self) -> PartitionKey {
+        PartitionKey {
+            token: self.token,
+            key: Bytes::copy_from_slice(self.key.as_slice()),
+        }
     }
 }
 
@@ -208,7 +210,7 @@ fn row_live_until(r: &Row) -> LocalTime {
     until
 }
 
-/// Bytes accounted per entry on top of its data (slot, map entries, key header).
+/// Bytes accounted per entry on top of its data (entry header, key map bucket, key).
 const ENTRY_OVERHEAD: usize = 160;
 
 fn entry_cost(key: &PartitionKey, data: &PartitionUpdate) -> usize {
@@ -245,38 +247,58 @@ fn partition_bytes(u: &mut PartitionUpdate, f: &mut impl FnMut(&mut Bytes)) {
     }
 }
 
-/// Copies the key and every value of an entry into one buffer of its own. What reads
-/// return are slices of SSTable chunks, memtable arena chunks or request frames; an entry
-/// holding those would keep them alive, far beyond the bytes the cache accounts.
-fn compact(key: &PartitionKey, mut data: PartitionUpdate) -> (PartitionKey, PartitionUpdate) {
-    let mut len = key.key.len();
+/// Copies every value of an entry into one buffer of its own. What reads return are
+/// slices of SSTable chunks, memtable arena chunks or request frames; an entry holding
+/// those would keep them alive, far beyond the bytes the cache accounts.
+fn compact(mut data: PartitionUpdate) -> PartitionUpdate {
+    let mut len = 0;
     partition_bytes(&mut data, &mut |b| len += b.len());
     let mut buf = BytesMut::with_capacity(len);
-    let mut copy = |b: &mut Bytes| {
+    partition_bytes(&mut data, &mut |b: &mut Bytes| {
         if !b.is_empty() {
             buf.extend_from_slice(b);
             *b = buf.split_to(b.len()).freeze();
         }
-    };
-    let mut k = key.key.clone();
-    copy(&mut k);
-    partition_bytes(&mut data, &mut copy);
-    (
-        PartitionKey {
-            token: key.token,
-            key: k,
-        },
-        data,
-    )
+    });
+    data
 }
+
+/// Set in a bucket's `hash` while its entry is referenced (CLOCK).
+const REFERENCED: u64 = 1 << 63;
+
+/// One slot of the key map: the key's hash (with the CLOCK reference bit) and the entry.
+/// 16 bytes, four to a cache line, so a probe usually reads one line before the entry.
+#[derive(Default)]
+struct Bucket {
+    hash: u64,
+    entry: Option<Arc<CachedPartition>>,
+}
+
+/// The key map's hash of (table, token): the token is already a Murmur3 hash of the key;
+/// this mixes in the table and spreads the bits over the low ones the map indexes by.
+#[inline]
+fn hash_of(table: TableId, token: i64) -> u64 {
+    let t = (table.0 as u64) ^ ((table.0 >> 64) as u64).rotate_left(29);
+    let mut h = (token as u64) ^ t.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h & !REFERENCED
+}
+
+/// Buckets a new key map starts with.
+const MIN_BUCKETS: usize = 16;
 
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
 /// disables it.
+///
+/// The key map is open addressing with linear probing and backward-shift deletion (no
+/// tombstones), at most half full; the CLOCK hand sweeps its buckets, so there is no
+/// separate eviction order to keep in step with it.
 pub struct RowCache {
-    tables: HashMap<TableId, HashMap<CacheKey, Mapped, Hash>, Hash>,
-    slots: Vec<Slot>,
-    /// CLOCK reference bits, one per slot (apart from the slots so a hit touches neither).
-    referenced: Vec<bool>,
+    /// A power of two long (or empty).
+    buckets: Vec<Bucket>,
+    len: usize,
     hand: usize,
     bytes: usize,
     capacity: usize,
@@ -293,9 +315,8 @@ impl RowCache {
     /// `partition_max_bytes`.
     pub fn new(capacity_bytes: u64, partition_max_bytes: u64) -> Self {
         RowCache {
-            tables: HashMap::default(),
-            slots: Vec::new(),
-            referenced: Vec::new(),
+            buckets: Vec::new(),
+            len: 0,
             hand: 0,
             bytes: 0,
             capacity: usize::try_from(capacity_bytes).unwrap_or(usize::MAX),
@@ -319,33 +340,47 @@ impl RowCache {
             insertions: self.insertions,
             evictions: self.evictions,
             invalidations: self.invalidations,
-            partitions: self.slots.len() as u64,
+            partitions: self.len as u64,
             bytes: self.bytes as u64,
             capacity: self.capacity as u64,
         }
     }
 
-    fn index(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
-        self.tables
-            .get(&table)
-            .and_then(|m| m.get(&CacheKey::of(key)))
-            .map(|m| m.slot)
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buckets.len().wrapping_sub(1)
+    }
+
+    /// The bucket holding a key's entry.
+    #[inline]
+    fn find(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let h = hash_of(table, key.token);
+        let mask = self.mask();
+        let mut i = h as usize & mask;
+        // Ends: the map is at most half full, so an empty bucket follows.
+        loop {
+            let b = self.buckets.get(i)?;
+            let e = b.entry.as_ref()?;
+            if b.hash & !REFERENCED == h && e.is(table, key) {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
     }
 
     /// The cached SSTable-side content of a partition, marking it recently used; counts a
     /// hit or a miss.
-    pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&CachedPartition> {
-        match self
-            .tables
-            .get(&table)
-            .and_then(|m| m.get(&CacheKey::of(key)))
-        {
-            Some(m) => {
-                if let Some(r) = self.referenced.get_mut(m.slot) {
-                    *r = true;
-                }
+    #[inline]
+    pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&Arc<CachedPartition>> {
+        match self.find(table, key) {
+            Some(i) => {
                 self.hits += 1;
-                Some(&m.entry)
+                let b = self.buckets.get_mut(i)?;
+                b.hash |= REFERENCED;
+                b.entry.as_ref()
             }
             None => {
                 self.misses += 1;
@@ -356,7 +391,91 @@ impl RowCache {
 
     /// Whether a partition is cached (no counting, no reference bit).
     pub fn contains(&self, table: TableId, key: &PartitionKey) -> bool {
-        self.index(table, key).is_some()
+        self.find(table, key).is_some()
+    }
+
+    /// Puts an entry into the first free bucket of its probe sequence (the key is absent
+    /// and a bucket is free: see [`reserve_one`](Self::reserve_one)).
+    fn place(&mut self, hash: u64, entry: Arc<CachedPartition>) {
+        let mask = self.mask();
+        let mut i = (hash & !REFERENCED) as usize & mask;
+        while let Some(b) = self.buckets.get_mut(i) {
+            if b.entry.is_none() {
+                *b = Bucket {
+                    hash,
+                    entry: Some(entry),
+                };
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        debug_assert!(false, "row cache key map has no bucket");
+    }
+
+    /// Grows the key map so one more entry keeps it at most half full.
+    fn reserve_one(&mut self) {
+        if (self.len + 1) * 2 <= self.buckets.len() {
+            return;
+        }
+        let n = (self.buckets.len() * 2).max(MIN_BUCKETS);
+        self.rebuild(n, |_| true);
+    }
+
+    /// Rebuilds the key map with `n` buckets, keeping the entries `keep` accepts (their
+    /// reference bits too); returns how many were dropped.
+    fn rebuild(&mut self, n: usize, keep: impl Fn(&CachedPartition) -> bool) -> u64 {
+        let old = std::mem::replace(
+            &mut self.buckets,
+            std::iter::repeat_with(Bucket::default).take(n).collect(),
+        );
+        let mut dropped = 0;
+        for b in old {
+            if let Some(e) = b.entry {
+                if keep(&e) {
+                    self.place(b.hash, e);
+                } else {
+                    self.len -= 1;
+                    self.bytes -= e.cost;
+                    dropped += 1;
+                }
+            }
+        }
+        self.hand = 0;
+        dropped
+    }
+
+    /// Empties bucket `i`, moving later entries of its cluster back so every entry stays
+    /// reachable from its home bucket.
+    fn remove_at(&mut self, mut i: usize) -> Option<Arc<CachedPartition>> {
+        let mask = self.mask();
+        let gone = self.buckets.get_mut(i)?.entry.take()?;
+        self.len -= 1;
+        self.bytes -= gone.cost;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let Some(b) = self.buckets.get_mut(j) else {
+                break;
+            };
+            if b.entry.is_none() {
+                break;
+            }
+            let home = (b.hash & !REFERENCED) as usize & mask;
+            // It stays when its home lies cyclically in (i, j].
+            let stays = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
+            if !stays {
+                let moved = std::mem::take(b);
+                if let Some(dst) = self.buckets.get_mut(i) {
+                    *dst = moved;
+                }
+                i = j;
+            }
+        }
+        Some(gone)
     }
 
     /// Caches a partition's SSTable-side content (canonical: own deletions applied),
@@ -368,25 +487,17 @@ impl RowCache {
         table: TableId,
         key: &PartitionKey,
         data: PartitionUpdate,
-    ) -> (CachedPartition, bool) {
+    ) -> (Arc<CachedPartition>, bool) {
         let cost = entry_cost(key, &data);
-        if cost > self.partition_max || cost > self.capacity {
-            self.remove(table, key);
-            return (CachedPartition::new(data), false);
-        }
         self.remove(table, key);
+        if cost > self.partition_max || cost > self.capacity {
+            return (Arc::new(CachedPartition::of(table, key, data, cost)), false);
+        }
         while self.bytes + cost > self.capacity && self.evict_one() {}
-        let (key, data) = compact(key, data);
-        let entry = CachedPartition::new(data);
-        self.tables.entry(table).or_default().insert(
-            CacheKey::of(&key),
-            Mapped {
-                slot: self.slots.len(),
-                entry: entry.clone(),
-            },
-        );
-        self.slots.push(Slot { table, key, cost });
-        self.referenced.push(false);
+        let entry = Arc::new(CachedPartition::of(table, key, compact(data), cost));
+        self.reserve_one();
+        self.place(hash_of(table, key.token), entry.clone());
+        self.len += 1;
         self.bytes += cost;
         self.insertions += 1;
         (entry, true)
@@ -394,88 +505,70 @@ impl RowCache {
 
     /// Drops one entry.
     pub fn remove(&mut self, table: TableId, key: &PartitionKey) {
-        if let Some(i) = self.index(table, key) {
-            self.remove_slot(i);
+        if let Some(i) = self.find(table, key) {
+            self.remove_at(i);
         }
     }
 
     /// Drops every entry of a table.
     pub fn invalidate_table(&mut self, table: TableId) {
-        let Some(gone) = self.tables.remove(&table) else {
+        if !self
+            .buckets
+            .iter()
+            .any(|b| b.entry.as_ref().is_some_and(|e| e.table == table))
+        {
             return;
-        };
-        if gone.is_empty() {
-            return;
         }
-        self.invalidations += gone.len() as u64;
-        let mut i = 0;
-        let referenced = &mut self.referenced;
-        let mut kept = Vec::with_capacity(referenced.len());
-        self.slots.retain(|s| {
-            let keep = s.table != table;
-            if keep {
-                kept.push(referenced.get(i).copied().unwrap_or(false));
-            }
-            i += 1;
-            keep
-        });
-        *referenced = kept;
-        self.bytes = self.slots.iter().map(|s| s.cost).sum();
-        for (i, s) in self.slots.iter().enumerate() {
-            if let Some(m) = self.tables.get_mut(&s.table)
-                && let Some(mapped) = m.get_mut(&CacheKey::of(&s.key))
-            {
-                mapped.slot = i;
-            }
-        }
-        if self.hand >= self.slots.len() {
-            self.hand = 0;
-        }
+        let n = self.buckets.len();
+        self.invalidations += self.rebuild(n, |e| e.table != table);
     }
 
     /// Merges a flushed memtable into the entries of the partitions it holds: called when
     /// its SSTable joins the table's SSTable set, so entries keep matching that set.
     pub fn merge_flushed(&mut self, table: TableId, schema: &TableSchema, mem: &Memtable) {
-        let Some(m) = self.tables.get(&table) else {
+        if self.len == 0 {
             return;
-        };
+        }
         // Walk the smaller side.
-        let hit: Vec<PartitionKey> = if m.len() <= mem.partitions.len() {
-            self.slots
+        let hit: Vec<PartitionKey> = if self.len <= mem.partitions.len() {
+            self.buckets
                 .iter()
-                .filter(|s| s.table == table && mem.partitions.contains_key(&s.key))
-                .map(|s| s.key.clone())
+                .filter_map(|b| b.entry.as_ref())
+                .filter(|e| e.table == table)
+                .map(|e| e.partition_key())
+                .filter(|k| mem.partitions.contains_key(k))
                 .collect()
         } else {
             mem.partitions
                 .keys()
-                .filter(|k| m.contains_key(&CacheKey::of(k)))
+                .filter(|k| self.contains(table, k))
                 .cloned()
                 .collect()
         };
         let mut too_big = Vec::new();
         for key in hit {
-            let Some(mapped) = self
-                .tables
-                .get_mut(&table)
-                .and_then(|m| m.get_mut(&CacheKey::of(&key)))
-            else {
+            let (Some(i), Some(p)) = (self.find(table, &key), mem.partitions.get(&key)) else {
                 continue;
             };
-            let (Some(p), Some(slot)) = (mem.partitions.get(&key), self.slots.get_mut(mapped.slot))
-            else {
+            let Some(b) = self.buckets.get_mut(i) else {
                 continue;
             };
-            let merged =
-                merge_partition_updates(schema, &mapped.entry.data, &mem.to_update(p, &[]));
+            let Some(old) = &b.entry else {
+                continue;
+            };
+            let merged = merge_partition_updates(schema, &old.data, &mem.to_update(p, &[]));
             let cost = entry_cost(&key, &merged);
             if cost > self.partition_max || cost > self.capacity {
                 too_big.push(key);
                 continue;
             }
-            self.bytes = self.bytes - slot.cost + cost;
-            slot.cost = cost;
-            mapped.entry = CachedPartition::new(compact(&key, merged).1);
+            self.bytes = self.bytes - old.cost + cost;
+            b.entry = Some(Arc::new(CachedPartition::of(
+                table,
+                &key,
+                compact(merged),
+                cost,
+            )));
         }
         self.invalidations += too_big.len() as u64;
         for key in too_big {
@@ -486,48 +579,29 @@ impl RowCache {
 
     /// Advances the CLOCK hand until it evicts one entry; false if the cache is empty.
     fn evict_one(&mut self) -> bool {
+        if self.len == 0 {
+            return false;
+        }
+        let mask = self.mask();
         // Two sweeps clear every reference bit, so this ends.
-        for _ in 0..=2 * self.slots.len() {
-            if self.hand >= self.slots.len() {
-                self.hand = 0;
-            }
-            let Some(referenced) = self.referenced.get_mut(self.hand) else {
+        for _ in 0..=2 * self.buckets.len() {
+            self.hand &= mask;
+            let Some(b) = self.buckets.get_mut(self.hand) else {
                 return false;
             };
-            if *referenced {
-                *referenced = false;
+            if b.entry.is_none() {
+                self.hand += 1;
+            } else if b.hash & REFERENCED != 0 {
+                b.hash &= !REFERENCED;
                 self.hand += 1;
             } else {
-                self.remove_slot(self.hand);
+                // A later entry may move into this bucket: the hand looks at it next.
+                self.remove_at(self.hand);
                 self.evictions += 1;
                 return true;
             }
         }
         false
-    }
-
-    /// Removes slot `i`; the last slot moves into its place.
-    fn remove_slot(&mut self, i: usize) {
-        if i >= self.slots.len() {
-            return;
-        }
-        debug_assert_eq!(self.slots.len(), self.referenced.len());
-        let gone = self.slots.swap_remove(i);
-        if i < self.referenced.len() {
-            self.referenced.swap_remove(i);
-        }
-        if let Some(m) = self.tables.get_mut(&gone.table) {
-            m.remove(&CacheKey::of(&gone.key));
-        }
-        self.bytes -= gone.cost;
-        if let Some(moved) = self.slots.get(i)
-            && let Some(slot) = self
-                .tables
-                .get_mut(&moved.table)
-                .and_then(|m| m.get_mut(&CacheKey::of(&moved.key)))
-        {
-            slot.slot = i;
-        }
     }
 }
 
@@ -565,8 +639,8 @@ mod tests {
         let t = TableId(1);
         assert!(c.insert(t, &key(5, "a"), part(10)).1);
         assert!(c.insert(t, &key(5, "b"), part(20)).1);
-        assert_eq!(c.get(t, &key(5, "a")).map(|e| &*e.data), Some(&part(10)));
-        assert_eq!(c.get(t, &key(5, "b")).map(|e| &*e.data), Some(&part(20)));
+        assert_eq!(c.get(t, &key(5, "a")).map(|e| &e.data), Some(&part(10)));
+        assert_eq!(c.get(t, &key(5, "b")).map(|e| &e.data), Some(&part(20)));
         assert_eq!(c.get(t, &key(5, "c")), None);
         assert_eq!(c.get(TableId(2), &key(5, "a")), None);
         let s = c.stats();
@@ -589,11 +663,7 @@ mod tests {
             assert!(c.insert(t, &key(9, k), part(i)).1, "{k}");
         }
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(
-                c.get(t, &key(9, k)).map(|e| &*e.data),
-                Some(&part(i)),
-                "{k}"
-            );
+            assert_eq!(c.get(t, &key(9, k)).map(|e| &e.data), Some(&part(i)), "{k}");
         }
         assert!(c.get(t, &key(9, &"a".repeat(32))).is_none());
         assert!(c.get(t, &key(8, &"a".repeat(30))).is_none());
@@ -617,18 +687,27 @@ mod tests {
         assert_eq!((s.partitions, s.evictions), (4, 1));
         assert!(s.bytes as usize <= cost * 4);
         assert!(c.contains(t, &key(0, "k0")));
-        assert!(!c.contains(t, &key(1, "k1")));
+        assert_eq!(
+            (1..4)
+                .filter(|i| c.contains(t, &key(*i, &format!("k{i}"))))
+                .count(),
+            2
+        );
         for i in 5..300 {
             assert!(c.insert(t, &key(i, &format!("k{i}")), part(100)).1);
             assert!(c.stats().bytes as usize <= cost * 4);
         }
         // Every survivor still maps to its own entry.
+        let mut found = 0;
         for i in 0..300 {
             let k = key(i, &format!("k{i}"));
-            if let Some(i) = c.index(t, &k) {
-                assert_eq!(c.slots[i].key, k);
+            if let Some(i) = c.find(t, &k) {
+                found += 1;
+                assert!(c.buckets[i].entry.as_ref().is_some_and(|e| e.is(t, &k)));
             }
         }
+        // Keys of three digits cost a byte more: three of them fit.
+        assert_eq!((found, c.stats().partitions), (3, 3));
         assert!(c.contains(t, &key(299, "k299")));
     }
 
@@ -661,12 +740,17 @@ mod tests {
         };
         let mut c = RowCache::new(1 << 20, 1 << 20);
         assert!(c.insert(TableId(1), &k, u.clone()).1);
-        let e = (*c.get(TableId(1), &k).expect("cached").data).clone();
+        let got = c.get(TableId(1), &k).expect("cached").clone();
+        let e = got.data.clone();
         assert_eq!(e, u);
         let Some(ColumnData::Simple(cell)) = e.rows[0].cell(1) else {
             panic!("{e:?}")
         };
-        for b in [&cell.value, &e.rows[0].clustering.0[0], &c.slots[0].key.key] {
+        for b in [
+            &cell.value[..],
+            &e.rows[0].clustering.0[0],
+            got.key.as_slice(),
+        ] {
             assert!(!range.contains(&(b.as_ptr() as usize)), "{b:?}");
         }
     }
@@ -692,12 +776,93 @@ mod tests {
         for i in 0..50u128 {
             let got = c
                 .get(TableId(i % 3), &key(i as i64, "k"))
-                .map(|e| (*e.data).clone());
+                .map(|e| e.data.clone());
             if i % 3 == 1 {
                 assert_eq!(got, None);
             } else {
                 assert_eq!(got, Some(part(i as usize)), "{i}");
             }
         }
+    }
+
+    /// The key map against a model: random inserts, replacements, removals, table
+    /// invalidations and evictions over keys whose tokens collide often; every cached key
+    /// holds its latest data, nothing removed comes back, and the accounting adds up.
+    #[test]
+    fn key_map_matches_a_model_under_random_operations() {
+        use std::collections::HashMap;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos() as u64)
+            | 1;
+        let mut x = seed;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let cost = entry_cost(&key(0, "k00"), &part(10));
+        let mut c = RowCache::new((cost * 40) as u64, 1 << 20);
+        let mut model: HashMap<(u128, i64, String), usize> = HashMap::new();
+        let (mut evicted_seen, mut hits) = (0, 0);
+        for step in 0..20_000 {
+            let t = TableId(next(3) as u128);
+            let token = next(8) as i64;
+            let name = format!("k{:02}", next(10));
+            let k = key(token, &name);
+            let id = (t.0, token, name);
+            match next(10) {
+                0..=5 => {
+                    let v = next(20) as usize + 1;
+                    assert!(c.insert(t, &k, part(v)).1);
+                    model.insert(id, v);
+                }
+                6 | 7 => {
+                    c.remove(t, &k);
+                    model.remove(&id);
+                }
+                8 => {
+                    if let Some(&v) = model.get(&id)
+                        && let Some(e) = c.get(t, &k)
+                    {
+                        assert_eq!(e.data, part(v), "seed {seed} step {step}");
+                        hits += 1;
+                    }
+                }
+                _ => {
+                    if next(20) == 0 {
+                        c.invalidate_table(t);
+                        model.retain(|(tt, _, _), _| *tt != t.0);
+                    }
+                }
+            }
+            // Evicted keys leave the model too (a cache only forgets).
+            let mut bytes = 0;
+            let before = model.len();
+            model.retain(|(tt, tok, n), v| {
+                let k = key(*tok, n);
+                match c.find(TableId(*tt), &k) {
+                    Some(i) => {
+                        let e = c.buckets[i].entry.as_ref().expect("occupied");
+                        assert_eq!(e.data, part(*v), "seed {seed} step {step}");
+                        bytes += e.cost;
+                        true
+                    }
+                    None => false,
+                }
+            });
+            evicted_seen += before - model.len();
+            let s = c.stats();
+            assert_eq!(
+                s.partitions as usize,
+                model.len(),
+                "seed {seed} step {step}"
+            );
+            assert_eq!(s.bytes as usize, bytes, "seed {seed} step {step}");
+            assert!(bytes <= cost * 40 + 40, "seed {seed} step {step}");
+            assert!(c.len * 2 <= c.buckets.len(), "seed {seed} step {step}");
+        }
+        assert!(evicted_seen > 100 && hits > 100, "{evicted_seen} {hits}");
     }
 }
