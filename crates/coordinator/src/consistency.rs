@@ -142,13 +142,99 @@ pub fn check(
 
 /// The consistency levels (one bit per code, ANY … LOCAL_ONE) that [`check`] accepts for
 /// keyspace `ks`: computed once per prepared statement, which a keyspace change invalidates.
+///
+/// Decided from the replication factors' sums alone (no per-DC list, no error built):
+/// this runs on every PREPARE and every unprepared write.
 pub fn accepted(ks: Option<&KeyspaceDef>, is_write: bool) -> u32 {
     let all = (ANY..=LOCAL_ONE).fold(0, |mask, cl| mask | 1 << cl);
     let Some(ks) = ks else { return all };
-    let dcs = rf_by_dc(ks);
+    let rf = RfSummary::of(ks);
     (ANY..=LOCAL_ONE)
-        .filter(|cl| verdict(&dcs, *cl, is_write).is_ok())
+        .filter(|cl| rf.accepts(*cl, is_write))
         .fold(0, |mask, cl| mask | 1 << cl)
+}
+
+/// What [`verdict`] needs to know of a keyspace's replication to accept or refuse a level.
+struct RfSummary {
+    total: u32,
+    local: u32,
+    /// Whether some data center with RF > 0 cannot reach its quorum (EACH_QUORUM).
+    each_quorum_short: bool,
+}
+
+impl RfSummary {
+    /// The same factors as [`rf_by_dc`], summed in one pass.
+    fn of(ks: &KeyspaceDef) -> RfSummary {
+        let class = ks
+            .replication
+            .get("class")
+            .map(String::as_str)
+            .unwrap_or_default();
+        let one_dc = |rf: u32| RfSummary {
+            total: rf,
+            local: rf,
+            each_quorum_short: rf > 0 && u32::from(rf > 0) < quorum(rf),
+        };
+        if class.ends_with("NetworkTopologyStrategy") {
+            let mut s = RfSummary {
+                total: 0,
+                local: 0,
+                each_quorum_short: false,
+            };
+            for (dc, v) in ks.replication.iter().filter(|(k, _)| k.as_str() != "class") {
+                let rf: u32 = v.parse().unwrap_or(0);
+                s.total = s.total.saturating_add(rf);
+                // Map keys are unique: the local DC's entry is its whole factor, and its
+                // one live replica exists when that factor is > 0; other DCs have none.
+                let alive = if dc == LOCAL_DC {
+                    s.local += rf;
+                    u32::from(rf > 0)
+                } else {
+                    0
+                };
+                s.each_quorum_short |= rf > 0 && alive < quorum(rf);
+            }
+            s
+        } else if class.ends_with("EverywhereStrategy") {
+            one_dc(1)
+        } else {
+            one_dc(
+                ks.replication
+                    .get("replication_factor")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1),
+            )
+        }
+    }
+
+    /// Whether [`verdict`] accepts `cl` (kept equal to it by a test).
+    fn accepts(&self, cl: ConsistencyCode, is_write: bool) -> bool {
+        if cl == ANY && !is_write {
+            return false;
+        }
+        if matches!(cl, SERIAL | LOCAL_SERIAL) && is_write {
+            return false;
+        }
+        let alive = u32::from(self.local > 0);
+        let required = match cl {
+            ANY => return true,
+            ONE | LOCAL_ONE => 1,
+            TWO => 2,
+            THREE => 3,
+            QUORUM | SERIAL => quorum(self.total),
+            ALL => self.total,
+            LOCAL_QUORUM | LOCAL_SERIAL => quorum(self.local),
+            EACH_QUORUM => return !self.each_quorum_short,
+            _ => return false,
+        };
+        !(alive < required || required == 0)
+    }
+}
+
+/// Whether `cl` is in a mask from [`accepted`]: the per-request check of a cached plan,
+/// with no schema lookup. A level outside it goes to [`check`] for its error.
+pub fn is_accepted(accepted: u32, cl: ConsistencyCode) -> bool {
+    cl < 32 && accepted & (1 << cl) != 0
 }
 
 /// [`check`] answered from `accepted` (a mask from [`accepted`] for the same keyspace);
@@ -159,8 +245,71 @@ pub fn check_accepted(
     cl: ConsistencyCode,
     is_write: bool,
 ) -> Result<(), QueryError> {
-    if cl < 32 && accepted & (1 << cl) != 0 {
+    if is_accepted(accepted, cl) {
         return Ok(());
     }
     check(ks, cl, is_write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyspace(replication: &[(&str, &str)]) -> KeyspaceDef {
+        KeyspaceDef {
+            name: "ks".into(),
+            replication: replication
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            durable_writes: true,
+            tables: Default::default(),
+            types: Default::default(),
+            indexes: Default::default(),
+            views: Default::default(),
+        }
+    }
+
+    /// The mask holds exactly the levels `check` accepts: a level missing from it would
+    /// still be answered right (by `check_accepted`'s fallback), only slower.
+    #[test]
+    fn accepted_mask_is_exactly_the_levels_check_accepts() {
+        const SIMPLE: &str = "org.apache.cassandra.locator.SimpleStrategy";
+        const NTS: &str = "org.apache.cassandra.locator.NetworkTopologyStrategy";
+        let cases: Vec<Vec<(&str, &str)>> = vec![
+            vec![("class", SIMPLE), ("replication_factor", "1")],
+            vec![("class", SIMPLE), ("replication_factor", "2")],
+            vec![("class", SIMPLE), ("replication_factor", "3")],
+            vec![("class", SIMPLE), ("replication_factor", "0")],
+            vec![("class", SIMPLE), ("replication_factor", "x")],
+            vec![("class", SIMPLE)],
+            vec![("class", "org.apache.cassandra.locator.EverywhereStrategy")],
+            vec![("class", NTS), ("datacenter1", "1")],
+            vec![("class", NTS), ("datacenter1", "2")],
+            vec![("class", NTS), ("datacenter1", "0"), ("dc2", "1")],
+            vec![("class", NTS), ("datacenter1", "1"), ("dc2", "3")],
+            vec![("class", NTS), ("datacenter1", "1"), ("dc2", "0")],
+            vec![("class", NTS), ("dc2", "2")],
+            vec![("class", NTS)],
+        ];
+        let mut accepted_somewhere = 0u32;
+        for case in &cases {
+            let ks = keyspace(case);
+            for is_write in [false, true] {
+                let mask = accepted(Some(&ks), is_write);
+                accepted_somewhere |= mask;
+                for cl in 0..=12u16 {
+                    let in_mask = cl < 32 && mask & (1 << cl) != 0;
+                    assert_eq!(
+                        in_mask,
+                        check(Some(&ks), cl, is_write).is_ok(),
+                        "{case:?} cl {cl} write {is_write}"
+                    );
+                }
+            }
+        }
+        assert_ne!(accepted_somewhere & (1 << EACH_QUORUM), 0);
+        assert_ne!(accepted_somewhere & (1 << QUORUM), 0);
+        assert_eq!(accepted(None, false), (1 << (LOCAL_ONE + 1)) - 1);
+    }
 }

@@ -342,13 +342,15 @@ pub async fn run_select(
     };
     let now_micros = crate::exec::now_micros();
     if !plan.is_virtual {
-        let schema = inner.schema();
-        crate::consistency::check_accepted(
-            plan.consistency_ok,
-            schema.keyspace(&plan.table.keyspace),
-            opts.consistency,
-            false,
-        )?;
+        // The schema is looked up only for a refused level's error.
+        if !crate::consistency::is_accepted(plan.consistency_ok, opts.consistency) {
+            let schema = inner.schema();
+            crate::consistency::check(
+                schema.keyspace(&plan.table.keyspace),
+                opts.consistency,
+                false,
+            )?;
+        }
         let ctx = EvalCtx { binds, now_micros };
         if let Some(point) = &plan.point
             && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())

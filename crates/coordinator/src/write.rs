@@ -54,11 +54,10 @@ pub async fn run_write(
         now_micros: now,
     };
     let timestamp = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
-    let schema = inner.schema();
     let plan = match cache.and_then(|c| c.get()) {
         Some(p) => p.clone(),
         None => {
-            let p = Arc::new(WritePlan::of(&schema, keyspace, st)?);
+            let p = Arc::new(WritePlan::of(&inner.schema(), keyspace, st)?);
             if let Some(c) = cache {
                 let _ = c.set(p.clone());
             }
@@ -66,8 +65,12 @@ pub async fn run_write(
         }
     };
     if let Some(simple) = &plan.simple {
-        let ks = schema.keyspace(&plan.table.keyspace);
-        crate::consistency::check_accepted(plan.consistency_ok, ks, opts.consistency, true)?;
+        // The schema is looked up only for a refused level's error.
+        if !crate::consistency::is_accepted(plan.consistency_ok, opts.consistency) {
+            let schema = inner.schema();
+            let ks = schema.keyspace(&plan.table.keyspace);
+            crate::consistency::check(ks, opts.consistency, true)?;
+        }
         if let Some(planned) = plan_simple(&plan.table, st, simple, &ctx, timestamp) {
             apply_all(inner, planned).await?;
             return Ok(QueryResult::Void);
