@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use amphora_cql as ast;
 use amphora_types::CqlType;
-use amphora_types::schema::{ColumnId, ColumnKind, TableSchema};
+use amphora_types::schema::{ColumnDef, ColumnId, ColumnKind, TableSchema};
 
 use crate::api::{QueryError, ResultColumn};
 use crate::schema::Schema;
@@ -616,6 +616,36 @@ impl WritePlan {
     }
 }
 
+/// Column lookup by name for a statement that names columns mostly in table order (an
+/// INSERT's column list, an UPDATE's `WHERE` then `SET`): each search starts after the
+/// previous hit and wraps around, so names in table order cost one compare each.
+struct ColumnCursor<'a> {
+    t: &'a TableSchema,
+    next: usize,
+}
+
+impl<'a> ColumnCursor<'a> {
+    /// The same answer as [`TableSchema::column`]: live column names are unique, so the
+    /// first live match from any starting point is the one.
+    fn find(&mut self, name: &str) -> Option<(ColumnId, &'a ColumnDef)> {
+        let n = self.t.columns.len();
+        let start = self.next.min(n);
+        let found = (start..n).chain(0..start).find_map(|i| {
+            let c = self.t.columns.get(i)?;
+            let id = i as ColumnId;
+            (c.name == name && !self.t.is_dropped(id)).then_some((id, c))
+        });
+        debug_assert_eq!(
+            found.map(|(id, _)| id),
+            self.t.column(name).map(|(id, _)| id)
+        );
+        if let Some((id, _)) = found {
+            self.next = id as usize + 1;
+        }
+        found
+    }
+}
+
 impl SimpleWrite {
     fn of(t: &TableSchema, st: &ast::Statement) -> Option<SimpleWrite> {
         let mut w = SimpleWrite {
@@ -625,8 +655,9 @@ impl SimpleWrite {
             is_update: false,
         };
         // Records column `name` as supplied by term `i`; false if it cannot be.
-        let key_term = |w: &mut SimpleWrite, name: &str, i: usize, key_only: bool| {
-            let Some((id, def)) = t.column(name) else {
+        let mut columns = ColumnCursor { t, next: 0 };
+        let mut key_term = |w: &mut SimpleWrite, name: &str, i: usize, key_only: bool| {
+            let Some((id, def)) = columns.find(name) else {
                 return false;
             };
             let slot = match def.kind {
