@@ -360,7 +360,11 @@ impl Keyword {
     /// PERF-CRITICAL: called for every unquoted word. The word is packed, lower-cased,
     /// into a u128 and binary-searched among the packed spellings: integer compares only.
     pub fn lookup(word: &str) -> Option<Keyword> {
-        let bytes = word.as_bytes();
+        Self::lookup_bytes(word.as_bytes())
+    }
+
+    /// [`Keyword::lookup`] of a word's bytes.
+    pub(crate) fn lookup_bytes(bytes: &[u8]) -> Option<Keyword> {
         if bytes.len() > MAX_KEYWORD_LEN || bytes.len() < 2 {
             return None;
         }

@@ -510,11 +510,14 @@ impl<'a> Lexer<'a> {
         while is_ident_continue(self.at(self.pos)) {
             self.pos += 1;
         }
-        let text = &self.src[start..self.pos];
-        let tok = if text.eq_ignore_ascii_case("true") || text.eq_ignore_ascii_case("false") {
+        // A word is ASCII (letters, digits, `_`), so its bytes are looked up directly.
+        let text = self.bytes.get(start..self.pos).unwrap_or(&[]);
+        let tok = if matches!(text.len(), 4 | 5)
+            && (text.eq_ignore_ascii_case(b"true") || text.eq_ignore_ascii_case(b"false"))
+        {
             Tok::Boolean
         } else {
-            match Keyword::lookup(text) {
+            match Keyword::lookup_bytes(text) {
                 Some(k) => Tok::Keyword(k),
                 None => Tok::Ident,
             }

@@ -580,7 +580,8 @@ impl<'a> Parser<'a> {
             self.expect(Tok::RParen)?;
             self.expect_kw(Keyword::Values)?;
             self.expect(Tok::LParen)?;
-            let mut values = Vec::with_capacity(self.items_before(Tok::RParen));
+            // As many values as columns, unless the statement is wrong anyway.
+            let mut values = Vec::with_capacity(columns.len());
             values.push(self.term()?);
             while self.eat(Tok::Comma) {
                 values.push(self.term()?);
