@@ -138,6 +138,34 @@ fn bench(c: &mut Criterion) {
         },
     );
 
+    // What EXECUTE of a prepared standard1 INSERT does before the shard hop: the bound
+    // values (10-byte key first, as the statement names it) into the partition's mutation.
+    let insert = ast::parse(STANDARD1_INSERT).expect("parses").statement;
+    let insert_plan = WritePlan::of(&schema, ks, &insert).expect("plans");
+    let insert_simple = insert_plan
+        .simple
+        .as_ref()
+        .expect("standard1 INSERT is a simple write");
+    let insert_binds: Vec<BoundValue> = [value(10)]
+        .into_iter()
+        .chain((0..5).map(|_| value(34)))
+        .collect();
+    c.bench_function(
+        "execute/standard1_insert: bind + mutation (cached plan)",
+        |b| {
+            b.iter(|| {
+                amphora_coordinator::write::plan_simple(
+                    &insert_plan.table,
+                    &insert,
+                    insert_simple,
+                    &ctx(black_box(&insert_binds)),
+                    1,
+                )
+                .expect("binds")
+            })
+        },
+    );
+
     let plan = amphora_coordinator::select::plan_select(&schema, ks, s).expect("plans");
     let point = plan
         .point
