@@ -440,7 +440,6 @@ pub struct SSTableWriter {
     /// The last partition appended (ring order is checked without cloning keys).
     last_key: Option<(i64, Vec<u8>)>,
     cmp: amphora_types::schema::ClusteringComparator,
-    scratch: Vec<u8>,
     compressed: Vec<u8>,
 }
 
@@ -478,7 +477,6 @@ impl SSTableWriter {
             },
             last_key: None,
             cmp: schema.clustering_comparator(),
-            scratch: Vec::with_capacity(4096),
             compressed: Vec::new(),
         })
     }
@@ -516,18 +514,19 @@ impl SSTableWriter {
             return Ok(());
         }
         let (_, max_ts) = self.note_parts(deletion, static_row, rows, rts);
-        self.scratch.clear();
-        put_bytes(&mut self.scratch, &key.key);
-        self.scratch.extend_from_slice(&key.token.to_be_bytes());
+        self.check_ring_order(key);
+        // Encoded straight into the pending chunk bytes (no copy through a scratch buffer).
+        let start = self.uncompressed_bytes();
+        let at = self.pending.len();
+        put_bytes(&mut self.pending, &key.key);
+        self.pending.extend_from_slice(&key.token.to_be_bytes());
         let base = max_ts;
         let zz = ((base << 1) ^ (base >> 63)) as u64;
-        put_var(&mut self.scratch, zz);
-        encode_update_parts(deletion, static_row, rows, rts, base, &mut self.scratch);
-        let len = self.scratch.len() as u64;
-        let bytes = std::mem::take(&mut self.scratch);
-        let pushed = self.push_partition(key, &bytes);
-        self.scratch = bytes;
-        pushed?;
+        put_var(&mut self.pending, zz);
+        encode_update_parts(deletion, static_row, rows, rts, base, &mut self.pending);
+        let len = (self.pending.len() - at) as u64;
+        self.index_partition(key, start, len);
+        self.write_full_chunks()?;
         let s = &mut self.stats;
         s.partitions += 1;
         s.min_token = s.min_token.min(key.token);
@@ -582,6 +581,15 @@ impl SSTableWriter {
     }
 
     fn push_partition(&mut self, key: &PartitionKey, bytes: &[u8]) -> Result<()> {
+        self.check_ring_order(key);
+        let start = self.uncompressed_bytes();
+        self.pending.extend_from_slice(bytes);
+        self.index_partition(key, start, bytes.len() as u64);
+        self.write_full_chunks()
+    }
+
+    /// Asserts that `key` comes after the last partition appended, and records it.
+    fn check_ring_order(&mut self, key: &PartitionKey) {
         match self.last_key.as_mut() {
             Some((token, k)) => {
                 assert!(
@@ -594,9 +602,11 @@ impl SSTableWriter {
             }
             None => self.last_key = Some((key.token, key.key.to_vec())),
         }
-        let start = self.uncompressed_bytes();
-        let len = bytes.len() as u64;
-        self.pending.extend_from_slice(bytes);
+    }
+
+    /// Adds the index, summary and bloom filter entries of a partition at `start` of the
+    /// uncompressed stream.
+    fn index_partition(&mut self, key: &PartitionKey, start: u64, len: u64) {
         if self.index_block_entries == 0 {
             self.summary.extend_from_slice(&key.token.to_le_bytes());
             put_bytes(&mut self.summary, &key.key);
@@ -612,6 +622,10 @@ impl SSTableWriter {
             self.finish_index_block();
         }
         self.bloom_keys.push(key.token);
+    }
+
+    /// Compresses and writes every full chunk of the pending bytes.
+    fn write_full_chunks(&mut self) -> Result<()> {
         while self.pending.len() >= self.params.chunk_bytes as usize {
             self.write_chunk(self.params.chunk_bytes as usize)?;
         }
