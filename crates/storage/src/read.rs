@@ -331,7 +331,8 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 /// Merges the partition's data from the table's SSTables, newest first: an SSTable whose
 /// newest data is older than a partition tombstone already found (`floor` starts with the
 /// memtables' one, or None) cannot contribute and is not read. `slices`: keep only the
-/// rows within them (None = the whole partition).
+/// rows within them (None = the whole partition). `detach`: decode each partition from a
+/// copy of its bytes (values that keep no data chunk alive, for the row cache).
 fn read_sstables(
     t: &TableSources<'_, impl Iterator>,
     key: &PartitionKey,
@@ -339,6 +340,7 @@ fn read_sstables(
     mut floor: Option<DeletionTime>,
     cache: &mut BlockCache,
     sstables_read: &mut u32,
+    detach: bool,
 ) -> Result<Option<PartitionUpdate>> {
     let mut ssts: Vec<&Arc<SSTableReader>> =
         t.sstables.iter().filter(|s| !s.is_quarantined()).collect();
@@ -355,7 +357,11 @@ fn read_sstables(
             continue;
         }
         *sstables_read += 1;
-        let found = s.get_with(key, Some(&mut *cache))?;
+        let found = if detach {
+            s.get_detached_with(key, Some(&mut *cache))?
+        } else {
+            s.get_with(key, Some(&mut *cache))?
+        };
         amphora_trace::event(|| {
             format!(
                 "Partition index lookup in sstable {}: {}",
@@ -413,6 +419,7 @@ pub(crate) fn read_single<'a>(
             mem_deletion,
             block_cache,
             &mut sstables_read,
+            false,
         )?;
         if let Some(u) = found {
             merge_into(schema, &mut acc, u);
@@ -425,10 +432,19 @@ pub(crate) fn read_single<'a>(
             }
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
-                let mut full = read_sstables(&t, key, None, None, block_cache, &mut sstables_read)?
-                    .unwrap_or_default();
-                apply_own_deletions(schema, &mut full);
-                row_cache.insert(t.table, key, full).0
+                // Detached: every value is a slice of a copy of its partition's bytes.
+                let mut full =
+                    read_sstables(&t, key, None, None, block_cache, &mut sstables_read, true)?
+                        .unwrap_or_default();
+                if sstables_read <= 1 && !has_deletions(&full) {
+                    // One SSTable, nothing shadowed: the entry keeps every value of that
+                    // copy, which it may hold as it is (no copy per value).
+                    row_cache.insert_detached(t.table, key, full).0
+                } else {
+                    // Merged or shadowed values would keep dead bytes alive: copied.
+                    apply_own_deletions(schema, &mut full);
+                    row_cache.insert(t.table, key, full).0
+                }
             }
         };
         let entry = if acc.is_none() {
@@ -447,6 +463,29 @@ pub(crate) fn read_single<'a>(
         }
     }
     Ok(result_of(schema, key, acc, canonical, cmd, sstables_read))
+}
+
+/// Whether a partition holds deletions that may shadow some of its own data (a partition
+/// deletion, range tombstones, row or collection deletions), or empty rows: what
+/// `apply_own_deletions` may change.
+fn has_deletions(u: &PartitionUpdate) -> bool {
+    let row = |r: &Row| {
+        r.deletion.is_some()
+            || r.is_empty()
+            || r.cells.iter().any(|(_, d)| {
+                matches!(
+                    d,
+                    ColumnData::Complex {
+                        deletion: Some(_),
+                        ..
+                    }
+                )
+            })
+    };
+    u.partition_deletion.is_some()
+        || !u.range_tombstones.is_empty()
+        || u.static_row.as_ref().is_some_and(row)
+        || u.rows.iter().any(row)
 }
 
 /// The live result of a single-partition read from the partition's merged data

@@ -488,13 +488,35 @@ impl RowCache {
         key: &PartitionKey,
         data: PartitionUpdate,
     ) -> (Arc<CachedPartition>, bool) {
+        self.insert_with(table, key, data, compact)
+    }
+
+    /// [`insert`](Self::insert) of data whose values are already in buffers of their own
+    /// that hold nothing else of note (decoded from a copy of the partition's bytes:
+    /// `SSTableReader::get_detached_with`), so they are kept as they are, not copied.
+    pub fn insert_detached(
+        &mut self,
+        table: TableId,
+        key: &PartitionKey,
+        data: PartitionUpdate,
+    ) -> (Arc<CachedPartition>, bool) {
+        self.insert_with(table, key, data, |d| d)
+    }
+
+    fn insert_with(
+        &mut self,
+        table: TableId,
+        key: &PartitionKey,
+        data: PartitionUpdate,
+        own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
+    ) -> (Arc<CachedPartition>, bool) {
         let cost = entry_cost(key, &data);
         self.remove(table, key);
         if cost > self.partition_max || cost > self.capacity {
             return (Arc::new(CachedPartition::of(table, key, data, cost)), false);
         }
         while self.bytes + cost > self.capacity && self.evict_one() {}
-        let entry = Arc::new(CachedPartition::of(table, key, compact(data), cost));
+        let entry = Arc::new(CachedPartition::of(table, key, own(data), cost));
         self.reserve_one();
         self.place(hash_of(table, key.token), entry.clone());
         self.len += 1;

@@ -1422,7 +1422,26 @@ impl SSTableReader {
     pub fn get_with(
         &self,
         key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<PartitionUpdate>> {
+        self.get_from(key, cache, false)
+    }
+
+    /// [`get_with`](Self::get_with), decoded from a copy of the partition's bytes: its
+    /// values hold no data chunk, so the row cache can keep them as they are.
+    pub fn get_detached_with(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<PartitionUpdate>> {
+        self.get_from(key, cache, true)
+    }
+
+    fn get_from(
+        &self,
+        key: &PartitionKey,
         mut cache: Option<&mut BlockCache>,
+        detach: bool,
     ) -> Result<Option<PartitionUpdate>> {
         if !self.may_contain(key) {
             return Ok(None);
@@ -1430,7 +1449,10 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        let bytes = self.read_range(e.position, e.len, cache)?;
+        let mut bytes = self.read_range(e.position, e.len, cache)?;
+        if detach {
+            bytes = Bytes::copy_from_slice(&bytes);
+        }
         let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
         if &k != key {
             return Err(StorageError::corrupt(
@@ -1836,6 +1858,34 @@ mod tests {
 
     /// Every start bound, inclusive and exclusive, across index block boundaries: the
     /// scanner yields exactly the keys from there on, in order, each with its own data.
+    #[test]
+    fn detached_reads_equal_plain_ones_and_hold_no_chunk() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (r, keys) = write(dir.path(), 300);
+        let mut cache = BlockCache::new(1 << 20);
+        let value = |u: &PartitionUpdate| match u.rows.first().and_then(|r| r.cell(1)) {
+            Some(ColumnData::Simple(c)) => c.value.clone(),
+            other => panic!("{other:?}"),
+        };
+        for k in [&keys[0], &keys[150]] {
+            let plain = r
+                .get_with(k, Some(&mut cache))
+                .expect("read")
+                .expect("found");
+            let detached = r
+                .get_detached_with(k, Some(&mut cache))
+                .expect("read")
+                .expect("found");
+            assert_eq!(plain, detached);
+            let e = r.find(k).expect("find").expect("indexed");
+            let i = (e.position / r.chunk_bytes) as usize;
+            let chunk = r.chunk(i, Some(&mut cache)).expect("chunk");
+            let range = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
+            assert!(range.contains(&(value(&plain).as_ptr() as usize)));
+            assert!(!range.contains(&(value(&detached).as_ptr() as usize)));
+        }
+    }
+
     #[test]
     fn scan_from_every_bound_yields_the_model_suffix() {
         let dir = tempfile::tempdir().expect("tmp");
