@@ -530,10 +530,12 @@ pub enum AssignmentOp {
     Subtract(Expr),
     /// `c = term + c` (list prepend).
     Prepend(Expr),
-    /// `c[key] = term`
-    SetElement { key: Expr, value: Expr },
+    /// `c[key] = term` (the key boxed, and the field name below: they keep an
+    /// assignment at 128 bytes, so a typical SET list stays within the allocator's
+    /// small-size caches).
+    SetElement { key: Box<Expr>, value: Expr },
     /// `c.field = term`
-    SetField { field: Ident, value: Expr },
+    SetField { field: Box<Ident>, value: Expr },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -656,7 +656,7 @@ impl<'a> Parser<'a> {
                 self.expect(Tok::RBracket)?;
                 self.expect(Tok::Eq)?;
                 AssignmentOp::SetElement {
-                    key,
+                    key: Box::new(key),
                     value: self.term()?,
                 }
             }
@@ -665,7 +665,7 @@ impl<'a> Parser<'a> {
                 let field = self.ident()?;
                 self.expect(Tok::Eq)?;
                 AssignmentOp::SetField {
-                    field,
+                    field: Box::new(field),
                     value: self.term()?,
                 }
             }

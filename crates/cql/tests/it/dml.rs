@@ -550,21 +550,21 @@ fn update_assignments() {
     assert_eq!(
         ops[4],
         AssignmentOp::SetElement {
-            key: s("k"),
+            key: Box::new(s("k")),
             value: s("v")
         }
     );
     assert_eq!(
         ops[5],
         AssignmentOp::SetElement {
-            key: int("2"),
+            key: Box::new(int("2")),
             value: int("5")
         }
     );
     assert_eq!(
         ops[6],
         AssignmentOp::SetField {
-            field: Ident::new("f"),
+            field: Box::new(Ident::new("f")),
             value: s("x")
         }
     );
