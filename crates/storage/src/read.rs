@@ -425,18 +425,30 @@ pub(crate) fn read_single<'a>(
             merge_into(schema, &mut acc, u);
         }
     } else {
-        let entry = match row_cache.get(t.table, key) {
+        let hit = match row_cache.get(t.table, key) {
             Some(entry) => {
                 amphora_trace::event(|| "Row cache hit".to_string());
-                entry.clone()
+                // Decided on the borrowed entry: its reference count (a locked add, which
+                // waits for every load before it) is touched only once all of the fields
+                // the read needs are on their way.
+                if acc.is_none()
+                    && let Some(r) = read_cached(t.cmp, entry, key, cmd, sstables_read)
+                {
+                    return Ok(r);
+                }
+                Some(entry.clone())
             }
+            None => None,
+        };
+        let entry = match hit {
+            Some(entry) => entry,
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
                 // Detached: every value is a slice of a copy of its partition's bytes.
                 let mut full =
                     read_sstables(&t, key, None, None, block_cache, &mut sstables_read, true)?
                         .unwrap_or_default();
-                if sstables_read <= 1 && !has_deletions(&full) {
+                let entry = if sstables_read <= 1 && !has_deletions(&full) {
                     // One SSTable, nothing shadowed: the entry keeps every value of that
                     // copy, which it may hold as it is (no copy per value).
                     row_cache.insert_detached(t.table, key, full).0
@@ -444,16 +456,14 @@ pub(crate) fn read_single<'a>(
                     // Merged or shadowed values would keep dead bytes alive: copied.
                     apply_own_deletions(schema, &mut full);
                     row_cache.insert(t.table, key, full).0
+                };
+                if acc.is_none()
+                    && let Some(r) = read_cached(t.cmp, &entry, key, cmd, sstables_read)
+                {
+                    return Ok(r);
                 }
+                entry
             }
-        };
-        let entry = if acc.is_none() {
-            match read_cached(t.cmp, entry, key, cmd, sstables_read) {
-                Ok(r) => return Ok(r),
-                Err(entry) => entry,
-            }
-        } else {
-            entry
         };
         let part = slice_of(&entry.data, &cmd.slices, t.cmp);
         if !part.is_empty() {
@@ -535,13 +545,13 @@ fn result_of(
 /// the entry is given back (`Err`).
 fn read_cached(
     cmp: &ClusteringComparator,
-    entry: Arc<CachedPartition>,
+    entry: &Arc<CachedPartition>,
     key: &PartitionKey,
     cmd: &ReadCommand,
     sstables_read: u32,
-) -> std::result::Result<ReadResult, Arc<CachedPartition>> {
+) -> Option<ReadResult> {
     if cmd.columns.is_some() || cmd.reversed || !entry.rows_live_at(cmd.now_seconds) {
-        return Err(entry);
+        return None;
     }
     let mut result = ReadResult {
         sstables_read,
@@ -549,13 +559,11 @@ fn read_cached(
         ..Default::default()
     };
     let u = &entry.data;
-    let Some((mut from, to)) = one_run(&u.rows, &cmd.slices, cmp) else {
-        return Err(entry);
-    };
+    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp)?;
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
             Some(c) => Some(c),
-            None => return Ok(result),
+            None => return Some(result),
         },
         _ => None,
     };
@@ -581,7 +589,7 @@ fn read_cached(
             Some(s) if after.is_none() && !has_clustering_restriction(cmd) => {
                 if remaining == 0 {
                     result.exhausted = false;
-                    return Ok(result);
+                    return Some(result);
                 }
                 remaining -= 1;
                 result.partitions.push(PartitionData {
@@ -595,7 +603,7 @@ fn read_cached(
         }
         result.rows_counted = limit(cmd.row_limit) - remaining;
         result.exhausted = !cut;
-        return Ok(result);
+        return Some(result);
     }
     let partition_deletion = u.partition_deletion;
     let rows = Rows::shared(entry, from..from + take as usize)?;
@@ -608,7 +616,7 @@ fn read_cached(
         static_row,
         rows,
     }];
-    Ok(result)
+    Some(result)
 }
 
 /// The rows of `rows` within `slices` (empty = all) as one run `from..to`; None if they
@@ -945,7 +953,7 @@ mod tests {
                 &cmd,
                 1,
             );
-            match read_cached(&cmp, entry.clone(), &key, &cmd, 1).ok() {
+            match read_cached(&cmp, &entry, &key, &cmd, 1) {
                 Some(got) => {
                     shared += 1;
                     assert_eq!(got, want, "seed {seed} case {case}: {cmd:?}\n{u:?}");
@@ -959,7 +967,7 @@ mod tests {
                 && one_run(&u.rows, &cmd.slices, &cmp).is_some();
             assert_eq!(
                 may,
-                read_cached(&cmp, entry.clone(), &key, &cmd, 1).is_ok(),
+                read_cached(&cmp, &entry, &key, &cmd, 1).is_some(),
                 "seed {seed} case {case}"
             );
         }

@@ -35,16 +35,14 @@ impl Rows {
         Rows(Repr::Owned(Vec::new()))
     }
 
-    /// `entry.data.rows[range]`, shared with the cache; the entry back if `range` is not
-    /// within the rows.
-    pub(crate) fn shared(
-        entry: Arc<CachedPartition>,
-        range: Range<usize>,
-    ) -> Result<Self, Arc<CachedPartition>> {
-        if entry.data.rows.get(range.clone()).is_none() {
-            return Err(entry);
-        }
-        Ok(Rows(Repr::Shared { entry, range }))
+    /// `entry.data.rows[range]`, shared with the cache; None if `range` is not within the
+    /// rows.
+    pub(crate) fn shared(entry: &Arc<CachedPartition>, range: Range<usize>) -> Option<Self> {
+        entry.data.rows.get(range.clone())?;
+        Some(Rows(Repr::Shared {
+            entry: entry.clone(),
+            range,
+        }))
     }
 
     /// The rows as a vector of their own (copied if shared).
@@ -147,7 +145,7 @@ mod tests {
             rows: (0..5).map(row).collect(),
             ..Default::default()
         }));
-        let shared = Rows::shared(entry.clone(), 1..4).expect("in range");
+        let shared = Rows::shared(&entry, 1..4).expect("in range");
         assert!(shared.is_shared());
         let owned: Rows = (1..4).map(row).collect();
         assert!(!owned.is_shared());
@@ -163,7 +161,7 @@ mod tests {
         v.clear();
         assert_eq!(entry.data.rows.len(), 5);
         assert_eq!(shared.len(), 3);
-        assert!(Rows::shared(entry.clone(), 3..6).is_err());
-        assert!(Rows::shared(entry, 5..5).is_ok_and(|r| r.is_empty()));
+        assert!(Rows::shared(&entry, 3..6).is_none());
+        assert!(Rows::shared(&entry, 5..5).is_some_and(|r| r.is_empty()));
     }
 }
