@@ -28,6 +28,7 @@
 //!
 //! PERF-CRITICAL: `get` is on every single-partition read.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -299,6 +300,9 @@ pub struct RowCache {
     /// A power of two long (or empty).
     buckets: Vec<Bucket>,
     len: usize,
+    /// Entries per table (tables with none are absent), so table-wide work on a table
+    /// without entries is skipped instead of sweeping the buckets.
+    per_table: HashMap<TableId, usize, Hash>,
     hand: usize,
     bytes: usize,
     capacity: usize,
@@ -317,6 +321,7 @@ impl RowCache {
         RowCache {
             buckets: Vec::new(),
             len: 0,
+            per_table: HashMap::default(),
             hand: 0,
             bytes: 0,
             capacity: usize::try_from(capacity_bytes).unwrap_or(usize::MAX),
@@ -436,6 +441,7 @@ impl RowCache {
                 } else {
                     self.len -= 1;
                     self.bytes -= e.cost;
+                    self.uncount(e.table);
                     dropped += 1;
                 }
             }
@@ -451,6 +457,7 @@ impl RowCache {
         let gone = self.buckets.get_mut(i)?.entry.take()?;
         self.len -= 1;
         self.bytes -= gone.cost;
+        self.uncount(gone.table);
         let mut j = i;
         loop {
             j = (j + 1) & mask;
@@ -520,6 +527,7 @@ impl RowCache {
         self.reserve_one();
         self.place(hash_of(table, key.token), entry.clone());
         self.len += 1;
+        *self.per_table.entry(table).or_default() += 1;
         self.bytes += cost;
         self.insertions += 1;
         (entry, true)
@@ -532,13 +540,23 @@ impl RowCache {
         }
     }
 
+    fn uncount(&mut self, table: TableId) {
+        if let Some(n) = self.per_table.get_mut(&table) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_table.remove(&table);
+            }
+        }
+    }
+
+    /// Entries of a table.
+    fn table_len(&self, table: TableId) -> usize {
+        self.per_table.get(&table).copied().unwrap_or(0)
+    }
+
     /// Drops every entry of a table.
     pub fn invalidate_table(&mut self, table: TableId) {
-        if !self
-            .buckets
-            .iter()
-            .any(|b| b.entry.as_ref().is_some_and(|e| e.table == table))
-        {
+        if self.table_len(table) == 0 {
             return;
         }
         let n = self.buckets.len();
@@ -548,11 +566,11 @@ impl RowCache {
     /// Merges a flushed memtable into the entries of the partitions it holds: called when
     /// its SSTable joins the table's SSTable set, so entries keep matching that set.
     pub fn merge_flushed(&mut self, table: TableId, schema: &TableSchema, mem: &Memtable) {
-        if self.len == 0 {
+        if self.table_len(table) == 0 {
             return;
         }
-        // Walk the smaller side.
-        let hit: Vec<PartitionKey> = if self.len <= mem.partitions.len() {
+        // Walk the smaller side (the buckets are at least twice the entries).
+        let hit: Vec<PartitionKey> = if self.buckets.len() <= mem.partitions.len() {
             self.buckets
                 .iter()
                 .filter_map(|b| b.entry.as_ref())
@@ -884,7 +902,87 @@ mod tests {
             assert_eq!(s.bytes as usize, bytes, "seed {seed} step {step}");
             assert!(bytes <= cost * 40 + 40, "seed {seed} step {step}");
             assert!(c.len * 2 <= c.buckets.len(), "seed {seed} step {step}");
+            for tt in 0..3u128 {
+                let n = model.keys().filter(|(t, _, _)| *t == tt).count();
+                assert_eq!(c.table_len(TableId(tt)), n, "seed {seed} step {step}");
+            }
         }
         assert!(evicted_seen > 100 && hits > 100, "{evicted_seen} {hits}");
+    }
+
+    fn table_schema() -> Arc<TableSchema> {
+        use amphora_types::CqlType;
+        use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableOptions};
+        let cd = |n: &str, kind| ColumnDef {
+            name: n.into(),
+            ty: CqlType::Blob,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Asc,
+        };
+        Arc::new(TableSchema::new(
+            TableId(1),
+            "ks",
+            "t",
+            vec![
+                cd("k", ColumnKind::PartitionKey),
+                cd("v", ColumnKind::Regular),
+            ],
+            TableOptions::default(),
+        ))
+    }
+
+    /// A flush merges into the cached entries of the partitions it holds, both when the
+    /// memtable is the smaller side (looked up key by key) and when the key map is (its
+    /// buckets swept); other entries and other tables are untouched.
+    #[test]
+    fn merge_flushed_updates_exactly_the_flushed_cached_partitions() {
+        let schema = table_schema();
+        let t = TableId(1);
+        let newer = |v: usize| {
+            let mut u = part(v);
+            if let ColumnData::Simple(c) = &mut u.rows[0].cells[0].1 {
+                c.timestamp = 2;
+            }
+            u
+        };
+        for flushed in [3u64, 300] {
+            let mut c = RowCache::new(1 << 24, 1 << 20);
+            for i in 0..40i64 {
+                assert!(c.insert(t, &key(i, &format!("k{i}")), part(1)).1);
+                assert!(c.insert(TableId(2), &key(i, &format!("o{i}")), part(1)).1);
+            }
+            let mut mem = Memtable::new(schema.clone());
+            // Even keys, some cached (below 40), most not.
+            for i in (0..flushed as i64).map(|i| i * 2) {
+                mem.apply(&key(i, &format!("k{i}")), &newer(5), None);
+            }
+            assert_eq!(
+                c.buckets.len() <= flushed as usize,
+                flushed == 300,
+                "both branches"
+            );
+            c.merge_flushed(t, &schema, &mem);
+            for i in 0..40i64 {
+                let k = key(i, &format!("k{i}"));
+                let want = if i % 2 == 0 && i < 2 * flushed as i64 {
+                    newer(5)
+                } else {
+                    part(1)
+                };
+                assert_eq!(c.get(t, &k).map(|e| &e.data), Some(&want), "{flushed} {i}");
+                let other = key(i, &format!("o{i}"));
+                assert_eq!(c.get(TableId(2), &other).map(|e| &e.data), Some(&part(1)));
+            }
+            assert_eq!(c.stats().partitions, 80);
+            let cost: usize = (0..40i64)
+                .map(|i| {
+                    let k = key(i, &format!("k{i}"));
+                    let d = c.get(t, &k).map(|e| e.data.clone()).expect("cached");
+                    entry_cost(&k, &d) + entry_cost(&key(i, &format!("o{i}")), &part(1))
+                })
+                .sum();
+            assert_eq!(c.stats().bytes as usize, cost);
+        }
     }
 }
