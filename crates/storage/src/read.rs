@@ -342,11 +342,24 @@ fn read_sstables(
     sstables_read: &mut u32,
     detach: bool,
 ) -> Result<Option<PartitionUpdate>> {
-    let mut ssts: Vec<&Arc<SSTableReader>> =
-        t.sstables.iter().filter(|s| !s.is_quarantined()).collect();
-    ssts.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
+    // One SSTable (the common case after compaction) needs no sorted copy of the set.
+    let (single, mut sorted);
+    let ssts: &[&Arc<SSTableReader>] = match t.sstables {
+        [s] => {
+            single = [s];
+            &single
+        }
+        _ => {
+            sorted = t.sstables.iter().collect::<Vec<_>>();
+            sorted.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
+            &sorted
+        }
+    };
     let mut acc = None;
-    for s in ssts {
+    for &s in ssts {
+        if s.is_quarantined() {
+            continue;
+        }
         if floor.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
             break;
         }
