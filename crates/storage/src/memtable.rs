@@ -223,6 +223,13 @@ fn row_base_timestamp(r: &Row) -> i64 {
     r.deletion.map_or(0, |d| d.marked_for_delete_at)
 }
 
+/// Encodes a canonical row into the arena (through `scratch`).
+fn encode_into(scratch: &mut Vec<u8>, arena: &mut Arena, r: &Row) -> Bytes {
+    scratch.clear();
+    encode_single(scratch, r);
+    arena.copy(scratch)
+}
+
 /// Decodes what [`encode_single`] wrote. The bytes were encoded by this memtable from a
 /// valid row, so a failure is a bug: it is reported loudly (debug builds panic) and the
 /// row reads as empty rather than taking the node down.
@@ -374,78 +381,62 @@ impl Memtable {
             self.min_log_pos = Some(self.min_log_pos.map_or(p, |m| m.min(p)));
         }
         self.mutations += 1;
-        let ts = u.max_timestamp();
-        self.max_timestamp = self.max_timestamp.max(ts);
-        self.min_timestamp = self.min_timestamp.min(min_timestamp(u));
+        let (lo, hi) = timestamp_bounds(u);
+        self.max_timestamp = self.max_timestamp.max(hi);
+        self.min_timestamp = self.min_timestamp.min(lo);
         let single = u.partition_deletion.is_none()
             && u.static_row.is_none()
             && u.range_tombstones.is_empty()
             && u.rows.len() == 1
             && self.single_rows;
         let added = if single {
-            self.apply_single(key, &u.rows[0])
+            self.apply_single(key, u)
         } else {
             self.apply_general(key, u)
         };
         self.size_bytes += added as u64;
     }
 
-    /// A one-row update: kept encoded while the partition stays a single row. Returns
-    /// the growth in bytes.
-    fn apply_single(&mut self, key: &PartitionKey, r: &Row) -> usize {
+    /// A one-row update (`u.rows[0]`, nothing else): kept encoded while the partition
+    /// stays a single row. Returns the growth in bytes.
+    fn apply_single(&mut self, key: &PartitionKey, u: &PartitionUpdate) -> usize {
+        use std::collections::btree_map::Entry;
         let owned;
-        let r = if self.is_canonical(r) {
-            r
+        let r = if self.is_canonical(&u.rows[0]) {
+            &u.rows[0]
         } else {
-            owned = self.own_row(r);
+            owned = self.own_row(&u.rows[0]);
             &owned
         };
-        match self.partitions.get_mut(key) {
-            None => {
-                let enc = self.encode(r);
-                let k = PartitionKey {
-                    token: key.token,
-                    key: self.arena.copy(&key.key),
-                };
-                let grow = SINGLE_ENTRY_BYTES + k.key.len() + enc.len();
-                self.partitions.insert(k, MemPartition::Single(enc));
+        // One tree search: the key is copied into the arena up front (an overwrite wastes
+        // those few bytes, as it wastes the old row's encoding).
+        let k = PartitionKey {
+            token: key.token,
+            key: self.arena.copy(&key.key),
+        };
+        match self.partitions.entry(k) {
+            Entry::Vacant(v) => {
+                let enc = encode_into(&mut self.scratch, &mut self.arena, r);
+                let grow = SINGLE_ENTRY_BYTES + key.key.len() + enc.len();
+                v.insert(MemPartition::Single(enc));
                 grow
             }
-            Some(MemPartition::Single(enc)) => {
-                let old = decode_single(enc);
-                if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
-                    let merged = merge_rows(&self.schema, &old, r);
-                    let enc = self.encode(&merged);
-                    // The old encoding stays in its arena chunk until the memtable is
-                    // dropped: account the whole new one.
-                    let grow = enc.len();
-                    if let Some(p) = self.partitions.get_mut(key) {
-                        *p = MemPartition::Single(enc);
+            Entry::Occupied(mut o) => {
+                if let MemPartition::Single(enc) = o.get() {
+                    let old = decode_single(enc);
+                    if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
+                        let merged = merge_rows(&self.schema, &old, r);
+                        let enc = encode_into(&mut self.scratch, &mut self.arena, &merged);
+                        // The old encoding stays in its arena chunk until the memtable is
+                        // dropped: account the whole new one (and the key copy).
+                        let grow = enc.len() + key.key.len();
+                        o.insert(MemPartition::Single(enc));
+                        return grow;
                     }
-                    grow
-                } else {
-                    let u = PartitionUpdate {
-                        rows: vec![r.clone()],
-                        ..Default::default()
-                    };
-                    self.apply_general(key, &u)
                 }
-            }
-            Some(MemPartition::General(_)) => {
-                let u = PartitionUpdate {
-                    rows: vec![r.clone()],
-                    ..Default::default()
-                };
-                self.apply_general(key, &u)
+                self.apply_general(key, u)
             }
         }
-    }
-
-    /// Encodes a canonical row into the arena.
-    fn encode(&mut self, r: &Row) -> Bytes {
-        self.scratch.clear();
-        encode_single(&mut self.scratch, r);
-        self.arena.copy(&self.scratch)
     }
 
     /// Whether a row's cells are already in canonical order (sorted by column id, one
@@ -625,40 +616,42 @@ fn own_bound(
     }
 }
 
-/// Lowest timestamp in an update (for purge decisions).
-pub fn min_timestamp(u: &PartitionUpdate) -> i64 {
-    let mut m = i64::MAX;
-    let mut row = |r: &Row| {
+/// Lowest and highest timestamp in an update (`(i64::MAX, i64::MIN)` if it has none), in
+/// one pass.
+fn timestamp_bounds(u: &PartitionUpdate) -> (i64, i64) {
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    let mut see = |t: i64| {
+        lo = lo.min(t);
+        hi = hi.max(t);
+    };
+    for r in u.static_row.iter().chain(u.rows.iter()) {
         if let Some(x) = r.marker {
-            m = m.min(x.timestamp);
+            see(x.timestamp);
         }
         if let Some(d) = r.deletion {
-            m = m.min(d.marked_for_delete_at);
+            see(d.marked_for_delete_at);
         }
         for (_, d) in &r.cells {
             match d {
-                ColumnData::Simple(c) => m = m.min(c.timestamp),
+                ColumnData::Simple(c) => see(c.timestamp),
                 ColumnData::Complex { deletion, cells } => {
                     if let Some(d) = deletion {
-                        m = m.min(d.marked_for_delete_at);
+                        see(d.marked_for_delete_at);
                     }
                     for (_, c) in cells {
-                        m = m.min(c.timestamp);
+                        see(c.timestamp);
                     }
                 }
             }
         }
-    };
-    for r in u.static_row.iter().chain(u.rows.iter()) {
-        row(r);
     }
     if let Some(d) = u.partition_deletion {
-        m = m.min(d.marked_for_delete_at);
+        see(d.marked_for_delete_at);
     }
     for rt in &u.range_tombstones {
-        m = m.min(rt.deletion.marked_for_delete_at);
+        see(rt.deletion.marked_for_delete_at);
     }
-    m
+    (lo, hi)
 }
 
 #[cfg(test)]
