@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use amphora_storage::CommitFailurePolicy;
 use serde::Deserialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,24 @@ impl std::str::FromStr for CommitlogSync {
     }
 }
 
+/// cassandra.yaml's `commit_failure_policy`, as far as it concerns commitlog replay (the
+/// only commitlog failures the node leaves to a policy: a failed write or sync while
+/// running fails the writes that depended on it). `die` and `stop` both refuse to start.
+fn commit_failure_policy(s: &str) -> Result<CommitFailurePolicy, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "stop" | "die" => Ok(CommitFailurePolicy::Stop),
+        "ignore" => Ok(CommitFailurePolicy::Ignore),
+        "stop_commit" => Err(
+            "'stop_commit' is not supported: a failed commitlog write fails the writes that \
+             depended on it; for replay use stop, die or ignore"
+                .into(),
+        ),
+        other => Err(format!(
+            "unknown commit_failure_policy '{other}' (stop, die or ignore)"
+        )),
+    }
+}
+
 /// Everything a node needs to start. `Default` is the embedded default configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -64,6 +83,8 @@ pub struct NodeConfig {
     pub commitlog_sync_group_window_ms: u64,
     pub commitlog_segment_size_bytes: u64,
     pub commitlog_total_space_bytes: u64,
+    /// What replay does with a corrupt commitlog entry (`commit_failure_policy`).
+    pub commit_failure_policy: CommitFailurePolicy,
     pub max_frame_size_bytes: usize,
     pub password_authenticator: bool,
     /// Pin shard threads to cores.
@@ -99,6 +120,7 @@ impl Default for NodeConfig {
             commitlog_sync_group_window_ms: 15,
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
+            commit_failure_policy: CommitFailurePolicy::Stop,
             max_frame_size_bytes: 16 << 20,
             password_authenticator: false,
             pin_shards: true,
@@ -128,6 +150,7 @@ struct YamlConfig {
     commitlog_sync_group_window: Option<String>,
     commitlog_segment_size_in_mb: Option<u64>,
     commitlog_total_space_in_mb: Option<u64>,
+    commit_failure_policy: Option<String>,
     native_transport_max_frame_size_in_mb: Option<u64>,
     authenticator: Option<String>,
     api_address: Option<String>,
@@ -258,6 +281,13 @@ impl NodeConfig {
         }
         if let Some(v) = y.commitlog_total_space_in_mb {
             self.commitlog_total_space_bytes = v << 20;
+        }
+        if let Some(v) = y.commit_failure_policy {
+            self.commit_failure_policy =
+                commit_failure_policy(&v).map_err(|message| ConfigError::Invalid {
+                    key: "commit_failure_policy",
+                    message,
+                })?;
         }
         if let Some(v) = y.native_transport_max_frame_size_in_mb {
             self.max_frame_size_bytes = (v << 20) as usize;
@@ -395,6 +425,27 @@ mod tests {
                 ..
             })
         ));
+        assert_eq!(c.commit_failure_policy, CommitFailurePolicy::Stop);
+        for (v, want) in [
+            ("ignore", Some(CommitFailurePolicy::Ignore)),
+            ("die", Some(CommitFailurePolicy::Stop)),
+            ("stop", Some(CommitFailurePolicy::Stop)),
+            ("stop_commit", None),
+            ("sometimes", None),
+        ] {
+            std::fs::write(&path, format!("commit_failure_policy: {v}\n")).expect("write");
+            match (NodeConfig::default().load_file(&path), want) {
+                (Ok(c), Some(w)) => assert_eq!(c.commit_failure_policy, w, "{v}"),
+                (
+                    Err(ConfigError::Invalid {
+                        key: "commit_failure_policy",
+                        ..
+                    }),
+                    None,
+                ) => {}
+                (r, _) => panic!("{v}: {r:?}"),
+            }
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

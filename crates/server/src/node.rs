@@ -153,6 +153,12 @@ impl Node {
         let data_dir = cfg.data_dir.clone();
         let segment = cfg.commitlog_segment_size_bytes;
         let total = cfg.commitlog_total_space_bytes;
+        let failure_policy = cfg.commit_failure_policy;
+        // Experiments only (not a cassandra.yaml key): the flush and compaction threads'
+        // nice value, default amphora_storage::DEFAULT_BACKGROUND_NICE.
+        let background_nice = std::env::var("AMPHORA_BACKGROUND_NICE")
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok());
         let mut tables: Vec<_> = schema.tables().cloned().collect();
         // The batchlog's hidden table exists on every node, outside the schema.
         tables.push(amphora_coordinator::batchlog::table());
@@ -171,6 +177,10 @@ impl Node {
                     scfg.commitlog_sync = sync;
                     scfg.commitlog_segment_size_bytes = segment;
                     scfg.commitlog_total_space_bytes = total;
+                    scfg.commit_failure_policy = failure_policy;
+                    if let Some(n) = background_nice {
+                        scfg.background_nice = n;
+                    }
                     scfg.memtable_budget_bytes = memtable_budget;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
                         .map(|_| ())

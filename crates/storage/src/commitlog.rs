@@ -13,6 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -410,6 +411,8 @@ pub struct Commitlog {
     sync_tx: mpsc::Sender<SyncMsg>,
     durable_rx: watch::Receiver<Durable>,
     sync_thread: Option<std::thread::JoinHandle<()>>,
+    /// `fdatasync`s of segment files the sync thread has completed (see [`Commitlog::syncs`]).
+    syncs: Arc<AtomicU64>,
     /// Highest position for which a sync was requested.
     sync_requested: LogPosition,
     pub bytes_written: u64,
@@ -437,9 +440,11 @@ impl Commitlog {
         });
         let first = active.file.clone();
         let sync_dir = dir.to_path_buf();
+        let syncs = Arc::new(AtomicU64::new(0));
+        let thread_syncs = syncs.clone();
         let sync_thread = std::thread::Builder::new()
             .name(format!("commitlog-sync-{shard}"))
-            .spawn(move || sync_loop(mode, &sync_dir, sync_rx, durable_tx, first))
+            .spawn(move || sync_loop(mode, &sync_dir, sync_rx, durable_tx, first, &thread_syncs))
             .map_err(|e| StorageError::io(dir, e))?;
         Ok(Commitlog {
             dir: dir.to_path_buf(),
@@ -453,6 +458,7 @@ impl Commitlog {
             sync_tx,
             durable_rx,
             sync_thread: Some(sync_thread),
+            syncs,
             sync_requested: 0,
             bytes_written: 0,
             write_failed: false,
@@ -491,6 +497,12 @@ impl Commitlog {
 
     pub fn segment_count(&self) -> usize {
         self.closed.len() + 1
+    }
+
+    /// `fdatasync`s of segment files completed so far: in `batch` and `group` modes, one
+    /// per sync round whatever the number of writes waiting on it (group commit).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Appends a mutation; returns the positions of its start and end.
@@ -696,6 +708,7 @@ fn sync_loop(
     rx: mpsc::Receiver<SyncMsg>,
     durable: watch::Sender<Durable>,
     first: Arc<File>,
+    syncs: &AtomicU64,
 ) {
     let mut active = first;
     let mut best: LogPosition = 0;
@@ -709,7 +722,9 @@ fn sync_loop(
                         if dir_dirty {
                             dir_dirty = sync_dir(dir).is_err();
                         }
-                        let _ = active.sync_data();
+                        if active.sync_data().is_ok() {
+                            syncs.fetch_add(1, Ordering::Relaxed);
+                        }
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -758,8 +773,11 @@ fn sync_loop(
             }
         }
         for f in &files {
-            if let Err(e) = f.sync_data() {
-                error = Some(format!("fdatasync failed: {e}"));
+            match f.sync_data() {
+                Ok(()) => {
+                    syncs.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => error = Some(format!("fdatasync failed: {e}")),
             }
         }
         if !files.is_empty() {
@@ -919,6 +937,65 @@ pub fn verify_segments(
     replay_impl(dir, policy, report, |_, _| {}, false).map(|_| ())
 }
 
+/// What is at one position of a segment.
+enum EntryAt {
+    /// A whole entry whose checksum matches and whose payload decodes; `end` is where the
+    /// next one starts.
+    Valid { end: usize, mutation: Mutation },
+    /// Not a valid entry. `zero`: the entry header is all zeros (space nothing was written
+    /// to).
+    Bad { reason: String, zero: bool },
+}
+
+fn entry_at(data: &Bytes, pos: usize) -> EntryAt {
+    let bad = |reason: String| EntryAt::Bad {
+        reason,
+        zero: false,
+    };
+    let Some(h) = data.get(pos..pos + ENTRY_HEADER_BYTES) else {
+        return bad("truncated entry header".into());
+    };
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    if len == 0 && crc == 0 {
+        return EntryAt::Bad {
+            reason: "zero-filled entry".into(),
+            zero: true,
+        };
+    }
+    let end = pos + ENTRY_HEADER_BYTES + len as usize;
+    let Some(payload) = data.get(pos + ENTRY_HEADER_BYTES..end) else {
+        return bad(format!(
+            "entry of {len} bytes runs past the end of the file"
+        ));
+    };
+    let actual = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload);
+    if actual != crc {
+        return bad(format!(
+            "checksum mismatch (stored {crc:#x}, computed {actual:#x})"
+        ));
+    }
+    match decode_mutation(data.slice(pos + ENTRY_HEADER_BYTES..end)) {
+        Ok(mutation) => EntryAt::Valid { end, mutation },
+        Err(e) => bad(format!("undecodable mutation: {e}")),
+    }
+}
+
+/// The offset of the first valid entry after a bad one at `bad`, if any: every later
+/// position is tried (an entry's length cannot be trusted once it is bad), cheapest checks
+/// first (a length that fits the file, the payload's format version byte), then the
+/// checksum and the decode.
+fn next_valid_entry(data: &Bytes, bad: usize) -> Option<usize> {
+    (bad + 1..data.len().saturating_sub(ENTRY_HEADER_BYTES)).find(|&pos| {
+        let h = &data[pos..pos + ENTRY_HEADER_BYTES];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        len > 0
+            && len <= data.len() - pos - ENTRY_HEADER_BYTES
+            && data[pos + ENTRY_HEADER_BYTES] == MUTATION_FORMAT_VERSION
+            && matches!(entry_at(data, pos), EntryAt::Valid { .. })
+    })
+}
+
 fn replay_impl(
     dir: &Path,
     policy: CommitFailurePolicy,
@@ -934,51 +1011,32 @@ fn replay_impl(
         let data = fs::read(&path).map_err(|e| StorageError::io(&path, e))?;
         report.segments += 1;
         let data = Bytes::from(data);
-        let bad = |offset: u64, reason: String, report: &mut ReplayReport| -> Result<()> {
-            let truncated = data.len() as u64 - offset;
-            if last {
-                if !truncate_torn {
-                    report.torn_tail = Some(TornTail {
-                        path: path.clone(),
-                        offset,
-                        bytes_truncated: 0,
-                    });
-                    return Ok(());
-                }
-                tracing::warn!(
-                    "commitlog {}: torn tail at offset {offset} ({reason}); truncating {truncated} bytes",
-                    path.display()
-                );
-                if let Ok(f) = OpenOptions::new().write(true).open(&path) {
-                    let _ = f.set_len(offset);
-                    let _ = f.sync_all();
-                }
-                report.torn_tail = Some(TornTail {
+        // A bad stretch `offset..resume` (resume = the end of the file when no valid entry
+        // follows) that is not a torn tail: the policy decides.
+        let corrupt = |offset: usize,
+                       resume: usize,
+                       reason: String,
+                       report: &mut ReplayReport|
+         -> Result<()> {
+            match policy {
+                CommitFailurePolicy::Stop => Err(StorageError::CommitlogCorrupt {
                     path: path.clone(),
-                    offset,
-                    bytes_truncated: truncated,
-                });
-                Ok(())
-            } else {
-                match policy {
-                    CommitFailurePolicy::Stop => Err(StorageError::CommitlogCorrupt {
+                    offset: offset as u64,
+                    reason,
+                }),
+                CommitFailurePolicy::Ignore => {
+                    tracing::error!(
+                        "commitlog {} is corrupt at offset {offset}: {reason}; skipping {} bytes",
+                        path.display(),
+                        resume - offset
+                    );
+                    report.corrupt.push(CorruptEntry {
                         path: path.clone(),
-                        offset,
+                        offset: offset as u64,
                         reason,
-                    }),
-                    CommitFailurePolicy::Ignore => {
-                        tracing::error!(
-                            "commitlog {} is corrupt at offset {offset}: {reason}; skipping {truncated} bytes",
-                            path.display()
-                        );
-                        report.corrupt.push(CorruptEntry {
-                            path: path.clone(),
-                            offset,
-                            reason,
-                            bytes_skipped: truncated,
-                        });
-                        Ok(())
-                    }
+                        bytes_skipped: (resume - offset) as u64,
+                    });
+                    Ok(())
                 }
             }
         };
@@ -998,53 +1056,86 @@ fn replay_impl(
         if data.len() < SEGMENT_HEADER_BYTES as usize
             || data[..][..SEGMENT_HEADER_BYTES as usize] != segment_header(id)
         {
-            bad(0, "bad segment header".into(), report)?;
+            if last {
+                torn_tail(&path, &data, 0, "bad segment header", truncate_torn, report);
+            } else {
+                corrupt(0, data.len(), "bad segment header".into(), report)?;
+            }
             out.push((id, path.clone(), data.len() as u64));
             continue;
         }
         let mut pos = SEGMENT_HEADER_BYTES as usize;
         while pos < data.len() {
-            let Some(h) = data.get(pos..pos + ENTRY_HEADER_BYTES) else {
-                bad(pos as u64, "truncated entry header".into(), report)?;
-                break;
+            let (reason, zero) = match entry_at(&data, pos) {
+                EntryAt::Valid { end, mutation } => {
+                    apply(log_position(id, pos as u64), mutation);
+                    pos = end;
+                    continue;
+                }
+                EntryAt::Bad { reason, zero } => (reason, zero),
             };
-            let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-            let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
-            if len == 0 && crc == 0 {
-                // Zero fill: nothing was written here.
-                bad(pos as u64, "zero-filled entry".into(), report)?;
-                break;
-            }
-            let end = pos + ENTRY_HEADER_BYTES + len as usize;
-            let Some(payload) = data.get(pos + ENTRY_HEADER_BYTES..end) else {
-                bad(
-                    pos as u64,
-                    format!("entry of {len} bytes runs past the end of the file"),
-                    report,
-                )?;
-                break;
+            // A bad entry with nothing valid after it, in the segment being written when
+            // the node stopped, is a torn tail (a write the crash cut short, or space never
+            // written: a zero-filled header). A bad entry with valid entries after it is
+            // corruption in the middle of the log, whichever segment it is in: entries
+            // after it may have been acknowledged, so it is never silently truncated.
+            let next = if last && zero {
+                None
+            } else {
+                next_valid_entry(&data, pos)
             };
-            let actual = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload);
-            if actual != crc {
-                bad(
-                    pos as u64,
-                    format!("checksum mismatch (stored {crc:#x}, computed {actual:#x})"),
-                    report,
-                )?;
-                break;
-            }
-            match decode_mutation(data.slice(pos + ENTRY_HEADER_BYTES..end)) {
-                Ok(m) => apply(log_position(id, pos as u64), m),
-                Err(e) => {
-                    bad(pos as u64, format!("undecodable mutation: {e}"), report)?;
+            match next {
+                None if last => {
+                    torn_tail(&path, &data, pos, &reason, truncate_torn, report);
                     break;
                 }
+                None => {
+                    corrupt(pos, data.len(), reason, report)?;
+                    break;
+                }
+                Some(resume) => {
+                    corrupt(pos, resume, reason, report)?;
+                    pos = resume;
+                }
             }
-            pos = end;
         }
         out.push((id, path, data.len() as u64));
     }
     Ok(out)
+}
+
+/// Records (and, when `truncate`, cuts off) the torn tail of the last segment at `offset`.
+fn torn_tail(
+    path: &Path,
+    data: &[u8],
+    offset: usize,
+    reason: &str,
+    truncate: bool,
+    report: &mut ReplayReport,
+) {
+    let offset = offset as u64;
+    if !truncate {
+        report.torn_tail = Some(TornTail {
+            path: path.to_path_buf(),
+            offset,
+            bytes_truncated: 0,
+        });
+        return;
+    }
+    let truncated = data.len() as u64 - offset;
+    tracing::warn!(
+        "commitlog {}: torn tail at offset {offset} ({reason}); truncating {truncated} bytes",
+        path.display()
+    );
+    if let Ok(f) = OpenOptions::new().write(true).open(path) {
+        let _ = f.set_len(offset);
+        let _ = f.sync_all();
+    }
+    report.torn_tail = Some(TornTail {
+        path: path.to_path_buf(),
+        offset,
+        bytes_truncated: truncated,
+    });
 }
 
 #[cfg(test)]

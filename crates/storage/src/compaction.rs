@@ -471,7 +471,7 @@ impl CompactionShare {
         THROTTLE.with(|t| {
             *t.borrow_mut() = Some(Throttle {
                 share: self.clone(),
-                since: std::time::Instant::now(),
+                since: thread_cpu(),
                 foreground_seen: self.foreground(),
             })
         });
@@ -494,8 +494,18 @@ pub fn throttle_pause(worked: std::time::Duration, share: f64) -> std::time::Dur
 
 struct Throttle {
     share: CompactionShare,
-    since: std::time::Instant,
+    /// The thread's CPU time when its current slice of work started.
+    since: std::time::Duration,
     foreground_seen: u64,
+}
+
+/// CPU time of the calling thread. The throttle counts work in CPU time, not wall time:
+/// the background threads run at a lower priority on the shard's core
+/// ([`crate::StorageConfig::background_nice`]), so a slice of wall time while the shard is
+/// busy holds only a fraction of a slice of work.
+fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 thread_local! {
@@ -509,7 +519,7 @@ fn throttle_point() {
     THROTTLE.with(|t| {
         let mut t = t.borrow_mut();
         let Some(t) = t.as_mut() else { return };
-        let worked = t.since.elapsed();
+        let worked = thread_cpu().saturating_sub(t.since);
         if worked < std::time::Duration::from_millis(10) {
             return;
         }
@@ -520,7 +530,7 @@ fn throttle_point() {
         if busy && !pause.is_zero() {
             std::thread::sleep(pause);
         }
-        t.since = std::time::Instant::now();
+        t.since = thread_cpu();
     });
 }
 
@@ -1275,9 +1285,10 @@ mod tests {
         use std::time::{Duration, Instant};
         let share = CompactionShare::default();
         share.set(0.1);
+        // `ms` of this thread's CPU time (what the throttle counts).
         let work = |ms: u64| {
-            let until = Instant::now() + Duration::from_millis(ms);
-            while Instant::now() < until {
+            let until = thread_cpu() + Duration::from_millis(ms);
+            while thread_cpu() < until {
                 std::hint::spin_loop();
             }
         };

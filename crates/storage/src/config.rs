@@ -68,9 +68,14 @@ pub enum CommitFailurePolicy {
     /// Refuse to start (`ShardStorage::open` fails naming the file and offset).
     #[default]
     Stop,
-    /// Report it loudly, skip the rest of that segment and continue.
+    /// Report it loudly, skip the bad bytes up to the next valid entry (or the rest of
+    /// the segment when none follows) and continue.
     Ignore,
 }
+
+/// Default [`StorageConfig::background_nice`] (the shard thread's own priority; the node
+/// takes another from `AMPHORA_BACKGROUND_NICE` for experiments).
+pub const DEFAULT_BACKGROUND_NICE: i32 = 0;
 
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
@@ -99,6 +104,11 @@ pub struct StorageConfig {
     /// Partitions estimated above this (or above an eighth of the row cache) are not
     /// row-cached: they are read from SSTables each time.
     pub row_cache_partition_max_bytes: u64,
+    /// Nice value of the shard's flush and compaction threads (0 = the shard thread's own
+    /// priority). They share the shard's core: a lower priority lets the scheduler preempt
+    /// them as soon as the shard thread has a request, instead of time-slicing the core
+    /// between them (milliseconds of queueing for every request while a compaction runs).
+    pub background_nice: i32,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -117,6 +127,7 @@ impl StorageConfig {
             block_cache_bytes: None,
             row_cache_bytes: None,
             row_cache_partition_max_bytes: 1 << 20,
+            background_nice: DEFAULT_BACKGROUND_NICE,
             clock: Clock::system(),
             before_flush: None,
         }

@@ -29,7 +29,7 @@ pub mod sstable;
 pub mod tools;
 
 pub use commitlog::{ReplayReport, WriteAck};
-pub use config::{Clock, CommitFailurePolicy, StorageConfig, SyncMode};
+pub use config::{Clock, CommitFailurePolicy, DEFAULT_BACKGROUND_NICE, StorageConfig, SyncMode};
 pub use error::StorageError;
 pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
 pub use shard::{RewriteInput, RewriteWork, ShardStorage, StorageMetrics, TableStats};

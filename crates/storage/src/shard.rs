@@ -60,6 +60,8 @@ pub struct StorageMetrics {
     pub pending_compactions: u64,
     pub commitlog_bytes: u64,
     pub commitlog_segments: u64,
+    /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
+    pub commitlog_syncs: u64,
     pub corrupt_sstables: u64,
     pub background_errors: u64,
     /// Writes that waited in `admit` for a flush to free memtable memory.
@@ -168,11 +170,21 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(name: String) -> Result<Self> {
+    /// A background thread at `nice` (see [`StorageConfig::background_nice`]).
+    fn start(name: String, nice: i32) -> Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
+                if nice != 0 {
+                    // Linux nice values are per thread. Lowering one's own priority needs no
+                    // privilege; a failure only leaves the thread at the shard's priority.
+                    if let Err(e) =
+                        rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
+                    {
+                        tracing::warn!("cannot set a background thread's nice to {nice}: {e}");
+                    }
+                }
                 while let Ok(j) = rx.recv() {
                     j();
                 }
@@ -423,6 +435,7 @@ impl ShardStorage {
         };
         let memtable_total = states.values().map(|t| t.memtable.size_bytes).sum();
         let shard = cfg.shard;
+        let nice = cfg.background_nice;
         let metrics = StorageMetrics {
             corrupt_sstables: corrupt,
             ..Default::default()
@@ -448,8 +461,8 @@ impl ShardStorage {
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
-            flusher: Worker::start(format!("flush-{shard}"))?,
-            compactor: Worker::start(format!("compaction-{shard}"))?,
+            flusher: Worker::start(format!("flush-{shard}"), nice)?,
+            compactor: Worker::start(format!("compaction-{shard}"), nice)?,
             closed: false,
         };
         let st = ShardStorage {
@@ -1579,6 +1592,7 @@ impl ShardStorage {
             .sum();
         m.commitlog_bytes = log.total_bytes();
         m.commitlog_segments = log.segment_count() as u64;
+        m.commitlog_syncs = log.syncs();
         let rc = inner.row_cache.stats();
         m.row_cache_hits = rc.hits;
         m.row_cache_misses = rc.misses;

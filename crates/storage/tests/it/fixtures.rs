@@ -260,6 +260,53 @@ fn corrupt_commitlog_middle_follows_policy() {
     let (_s, report) = ShardStorage::open(c, vec![schema()]).expect("open with ignore");
     assert_eq!(report.corrupt.len(), 1, "{report:?}");
     assert_eq!(report.corrupt[0].path, segs[0]);
+    // Only the corrupt entry's bytes are skipped: replay resumes at the next valid entry.
+    assert!(
+        report.corrupt[0].bytes_skipped < 200,
+        "{:?}",
+        report.corrupt[0]
+    );
+}
+
+#[test]
+fn corrupt_entry_inside_the_last_segment_is_not_a_torn_tail() {
+    // The last segment has valid entries after a corrupt one: they may have been
+    // acknowledged, so replay must not truncate them away as a torn tail.
+    let d = fresh_copy();
+    let mut segs = find(d.path(), ".log");
+    // Make the 57-entry segment the last one (its one-entry successor goes, and with it
+    // one commitlog row).
+    std::fs::remove_file(segs.pop().expect("segment")).expect("remove");
+    let last = segs.last().expect("segment").clone();
+    let all = sstable_rows().len() + commitlog_rows().len() - 1;
+    // A byte inside the first entry's payload (after the 24-byte header and the entry's
+    // 8-byte length + checksum).
+    flip(&last, 24 + 8 + 5);
+    let len = std::fs::metadata(&last).expect("meta").len();
+    match ShardStorage::open(cfg(d.path()), vec![schema()]) {
+        Err(StorageError::CommitlogCorrupt { path, offset, .. }) => {
+            assert_eq!(path, last);
+            assert_eq!(offset, 24);
+        }
+        Err(e) => panic!("wrong error {e}"),
+        Ok((_, report)) => {
+            panic!("a corrupt entry with valid entries after it must stop the start: {report:?}")
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&last).expect("meta").len(),
+        len,
+        "the refused start must not have truncated the segment"
+    );
+    let mut c = cfg(d.path());
+    c.commit_failure_policy = CommitFailurePolicy::Ignore;
+    let (s, report) = ShardStorage::open(c, vec![schema()]).expect("open with ignore");
+    assert_eq!(report.torn_tail, None, "{report:?}");
+    assert_eq!(report.corrupt.len(), 1, "{report:?}");
+    assert_eq!(report.corrupt[0].path, last);
+    assert_eq!(report.corrupt[0].offset, 24);
+    // Only the corrupt entry is skipped: replay resumes at the next valid entry.
+    assert_eq!(values(&read_all(&s, TABLE, 0)).len(), all - 1);
 }
 
 #[test]

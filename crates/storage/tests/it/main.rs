@@ -2,6 +2,7 @@
 
 mod basic;
 mod cache;
+mod commitlog;
 mod common;
 mod crash;
 mod fixtures;

@@ -1,0 +1,163 @@
+//! Commitlog behaviour seen from the shard: group commit in `batch` mode, the `group`
+//! window, segments deleted once flushed, and flushes forced by the commitlog size limit.
+
+use std::time::{Duration, Instant};
+
+use amphora_storage::{ShardStorage, StorageConfig, SyncMode};
+use amphora_types::data::{Cell, Clustering, ColumnData, Mutation, PartitionUpdate, Row};
+use amphora_types::schema::TableId;
+use bytes::Bytes;
+
+use crate::common::*;
+
+const TABLE: u128 = 7;
+
+/// A standard1 row: key `k{n}`, five 34-byte values.
+fn write(n: u32) -> Mutation {
+    let v = Bytes::copy_from_slice(&[n as u8; 34]);
+    Mutation {
+        table: TableId(TABLE),
+        key: pk(&format!("k{n}")),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: (1..6)
+                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
+                    .collect(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+fn segments_on_disk(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join("commitlog"))
+        .expect("commitlog dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count()
+}
+
+fn open(cfg: StorageConfig) -> ShardStorage {
+    ShardStorage::open(cfg, vec![standard1(TABLE)])
+        .expect("open")
+        .0
+}
+
+#[test]
+fn batch_mode_acks_after_a_sync_and_groups_concurrent_writers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.commitlog_sync = SyncMode::Batch { window_ms: 0 };
+    rt().block_on(async {
+        let s = open(cfg);
+        // One write alone: its ack resolves only after a sync covered it.
+        let before = s.metrics().commitlog_syncs;
+        s.apply(&write(0)).expect("apply").await.expect("ack");
+        assert!(s.metrics().commitlog_syncs > before, "{:?}", s.metrics());
+        // 500 writers in flight at once share a few syncs, not one each.
+        let before = s.metrics().commitlog_syncs;
+        let acks: Vec<_> = (1..=500)
+            .map(|n| s.apply(&write(n)).expect("apply"))
+            .collect();
+        for a in acks {
+            a.await.expect("ack");
+        }
+        let syncs = s.metrics().commitlog_syncs - before;
+        assert!(
+            (1..=20).contains(&syncs),
+            "500 concurrent writes took {syncs} syncs"
+        );
+        assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 501);
+    });
+}
+
+#[test]
+fn group_mode_waits_for_its_window_and_syncs_once_per_window() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    let window = Duration::from_millis(30);
+    cfg.commitlog_sync = SyncMode::Group { window_ms: 30 };
+    rt().block_on(async {
+        let s = open(cfg);
+        let before = s.metrics().commitlog_syncs;
+        let t = Instant::now();
+        let acks: Vec<_> = (0..200)
+            .map(|n| s.apply(&write(n)).expect("apply"))
+            .collect();
+        for a in acks {
+            a.await.expect("ack");
+        }
+        let took = t.elapsed();
+        assert!(
+            took >= window,
+            "group acks came after {took:?}, before the window"
+        );
+        let syncs = s.metrics().commitlog_syncs - before;
+        assert!(
+            (1..=3).contains(&syncs),
+            "200 writes in one window took {syncs} syncs"
+        );
+    });
+}
+
+#[test]
+fn flushed_segments_are_deleted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.commitlog_segment_size_bytes = 64 << 10;
+    cfg.memtable_budget_bytes = 1 << 30;
+    rt().block_on(async {
+        let s = open(cfg);
+        // ~230 bytes per entry: 2,000 writes fill about seven 64 KiB segments.
+        for n in 0..2000 {
+            s.apply(&write(n)).expect("apply").await.expect("ack");
+        }
+        let m = s.metrics();
+        assert!(m.commitlog_segments >= 5, "{m:?}");
+        assert_eq!(segments_on_disk(dir.path()), m.commitlog_segments as usize);
+        s.flush_all().await.expect("flush");
+        let m = s.metrics();
+        assert_eq!(m.commitlog_segments, 1, "{m:?}");
+        assert_eq!(segments_on_disk(dir.path()), 1);
+        assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 2000);
+    });
+    // Nothing is lost with them: a restart reads everything from the SSTable.
+    let s = open(config(dir.path()));
+    assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 2000);
+}
+
+#[test]
+fn commitlog_over_its_size_limit_forces_a_flush() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.commitlog_segment_size_bytes = 64 << 10;
+    cfg.commitlog_total_space_bytes = 256 << 10;
+    // Memory never forces a flush here: only the commitlog limit can.
+    cfg.memtable_budget_bytes = 1 << 30;
+    rt().block_on(async {
+        let s = open(cfg);
+        let mut peak = 0;
+        // ~4.6 MB of log, eighteen times the limit.
+        for n in 0..20_000 {
+            s.apply(&write(n)).expect("apply").await.expect("ack");
+            peak = peak.max(s.metrics().commitlog_bytes);
+            if n % 1000 == 999 {
+                // Let finished flushes be installed (and their segments deleted).
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.poll_background();
+            }
+        }
+        s.poll_background();
+        let m = s.metrics();
+        assert!(m.flushes + m.pending_flushes >= 2, "{m:?}");
+        // Bounded by the limit plus the segments written while a flush runs, not by the
+        // data written.
+        assert!(peak <= 2 << 20, "commitlog grew to {peak} bytes");
+        assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 20_000);
+    });
+}
