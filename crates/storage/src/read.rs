@@ -363,6 +363,17 @@ fn read_sstables(
         if floor.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
             break;
         }
+        if let Some(slices) = slices.filter(|s| !s.is_empty())
+            && !may_hold_rows_in(t, s, slices)
+        {
+            amphora_trace::event(|| {
+                format!(
+                    "Skipping sstable {}: its clustering range is outside the query's",
+                    s.generation
+                )
+            });
+            continue;
+        }
         if !s.may_contain(key) {
             amphora_trace::event(|| {
                 format!("Bloom filter allows skipping sstable {}", s.generation)
@@ -392,6 +403,35 @@ fn read_sstables(
         }
     }
     Ok(acc)
+}
+
+/// Whether an SSTable can contribute to a read of `slices` of some partition, judged by
+/// its clustering bounds (Statistics.db min/max clustering over all its rows): always when
+/// it holds any tombstone (a partition, range or row deletion applies beyond its own rows'
+/// bounds), when the table has static columns (the static row is outside the clustering
+/// order) or when its bounds are unknown; otherwise only when some slice overlaps
+/// [min, max].
+fn may_hold_rows_in(
+    t: &TableSources<'_, impl Iterator>,
+    s: &SSTableReader,
+    slices: &[ClusteringSlice],
+) -> bool {
+    let st = &s.stats;
+    if st.tombstones > 0
+        || t.schema.has_statics()
+        || st.min_clustering.is_empty()
+        || st.max_clustering.is_empty()
+    {
+        return true;
+    }
+    slices.iter().any(|sl| {
+        t.cmp
+            .compare_to_position(&st.max_clustering, sl.start.start_position())
+            .is_gt()
+            && t.cmp
+                .compare_to_position(&st.min_clustering, sl.end.end_position())
+                .is_lt()
+    })
 }
 
 /// A single-partition read: the memtables merged with the partition's SSTable-side

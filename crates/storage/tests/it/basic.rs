@@ -253,3 +253,101 @@ fn flushes_under_memory_pressure() {
         assert_eq!(read_all(&s, 5, 0).partitions.len(), 5000);
     });
 }
+
+/// A slice read skips SSTables whose clustering range lies outside the slice (issue 2: only
+/// the SSTables that can hold the data), unless they hold tombstones, which can reach
+/// beyond their rows' bounds.
+#[test]
+fn slice_reads_skip_sstables_outside_their_clustering_range() {
+    use amphora_types::CqlType;
+    use amphora_types::schema::{ColumnKind, TableOptions, TableSchema};
+    let dir = tempfile::tempdir().expect("tmp");
+    // `k blob, c int, v blob, PRIMARY KEY (k, c)`: no static column.
+    let schema = std::sync::Arc::new(TableSchema::new(
+        TableId(9),
+        "ks",
+        "t9",
+        vec![
+            cd(
+                "k",
+                CqlType::Blob,
+                ColumnKind::PartitionKey,
+                0,
+                ClusteringOrder::Asc,
+            ),
+            cd(
+                "c",
+                CqlType::Int,
+                ColumnKind::Clustering,
+                0,
+                ClusteringOrder::Asc,
+            ),
+            cd(
+                "v",
+                CqlType::Blob,
+                ColumnKind::Regular,
+                0,
+                ClusteringOrder::Asc,
+            ),
+        ],
+        TableOptions::default(),
+    ));
+    let mut cfg = config(dir.path());
+    cfg.row_cache_bytes = Some(0);
+    let slice = |lo: i32, hi: i32| ClusteringSlice {
+        start: ClusteringBound::inclusive(vec![i(lo)]),
+        end: ClusteringBound::inclusive(vec![i(hi)]),
+    };
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![schema]).expect("open");
+        // Three SSTables holding rows 0-9, 10-19 and 20-29 of partition "a".
+        for part in 0..3 {
+            for c in part * 10..part * 10 + 10 {
+                s.apply(&row_write(9, "a", c, &format!("v{c}"), 10))
+                    .expect("apply")
+                    .await
+                    .expect("ack");
+            }
+            s.flush_all().await.expect("flush");
+        }
+        assert_eq!(s.metrics().sstable_count, 3);
+        let read = |lo: i32, hi: i32| {
+            let mut cmd = ReadCommand::new(TableId(9), PartitionRange::Single(pk("a")), 0);
+            cmd.slices = vec![slice(lo, hi)];
+            s.read(&cmd).expect("read")
+        };
+        let r = read(12, 14);
+        assert_eq!(
+            values(&r).iter().map(|x| x.1).collect::<Vec<_>>(),
+            vec![12, 13, 14]
+        );
+        assert_eq!(r.sstables_read, 1, "only the SSTable of rows 10-19");
+        let r = read(8, 21);
+        assert_eq!(values(&r).len(), 14);
+        assert_eq!(r.sstables_read, 3);
+        // A slice between two SSTables' ranges reads none of them.
+        let r = read(30, 40);
+        assert!(values(&r).is_empty());
+        assert_eq!(r.sstables_read, 0);
+        // A partition deletion lands in a fourth SSTable whose only row is 100: its
+        // clustering range is outside [12, 14], but its tombstone is not.
+        let m = Mutation {
+            table: TableId(9),
+            key: pk("a"),
+            update: PartitionUpdate {
+                partition_deletion: Some(DeletionTime::new(11, 100)),
+                ..Default::default()
+            },
+        };
+        s.apply(&m).expect("apply").await.expect("ack");
+        s.apply(&row_write(9, "a", 100, "v100", 12))
+            .expect("apply")
+            .await
+            .expect("ack");
+        s.flush_all().await.expect("flush");
+        let r = read(12, 14);
+        assert!(values(&r).is_empty(), "{:?}", values(&r));
+        let r = read(100, 100);
+        assert_eq!(values(&r).len(), 1);
+    });
+}
