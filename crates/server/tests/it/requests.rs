@@ -175,6 +175,30 @@ fn tracing_flag_returns_a_session_id() {
     assert!(!r.flags.contains(Flags::TRACING));
 }
 
+/// A request with a custom payload (envelope flag 0x04, a `[bytes map]` before the body)
+/// is answered like one without: the payload is read and, as by Cassandra's default query
+/// handler, not used; the answer carries none, and the connection goes on.
+#[test]
+fn custom_payload_is_read_and_the_request_answered() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let mut body = BytesMut::new();
+    body.put_u16(2);
+    put_string(&mut body, "app");
+    body.put_i32(3);
+    body.put_slice(b"abc");
+    put_string(&mut body, "empty");
+    body.put_i32(0);
+    put_long_string(&mut body, "rows 2");
+    body.extend_from_slice(&params(c.version, 0, &[], None, None));
+    c.send(Flags::CUSTOM_PAYLOAD, 9, Opcode::Query as u8, &body);
+    let r = c.recv();
+    assert_eq!((r.stream, r.opcode), (9, Opcode::Result), "{r:?}");
+    assert!(!r.flags.contains(Flags::CUSTOM_PAYLOAD), "{r:?}");
+    assert_eq!(rows_of(&r).rows.len(), 2);
+    assert_eq!(rows_of(&c.query(10, "rows 1")).rows.len(), 1);
+}
+
 #[test]
 fn register_forwards_schema_events() {
     let node = TestNode::start(2);
