@@ -261,6 +261,84 @@ pub fn index_cql(ks: &KeyspaceDef, idx: &crate::schema::IndexDef, base: &TableSc
     }
 }
 
+/// DESCRIBE FULL SCHEMA's items for a system keyspace (its tables are served virtually
+/// here): a real one in Cassandra (`system`, `system_schema` ...) as CREATE KEYSPACE and
+/// CREATE TABLE statements, a virtual one as Cassandra prints those: commented, for
+/// reference.
+fn system_keyspace_items(name: &str) -> Vec<(String, &'static str, String, String)> {
+    let mut tables: Vec<&TableSchema> = crate::system::virtual_tables()
+        .map(|t| &*t.schema)
+        .filter(|t| t.keyspace == name)
+        .collect();
+    tables.sort_by(|a, b| a.name.cmp(&b.name));
+    if crate::system::VIRTUAL_KEYSPACES.contains(&name) {
+        let mut out = vec![(
+            name.to_string(),
+            "keyspace",
+            name.to_string(),
+            format!(
+                "/*\nWarning: Keyspace {0} is a virtual keyspace and cannot be recreated with CQL.\n\
+                 Structure, for reference:\nVIRTUAL KEYSPACE {0};\n*/",
+                q(name)
+            ),
+        )];
+        for t in tables {
+            out.push((
+                name.to_string(),
+                "table",
+                t.name.clone(),
+                format!(
+                    "/*\nWarning: Table {}.{} is a virtual table and cannot be recreated with CQL.\n\
+                     Structure, for reference:\n{}\n*/",
+                    q(name),
+                    q(&t.name),
+                    virtual_table_cql(t)
+                ),
+            ));
+        }
+        return out;
+    }
+    let ks = KeyspaceDef {
+        name: name.to_string(),
+        replication: crate::system::system_keyspace_replication(name)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        durable_writes: true,
+        tables: Default::default(),
+        types: Default::default(),
+        indexes: Default::default(),
+        views: Default::default(),
+    };
+    let mut out = vec![(
+        name.to_string(),
+        "keyspace",
+        name.to_string(),
+        keyspace_cql(&ks),
+    )];
+    for t in tables {
+        out.push((name.to_string(), "table", t.name.clone(), table_cql(t)));
+    }
+    out
+}
+
+/// A virtual table's structure as Cassandra shows it: `VIRTUAL TABLE`, its columns and
+/// key, and only its clustering order of the table options.
+fn virtual_table_cql(t: &TableSchema) -> String {
+    let full = table_cql(t);
+    let body = full.strip_prefix("CREATE TABLE").unwrap_or(&full);
+    let end = body.find(") WITH ").map_or(body.len(), |i| i + 1);
+    let mut out = format!("VIRTUAL TABLE{}", &body[..end]);
+    let rest = &body[end..];
+    if let Some(order) = rest.strip_prefix(" WITH CLUSTERING ORDER BY ") {
+        let order = order.split("\n").next().unwrap_or("");
+        out.push_str(" WITH CLUSTERING ORDER BY ");
+        out.push_str(order.trim_end_matches(';'));
+    }
+    out.push(';');
+    out
+}
+
 fn user_keyspaces(s: &Schema) -> impl Iterator<Item = &KeyspaceDef> {
     s.keyspaces
         .values()
@@ -403,10 +481,19 @@ pub fn run(
             Ok(rows(true, vec![(ks, "type", u.name.clone(), type_cql(u))]))
         }
         ast::DescribeTarget::Schema { full } => {
+            // Cassandra lists every keyspace in name order; FULL adds the system ones.
+            let mut names: Vec<&str> = user_keyspaces(&schema).map(|k| k.name.as_str()).collect();
+            if *full {
+                names.extend(crate::schema::SYSTEM_KEYSPACES);
+            }
+            names.sort_unstable();
             let mut items = Vec::new();
-            for ks in schema.keyspaces.values() {
-                if *full || !is_system_keyspace(&ks.name) {
-                    items.extend(keyspace_items(ks, false));
+            for name in names {
+                match schema.keyspace(name) {
+                    Some(ks) if !is_system_keyspace(name) => {
+                        items.extend(keyspace_items(ks, false))
+                    }
+                    _ => items.extend(system_keyspace_items(name)),
                 }
             }
             Ok(rows(true, items))

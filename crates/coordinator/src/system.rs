@@ -332,7 +332,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("table_name", "text", 'c'),
                 ("comment", "text", 'r'),
             ],
-            no_rows,
+            virtual_table_rows,
         );
         add(
             "system_virtual_schema",
@@ -347,7 +347,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 ("position", "int", 'r'),
                 ("type", "text", 'r'),
             ],
-            no_rows,
+            virtual_column_rows,
         );
         add(
             "system_traces",
@@ -540,16 +540,17 @@ fn local_rows(s: &Schema, n: &NodeInfo) -> Rows {
     ]]
 }
 
-fn system_keyspace_replication(name: &str) -> Vec<(&'static str, &'static str)> {
+pub(crate) fn system_keyspace_replication(name: &str) -> Vec<(&'static str, &'static str)> {
     match name {
         "system_auth" | "system_distributed" | "system_traces" => vec![
             ("class", "org.apache.cassandra.locator.SimpleStrategy"),
             (
                 "replication_factor",
-                if name == "system_distributed" {
-                    "3"
-                } else {
-                    "2"
+                // Cassandra 5.0's defaults on a new node.
+                match name {
+                    "system_distributed" => "3",
+                    "system_traces" => "2",
+                    _ => "1",
                 },
             ),
         ],
@@ -749,34 +750,80 @@ fn column_rows(s: &Schema, _: &NodeInfo) -> Rows {
         (a.keyspace.as_str(), a.name.as_str()).cmp(&(b.keyspace.as_str(), b.name.as_str()))
     });
     for t in tables {
-        for (_, c) in t.live_columns() {
-            let (kind, position, order) = match c.kind {
-                ColumnKind::PartitionKey => ("partition_key", c.position as i32, "none"),
-                ColumnKind::Clustering => (
-                    "clustering",
-                    c.position as i32,
-                    if c.order == ClusteringOrder::Desc {
-                        "desc"
-                    } else {
-                        "asc"
-                    },
-                ),
-                ColumnKind::Static => ("static", -1, "none"),
-                ColumnKind::Regular => ("regular", -1, "none"),
-            };
-            rows.push(vec![
-                Some(text(&t.keyspace)),
-                Some(text(&t.name)),
-                Some(text(&c.name)),
-                Some(text(order)),
-                Some(text(&c.name)),
-                Some(text(kind)),
-                Some(int(position)),
-                Some(text(&c.ty.to_string())),
-            ]);
-        }
+        column_rows_of(&t, &mut rows);
     }
     rows
+}
+
+/// The keyspaces whose tables are virtual (listed by `system_virtual_schema`, not
+/// `system_schema`), as Cassandra's `system_virtual_schema.keyspaces` lists them.
+pub(crate) const VIRTUAL_KEYSPACES: &[&str] = &["system_virtual_schema"];
+
+/// The virtual tables of [`VIRTUAL_KEYSPACES`], by keyspace and name.
+fn virtual_keyspace_tables() -> Vec<&'static TableSchema> {
+    let mut v: Vec<&TableSchema> = virtual_tables()
+        .map(|t| &*t.schema)
+        .filter(|t| VIRTUAL_KEYSPACES.contains(&t.keyspace.as_str()))
+        .collect();
+    v.sort_by(|a, b| (&a.keyspace, &a.name).cmp(&(&b.keyspace, &b.name)));
+    v
+}
+
+fn virtual_table_rows(_: &Schema, _: &NodeInfo) -> Rows {
+    virtual_keyspace_tables()
+        .into_iter()
+        .map(|t| {
+            let comment = match t.name.as_str() {
+                "keyspaces" => "virtual keyspace definitions",
+                "tables" => "virtual table definitions",
+                "columns" => "virtual column definitions",
+                _ => "",
+            };
+            vec![
+                Some(text(&t.keyspace)),
+                Some(text(&t.name)),
+                Some(text(comment)),
+            ]
+        })
+        .collect()
+}
+
+fn virtual_column_rows(_: &Schema, _: &NodeInfo) -> Rows {
+    let mut rows = Vec::new();
+    for t in virtual_keyspace_tables() {
+        column_rows_of(t, &mut rows);
+    }
+    rows
+}
+
+/// One `system_schema.columns` / `system_virtual_schema.columns` row per live column of `t`.
+fn column_rows_of(t: &TableSchema, rows: &mut Rows) {
+    for (_, c) in t.live_columns() {
+        let (kind, position, order) = match c.kind {
+            ColumnKind::PartitionKey => ("partition_key", c.position as i32, "none"),
+            ColumnKind::Clustering => (
+                "clustering",
+                c.position as i32,
+                if c.order == ClusteringOrder::Desc {
+                    "desc"
+                } else {
+                    "asc"
+                },
+            ),
+            ColumnKind::Static => ("static", -1, "none"),
+            ColumnKind::Regular => ("regular", -1, "none"),
+        };
+        rows.push(vec![
+            Some(text(&t.keyspace)),
+            Some(text(&t.name)),
+            Some(text(&c.name)),
+            Some(text(order)),
+            Some(text(&c.name)),
+            Some(text(kind)),
+            Some(int(position)),
+            Some(text(&c.ty.to_string())),
+        ]);
+    }
 }
 
 fn type_rows(s: &Schema, _: &NodeInfo) -> Rows {

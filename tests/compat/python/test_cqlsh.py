@@ -183,3 +183,18 @@ def test_server_warnings_are_printed(cqlsh_home, session, keyspace):
     assert "Aggregation query used without partition key" in out, out
     out = cqlsh(cqlsh_home, f"SELECT count(*) FROM {t} WHERE k = 1")
     assert "Warnings" not in out, out
+
+
+def test_describe_schema_and_full_schema(cqlsh_home, session, keyspace):
+    """DESCRIBE SCHEMA gives every user keyspace's DDL and no system keyspace; DESCRIBE FULL
+    SCHEMA adds the system keyspaces."""
+    session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.described_schema (k int PRIMARY KEY, v text)")
+    out = cqlsh(cqlsh_home, "DESCRIBE SCHEMA")
+    assert f"CREATE KEYSPACE {keyspace} " in out, out
+    assert f"CREATE TABLE {keyspace}.described_schema" in out, out
+    assert "CREATE KEYSPACE system_schema" not in out, out
+    assert "CREATE TABLE system.local" not in out, out
+    full = cqlsh(cqlsh_home, "DESCRIBE FULL SCHEMA")
+    assert f"CREATE TABLE {keyspace}.described_schema" in full, full
+    assert "CREATE KEYSPACE system_schema" in full, full
+    assert "CREATE TABLE system.local" in full, full

@@ -16,7 +16,7 @@ from cassandra.metadata import Murmur3Token
 from cassandra.query import BatchStatement, BatchType, SimpleStatement
 from cassandra.util import Date, Duration, Time
 
-from conftest import HOST, IS_SCYLLA_DRIVER, new_cluster, wait_until
+from conftest import HOST, IS_SCYLLA_DRIVER, PEER, new_cluster, wait_until
 
 
 # ---------------------------------------------------------------------------------------
@@ -630,3 +630,30 @@ def test_v5_execute_after_the_result_metadata_changed(cluster, session, keyspace
     row = session.execute(old, [1]).one()
     assert row._fields == ("k", "a", "b")
     assert (row.k, row.a, row.b) == (1, 10, "new")
+
+
+def test_virtual_schema_describes_its_own_tables(session):
+    """system_virtual_schema lists its tables and their columns, as Cassandra's does (drivers
+    build the virtual keyspaces' metadata from it)."""
+    names = {(r.keyspace_name, r.table_name) for r in
+             session.execute("SELECT keyspace_name, table_name FROM system_virtual_schema.tables")}
+    assert {("system_virtual_schema", t) for t in ("keyspaces", "tables", "columns")} <= names
+    cols = session.execute(
+        "SELECT column_name, kind, position, type FROM system_virtual_schema.columns "
+        "WHERE keyspace_name = 'system_virtual_schema' AND table_name = 'tables'")
+    assert sorted((r.column_name, r.kind, r.position, r.type) for r in cols) == [
+        ("comment", "regular", -1, "text"),
+        ("keyspace_name", "partition_key", 0, "text"),
+        ("table_name", "clustering", 0, "text"),
+    ]
+
+
+def test_scylla_tables_lists_every_table(session, keyspace):
+    """system_schema.scylla_tables (read by ScyllaDB's drivers) has a row per table."""
+    if PEER == "cassandra":
+        pytest.skip("a ScyllaDB table; Apache Cassandra has none")
+    session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.scylla_listed (k int PRIMARY KEY)")
+    rows = list(session.execute(
+        "SELECT table_name, partitioner FROM system_schema.scylla_tables "
+        "WHERE keyspace_name = %s", [keyspace]))
+    assert "scylla_listed" in {r.table_name for r in rows}
