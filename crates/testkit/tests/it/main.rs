@@ -292,3 +292,4 @@ fn concurrent_ddl_from_many_connections_loses_nothing() {
 }
 
 mod derived;
+mod statements;
