@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DATA_DIR ?= ./data
 
-.PHONY: run build release test test-rust test-compat test-cql compat-cassandra lint fmt bench bench-quick clean
+.PHONY: run build release test test-rust test-compat test-cql compat-cassandra lint fmt bench bench-quick bench-connection clean
 
 release:
 	$(CARGO) build --release -p amphora
@@ -53,6 +53,10 @@ bench-quick:
 
 bench:
 	bench/run.sh full
+
+# Issue 3's transport target end to end: one connection, 128 cached single-row reads in flight.
+bench-connection:
+	bench/connection.sh
 
 fmt:
 	$(CARGO) fmt --all
