@@ -154,7 +154,7 @@ impl Node {
         let segment = cfg.commitlog_segment_size_bytes;
         let total = cfg.commitlog_total_space_bytes;
         let failure_policy = cfg.commit_failure_policy;
-        // Experiments only (not a cassandra.yaml key): the flush and compaction threads'
+        // Experiments only (not a cassandra.yaml key): the compaction thread's
         // nice value, default amphora_storage::DEFAULT_BACKGROUND_NICE.
         let background_nice = std::env::var("AMPHORA_BACKGROUND_NICE")
             .ok()

@@ -500,7 +500,7 @@ struct Throttle {
 }
 
 /// CPU time of the calling thread. The throttle counts work in CPU time, not wall time:
-/// the background threads run at a lower priority on the shard's core
+/// the compaction thread runs at a lower priority on the shard's core
 /// ([`crate::StorageConfig::background_nice`]), so a slice of wall time while the shard is
 /// busy holds only a fraction of a slice of work.
 fn thread_cpu() -> std::time::Duration {

@@ -104,10 +104,11 @@ pub struct StorageConfig {
     /// Partitions estimated above this (or above an eighth of the row cache) are not
     /// row-cached: they are read from SSTables each time.
     pub row_cache_partition_max_bytes: u64,
-    /// Nice value of the shard's flush and compaction threads (0 = the shard thread's own
-    /// priority). They share the shard's core: a lower priority lets the scheduler preempt
-    /// them as soon as the shard thread has a request, instead of time-slicing the core
-    /// between them (milliseconds of queueing for every request while a compaction runs).
+    /// Nice value of the shard's compaction thread (0 = the shard thread's own priority).
+    /// It shares the shard's core: a lower priority lets the scheduler preempt it as soon
+    /// as the shard thread has a request, instead of time-slicing the core between them
+    /// (milliseconds of queueing for requests while a compaction runs). The flush thread
+    /// keeps the shard's priority: writes wait for flushes when memtables are full.
     pub background_nice: i32,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,

@@ -461,7 +461,7 @@ impl ShardStorage {
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
-            flusher: Worker::start(format!("flush-{shard}"), nice)?,
+            flusher: Worker::start(format!("flush-{shard}"), 0)?,
             compactor: Worker::start(format!("compaction-{shard}"), nice)?,
             closed: false,
         };
