@@ -937,47 +937,46 @@ pub fn verify_segments(
     replay_impl(dir, policy, report, |_, _| {}, false).map(|_| ())
 }
 
-/// What is at one position of a segment.
-enum EntryAt {
-    /// A whole entry whose checksum matches and whose payload decodes; `end` is where the
-    /// next one starts.
-    Valid { end: usize, mutation: Mutation },
-    /// Not a valid entry. `zero`: the entry header is all zeros (space nothing was written
-    /// to).
-    Bad { reason: String, zero: bool },
+/// Why the bytes at a position of a segment are not an entry. `zero`: the entry header is
+/// all zeros (space nothing was written to).
+struct BadEntry {
+    reason: String,
+    zero: bool,
 }
 
-fn entry_at(data: &Bytes, pos: usize) -> EntryAt {
-    let bad = |reason: String| EntryAt::Bad {
+/// The entry at `pos`, if its checksum matches and its payload decodes: the mutation and
+/// where the next entry starts.
+fn entry_at(data: &Bytes, pos: usize) -> std::result::Result<(usize, Mutation), BadEntry> {
+    let bad = |reason: String| BadEntry {
         reason,
         zero: false,
     };
     let Some(h) = data.get(pos..pos + ENTRY_HEADER_BYTES) else {
-        return bad("truncated entry header".into());
+        return Err(bad("truncated entry header".into()));
     };
     let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
     let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
     if len == 0 && crc == 0 {
-        return EntryAt::Bad {
+        return Err(BadEntry {
             reason: "zero-filled entry".into(),
             zero: true,
-        };
+        });
     }
     let end = pos + ENTRY_HEADER_BYTES + len as usize;
     let Some(payload) = data.get(pos + ENTRY_HEADER_BYTES..end) else {
-        return bad(format!(
+        return Err(bad(format!(
             "entry of {len} bytes runs past the end of the file"
-        ));
+        )));
     };
     let actual = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload);
     if actual != crc {
-        return bad(format!(
+        return Err(bad(format!(
             "checksum mismatch (stored {crc:#x}, computed {actual:#x})"
-        ));
+        )));
     }
     match decode_mutation(data.slice(pos + ENTRY_HEADER_BYTES..end)) {
-        Ok(mutation) => EntryAt::Valid { end, mutation },
-        Err(e) => bad(format!("undecodable mutation: {e}")),
+        Ok(mutation) => Ok((end, mutation)),
+        Err(e) => Err(bad(format!("undecodable mutation: {e}"))),
     }
 }
 
@@ -992,7 +991,7 @@ fn next_valid_entry(data: &Bytes, bad: usize) -> Option<usize> {
         len > 0
             && len <= data.len() - pos - ENTRY_HEADER_BYTES
             && data[pos + ENTRY_HEADER_BYTES] == MUTATION_FORMAT_VERSION
-            && matches!(entry_at(data, pos), EntryAt::Valid { .. })
+            && entry_at(data, pos).is_ok()
     })
 }
 
@@ -1066,13 +1065,13 @@ fn replay_impl(
         }
         let mut pos = SEGMENT_HEADER_BYTES as usize;
         while pos < data.len() {
-            let (reason, zero) = match entry_at(&data, pos) {
-                EntryAt::Valid { end, mutation } => {
+            let BadEntry { reason, zero } = match entry_at(&data, pos) {
+                Ok((end, mutation)) => {
                     apply(log_position(id, pos as u64), mutation);
                     pos = end;
                     continue;
                 }
-                EntryAt::Bad { reason, zero } => (reason, zero),
+                Err(bad) => bad,
             };
             // A bad entry with nothing valid after it, in the segment being written when
             // the node stopped, is a torn tail (a write the crash cut short, or space never

@@ -225,22 +225,7 @@ fn flushes_under_memory_pressure() {
     rt().block_on(async {
         let (s, _) = ShardStorage::open(cfg, vec![standard1(5)]).expect("open");
         for n in 0..5000u32 {
-            let v = Bytes::copy_from_slice(&[n as u8; 34]);
-            let m = Mutation {
-                table: TableId(5),
-                key: pk(&format!("k{n}")),
-                update: PartitionUpdate {
-                    rows: vec![Row {
-                        clustering: Clustering::empty(),
-                        marker: None,
-                        deletion: None,
-                        cells: (1..6)
-                            .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
-                            .collect(),
-                    }],
-                    ..Default::default()
-                },
-            };
+            let m = standard1_write(5, &format!("k{n}"), Bytes::copy_from_slice(&[n as u8; 34]));
             s.apply(&m).expect("apply").await.expect("ack");
         }
         // Flushes kept happening while writing (not just the first one).

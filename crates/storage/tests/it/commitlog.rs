@@ -4,8 +4,7 @@
 use std::time::{Duration, Instant};
 
 use amphora_storage::{ShardStorage, StorageConfig, SyncMode};
-use amphora_types::data::{Cell, Clustering, ColumnData, Mutation, PartitionUpdate, Row};
-use amphora_types::schema::TableId;
+use amphora_types::data::Mutation;
 use bytes::Bytes;
 
 use crate::common::*;
@@ -14,22 +13,11 @@ const TABLE: u128 = 7;
 
 /// A standard1 row: key `k{n}`, five 34-byte values.
 fn write(n: u32) -> Mutation {
-    let v = Bytes::copy_from_slice(&[n as u8; 34]);
-    Mutation {
-        table: TableId(TABLE),
-        key: pk(&format!("k{n}")),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: None,
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
+    standard1_write(
+        TABLE,
+        &format!("k{n}"),
+        Bytes::copy_from_slice(&[n as u8; 34]),
+    )
 }
 
 fn segments_on_disk(dir: &std::path::Path) -> usize {

@@ -115,6 +115,27 @@ pub fn row_write(table: u128, k: &str, c: i32, v: &str, ts: i64) -> Mutation {
     }
 }
 
+/// A standard1 row (`table` has [`standard1`]'s columns): key `k`, five cells of `v`
+/// written at timestamp 1.
+#[allow(dead_code)]
+pub fn standard1_write(table: u128, k: &str, v: Bytes) -> Mutation {
+    Mutation {
+        table: TableId(table),
+        key: pk(k),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: (1..6)
+                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
+                    .collect(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
 pub fn config(dir: &std::path::Path) -> StorageConfig {
     let mut c = StorageConfig::new(dir, 0);
     c.auto_compaction = false;

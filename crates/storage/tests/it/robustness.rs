@@ -166,22 +166,7 @@ fn twcs_keeps_an_expired_sstable_that_overlaps_older_live_data() {
 
 /// A standard1 row of five `size`-byte cells.
 fn wide_write(table: u128, k: &str, size: usize) -> Mutation {
-    let v = Bytes::from(vec![b'v'; size]);
-    Mutation {
-        table: TableId(table),
-        key: pk(k),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: None,
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
+    standard1_write(table, k, Bytes::from(vec![b'v'; size]))
 }
 
 #[test]
