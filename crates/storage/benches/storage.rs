@@ -27,7 +27,7 @@ use rustix::time::{ClockId, clock_gettime};
 
 #[path = "support/standard1.rs"]
 mod standard1;
-use standard1::{mutation, standard1};
+use standard1::{mutation, standard1, standard1_with_chunk_kb};
 
 /// CPU time of a clock, in nanoseconds.
 fn cpu_ns(clock: ClockId) -> u64 {
@@ -68,12 +68,22 @@ fn open_with_caches(
     row_cache_bytes: Option<u64>,
     block_cache_bytes: Option<u64>,
 ) -> ShardStorage {
+    open_table(dir, budget, row_cache_bytes, block_cache_bytes, standard1())
+}
+
+fn open_table(
+    dir: &std::path::Path,
+    budget: u64,
+    row_cache_bytes: Option<u64>,
+    block_cache_bytes: Option<u64>,
+    table: std::sync::Arc<amphora_types::schema::TableSchema>,
+) -> ShardStorage {
     let mut cfg = StorageConfig::new(dir, 0);
     cfg.memtable_budget_bytes = budget;
     cfg.auto_compaction = false;
     cfg.row_cache_bytes = row_cache_bytes;
     cfg.block_cache_bytes = block_cache_bytes;
-    ShardStorage::open(cfg, vec![standard1()]).expect("open").0
+    ShardStorage::open(cfg, vec![table]).expect("open").0
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -144,8 +154,19 @@ fn flushed_rows(
     row_cache_bytes: Option<u64>,
     block_cache_bytes: Option<u64>,
 ) -> ShardStorage {
+    flushed_rows_of(dir, rows, row_cache_bytes, block_cache_bytes, standard1())
+}
+
+/// A shard holding `rows` rows of `table` (standard1's columns) in one SSTable.
+fn flushed_rows_of(
+    dir: &std::path::Path,
+    rows: u64,
+    row_cache_bytes: Option<u64>,
+    block_cache_bytes: Option<u64>,
+    table: std::sync::Arc<amphora_types::schema::TableSchema>,
+) -> ShardStorage {
     let rt = rt();
-    let s = open_with_caches(dir, 1 << 30, row_cache_bytes, block_cache_bytes);
+    let s = open_table(dir, 1 << 30, row_cache_bytes, block_cache_bytes, table);
     rt.block_on(async {
         for n in 0..rows {
             drop(s.apply(&mutation(n, 1)).expect("apply"));
@@ -201,6 +222,18 @@ fn point_reads(c: &mut Criterion) {
         let dir = tempfile::tempdir().expect("tmp");
         let s = flushed_rows(dir.path(), rows, Some(0), Some(0));
         bench_point_reads(&mut g, "sstable_point_read_page_cache", &s, rows);
+    }
+    {
+        // The same with 4 KiB chunks (`chunk_length_in_kb: 4`; Cassandra's default is 16).
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = flushed_rows_of(
+            dir.path(),
+            rows,
+            Some(0),
+            Some(0),
+            standard1_with_chunk_kb(4),
+        );
+        bench_point_reads(&mut g, "sstable_point_read_page_cache_4k_chunks", &s, rows);
     }
     {
         let dir = tempfile::tempdir().expect("tmp");

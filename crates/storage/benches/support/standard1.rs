@@ -14,6 +14,15 @@ use amphora_types::schema::{
 };
 use bytes::Bytes;
 
+/// `keyspace1.standard1` as table 1, with `chunk_length_in_kb` = `kb` (LZ4).
+pub fn standard1_with_chunk_kb(kb: u32) -> Arc<TableSchema> {
+    let mut t = (*standard1()).clone();
+    t.options
+        .compression
+        .insert("chunk_length_in_kb".into(), kb.to_string());
+    Arc::new(t)
+}
+
 /// `keyspace1.standard1` as table 1.
 pub fn standard1() -> Arc<TableSchema> {
     let cd = |n: &str, kind| ColumnDef {
