@@ -59,7 +59,7 @@ fn scylla_driver_end_to_end() {
 
         // Every type round-trips through a prepared INSERT and SELECT.
         let ins = s
-            .prepare("INSERT INTO rs.all_types (k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .prepare("INSERT INTO rs.all_types (k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup, ad) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
             .await
             .expect("prepare insert");
         let values: Vec<CqlValue> = vec![
@@ -87,14 +87,23 @@ fn scylla_driver_end_to_end() {
             CqlValue::Map(vec![(CqlValue::Text("x".into()), CqlValue::Int(1))]),
             CqlValue::List(vec![CqlValue::Int(9)]),
             CqlValue::Tuple(vec![Some(CqlValue::Int(4)), Some(CqlValue::Text("four".into()))]),
+            CqlValue::UserDefinedType {
+                keyspace: "rs".into(),
+                name: "addr".into(),
+                fields: vec![
+                    ("street".into(), Some(CqlValue::Text("Main St".into()))),
+                    ("no".into(), Some(CqlValue::Int(12))),
+                ],
+            },
         ];
         s.execute_unpaged(&ins, &values).await.expect("insert all types");
         let sel = s
-            .prepare("SELECT k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup FROM rs.all_types WHERE k = ?")
+            .prepare("SELECT k, a, b, bl, bo, d, de, do, du, f, i, sm, t, ti, ts, tu, tiny, u, vi, li, se, ma, fl, tup, ad FROM rs.all_types WHERE k = ?")
             .await
             .expect("prepare select");
         let rows = s.execute_unpaged(&sel, (1i32,)).await.expect("select").into_rows_result().expect("rows");
         let row: Row = rows.single_row::<Row>().expect("one row");
+        assert_eq!(row.columns.len(), values.len());
         for (i, (got, want)) in row.columns.iter().zip(values.iter()).enumerate() {
             assert_eq!(got.as_ref(), Some(want), "column {i}");
         }
