@@ -244,39 +244,9 @@ fn flushes_under_memory_pressure() {
 /// beyond their rows' bounds.
 #[test]
 fn slice_reads_skip_sstables_outside_their_clustering_range() {
-    use amphora_types::CqlType;
-    use amphora_types::schema::{ColumnKind, TableOptions, TableSchema};
     let dir = tempfile::tempdir().expect("tmp");
     // `k blob, c int, v blob, PRIMARY KEY (k, c)`: no static column.
-    let schema = std::sync::Arc::new(TableSchema::new(
-        TableId(9),
-        "ks",
-        "t9",
-        vec![
-            cd(
-                "k",
-                CqlType::Blob,
-                ColumnKind::PartitionKey,
-                0,
-                ClusteringOrder::Asc,
-            ),
-            cd(
-                "c",
-                CqlType::Int,
-                ColumnKind::Clustering,
-                0,
-                ClusteringOrder::Asc,
-            ),
-            cd(
-                "v",
-                CqlType::Blob,
-                ColumnKind::Regular,
-                0,
-                ClusteringOrder::Asc,
-            ),
-        ],
-        TableOptions::default(),
-    ));
+    let schema = clustered_table(9, ClusteringOrder::Asc, false);
     let mut cfg = config(dir.path());
     cfg.row_cache_bytes = Some(0);
     let slice = |lo: i32, hi: i32| ClusteringSlice {

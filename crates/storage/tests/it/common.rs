@@ -28,34 +28,25 @@ pub fn cd(
 
 /// `CREATE TABLE ks.t (k blob, c int, v blob, s blob static, PRIMARY KEY (k, c))`
 pub fn clustered_schema(id: u128, order: ClusteringOrder) -> Arc<TableSchema> {
+    clustered_table(id, order, true)
+}
+
+/// [`clustered_schema`], with or without its static column `s`.
+pub fn clustered_table(id: u128, order: ClusteringOrder, with_static: bool) -> Arc<TableSchema> {
+    let blob = |name: &str, kind| cd(name, CqlType::Blob, kind, 0, ClusteringOrder::Asc);
+    let mut columns = vec![
+        blob("k", ColumnKind::PartitionKey),
+        cd("c", CqlType::Int, ColumnKind::Clustering, 0, order),
+        blob("v", ColumnKind::Regular),
+    ];
+    if with_static {
+        columns.push(blob("s", ColumnKind::Static));
+    }
     Arc::new(TableSchema::new(
         TableId(id),
         "ks",
         &format!("t{id}"),
-        vec![
-            cd(
-                "k",
-                CqlType::Blob,
-                ColumnKind::PartitionKey,
-                0,
-                ClusteringOrder::Asc,
-            ),
-            cd("c", CqlType::Int, ColumnKind::Clustering, 0, order),
-            cd(
-                "v",
-                CqlType::Blob,
-                ColumnKind::Regular,
-                0,
-                ClusteringOrder::Asc,
-            ),
-            cd(
-                "s",
-                CqlType::Blob,
-                ColumnKind::Static,
-                0,
-                ClusteringOrder::Asc,
-            ),
-        ],
+        columns,
         TableOptions::default(),
     ))
 }
