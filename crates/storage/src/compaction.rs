@@ -472,6 +472,7 @@ impl CompactionShare {
             *t.borrow_mut() = Some(Throttle {
                 share: self.clone(),
                 since: thread_cpu(),
+                since_wall: std::time::Instant::now(),
                 foreground_seen: self.foreground(),
             })
         });
@@ -496,6 +497,9 @@ struct Throttle {
     share: CompactionShare,
     /// The thread's CPU time when its current slice of work started.
     since: std::time::Duration,
+    /// The wall time then: CPU time never runs ahead of it, so while less than a slice of
+    /// wall time has passed the (non-vDSO) CPU clock need not be read.
+    since_wall: std::time::Instant,
     foreground_seen: u64,
 }
 
@@ -519,8 +523,12 @@ fn throttle_point() {
     THROTTLE.with(|t| {
         let mut t = t.borrow_mut();
         let Some(t) = t.as_mut() else { return };
+        let slice = std::time::Duration::from_millis(10);
+        if t.since_wall.elapsed() < slice {
+            return;
+        }
         let worked = thread_cpu().saturating_sub(t.since);
-        if worked < std::time::Duration::from_millis(10) {
+        if worked < slice {
             return;
         }
         let fg = t.share.foreground();
@@ -531,6 +539,7 @@ fn throttle_point() {
             std::thread::sleep(pause);
         }
         t.since = thread_cpu();
+        t.since_wall = std::time::Instant::now();
     });
 }
 
