@@ -1067,3 +1067,95 @@ pub fn list_roles(st: &ast::Statement) -> Result<QueryResult, QueryError> {
         cells,
     )))
 }
+
+/// The node's primary token ranges `(start, end]` as Cassandra writes them in
+/// `system.size_estimates`: unwrapped, so the range through the ring's end is split at the
+/// minimum token.
+pub fn local_token_ranges(info: &NodeInfo) -> Vec<(i64, i64)> {
+    let mut tokens = node_tokens(info);
+    tokens.sort_unstable();
+    tokens.dedup();
+    let mut out = Vec::with_capacity(tokens.len() + 1);
+    for w in tokens.windows(2) {
+        out.push((w[0], w[1]));
+    }
+    if let (Some(&first), Some(&last)) = (tokens.first(), tokens.last()) {
+        out.push((last, i64::MIN));
+        if first != i64::MIN {
+            out.push((i64::MIN, first));
+        }
+    }
+    out
+}
+
+/// `system.size_estimates`, computed when read (Cassandra refreshes it every 5 minutes):
+/// for every user table and every primary range of this node, the partitions estimated in
+/// the range (the table's partitions on every shard, memtables included, spread over the
+/// ring in proportion to the range's width) and the mean partition size (uncompressed
+/// bytes in SSTables per SSTable partition; memtable bytes while nothing is flushed).
+pub(crate) async fn size_estimate_rows(
+    inner: &crate::exec::Inner,
+    schema: &Schema,
+) -> Result<Rows, QueryError> {
+    let tables: Vec<Arc<TableSchema>> = schema.user_tables().cloned().collect();
+    let ids: Vec<TableId> = tables.iter().map(|t| t.id).collect();
+    let per_shard = inner
+        .shared
+        .shards
+        .submit_to_all(move |_shard| {
+            let ids = ids.clone();
+            async move {
+                let db = amphora_replica::local().map_err(|e| e.to_string())?;
+                Ok::<_, String>(
+                    ids.iter()
+                        .map(|id| db.storage().table_stats(*id).unwrap_or_default())
+                        .collect::<Vec<_>>(),
+                )
+            }
+        })
+        .await
+        .map_err(|e| QueryError::Server(e.to_string()))?;
+    let mut totals = vec![amphora_storage::TableStats::default(); tables.len()];
+    for shard in per_shard {
+        let shard = shard.map_err(QueryError::Server)?;
+        for (total, st) in totals.iter_mut().zip(shard) {
+            total.memtable_bytes += st.memtable_bytes;
+            total.memtable_partitions += st.memtable_partitions;
+            total.sstable_uncompressed_bytes += st.sstable_uncompressed_bytes;
+            total.estimated_partitions += st.estimated_partitions;
+        }
+    }
+    let ranges = local_token_ranges(&inner.shared.info);
+    let ring = 2f64.powi(64);
+    let bigint = |v: i64| Bytes::copy_from_slice(&v.to_be_bytes());
+    let mut rows = Rows::new();
+    for (t, st) in tables.iter().zip(&totals) {
+        let flushed = st
+            .estimated_partitions
+            .saturating_sub(st.memtable_partitions);
+        let mean = if flushed > 0 {
+            st.sstable_uncompressed_bytes / flushed
+        } else if st.memtable_partitions > 0 {
+            st.memtable_bytes / st.memtable_partitions
+        } else {
+            0
+        };
+        for &(start, end) in &ranges {
+            let width = if end == i64::MIN {
+                (i64::MAX as i128 - start as i128 + 1) as f64
+            } else {
+                (end as i128 - start as i128) as f64
+            };
+            let count = (st.estimated_partitions as f64 * width / ring).round() as i64;
+            rows.push(vec![
+                Some(text(&t.keyspace)),
+                Some(text(&t.name)),
+                Some(text(&start.to_string())),
+                Some(text(&end.to_string())),
+                Some(bigint(mean as i64)),
+                Some(bigint(count)),
+            ]);
+        }
+    }
+    Ok(rows)
+}
