@@ -24,8 +24,10 @@
 use amphora_coordinator::{ConsistencyCode, QueryError, WriteKind};
 use amphora_protocol::{Consistency, DecodeError, ErrorKind, ErrorResponse, WriteType};
 
-/// The ERROR response for a coordinator error.
-pub fn query_error(e: &QueryError) -> ErrorResponse {
+/// The ERROR response for a coordinator error. `replica` is the address reported for replica
+/// failures (ReadFailure's reason map): with RF=1 the only replica is this node, the address
+/// the client connected to (unspecified if unknown).
+pub fn query_error(e: &QueryError, replica: Option<std::net::IpAddr>) -> ErrorResponse {
     let message = e.to_string();
     let kind = match e {
         QueryError::Syntax(_) => ErrorKind::SyntaxError,
@@ -82,11 +84,11 @@ pub fn query_error(e: &QueryError) -> ErrorResponse {
             consistency: consistency_level(*consistency),
             received: *received,
             block_for: *block_for,
-            // Reason UNKNOWN (0x0000); the coordinator does not report the failing
-            // replicas' addresses yet.
+            // Reason UNKNOWN (0x0000).
             failures: (0..*failures)
                 .map(|_| amphora_protocol::FailureReason {
-                    endpoint: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                    endpoint: replica
+                        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
                     code: 0,
                 })
                 .collect(),
@@ -233,15 +235,18 @@ mod tests {
             ),
         ];
         for (e, code) in cases {
-            assert_eq!(query_error(&e).code(), code, "{e:?}");
+            assert_eq!(query_error(&e, None).code(), code, "{e:?}");
         }
     }
 
     #[test]
     fn bodies_carry_their_fields() {
-        let r = query_error(&QueryError::Unprepared {
-            id: Bytes::from_static(&[0xab, 0xcd]),
-        });
+        let r = query_error(
+            &QueryError::Unprepared {
+                id: Bytes::from_static(&[0xab, 0xcd]),
+            },
+            None,
+        );
         assert_eq!(
             r.kind,
             ErrorKind::Unprepared {
@@ -249,11 +254,14 @@ mod tests {
             }
         );
         assert!(r.message.contains("abcd"), "{}", r.message);
-        let r = query_error(&QueryError::Unavailable {
-            consistency: 6,
-            required: 3,
-            alive: 1,
-        });
+        let r = query_error(
+            &QueryError::Unavailable {
+                consistency: 6,
+                required: 3,
+                alive: 1,
+            },
+            None,
+        );
         assert_eq!(
             r.kind,
             ErrorKind::Unavailable {
@@ -262,11 +270,14 @@ mod tests {
                 alive: 1
             }
         );
-        let r = query_error(&QueryError::AlreadyExists {
-            keyspace: "ks".into(),
-            table: String::new(),
-            message: "Keyspace ks already exists".into(),
-        });
+        let r = query_error(
+            &QueryError::AlreadyExists {
+                keyspace: "ks".into(),
+                table: String::new(),
+                message: "Keyspace ks already exists".into(),
+            },
+            None,
+        );
         assert_eq!(r.message, "Keyspace ks already exists");
         assert_eq!(
             r.kind,
@@ -275,6 +286,22 @@ mod tests {
                 table: String::new()
             }
         );
+        let here: std::net::IpAddr = [10, 0, 0, 7].into();
+        let r = query_error(
+            &QueryError::ReadFailure {
+                consistency: 1,
+                received: 0,
+                block_for: 1,
+                failures: 1,
+                data_present: false,
+            },
+            Some(here),
+        );
+        let ErrorKind::ReadFailure { failures, .. } = r.kind else {
+            panic!("not a ReadFailure: {:?}", r.kind);
+        };
+        assert_eq!(failures.len(), 1);
+        assert_eq!(failures[0].endpoint, here);
         let d = decode_error(&DecodeError::InvalidUtf8 { valid_up_to: 3 });
         assert_eq!(d.code(), ErrorCode::ProtocolError);
     }

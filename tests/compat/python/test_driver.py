@@ -10,9 +10,11 @@ from decimal import Decimal
 
 import pytest
 
-from cassandra import AlreadyExists, ConsistencyLevel, InvalidRequest, ProtocolVersion
+from cassandra import (AlreadyExists, ConsistencyLevel, InvalidRequest, ProtocolVersion,
+                       ReadFailure)
 from cassandra.protocol import SyntaxException
 from cassandra.metadata import Murmur3Token
+from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.query import BatchStatement, BatchType, SimpleStatement
 from cassandra.util import Date, Duration, Time
 
@@ -657,3 +659,40 @@ def test_scylla_tables_lists_every_table(session, keyspace):
         "SELECT table_name, partitioner FROM system_schema.scylla_tables "
         "WHERE keyspace_name = %s", [keyspace]))
     assert "scylla_listed" in {r.table_name for r in rows}
+
+
+def test_size_estimates_cover_the_ring(session, keyspace):
+    """system.size_estimates (read by Spark and other bulk readers to split scans) has a row
+    per table and primary range, the ranges unwrapped at the minimum token, and the
+    estimates add up to the table's partitions."""
+    if PEER == "cassandra":
+        pytest.skip("Cassandra refreshes size_estimates every 5 minutes, from SSTables only")
+    session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.sized (k int PRIMARY KEY, v text)")
+    ins = session.prepare(f"INSERT INTO {keyspace}.sized (k, v) VALUES (?, ?)")
+    execute_concurrent_with_args(session, ins, [(k, "x" * 100) for k in range(2000)])
+    rows = list(session.execute(
+        "SELECT range_start, range_end, mean_partition_size, partitions_count "
+        "FROM system.size_estimates WHERE keyspace_name = %s AND table_name = 'sized'",
+        [keyspace]))
+    tokens = sorted(int(t) for t in session.execute("SELECT tokens FROM system.local").one().tokens)
+    minimum = -(2**63)
+    expected = list(zip(tokens, tokens[1:])) + [(tokens[-1], minimum), (minimum, tokens[0])]
+    assert sorted((int(r.range_start), int(r.range_end)) for r in rows) == sorted(expected)
+    total = sum(r.partitions_count for r in rows)
+    assert abs(total - 2000) <= len(rows), total  # each range's estimate is rounded
+    assert all(r.mean_partition_size >= 100 for r in rows)
+
+
+def test_read_failure_names_the_failing_replica(session, keyspace):
+    """A replica failing a read (GROUP BY floor() of a time before its start) is ReadFailure
+    whose failure map (v5) names the replica, as Cassandra's does: here the node itself."""
+    session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.floored "
+                    "(k int, ts timestamp, v int, PRIMARY KEY (k, ts))")
+    session.execute(f"INSERT INTO {keyspace}.floored (k, ts, v) VALUES (1, '1969-12-31 23:30:00', 4)")
+    with pytest.raises(ReadFailure) as e:
+        session.execute(f"SELECT k, floor(ts, 1y), count(*) FROM {keyspace}.floored "
+                        "WHERE k = 1 GROUP BY k, floor(ts, 1y)")
+    assert e.value.failures == 1
+    if session.cluster.protocol_version >= ProtocolVersion.V5:
+        assert e.value.error_code_map is not None
+        assert list(e.value.error_code_map) == [HOST], e.value.error_code_map

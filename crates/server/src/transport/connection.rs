@@ -1348,7 +1348,12 @@ async fn serve_request<B: Backend>(
                 );
             }
         }
-        Err(e) => conn.send_error_with(version, stream, &prefix, &error_map::query_error(&e)),
+        Err(e) => conn.send_error_with(
+            version,
+            stream,
+            &prefix,
+            &error_map::query_error(&e, conn.local.map(|a| a.ip())),
+        ),
     }
     guard.answered = true;
 }
