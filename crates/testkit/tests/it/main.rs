@@ -302,3 +302,72 @@ fn concurrent_ddl_from_many_connections_loses_nothing() {
 
 mod derived;
 mod statements;
+
+/// `amphora_cql_errors_total` summed over shards for one CQL error code.
+fn errors_sent(node: &TestNode, code: &str) -> u64 {
+    let text = node.metrics_text().expect("metrics");
+    let key = format!("code=\"{code}\"}}");
+    text.lines()
+        .filter(|l| l.starts_with("amphora_cql_errors_total{") && l.contains(&key))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn scylla_driver_sees_schema_events_and_reprepares() {
+    let node = TestNode::start(2).expect("start node");
+    rt().block_on(async {
+        let s = session(&node).await;
+        // A second session that learns schema only from SCHEMA_CHANGE events: in its
+        // default mode (AffectedKeyspaces) the periodic refresh re-reads only the keyspaces
+        // named by events received since the last one, so a table created through the
+        // other session appears in its metadata only if the server pushed the event.
+        let watcher = SessionBuilder::new()
+            .known_node(node.native.to_string())
+            .cluster_metadata_refresh_interval(std::time::Duration::from_millis(200))
+            .build()
+            .await
+            .expect("connect watcher");
+        s.query_unpaged("CREATE KEYSPACE ev WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}", &[])
+            .await
+            .expect("create keyspace");
+        s.query_unpaged("CREATE TABLE ev.t (k int PRIMARY KEY, v text)", &[]).await.expect("create table");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let state = watcher.get_cluster_state();
+            if state.get_keyspace("ev").is_some_and(|ks| ks.tables.contains_key("t")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the watcher never saw ev.t: no schema event?");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        s.query_unpaged("DROP TABLE ev.t", &[]).await.expect("drop table");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while watcher.get_cluster_state().get_keyspace("ev").is_some_and(|ks| ks.tables.contains_key("t")) {
+            assert!(std::time::Instant::now() < deadline, "the watcher still has ev.t after DROP");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+
+        // Unprepared: the server forgets the table's statements when it is dropped; the
+        // driver gets UNPREPARED (0x2500) on EXECUTE, re-prepares and retries.
+        s.query_unpaged("CREATE TABLE ev.r (k int PRIMARY KEY, v text)", &[]).await.expect("create");
+        let ins = s.prepare("INSERT INTO ev.r (k, v) VALUES (?, ?)").await.expect("prepare");
+        s.execute_unpaged(&ins, (1i32, "before")).await.expect("insert");
+        let before = errors_sent(&node, "0x2500");
+        s.query_unpaged("DROP TABLE ev.r", &[]).await.expect("drop");
+        s.query_unpaged("CREATE TABLE ev.r (k int PRIMARY KEY, v text)", &[]).await.expect("recreate");
+        s.execute_unpaged(&ins, (2i32, "after")).await.expect("insert after re-prepare");
+        assert!(errors_sent(&node, "0x2500") > before, "the server never answered UNPREPARED");
+        let rows: Vec<(i32, String)> = s
+            .query_unpaged("SELECT k, v FROM ev.r", &[])
+            .await
+            .expect("select")
+            .into_rows_result()
+            .expect("rows")
+            .rows::<(i32, String)>()
+            .expect("typed")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(rows, vec![(2, "after".to_string())]);
+    });
+}
