@@ -1,10 +1,13 @@
 'use strict';
 // Compatibility checks with the Node.js `cassandra-driver`: connect and discover the node,
-// create schema, prepared round-trips of several types, paging, batches and errors.
+// create schema, pushed schema-change events, prepared round-trips of every CQL type,
+// paging, batches, re-preparing after the server forgot a statement, and errors. The driver
+// (4.10) speaks protocol v4 at most to Apache Cassandra, so vectors travel as custom types.
 // Target: COMPAT_HOST / COMPAT_PORT (default 127.0.0.1:9042).
 
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const { isDeepStrictEqual } = require('node:util');
 const cassandra = require('cassandra-driver');
 
 const { types } = cassandra;
@@ -184,4 +187,208 @@ test('errors carry the right codes', async () => {
   await client.execute(`CREATE TABLE ${ks}.dup (k int PRIMARY KEY)`);
   await assert.rejects(client.execute(`CREATE TABLE ${ks}.dup (k int PRIMARY KEY)`),
     (e) => e.code === codes.alreadyExists && e.table === 'dup' && e.keyspace === ks);
+});
+
+// plain turns a decoded value into JSON-like data that deepEqual compares exactly: driver
+// objects become their string forms, tuples and vectors arrays tagged with their kind.
+function plain(v) {
+  if (v === null || v === undefined || typeof v !== 'object') return v;
+  if (v instanceof types.Tuple) return { tuple: v.elements.map(plain) };
+  if (v instanceof types.Vector) return { vector: v.elements.map(plain) };
+  if (Buffer.isBuffer(v)) return { blob: v.toString('hex') };
+  if (v instanceof Date) return { timestamp: v.toISOString() };
+  if (Array.isArray(v)) return v.map(plain);
+  for (const T of [types.Long, types.Integer, types.BigDecimal, types.LocalTime,
+    types.LocalDate, types.Duration, types.InetAddress, types.Uuid]) {
+    if (v instanceof T) return { [T.name]: v.toString() };
+  }
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, plain(x)]));
+}
+
+// waitFor polls check (sync or async) every 50 ms until it is truthy, for at most 15 s.
+async function waitFor(what, check, detail = () => '') {
+  const deadline = Date.now() + 15000;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) assert.fail(`${what}: not within 15 s ${detail()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('prepared round-trip of every other type', async () => {
+  await client.execute(`CREATE TYPE ${ks}.address (street text, zip int, ` +
+    'phones frozen<list<text>>, loc tuple<double, double>)');
+  await client.execute(`CREATE TYPE ${ks}.person (name text, home frozen<address>, ` +
+    'tags set<ascii>)');
+  await client.execute(`CREATE TABLE ${ks}.every (k int PRIMARY KEY, a ascii, vc varchar, ` +
+    'i int, f float, si smallint, ti tinyint, bi bigint, vi varint, d decimal, tm time, ' +
+    'du duration, ts timestamp, dt date, ip inet, fa frozen<address>, ua address, ' +
+    'pe frozen<person>, la list<frozen<address>>, fl frozen<list<int>>, ' +
+    'fs frozen<set<bigint>>, fm frozen<map<text, int>>, mfl map<text, frozen<list<int>>>, ' +
+    'ms map<text, frozen<set<text>>>, sp set<frozen<tuple<int, text>>>, ld list<duration>, ' +
+    'nt tuple<int, frozen<list<text>>, frozen<address>>, ' +
+    'vf vector<float, 3>, vt vector<text, 2>, vn vector<int, 2>)');
+  const home = { street: "1 Rue de l'Été", zip: 75001, phones: ['+33 1', '+33 2'],
+    loc: new types.Tuple(48.8566, 2.3522) };
+  // phones: null is a null field (the driver would write [] as null too)
+  const work = { street: '', zip: -1, phones: null, loc: new types.Tuple(-0.5, 1e300) };
+  const row = {
+    k: 1,
+    a: 'plain ascii ~',
+    vc: 'varchar ✓',
+    i: -2147483648,
+    f: 3.4028234663852886e38, // the largest float
+    si: -32768,
+    ti: 127,
+    bi: types.Long.MAX_VALUE,
+    vi: types.Integer.fromString('-170141183460469231731687303715884105729'),
+    d: types.BigDecimal.fromString('123456789012345678901234567890.123456789'),
+    tm: types.LocalTime.fromString('23:59:59.999999999'),
+    du: new types.Duration(-1, -2, types.Long.fromInt(-3)),
+    ts: new Date(-1),
+    dt: types.LocalDate.fromString('1582-10-04'),
+    ip: types.InetAddress.fromString('192.168.0.255'),
+    fa: home,
+    ua: home,
+    pe: { name: 'Zoë', home, tags: ['b', 'a'] },
+    la: [home, work],
+    fl: [3, 3, 1],
+    fs: [-9, 0, 9].map((n) => types.Long.fromInt(n)),
+    fm: { a: 1, b: 2 },
+    mfl: { x: [1, 2], '': [0] },
+    ms: { k: ['p', 'q'] },
+    sp: [new types.Tuple(2, 'a'), new types.Tuple(1, 'b'), new types.Tuple(1, 'a')],
+    ld: [new types.Duration(-1, -2, types.Long.fromInt(-3)),
+      new types.Duration(0, 0, types.Long.ZERO), new types.Duration(0, 0, types.Long.ONE)],
+    nt: new types.Tuple(-9, ['x', 'y'], work),
+    vf: new types.Vector(new Float32Array([1.5, -2, 0.25])),
+    vt: new types.Vector(['', 'vector ✓']),
+    vn: new types.Vector([-1, 2147483647]),
+  };
+  const cols = Object.keys(row);
+  await client.execute(
+    `INSERT INTO ${ks}.every (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`,
+    cols.map((c) => row[c]), { prepare: true });
+  const got = (await client.execute(`SELECT ${cols.join(', ')} FROM ${ks}.every WHERE k = ?`,
+    [1], { prepare: true })).first();
+  // Non-frozen sets come back sorted, map keys sorted (frozen ones are written in order
+  // here, see 'frozen sets and maps are normalised'); a frozen UDT is kept as written
+  // (Cassandra does not sort the set inside it).
+  const want = {
+    ...row,
+    mfl: { '': [0], x: [1, 2] },
+    sp: [new types.Tuple(1, 'a'), new types.Tuple(1, 'b'), new types.Tuple(2, 'a')],
+  };
+  // Every column is checked before failing, so one report names all the wrong ones.
+  const wrong = cols.filter((c) => !isDeepStrictEqual(plain(got[c]), plain(want[c])))
+    .map((c) => ({ column: c, got: plain(got[c]), want: plain(want[c]) }));
+  // deepEqual ignores key order: the maps' keys must come sorted too.
+  for (const [c, keys] of [['fm', ['a', 'b']], ['mfl', ['', 'x']]]) {
+    if (!isDeepStrictEqual(Object.keys(got[c]), keys)) {
+      wrong.push({ column: `${c} key order`, got: Object.keys(got[c]), want: keys });
+    }
+  }
+  assert.deepEqual(wrong, [], JSON.stringify(wrong));
+
+  // A non-frozen UDT's fields are cells of their own: set one, null another.
+  await client.execute(`UPDATE ${ks}.every SET ua.zip = ?, ua.phones = null WHERE k = ?`,
+    [13, 1], { prepare: true });
+  const ua = (await client.execute(`SELECT ua FROM ${ks}.every WHERE k = 1`)).first().ua;
+  assert.deepEqual(plain(ua), plain({ ...home, zip: 13, phones: null }));
+});
+
+test('schema changes made by another client are pushed to this one', async () => {
+  // The control connection logs each SCHEMA_CHANGE event it receives (and only those) as
+  // 'Schema change', then refreshes the metadata it caches.
+  const events = [];
+  const onLog = (level, className, message, info) => {
+    if (className === 'ControlConnection' && message === 'Schema change') events.push(info);
+  };
+  const seen = (type, target, name) => () => events.some((e) => e.schemaChangeType === type &&
+    e.target === target && e.keyspace === evKs &&
+    (target === 'KEYSPACE' || e.table === name || e.udt === name));
+  const dump = () => JSON.stringify(events);
+  const evKs = `${ks}_events`;
+  client.on('log', onLog);
+  const other = newClient();
+  try {
+    await other.connect();
+    await other.execute(`CREATE KEYSPACE ${evKs} WITH replication = ` +
+      `{'class': 'SimpleStrategy', 'replication_factor': 1}`);
+    await waitFor('CREATED KEYSPACE', seen('CREATED', 'KEYSPACE'), dump);
+    await waitFor('keyspace in metadata', () => client.metadata.keyspaces[evKs] !== undefined);
+
+    await other.execute(`CREATE TABLE ${evKs}.evt (k int PRIMARY KEY, v text)`);
+    await waitFor('CREATED TABLE', seen('CREATED', 'TABLE', 'evt'), dump);
+    const names = async () => (await client.metadata.getTable(evKs, 'evt')).columns
+      .map((c) => c.name).sort();
+    assert.deepEqual(await names(), ['k', 'v']);
+    // getTable caches the table; only the event makes the driver read it again.
+    await other.execute(`ALTER TABLE ${evKs}.evt ADD w int`);
+    await waitFor('UPDATED TABLE', seen('UPDATED', 'TABLE', 'evt'), dump);
+    await waitFor('new column in metadata',
+      async () => JSON.stringify(await names()) === '["k","v","w"]');
+
+    await other.execute(`CREATE TYPE ${evKs}.evt_type (a int, b text)`);
+    await waitFor('CREATED TYPE', seen('CREATED', 'TYPE', 'evt_type'), dump);
+    const udt = await client.metadata.getUdt(evKs, 'evt_type');
+    assert.deepEqual(udt.fields.map((f) => f.name), ['a', 'b']);
+
+    await other.execute(`DROP TABLE ${evKs}.evt`);
+    await waitFor('DROPPED TABLE', seen('DROPPED', 'TABLE', 'evt'), dump);
+    await waitFor('table gone from metadata',
+      async () => (await client.metadata.getTable(evKs, 'evt')) === null);
+    await other.execute(`DROP KEYSPACE ${evKs}`);
+    await waitFor('DROPPED KEYSPACE', seen('DROPPED', 'KEYSPACE'), dump);
+    await waitFor('keyspace gone from metadata',
+      () => client.metadata.keyspaces[evKs] === undefined);
+  } finally {
+    client.removeListener('log', onLog);
+    await other.execute(`DROP KEYSPACE IF EXISTS ${evKs}`).catch(() => {});
+    await other.shutdown();
+  }
+});
+
+test('re-prepares after the server forgot a statement', async () => {
+  // Cassandra drops a table's prepared statements on DROP TABLE and ALTER TABLE; the driver
+  // still has their ids, gets Unprepared, prepares again and retries.
+  const reprepares = [];
+  const onLog = (level, className, message) => {
+    if (/^Query 0x[0-9a-f]+ not prepared on host .*, preparing and retrying$/.test(message)) {
+      reprepares.push(message);
+    }
+  };
+  const t = `${ks}.reprep`;
+  const ins = `INSERT INTO ${t} (k, v) VALUES (?, ?)`;
+  const sel = `SELECT k, v FROM ${t} WHERE k = ?`;
+  const read = async (k) => (await client.execute(sel, [k], { prepare: true })).rows
+    .map((r) => [r.k, r.v]);
+  // oneReprepare runs step and checks the driver re-prepared exactly once meanwhile.
+  const oneReprepare = async (what, step) => {
+    const before = reprepares.length;
+    const result = await step();
+    assert.equal(reprepares.length - before, 1, `${what}: ${reprepares.slice(before)}`);
+    return result;
+  };
+  client.on('log', onLog);
+  try {
+    await client.execute(`CREATE TABLE ${t} (k int PRIMARY KEY, v text)`);
+    await client.execute(ins, [1, 'before'], { prepare: true });
+    assert.deepEqual(await read(1), [[1, 'before']]);
+    await client.execute(`DROP TABLE ${t}`);
+    await client.execute(`CREATE TABLE ${t} (k int PRIMARY KEY, v text)`);
+    await oneReprepare('insert after drop', () =>
+      client.execute(ins, [2, 'after'], { prepare: true }));
+    assert.deepEqual(await oneReprepare('select after drop', () => read(2)), [[2, 'after']]);
+    assert.deepEqual(await read(1), []);
+
+    await client.execute(`ALTER TABLE ${t} ADD w int`);
+    await oneReprepare('insert after alter', () =>
+      client.execute(ins, [3, 'altered'], { prepare: true }));
+    assert.deepEqual(await oneReprepare('select after alter', () => read(3)), [[3, 'altered']]);
+    const keys = (await client.execute(`SELECT k FROM ${t}`)).rows.map((r) => r.k).sort();
+    assert.deepEqual(keys, [2, 3]);
+  } finally {
+    client.removeListener('log', onLog);
+  }
 });
