@@ -297,6 +297,52 @@ test('prepared round-trip of every other type', async () => {
   assert.deepEqual(plain(ua), plain({ ...home, zip: 13, phones: null }));
 });
 
+test('a nested value that is not a valid list is rejected as invalid', async () => {
+  // The driver writes an empty array nested in a map as a zero-length value (at the top
+  // level as null): no valid serialized list is zero bytes long.
+  //
+  // Amphora bug (open when this test was written): the INSERT succeeds and the entry reads
+  // back as {x: null}; Cassandra answers Invalid "Not enough bytes to read a list".
+  await client.execute(`CREATE TABLE ${ks}.nested_bad (k int PRIMARY KEY, ` +
+    'm map<text, frozen<list<int>>>)');
+  await assert.rejects(client.execute(`INSERT INTO ${ks}.nested_bad (k, m) VALUES (?, ?)`,
+    [1, { x: [], y: [5] }], { prepare: true }),
+  (e) => e instanceof cassandra.errors.ResponseError &&
+    e.code === types.responseErrorCodes.invalid && /list/.test(e.message));
+  const rs = await client.execute(`SELECT m FROM ${ks}.nested_bad WHERE k = 1`);
+  assert.equal(rs.rowLength, 0);
+});
+
+test('frozen sets and maps are normalised: sorted, no duplicates, the same key in any order', async () => {
+  // Cassandra stores a bound frozen set sorted and without duplicates and a frozen map sorted
+  // by key, as it does non-frozen ones.
+  //
+  // Amphora bug (open when this test was written): bound frozen<set> / frozen<map> values
+  // are stored as sent (unsorted, duplicates kept), so the same set in another order is
+  // another key. CQL literals are normalised.
+  await client.execute(`CREATE TABLE ${ks}.fvalues (k int PRIMARY KEY, ` +
+    'fs frozen<set<bigint>>, fm frozen<map<text, int>>, ms map<text, frozen<set<text>>>)');
+  await client.execute(`INSERT INTO ${ks}.fvalues (k, fs, fm, ms) VALUES (?, ?, ?, ?)`,
+    [1, [9, -9, 0, 9].map((n) => types.Long.fromInt(n)), { b: 2, a: 1 }, { k: ['q', 'p', 'q'] }],
+    { prepare: true });
+  const got = (await client.execute(`SELECT fs, fm, ms FROM ${ks}.fvalues WHERE k = 1`)).first();
+  assert.deepEqual({ fs: got.fs.map(String), fm: Object.entries(got.fm), ms: got.ms },
+    { fs: ['-9', '0', '9'], fm: [['a', 1], ['b', 2]], ms: { k: ['p', 'q'] } });
+
+  await client.execute(`CREATE TABLE ${ks}.fkeys (p frozen<set<int>>, ` +
+    'c frozen<map<text, int>>, v text, PRIMARY KEY (p, c))');
+  await client.execute(`INSERT INTO ${ks}.fkeys (p, c, v) VALUES (?, ?, ?)`,
+    [[3, 1, 2, 1], { b: 2, a: 1 }, 'first'], { prepare: true });
+  await client.execute(`UPDATE ${ks}.fkeys SET v = 'second' WHERE p = {2, 3, 1} ` +
+    "AND c = {'a': 1, 'b': 2}");
+  const rs = await client.execute(`SELECT p, c, v FROM ${ks}.fkeys`);
+  assert.deepEqual(rs.rows.map((r) => [r.p, Object.entries(r.c), r.v]),
+    [[[1, 2, 3], [['a', 1], ['b', 2]], 'second']]);
+  const byKey = await client.execute(`SELECT v FROM ${ks}.fkeys WHERE p = ? AND c = ?`,
+    [[2, 1, 3], { b: 2, a: 1 }], { prepare: true });
+  assert.deepEqual(byKey.rows.map((r) => r.v), ['second']);
+});
+
 test('schema changes made by another client are pushed to this one', async () => {
   // The control connection logs each SCHEMA_CHANGE event it receives (and only those) as
   // 'Schema change', then refreshes the metadata it caches.
