@@ -109,6 +109,12 @@ impl BlockCache {
         }
     }
 
+    /// False for a cache of capacity 0: readers then skip it (no misses to count, no
+    /// whole chunks decoded only to be dropped).
+    pub fn is_enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
     pub fn stats(&self) -> BlockCacheStats {
         BlockCacheStats {
             hits: self.hits,

@@ -20,6 +20,7 @@ pub mod commitlog;
 pub mod compaction;
 pub mod config;
 pub mod error;
+pub mod lz4;
 pub mod maintenance;
 pub mod memtable;
 pub mod read;

@@ -924,7 +924,10 @@ pub struct SSTableReader {
     bloom: Bloom,
     /// Set when a checksum failed: the SSTable is out of service.
     pub quarantined: AtomicBool,
-    last_chunk: Mutex<Option<(usize, Bytes)>>,
+    /// Reads without a block cache decompress into this buffer (reused: no allocation or
+    /// page faults per read) and copy their bytes out; it remembers which chunk it holds,
+    /// so sequential readers decompress each chunk once.
+    last_chunk: Mutex<UncachedChunk>,
     /// Deletes the files when the last reference is dropped (after compaction).
     pub delete_on_drop: AtomicBool,
 }
@@ -1038,7 +1041,7 @@ impl SSTableReader {
             summary,
             bloom,
             quarantined: AtomicBool::new(false),
-            last_chunk: Mutex::new(None),
+            last_chunk: Mutex::new(UncachedChunk::default()),
             delete_on_drop: AtomicBool::new(false),
         })
     }
@@ -1062,40 +1065,54 @@ impl SSTableReader {
             && self.bloom.may_contain(key.token)
     }
 
-    /// Reads and verifies chunk `i` (through `cache` when given, else through the
-    /// one-chunk memory of sequential readers).
-    fn chunk(&self, i: usize, cache: Option<&mut BlockCache>) -> Result<Bytes> {
-        if let Some(cache) = cache {
-            if let Some(b) = cache.get(self.id, BlockKind::DataChunk, i as u64) {
-                return Ok(b);
-            }
-            let b = self.read_chunk(i)?;
-            cache.insert(self.id, BlockKind::DataChunk, i as u64, b.clone());
+    /// Reads and verifies chunk `i` through the block cache.
+    fn chunk(&self, i: usize, cache: &mut BlockCache) -> Result<Bytes> {
+        if let Some(b) = cache.get(self.id, BlockKind::DataChunk, i as u64) {
             return Ok(b);
         }
-        if let Ok(g) = self.last_chunk.lock()
-            && let Some((ci, b)) = g.as_ref()
-            && *ci == i
-        {
-            return Ok(b.clone());
-        }
         let b = self.read_chunk(i)?;
-        if let Ok(mut g) = self.last_chunk.lock() {
-            *g = Some((i, b.clone()));
-        }
+        cache.insert(self.id, BlockKind::DataChunk, i as u64, b.clone());
         Ok(b)
     }
 
     fn read_chunk(&self, i: usize) -> Result<Bytes> {
-        let (mut raw, mut out) = (Vec::new(), Vec::new());
-        self.read_chunk_into(i, &mut raw, &mut out)?;
+        let mut out = Vec::new();
+        RAW_CHUNK.with(|raw| self.read_chunk_into(i, &mut raw.borrow_mut(), &mut out))?;
         Ok(Bytes::from(out))
     }
 
-    /// Reads and verifies chunk `i` into `out` (its uncompressed bytes), with `raw` as the
-    /// buffer for the stored bytes: sequential readers reuse both (no allocation or
-    /// zeroing per chunk).
-    fn read_chunk_into(&self, i: usize, raw: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<()> {
+    /// Appends bytes `s..e` of chunk `i` to `out`, without the block cache: through the
+    /// reader's one-chunk buffer.
+    fn copy_uncached(&self, i: usize, s: usize, e: usize, out: &mut Vec<u8>) -> Result<()> {
+        let mut g = self
+            .last_chunk
+            .lock()
+            .map_err(|_| StorageError::corrupt(&self.data_path, 0, "chunk buffer poisoned"))?;
+        if g.chunk != Some(i) || g.valid < e {
+            // A point read decodes the chunk only up to its partition; a second read of the
+            // same chunk (a scan) decodes it whole, so no chunk is decoded more than twice.
+            let need = if g.chunk == Some(i) { usize::MAX } else { e };
+            g.chunk = None;
+            let g = &mut *g;
+            g.valid = RAW_CHUNK
+                .with(|raw| self.read_chunk_prefix(i, &mut raw.borrow_mut(), &mut g.bytes, need))?;
+            g.chunk = Some(i);
+        }
+        let part = g.bytes.get(s..e).filter(|_| e <= g.valid).ok_or_else(|| {
+            StorageError::corrupt(
+                &self.data_path,
+                i as u64 * self.chunk_bytes + s as u64,
+                "short chunk",
+            )
+        })?;
+        out.extend_from_slice(part);
+        Ok(())
+    }
+
+    /// Reads chunk `i`'s stored bytes into `raw` and verifies their checksum; `raw` is left
+    /// holding the body (without the checksum). Returns the chunk's file offset and its
+    /// uncompressed length.
+    fn read_chunk_raw(&self, i: usize, raw: &mut Vec<u8>) -> Result<(u64, usize)> {
         let (Some(&start), Some(&end)) = (self.chunk_offsets.get(i), self.chunk_offsets.get(i + 1))
         else {
             return Err(StorageError::corrupt(
@@ -1126,37 +1143,64 @@ impl SSTableReader {
                 format!("chunk {i} checksum mismatch (stored {stored:#x}, computed {actual:#x})"),
             ));
         }
+        raw.truncate(raw.len() - 4);
         let ulen =
             (self.uncompressed_len - i as u64 * self.chunk_bytes).min(self.chunk_bytes) as usize;
+        Ok((start, ulen))
+    }
+
+    /// Reads and verifies chunk `i` into `out` (its uncompressed bytes), with `raw` as the
+    /// buffer for the stored bytes: sequential readers reuse both (no allocation or
+    /// zeroing per chunk).
+    fn read_chunk_into(&self, i: usize, raw: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<()> {
+        let n = self.read_chunk_prefix(i, raw, out, usize::MAX)?;
+        if n != out.len() {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                self.chunk_offsets.get(i).copied().unwrap_or(0),
+                format!("chunk {i} has {n} bytes, expected {}", out.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads and verifies chunk `i` and decompresses at least its first `need` bytes into
+    /// `out` (sized to the whole chunk); returns how many bytes are decompressed. A whole
+    /// chunk (`need` = `usize::MAX`) goes through `lz4_flex`, a prefix through
+    /// [`crate::lz4::decode_prefix`], which stops early.
+    fn read_chunk_prefix(
+        &self,
+        i: usize,
+        raw: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        need: usize,
+    ) -> Result<usize> {
+        let (start, ulen) = self.read_chunk_raw(i, raw)?;
         match self.compressor {
             Compressor::None => {
-                raw.truncate(raw.len() - 4);
                 std::mem::swap(raw, out);
-                Ok(())
+                Ok(out.len())
             }
             Compressor::Lz4 => {
                 out.resize(ulen, 0);
-                let n = lz4_flex::block::decompress_into(body, out).map_err(|e| {
+                let bad = |e: &dyn std::fmt::Display| {
                     StorageError::corrupt(
                         &self.data_path,
                         start,
                         format!("chunk {i} does not decompress: {e}"),
                     )
-                })?;
-                if n != ulen {
-                    return Err(StorageError::corrupt(
-                        &self.data_path,
-                        start,
-                        format!("chunk {i} has {n} bytes, expected {ulen}"),
-                    ));
+                };
+                if need >= ulen {
+                    lz4_flex::block::decompress_into(raw, out).map_err(|e| bad(&e))
+                } else {
+                    crate::lz4::decode_prefix(raw, out, need).map_err(|e| bad(&e))
                 }
-                Ok(())
             }
         }
     }
 
     /// Reads `len` bytes of the uncompressed stream at `pos`.
-    fn read_range(&self, pos: u64, len: u64, mut cache: Option<&mut BlockCache>) -> Result<Bytes> {
+    fn read_range(&self, pos: u64, len: u64, cache: Option<&mut BlockCache>) -> Result<Bytes> {
         if pos
             .checked_add(len)
             .is_none_or(|end| end > self.uncompressed_len)
@@ -1169,6 +1213,18 @@ impl SSTableReader {
         }
         let first = (pos / self.chunk_bytes) as usize;
         let last = ((pos + len).saturating_sub(1) / self.chunk_bytes) as usize;
+        let Some(cache) = cache else {
+            // Copy out of the reader's chunk buffer: the bytes of one partition, not a
+            // whole decompressed chunk per read.
+            let mut out = Vec::with_capacity(len as usize);
+            for i in first..=last {
+                let cstart = i as u64 * self.chunk_bytes;
+                let s = pos.max(cstart) - cstart;
+                let e = (pos + len).min(cstart + self.chunk_bytes) - cstart;
+                self.copy_uncached(i, s as usize, e as usize, &mut out)?;
+            }
+            return Ok(Bytes::from(out));
+        };
         if first == last {
             let c = self.chunk(first, cache)?;
             let off = (pos - first as u64 * self.chunk_bytes) as usize;
@@ -1179,7 +1235,7 @@ impl SSTableReader {
         }
         let mut out = Vec::with_capacity(len as usize);
         for i in first..=last {
-            let c = self.chunk(i, cache.as_deref_mut())?;
+            let c = self.chunk(i, cache)?;
             let cstart = i as u64 * self.chunk_bytes;
             let s = pos.max(cstart) - cstart;
             let e = (pos + len).min(cstart + c.len() as u64) - cstart;
@@ -1201,31 +1257,8 @@ impl SSTableReader {
     }
 
     fn read_index_block(&self, s: &SummaryEntry) -> Result<Option<(Bytes, u64)>> {
-        if s.offset
-            .checked_add(s.len as u64)
-            .is_none_or(|end| end > self.index_len)
-            || s.len < 8
-        {
-            self.quarantined.store(true, AtomicOrdering::Relaxed);
-            return Err(StorageError::corrupt(
-                &self.index_path,
-                s.offset,
-                "index block past the end of the file",
-            ));
-        }
-        let mut buf = vec![0u8; s.len as usize];
-        self.index
-            .read_exact_at(&mut buf, s.offset)
-            .map_err(|e| StorageError::io(&self.index_path, e))?;
-        if check_crc(&self.index_path, &buf).is_err() {
-            self.quarantined.store(true, AtomicOrdering::Relaxed);
-            return Err(StorageError::corrupt(
-                &self.index_path,
-                s.offset,
-                "index block checksum mismatch",
-            ));
-        }
-        buf.truncate(buf.len() - 4);
+        let mut buf = Vec::new();
+        self.read_index_block_into(s, &mut buf)?;
         Ok(Some((Bytes::from(buf), s.offset)))
     }
 
@@ -1337,9 +1370,53 @@ impl SSTableReader {
 
     /// Looks `key` up in index block `b` by scanning it, without materializing the entries.
     fn scan_index_block(&self, b: usize, key: &PartitionKey) -> Result<Option<IndexEntry>> {
-        let Some((body, offset)) = self.index_block_bytes(b)? else {
+        let Some(summary) = self.summary.get(b) else {
             return Ok(None);
         };
+        RAW_INDEX_BLOCK.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            self.read_index_block_into(summary, &mut buf)?;
+            self.scan_index_body(&buf, summary.offset, key)
+        })
+    }
+
+    /// Reads and verifies the index block of `s` into `buf` (its body, without the CRC).
+    fn read_index_block_into(&self, s: &SummaryEntry, buf: &mut Vec<u8>) -> Result<()> {
+        if s.offset
+            .checked_add(s.len as u64)
+            .is_none_or(|end| end > self.index_len)
+            || s.len < 8
+        {
+            self.quarantined.store(true, AtomicOrdering::Relaxed);
+            return Err(StorageError::corrupt(
+                &self.index_path,
+                s.offset,
+                "index block past the end of the file",
+            ));
+        }
+        buf.resize(s.len as usize, 0);
+        self.index
+            .read_exact_at(buf, s.offset)
+            .map_err(|e| StorageError::io(&self.index_path, e))?;
+        if check_crc(&self.index_path, buf).is_err() {
+            self.quarantined.store(true, AtomicOrdering::Relaxed);
+            return Err(StorageError::corrupt(
+                &self.index_path,
+                s.offset,
+                "index block checksum mismatch",
+            ));
+        }
+        buf.truncate(buf.len() - 4);
+        Ok(())
+    }
+
+    /// Looks `key` up in an index block body by a scan.
+    fn scan_index_body(
+        &self,
+        body: &[u8],
+        offset: u64,
+        key: &PartitionKey,
+    ) -> Result<Option<IndexEntry>> {
         let bad = |at: usize| {
             StorageError::corrupt(
                 &self.index_path,
@@ -1440,17 +1517,20 @@ impl SSTableReader {
     fn get_from(
         &self,
         key: &PartitionKey,
-        mut cache: Option<&mut BlockCache>,
+        cache: Option<&mut BlockCache>,
         detach: bool,
     ) -> Result<Option<PartitionUpdate>> {
         if !self.may_contain(key) {
             return Ok(None);
         }
+        let mut cache = cache.filter(|c| c.is_enabled());
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
+        let cached = cache.is_some();
         let mut bytes = self.read_range(e.position, e.len, cache)?;
-        if detach {
+        // Without the block cache the bytes are already a copy of their own.
+        if detach && cached {
             bytes = Bytes::copy_from_slice(&bytes);
         }
         let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
@@ -1522,6 +1602,22 @@ impl Drop for SSTableReader {
             self.delete_files();
         }
     }
+}
+
+thread_local! {
+    /// The stored bytes of a chunk being read (per thread, reused).
+    static RAW_CHUNK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// An index block being scanned without the block cache (per thread, reused).
+    static RAW_INDEX_BLOCK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A reader's buffer for reads without the block cache: chunk `chunk`, decompressed.
+#[derive(Default)]
+struct UncachedChunk {
+    chunk: Option<usize>,
+    bytes: Vec<u8>,
+    /// `bytes[..valid]` are decoded.
+    valid: usize,
 }
 
 fn decode_partition(
@@ -1879,11 +1975,83 @@ mod tests {
             assert_eq!(plain, detached);
             let e = r.find(k).expect("find").expect("indexed");
             let i = (e.position / r.chunk_bytes) as usize;
-            let chunk = r.chunk(i, Some(&mut cache)).expect("chunk");
+            let chunk = r.chunk(i, &mut cache).expect("chunk");
             let range = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
             assert!(range.contains(&(value(&plain).as_ptr() as usize)));
             assert!(!range.contains(&(value(&detached).as_ptr() as usize)));
         }
+    }
+
+    /// Reads without the block cache (which decode a chunk only up to the partition they
+    /// need) return what reads through the cache return, for every partition in a random
+    /// order, partitions spanning chunks included; a scan after them (the reader's chunk
+    /// buffer holding a decoded prefix) yields every partition whole.
+    #[test]
+    fn uncached_reads_of_chunk_prefixes_equal_cached_reads() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let schema = schema();
+        let mut keys: Vec<PartitionKey> = (0..400)
+            .map(|i| PartitionKey::new(Bytes::from(format!("key{i:06}"))))
+            .collect();
+        keys.sort();
+        let mut w = SSTableWriter::new(dir.path(), 1, &schema).expect("writer");
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (i, k) in keys.iter().enumerate() {
+            // Sizes from a few bytes to 40 KB (past a 16 KiB chunk), some repetition.
+            let len = [3usize, 40, 300, 2_000, 40_000][i % 5];
+            let v: Vec<u8> = (0..len)
+                .map(|j| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if j % 64 < 32 { (j % 7) as u8 } else { x as u8 }
+                })
+                .collect();
+            let u = PartitionUpdate {
+                rows: vec![Row {
+                    clustering: Clustering::empty(),
+                    marker: Some(LivenessInfo::new(i as i64)),
+                    deletion: None,
+                    cells: vec![(1, ColumnData::Simple(Cell::live(1, Bytes::from(v))))],
+                }],
+                ..Default::default()
+            };
+            w.append(k, &u).expect("append");
+        }
+        let r = w.finish(0, 0).expect("finish").expect("sstable");
+        let mut cache = BlockCache::new(64 << 20);
+        let mut off = BlockCache::new(0);
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let mut expected = std::collections::HashMap::new();
+        for &i in &order {
+            let cached = r
+                .get_with(&keys[i], Some(&mut cache))
+                .expect("read")
+                .expect("found");
+            let uncached = r.get_with(&keys[i], None).expect("read").expect("found");
+            let disabled = r
+                .get_with(&keys[i], Some(&mut off))
+                .expect("read")
+                .expect("found");
+            assert_eq!(cached, uncached, "partition {i}");
+            assert_eq!(cached, disabled, "partition {i}");
+            expected.insert(keys[i].clone(), cached);
+        }
+        // The buffer now holds a prefix of some chunk; the scan reads every chunk again.
+        let _ = r.get_with(&keys[1], None).expect("read");
+        let mut sc = r.scan_from(i64::MIN, None, false).expect("scan");
+        let mut n = 0;
+        while let Some((k, u)) = sc.next_partition().expect("scan") {
+            assert_eq!(Some(&u), expected.get(&k), "{k:?}");
+            n += 1;
+        }
+        assert_eq!(n, keys.len());
     }
 
     #[test]
@@ -1954,7 +2122,8 @@ mod tests {
             }
         }
         assert_eq!(errors, 1);
-        let expected: Vec<PartitionKey> = keys[..128].iter().chain(&keys[256..]).cloned().collect();
+        let n = INDEX_BLOCK_ENTRIES;
+        let expected: Vec<PartitionKey> = keys[..n].iter().chain(&keys[2 * n..]).cloned().collect();
         assert_eq!(got, expected);
     }
 }
