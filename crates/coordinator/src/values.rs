@@ -56,7 +56,13 @@ pub fn eval(
                 BoundValue::Set(b) => {
                     ty.validate(b)
                         .map_err(|e| invalid(format!("Invalid value for {receiver}: {e}")))?;
-                    Value::Set(b.clone())
+                    if ty.has_unordered_collection() {
+                        // Sets and maps as Cassandra stores them (a frozen one is compared,
+                        // and can be a key, by its bytes).
+                        Value::Set(Bytes::from(ty.normalize(b)))
+                    } else {
+                        Value::Set(b.clone())
+                    }
                 }
             })
         }

@@ -227,11 +227,90 @@ impl CqlType {
         }
     }
 
+    /// Whether a value of this type can hold a set or map, whose bytes as a client sends
+    /// them need not be in Cassandra's canonical order (see [`CqlType::normalize`]).
+    pub fn has_unordered_collection(&self) -> bool {
+        match self {
+            CqlType::Set { .. } | CqlType::Map { .. } => true,
+            CqlType::List { elem, .. } => elem.has_unordered_collection(),
+            _ => false,
+        }
+    }
+
+    /// The canonical form Cassandra stores for a valid value: sets sorted by their element
+    /// type's order without duplicates, maps sorted by key with one entry per key (the
+    /// last one sent), recursively through the elements of collections. Tuple and UDT
+    /// fields are kept as sent, as Cassandra keeps them. A value that does not split is
+    /// returned as it is (validation reports it).
+    pub fn normalize(&self, v: &[u8]) -> Vec<u8> {
+        let norm = |t: &CqlType, e: Option<&[u8]>| -> Option<Vec<u8>> {
+            e.map(|e| {
+                if t.has_unordered_collection() {
+                    t.normalize(e)
+                } else {
+                    e.to_vec()
+                }
+            })
+        };
+        match self {
+            CqlType::List { elem, .. } | CqlType::Set { elem, .. } => {
+                let Ok(els) = split_collection(v, 1) else {
+                    return v.to_vec();
+                };
+                let mut els: Vec<Option<Vec<u8>>> =
+                    els.into_iter().map(|e| norm(elem, e)).collect();
+                if matches!(self, CqlType::Set { .. }) {
+                    let cmp = |a: &Option<Vec<u8>>, b: &Option<Vec<u8>>| match (a, b) {
+                        (Some(a), Some(b)) => elem.compare(a, b),
+                        (a, b) => a.is_some().cmp(&b.is_some()),
+                    };
+                    els.sort_by(cmp);
+                    els.dedup_by(|a, b| cmp(a, b) == Ordering::Equal);
+                }
+                join_collection(els.len(), els.iter().map(|e| e.as_deref()))
+            }
+            CqlType::Map { key, value, .. } => {
+                let Ok(els) = split_collection(v, 2) else {
+                    return v.to_vec();
+                };
+                let mut pairs: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> = els
+                    .chunks(2)
+                    .map(|kv| (norm(key, kv[0]), norm(value, kv.get(1).copied().flatten())))
+                    .collect();
+                let cmp = |a: &Option<Vec<u8>>, b: &Option<Vec<u8>>| match (a, b) {
+                    (Some(a), Some(b)) => key.compare(a, b),
+                    (a, b) => a.is_some().cmp(&b.is_some()),
+                };
+                // Stable: among equal keys the last one sent wins.
+                pairs.sort_by(|a, b| cmp(&a.0, &b.0));
+                let mut out: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> =
+                    Vec::with_capacity(pairs.len());
+                for p in pairs {
+                    match out.last_mut() {
+                        Some(last) if cmp(&last.0, &p.0) == Ordering::Equal => *last = p,
+                        _ => out.push(p),
+                    }
+                }
+                join_collection(
+                    out.len(),
+                    out.iter().flat_map(|(k, v)| [k.as_deref(), v.as_deref()]),
+                )
+            }
+            _ => v.to_vec(),
+        }
+    }
+
     /// Checks that `v` is a valid serialized value of this type. Empty values are valid
-    /// for every type (they differ from null).
+    /// for every type (they differ from null) but collections: no valid list, set or map
+    /// is zero bytes long (Cassandra: "Not enough bytes to read a list").
     pub fn validate(&self, v: &[u8]) -> Result<(), TypeError> {
         if v.is_empty() {
-            return Ok(());
+            return match self {
+                CqlType::List { .. } => Err(self.invalid("Not enough bytes to read a list".into())),
+                CqlType::Set { .. } => Err(self.invalid("Not enough bytes to read a set".into())),
+                CqlType::Map { .. } => Err(self.invalid("Not enough bytes to read a map".into())),
+                _ => Ok(()),
+            };
         }
         let fixed = |n: usize| -> Result<(), TypeError> {
             if v.len() == n {
@@ -835,6 +914,22 @@ fn compare_uuid(a: &[u8], b: &[u8]) -> Ordering {
         .then_with(|| read_u64(a, 8).cmp(&read_u64(b, 8)))
 }
 
+/// `[int n]` then each item as `[bytes]` (`None` = null).
+fn join_collection<'a>(n: usize, items: impl Iterator<Item = Option<&'a [u8]>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(n as i32).to_be_bytes());
+    for e in items {
+        match e {
+            Some(e) => {
+                out.extend_from_slice(&(e.len() as i32).to_be_bytes());
+                out.extend_from_slice(e);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    out
+}
+
 /// Reads `[int n]` then `n * per` `[bytes]` values (`None` = null). Errors name the offset.
 pub fn split_collection(v: &[u8], per: usize) -> Result<Vec<Option<&[u8]>>, String> {
     let n = v.get(0..4).ok_or("truncated element count")?;
@@ -999,6 +1094,54 @@ fn compare_vector(a: &[u8], b: &[u8], elem: &CqlType, dim: u32) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ints(v: &[i32]) -> Vec<u8> {
+        let items: Vec<[u8; 4]> = v.iter().map(|x| x.to_be_bytes()).collect();
+        join_collection(v.len(), items.iter().map(|b| Some(&b[..])))
+    }
+
+    #[test]
+    fn sets_and_maps_normalize_as_cassandra_stores_them() {
+        let t = |s: &str| CqlType::parse(s, &no_udt).expect("type");
+        // A set: sorted by the element type (signed), duplicates dropped.
+        assert_eq!(
+            t("frozen<set<int>>").normalize(&ints(&[9, -9, 0, 9])),
+            ints(&[-9, 0, 9])
+        );
+        // A list keeps its order; its frozen set elements are normalized.
+        let inner = [ints(&[3, 1, 3]), ints(&[2])];
+        let list = join_collection(2, inner.iter().map(|b| Some(&b[..])));
+        let want = [ints(&[1, 3]), ints(&[2])];
+        assert_eq!(
+            t("list<frozen<set<int>>>").normalize(&list),
+            join_collection(2, want.iter().map(|b| Some(&b[..])))
+        );
+        // A map: sorted by key, the last value sent for a repeated key wins.
+        let kv = |k: i32, v: i32| [k.to_be_bytes(), v.to_be_bytes()];
+        let sent: Vec<[u8; 4]> = [kv(2, 20), kv(1, 10), kv(2, 21)].concat();
+        let want: Vec<[u8; 4]> = [kv(1, 10), kv(2, 21)].concat();
+        assert_eq!(
+            t("frozen<map<int, int>>")
+                .normalize(&join_collection(3, sent.iter().map(|b| Some(&b[..])))),
+            join_collection(2, want.iter().map(|b| Some(&b[..])))
+        );
+        // Tuples keep their fields as sent.
+        assert!(!t("frozen<tuple<int, frozen<set<int>>>>").has_unordered_collection());
+        assert!(!t("list<int>").has_unordered_collection());
+    }
+
+    #[test]
+    fn an_empty_collection_value_is_invalid_but_an_empty_scalar_is_not() {
+        let t = |s: &str| CqlType::parse(s, &no_udt).expect("type");
+        for ty in ["frozen<list<int>>", "set<text>", "map<int, int>"] {
+            let e = t(ty).validate(&[]).expect_err(ty);
+            assert!(e.to_string().contains("Not enough bytes to read a"), "{e}");
+        }
+        let nested = join_collection(1, [Some(&b""[..])].into_iter());
+        assert!(t("list<frozen<list<int>>>").validate(&nested).is_err());
+        assert!(t("int").validate(&[]).is_ok());
+        assert!(t("list<int>").validate(&ints(&[])).is_ok());
+    }
 
     fn no_udt(_: &str) -> Option<Arc<UdtDef>> {
         None

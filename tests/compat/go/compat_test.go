@@ -551,9 +551,7 @@ func TestEveryTypeRoundTrip(t *testing.T) {
 // sorted by key), as it does a non-frozen one, so the same set or map in another order is
 // the same value, and the same key when it is one.
 //
-// Amphora bug (open when this test was written): bound frozen<set> / frozen<map> values are
-// stored as sent, so they read back unsorted with their duplicates, and the same set in
-// another order is another partition key. CQL literals are normalised.
+// (Amphora stored bound frozen sets and maps as sent until the server normalised them too.)
 func TestFrozenCollectionsNormalised(t *testing.T) {
 	s := newSession(t)
 	defer s.Close()

@@ -300,9 +300,7 @@ test('prepared round-trip of every other type', async () => {
 test('a nested value that is not a valid list is rejected as invalid', async () => {
   // The driver writes an empty array nested in a map as a zero-length value (at the top
   // level as null): no valid serialized list is zero bytes long.
-  //
-  // Amphora bug (open when this test was written): the INSERT succeeds and the entry reads
-  // back as {x: null}; Cassandra answers Invalid "Not enough bytes to read a list".
+  // Cassandra answers Invalid "Not enough bytes to read a list" (Amphora once stored {x: null}).
   await client.execute(`CREATE TABLE ${ks}.nested_bad (k int PRIMARY KEY, ` +
     'm map<text, frozen<list<int>>>)');
   await assert.rejects(client.execute(`INSERT INTO ${ks}.nested_bad (k, m) VALUES (?, ?)`,
@@ -316,10 +314,7 @@ test('a nested value that is not a valid list is rejected as invalid', async () 
 test('frozen sets and maps are normalised: sorted, no duplicates, the same key in any order', async () => {
   // Cassandra stores a bound frozen set sorted and without duplicates and a frozen map sorted
   // by key, as it does non-frozen ones.
-  //
-  // Amphora bug (open when this test was written): bound frozen<set> / frozen<map> values
-  // are stored as sent (unsorted, duplicates kept), so the same set in another order is
-  // another key. CQL literals are normalised.
+  // (Amphora once stored bound ones as sent: the same set in another order was another key.)
   await client.execute(`CREATE TABLE ${ks}.fvalues (k int PRIMARY KEY, ` +
     'fs frozen<set<bigint>>, fm frozen<map<text, int>>, ms map<text, frozen<set<text>>>)');
   await client.execute(`INSERT INTO ${ks}.fvalues (k, fs, fm, ms) VALUES (?, ?, ?, ?)`,
