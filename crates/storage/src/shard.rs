@@ -113,6 +113,9 @@ struct TableState {
     next_generation: Arc<AtomicU64>,
     /// Commitlog entries of this table before this position are flushed or truncated.
     replay_from: LogPosition,
+    /// The position `replay_from` asks to be recorded on disk (written by the janitor
+    /// thread, or at once by TRUNCATE; see [`record_replay_position`]).
+    replay_wanted: Arc<AtomicU64>,
     /// Position from which the active memtable receives the table's writes.
     active_since: LogPosition,
 }
@@ -257,6 +260,11 @@ struct Inner {
     waiters: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
     flusher: Worker,
     compactor: Worker,
+    /// File work that may block for long on a busy disk (an fsync waits for the journal,
+    /// unlinking a large SSTable frees its extents): never on the shard thread.
+    janitor: Worker,
+    /// Serializes writes of replay-position files (janitor and TRUNCATE).
+    replay_lock: Arc<std::sync::Mutex<()>>,
     closed: bool,
     /// Verified, decompressed SSTable blocks for point reads.
     block_cache: BlockCache,
@@ -292,6 +300,9 @@ fn table_dir(data_dir: &Path, s: &TableSchema) -> PathBuf {
         .join(format!("{}-{}", s.name, s.id.to_simple_string()))
 }
 
+/// An install of a background result taking this long on the shard thread is logged.
+const SLOW_INSTALL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Per-table file holding the commitlog position replay starts from (u64 LE + crc32c):
 /// everything before it was flushed to SSTables or truncated.
 const REPLAY_FILE: &str = "replay_position";
@@ -323,6 +334,19 @@ fn write_replay_position(dir: &Path, pos: LogPosition) -> Result<()> {
         .map_err(|e| StorageError::io(&tmp, e))?;
     fs::rename(&tmp, &fin).map_err(|e| StorageError::io(&fin, e))?;
     Ok(())
+}
+
+/// Records the highest position asked for in `wanted` in `dir`'s replay-position file,
+/// under `lock` (so a slower earlier write never lands after a later one: positions only
+/// grow). A position recorded late only makes a restart replay entries that are already
+/// flushed, which is harmless (reconciliation is idempotent).
+fn record_replay_position(
+    dir: &Path,
+    wanted: &AtomicU64,
+    lock: &std::sync::Mutex<()>,
+) -> Result<()> {
+    let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+    write_replay_position(dir, wanted.load(AtomicOrdering::Acquire))
 }
 
 /// Opens a table directory: removes leftovers of unfinished writes, opens SSTables.
@@ -390,6 +414,7 @@ impl ShardStorage {
                 TableState {
                     memtable: Memtable::new(s.clone()),
                     schema: s,
+                    replay_wanted: Arc::new(AtomicU64::new(0)),
                     replay_from: read_replay_position(&dir),
                     active_since: 0,
                     dir,
@@ -463,6 +488,8 @@ impl ShardStorage {
             waiters: HashMap::new(),
             flusher: Worker::start(format!("flush-{shard}"), 0)?,
             compactor: Worker::start(format!("compaction-{shard}"), nice)?,
+            janitor: Worker::start(format!("janitor-{shard}"), 0)?,
+            replay_lock: Arc::new(std::sync::Mutex::new(())),
             closed: false,
         };
         let st = ShardStorage {
@@ -492,6 +519,7 @@ impl ShardStorage {
             TableState {
                 memtable: Memtable::new(schema.clone()),
                 schema,
+                replay_wanted: Arc::new(AtomicU64::new(0)),
                 replay_from: read_replay_position(&dir),
                 active_since: 0,
                 dir,
@@ -558,11 +586,13 @@ impl ShardStorage {
             l.current_position()
         };
         let mut inner = self.inner.borrow_mut();
+        let lock = inner.replay_lock.clone();
         let t = inner
             .tables
             .get_mut(&id)
             .ok_or(StorageError::UnknownTable(id))?;
-        write_replay_position(&t.dir, pos)?;
+        t.replay_wanted.fetch_max(pos, AtomicOrdering::AcqRel);
+        record_replay_position(&t.dir, &t.replay_wanted, &lock)?;
         t.replay_from = pos;
         t.active_since = pos;
         let flushing: u64 = t.flushing.iter().map(|f| f.mem.size_bytes).sum();
@@ -943,7 +973,27 @@ impl ShardStorage {
     }
 
     fn install(&self, r: BgResult) {
+        let started = std::time::Instant::now();
+        let what = match &r {
+            BgResult::Flushed { .. } => "flush",
+            BgResult::Compacted { .. } => "compaction",
+        };
+        self.install_result(r);
+        let took = started.elapsed();
+        if took >= SLOW_INSTALL {
+            // Everything else on this shard waited as long.
+            tracing::warn!(
+                shard = self.inner.borrow().cfg.shard,
+                "installing a {what} result held the shard for {} ms",
+                took.as_millis()
+            );
+        }
+    }
+
+    fn install_result(&self, r: BgResult) {
         let mut trigger_compaction = None;
+        // File deletions for the janitor; the job's waiters are answered after them.
+        let mut deferred: Option<Box<dyn FnOnce() + Send>> = None;
         let (job, res) = {
             let mut inner = self.inner.borrow_mut();
             let inner = &mut *inner;
@@ -982,12 +1032,19 @@ impl ShardStorage {
                                 .min()
                                 .unwrap_or(t.active_since);
                             if flushed_to > t.replay_from {
-                                match write_replay_position(&t.dir, flushed_to) {
-                                    Ok(()) => t.replay_from = flushed_to,
-                                    Err(e) => {
-                                        tracing::warn!("cannot record the replay position: {e}")
+                                t.replay_from = flushed_to;
+                                t.replay_wanted
+                                    .fetch_max(flushed_to, AtomicOrdering::AcqRel);
+                                let (dir, wanted, lock) = (
+                                    t.dir.clone(),
+                                    t.replay_wanted.clone(),
+                                    inner.replay_lock.clone(),
+                                );
+                                inner.janitor.submit(Box::new(move || {
+                                    if let Err(e) = record_replay_position(&dir, &wanted, &lock) {
+                                        tracing::warn!("cannot record the replay position: {e}");
                                     }
-                                }
+                                }));
                             }
                             inner.metrics.flushes += 1;
                             trigger_compaction = Some(table);
@@ -1052,18 +1109,26 @@ impl ShardStorage {
                                 inner.row_cache.invalidate_table(table);
                             }
                             let mut bytes_in = 0;
-                            // Outputs replace inputs: delete the inputs now (open readers
-                            // elsewhere keep working on the unlinked files), then the log.
+                            // Outputs replace inputs: the janitor deletes the inputs (open
+                            // readers keep working on the unlinked files), then the log
+                            // (until then a restart finishes the deletion from the log).
+                            let mut done = Vec::with_capacity(inputs.len());
                             t.sstables.retain(|s| {
                                 if inputs.contains(&s.generation) {
                                     bytes_in += s.data_size();
-                                    s.delete_files();
+                                    done.push(s.clone());
                                     false
                                 } else {
                                     true
                                 }
                             });
-                            let _ = fs::remove_file(&txn.path);
+                            let log = txn.path.clone();
+                            deferred = Some(Box::new(move || {
+                                for s in &done {
+                                    s.delete_files();
+                                }
+                                let _ = fs::remove_file(&log);
+                            }));
                             for g in &inputs {
                                 t.compacting.remove(g);
                             }
@@ -1103,11 +1168,20 @@ impl ShardStorage {
             .waiters
             .remove(&job)
             .unwrap_or_default();
-        for w in waiters {
-            let _ = w.send(match &res {
-                Ok(()) => Ok(()),
-                Err(e) => Err(StorageError::Background(e.to_string())),
-            });
+        let answer = move || {
+            for w in waiters {
+                let _ = w.send(match &res {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(StorageError::Background(e.to_string())),
+                });
+            }
+        };
+        match deferred {
+            Some(files) => self.inner.borrow().janitor.submit(Box::new(move || {
+                files();
+                answer();
+            })),
+            None => answer(),
         }
         self.discard_segments();
         self.refresh_compaction_share();
