@@ -630,20 +630,22 @@ impl Commitlog {
         self.durable_rx.clone()
     }
 
-    /// Deletes closed segments older than `keep_from` (all their data is flushed).
-    pub fn discard_before(&mut self, keep_from: u64) {
+    /// Forgets closed segments older than `keep_from` (all their data is flushed) and
+    /// returns their files, for the caller to delete ([`delete_segments`]) where a slow
+    /// unlink blocks nobody.
+    pub fn discard_before(&mut self, keep_from: u64) -> Vec<PathBuf> {
         let mut kept = Vec::with_capacity(self.closed.len());
+        let mut gone = Vec::new();
         for (id, path, size) in self.closed.drain(..) {
             if id < keep_from {
                 self.closed_bytes -= size;
-                if let Err(e) = fs::remove_file(&path) {
-                    tracing::warn!("cannot delete commitlog segment {}: {e}", path.display());
-                }
+                gone.push(path);
             } else {
                 kept.push((id, path, size));
             }
         }
         self.closed = kept;
+        gone
     }
 
     /// Writes out, syncs, and stops the sync thread.
@@ -900,6 +902,16 @@ pub struct ReplayReport {
 }
 
 /// Lists `(id, path)` of the segments in `dir`, oldest first.
+/// Deletes discarded segment files (see [`Commitlog::discard_before`]); a failure is
+/// logged (a leftover segment is replayed and skipped at the next start).
+pub fn delete_segments(paths: &[PathBuf]) {
+    for p in paths {
+        if let Err(e) = fs::remove_file(p) {
+            tracing::warn!("cannot delete commitlog segment {}: {e}", p.display());
+        }
+    }
+}
+
 pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
     let rd = match fs::read_dir(dir) {
