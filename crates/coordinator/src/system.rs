@@ -1133,13 +1133,11 @@ pub(crate) async fn size_estimate_rows(
         let flushed = st
             .estimated_partitions
             .saturating_sub(st.memtable_partitions);
-        let mean = if flushed > 0 {
-            st.sstable_uncompressed_bytes / flushed
-        } else if st.memtable_partitions > 0 {
-            st.memtable_bytes / st.memtable_partitions
-        } else {
-            0
-        };
+        let mean = st
+            .sstable_uncompressed_bytes
+            .checked_div(flushed)
+            .or_else(|| st.memtable_bytes.checked_div(st.memtable_partitions))
+            .unwrap_or(0);
         for &(start, end) in &ranges {
             let width = if end == i64::MIN {
                 (i64::MAX as i128 - start as i128 + 1) as f64

@@ -273,7 +273,7 @@ impl CqlType {
                 let Ok(els) = split_collection(v, 2) else {
                     return v.to_vec();
                 };
-                let mut pairs: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> = els
+                let mut pairs: Vec<MapEntry> = els
                     .chunks(2)
                     .map(|kv| (norm(key, kv[0]), norm(value, kv.get(1).copied().flatten())))
                     .collect();
@@ -283,8 +283,7 @@ impl CqlType {
                 };
                 // Stable: among equal keys the last one sent wins.
                 pairs.sort_by(|a, b| cmp(&a.0, &b.0));
-                let mut out: Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> =
-                    Vec::with_capacity(pairs.len());
+                let mut out: Vec<MapEntry> = Vec::with_capacity(pairs.len());
                 for p in pairs {
                     match out.last_mut() {
                         Some(last) if cmp(&last.0, &p.0) == Ordering::Equal => *last = p,
@@ -913,6 +912,9 @@ fn compare_uuid(a: &[u8], b: &[u8]) -> Ordering {
         })
         .then_with(|| read_u64(a, 8).cmp(&read_u64(b, 8)))
 }
+
+/// A map entry being normalized: key and value, `None` = null.
+type MapEntry = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// `[int n]` then each item as `[bytes]` (`None` = null).
 fn join_collection<'a>(n: usize, items: impl Iterator<Item = Option<&'a [u8]>>) -> Vec<u8> {
