@@ -617,6 +617,71 @@ impl RowCache {
         while self.bytes > self.capacity && self.evict_one() {}
     }
 
+    /// [`merge_flushed`](Self::merge_flushed) in slices: merges the partitions of `mem`
+    /// after `done_up_to` (advanced) into their entries, at most `budget` partitions looked
+    /// at (all of them at once when the cache holds nothing of `table`). Returns whether
+    /// `mem` is done and how many partitions were looked at.
+    pub fn merge_flushed_slice(
+        &mut self,
+        table: TableId,
+        schema: &TableSchema,
+        mem: &Memtable,
+        done_up_to: &mut Option<PartitionKey>,
+        budget: usize,
+    ) -> (bool, usize) {
+        if self.table_len(table) == 0 {
+            return (true, 0);
+        }
+        let from = match done_up_to.take() {
+            Some(k) => std::ops::Bound::Excluded(k),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut used = 0;
+        let mut last = None;
+        let mut too_big = Vec::new();
+        for (key, p) in mem.partitions.range((from, std::ops::Bound::Unbounded)) {
+            if used == budget {
+                *done_up_to = last;
+                self.finish_merge(table, too_big);
+                return (false, used);
+            }
+            used += 1;
+            last = Some(key.clone());
+            let Some(i) = self.find(table, key) else {
+                continue;
+            };
+            let Some(b) = self.buckets.get_mut(i) else {
+                continue;
+            };
+            let Some(old) = &b.entry else {
+                continue;
+            };
+            let merged = merge_partition_updates(schema, &old.data, &mem.to_update(p, &[]));
+            let cost = entry_cost(key, &merged);
+            if cost > self.partition_max || cost > self.capacity {
+                too_big.push(key.clone());
+                continue;
+            }
+            self.bytes = self.bytes - old.cost + cost;
+            b.entry = Some(Arc::new(CachedPartition::of(
+                table,
+                key,
+                compact(merged),
+                cost,
+            )));
+        }
+        self.finish_merge(table, too_big);
+        (true, used)
+    }
+
+    fn finish_merge(&mut self, table: TableId, too_big: Vec<PartitionKey>) {
+        self.invalidations += too_big.len() as u64;
+        for key in too_big {
+            self.remove(table, &key);
+        }
+        while self.bytes > self.capacity && self.evict_one() {}
+    }
+
     /// Advances the CLOCK hand until it evicts one entry; false if the cache is empty.
     fn evict_one(&mut self) -> bool {
         if self.len == 0 {

@@ -100,7 +100,25 @@ struct FlushingMemtable {
     lower: LogPosition,
     upper: LogPosition,
     failed: bool,
+    /// Its SSTable is in the set; the row cache is still being brought up to date with it
+    /// (see [`CacheUpdate`]). Reads keep merging it meanwhile (its data is then read
+    /// twice, which reconciliation makes harmless).
+    installed: bool,
 }
+
+/// A flushed memtable whose partitions the row cache has yet to take: done in slices
+/// between other work, never in one long step (a flush of 600k partitions against a full
+/// cache held the shard for ~0.9 s). The flush job counts as finished (its memory freed,
+/// its waiters answered) when this is.
+struct CacheUpdate {
+    table: TableId,
+    job: u64,
+    /// The last partition done.
+    done_up_to: Option<PartitionKey>,
+}
+
+/// Partitions of a flushed memtable merged into the row cache per slice.
+const CACHE_UPDATE_SLICE: usize = 2_000;
 
 struct TableState {
     schema: Arc<TableSchema>,
@@ -124,6 +142,7 @@ impl TableState {
     fn oldest_log_pos(&self) -> Option<LogPosition> {
         self.flushing
             .iter()
+            .filter(|f| !f.installed)
             .filter_map(|f| f.mem.min_log_pos)
             .chain(self.memtable.min_log_pos)
             .min()
@@ -265,6 +284,8 @@ struct Inner {
     janitor: Worker,
     /// Serializes writes of replay-position files (janitor and TRUNCATE).
     replay_lock: Arc<std::sync::Mutex<()>>,
+    /// Flushed memtables the row cache has yet to take, oldest first.
+    cache_updates: std::collections::VecDeque<CacheUpdate>,
     closed: bool,
     /// Verified, decompressed SSTable blocks for point reads.
     block_cache: BlockCache,
@@ -298,6 +319,21 @@ fn table_dir(data_dir: &Path, s: &TableSchema) -> PathBuf {
     data_dir
         .join(&s.keyspace)
         .join(format!("{}-{}", s.name, s.id.to_simple_string()))
+}
+
+/// Lets other tasks on the thread run once.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// An install of a background result taking this long on the shard thread is logged.
@@ -490,6 +526,7 @@ impl ShardStorage {
             compactor: Worker::start(format!("compaction-{shard}"), nice)?,
             janitor: Worker::start(format!("janitor-{shard}"), 0)?,
             replay_lock: Arc::new(std::sync::Mutex::new(())),
+            cache_updates: std::collections::VecDeque::new(),
             closed: false,
         };
         let st = ShardStorage {
@@ -905,6 +942,7 @@ impl ShardStorage {
                 lower,
                 upper,
                 failed: false,
+                installed: false,
             });
             submit.push((job, mem));
             new_job = Some(job);
@@ -954,6 +992,9 @@ impl ShardStorage {
             let Ok(r) = r else { break };
             self.install(r);
         }
+        if self.cache_update_pending() {
+            self.advance_cache_updates(CACHE_UPDATE_SLICE);
+        }
     }
 
     /// Runs forever on the shard (spawn it with `spawn_local`), installing background
@@ -962,8 +1003,13 @@ impl ShardStorage {
         let me = self.clone();
         async move {
             loop {
-                let notify = me.inner.borrow().notify.clone();
-                notify.notified().await;
+                if me.cache_update_pending() {
+                    // One slice per turn: requests run between slices.
+                    yield_once().await;
+                } else {
+                    let notify = me.inner.borrow().notify.clone();
+                    notify.notified().await;
+                }
                 me.poll_background();
                 if me.inner.borrow().closed {
                     return;
@@ -994,6 +1040,8 @@ impl ShardStorage {
         let mut trigger_compaction = None;
         // File deletions for the janitor; the job's waiters are answered after them.
         let mut deferred: Option<Box<dyn FnOnce() + Send>> = None;
+        // A flush whose waiters are answered when the row cache has taken it.
+        let mut cache_update = false;
         let (job, res) = {
             let mut inner = self.inner.borrow_mut();
             let inner = &mut *inner;
@@ -1010,17 +1058,16 @@ impl ShardStorage {
                                     s.delete_files();
                                 }
                             }
-                            if let Some(i) = found {
-                                let f = t.flushing.remove(i);
-                                // Its SSTable joins the set: cached entries take its data.
-                                inner.row_cache.merge_flushed(table, &t.schema, &f.mem);
-                                let size = f.mem.size_bytes;
-                                inner.memtable_total = inner.memtable_total.saturating_sub(size);
-                                inner.flushing_total = inner.flushing_total.saturating_sub(size);
-                                inner.metrics.flushed_bytes += size;
-                                // Freeing millions of small allocations is slow: do it off the shard.
-                                let mem = f.mem;
-                                inner.flusher.submit(Box::new(move || drop(mem)));
+                            if let Some(f) = found.and_then(|i| t.flushing.get_mut(i)) {
+                                // Its SSTable joins the set; cached entries take its data
+                                // in slices (`advance_cache_updates`), then it goes.
+                                f.installed = true;
+                                inner.cache_updates.push_back(CacheUpdate {
+                                    table,
+                                    job,
+                                    done_up_to: None,
+                                });
+                                cache_update = true;
                             }
                             if let Some(s) = sst.filter(|_| found.is_some()) {
                                 t.sstables.push(Arc::new(*s));
@@ -1028,6 +1075,7 @@ impl ShardStorage {
                             let flushed_to = t
                                 .flushing
                                 .iter()
+                                .filter(|f| !f.installed)
                                 .map(|f| f.lower)
                                 .min()
                                 .unwrap_or(t.active_since);
@@ -1162,12 +1210,15 @@ impl ShardStorage {
                 }
             }
         };
-        let waiters = self
-            .inner
-            .borrow_mut()
-            .waiters
-            .remove(&job)
-            .unwrap_or_default();
+        let waiters = if cache_update && res.is_ok() {
+            Vec::new()
+        } else {
+            self.inner
+                .borrow_mut()
+                .waiters
+                .remove(&job)
+                .unwrap_or_default()
+        };
         let answer = move || {
             for w in waiters {
                 let _ = w.send(match &res {
@@ -1195,6 +1246,114 @@ impl ShardStorage {
             && self.inner.borrow().cfg.auto_compaction
         {
             let _ = self.start_compaction(t, false);
+        }
+        if cache_update {
+            self.advance_cache_updates(CACHE_UPDATE_SLICE);
+        }
+    }
+
+    /// Whether flushed memtables are still being merged into the row cache.
+    fn cache_update_pending(&self) -> bool {
+        !self.inner.borrow().cache_updates.is_empty()
+    }
+
+    /// Merges up to `budget` partitions of pending flushed memtables into the row cache
+    /// (all of one at once when the cache holds nothing of its table); a memtable fully
+    /// taken leaves `flushing`, frees its memory and answers its flush's waiters.
+    /// Returns whether work is left.
+    fn advance_cache_updates(&self, mut budget: usize) -> bool {
+        loop {
+            let finished = {
+                let mut inner = self.inner.borrow_mut();
+                let inner = &mut *inner;
+                let Some(u) = inner.cache_updates.front_mut() else {
+                    return false;
+                };
+                let mem = inner.tables.get(&u.table).and_then(|t| {
+                    t.flushing
+                        .iter()
+                        .find(|f| f.job == u.job && f.installed)
+                        .map(|f| (f.mem.clone(), t.schema.clone()))
+                });
+                match mem {
+                    // Truncated or dropped meanwhile: nothing left to do.
+                    None => inner.cache_updates.pop_front().map(|u| (u, false)),
+                    Some((mem, schema)) => {
+                        let (done, used) = inner.row_cache.merge_flushed_slice(
+                            u.table,
+                            &schema,
+                            &mem,
+                            &mut u.done_up_to,
+                            budget,
+                        );
+                        budget = budget.saturating_sub(used);
+                        if done {
+                            inner.cache_updates.pop_front().map(|u| (u, true))
+                        } else {
+                            None
+                        }
+                    }
+                }
+            };
+            match finished {
+                Some((u, true)) => self.finish_flush(u.table, u.job),
+                Some((u, false)) => self.answer(u.job, Ok(())),
+                None => return true,
+            }
+            if budget == 0 {
+                return self.cache_update_pending();
+            }
+        }
+    }
+
+    /// A flushed memtable the row cache has taken: it leaves the table, its memory is
+    /// freed (off the shard) and its flush's waiters are answered.
+    fn finish_flush(&self, table: TableId, job: u64) {
+        {
+            let mut inner = self.inner.borrow_mut();
+            let inner = &mut *inner;
+            if let Some(t) = inner.tables.get_mut(&table)
+                && let Some(i) = t.flushing.iter().position(|f| f.job == job)
+            {
+                let f = t.flushing.remove(i);
+                let size = f.mem.size_bytes;
+                inner.memtable_total = inner.memtable_total.saturating_sub(size);
+                inner.flushing_total = inner.flushing_total.saturating_sub(size);
+                inner.metrics.flushed_bytes += size;
+                // Freeing millions of small allocations is slow: do it off the shard.
+                let mem = f.mem;
+                inner.flusher.submit(Box::new(move || drop(mem)));
+            }
+            inner.flush_done.notify_waiters();
+        }
+        // Through the janitor, so the waiters see its earlier deletions (segments) done.
+        let waiters = self
+            .inner
+            .borrow_mut()
+            .waiters
+            .remove(&job)
+            .unwrap_or_default();
+        if !waiters.is_empty() {
+            self.inner.borrow().janitor.submit(Box::new(move || {
+                for w in waiters {
+                    let _ = w.send(Ok(()));
+                }
+            }));
+        }
+    }
+
+    fn answer(&self, job: u64, res: Result<()>) {
+        let waiters = self
+            .inner
+            .borrow_mut()
+            .waiters
+            .remove(&job)
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(match &res {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StorageError::Background(e.to_string())),
+            });
         }
     }
 
@@ -1344,6 +1503,24 @@ impl ShardStorage {
             loop {
                 // Results may already be queued.
                 self.poll_background();
+                if self.cache_update_pending() {
+                    // Nobody may be advancing the cache update this waits for.
+                    match rx.try_recv() {
+                        Ok(Ok(())) => break,
+                        Ok(Err(e)) => {
+                            first_err.get_or_insert(e);
+                            break;
+                        }
+                        Err(oneshot::error::TryRecvError::Closed) => {
+                            first_err.get_or_insert(StorageError::ShutDown);
+                            break;
+                        }
+                        Err(oneshot::error::TryRecvError::Empty) => {
+                            yield_once().await;
+                            continue;
+                        }
+                    }
+                }
                 let notify = self.inner.borrow().notify.clone();
                 let mut notified = Box::pin(notify.notified());
                 let r = std::future::poll_fn(|cx| {

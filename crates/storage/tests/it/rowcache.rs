@@ -1,6 +1,7 @@
 //! The row cache: point reads served from it return what was written, across writes,
 //! flushes, compactions, deletions, TTL expiry, purges, truncate/drop and eviction.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use amphora_storage::rowcache::RowCacheStats;
@@ -467,4 +468,75 @@ async fn cached_partition_disabled(s: &ShardStorage) {
     s.flush(T).await.expect("flush");
     assert_eq!(read(s, "k1"), rows("k1", &[(1, "v1")]));
     assert_eq!(read(s, "k1"), rows("k1", &[(1, "v1")]));
+}
+
+/// A flush of more partitions than one row cache update slice: while the cache takes the
+/// flushed memtable slice by slice (with reads and writes between slices), every read
+/// returns the latest value; the flush's waiters are answered, and its memtable leaves,
+/// only when the cache has taken all of it.
+#[test]
+fn a_flush_reaches_the_row_cache_in_slices_and_reads_stay_right_meanwhile() {
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path(), cfg(d.path(), 64 << 20));
+    let n = 5_000;
+    let key = |k: usize| format!("k{k}");
+    rt().block_on(async {
+        for k in 0..n {
+            put(&s, &key(k), 1, "old", 10).await;
+        }
+        s.flush(T).await.expect("flush");
+        for k in 0..n {
+            assert_eq!(read(&s, &key(k)), rows(&key(k), &[(1, "old")]));
+        }
+        assert_eq!(stats(&s).partitions, n as u64, "every partition cached");
+        for k in 0..n {
+            put(&s, &key(k), 1, "new", 20).await;
+        }
+        // Start the flush (its future runs up to its first wait), then watch it.
+        let mut flush = Box::pin(s.flush(T));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(flush.as_mut().poll(&mut cx).is_pending());
+        let (mut pending_seen, mut wrote) = (0, false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            s.poll_background();
+            let st = s.table_stats(T).expect("stats");
+            if st.flushing_memtables == 0 {
+                break;
+            }
+            if st.sstable_count == 2 {
+                // Installed, the cache update still running: reads see the new values.
+                pending_seen += 1;
+                assert!(
+                    flush.as_mut().poll(&mut cx).is_pending(),
+                    "answered too early"
+                );
+                for k in [0, 1, n / 2, n - 1] {
+                    let want = if wrote && k == 0 { "newest" } else { "new" };
+                    assert_eq!(read(&s, &key(k)), rows(&key(k), &[(1, want)]), "k{k}");
+                }
+                if !wrote {
+                    put(&s, &key(0), 1, "newest", 30).await;
+                    wrote = true;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cache update never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(pending_seen > 0, "the update was never seen between slices");
+        flush.await.expect("flush answered");
+        for k in 0..n {
+            let want = if k == 0 { "newest" } else { "new" };
+            assert_eq!(read(&s, &key(k)), rows(&key(k), &[(1, want)]), "k{k}");
+        }
+        let st = s.table_stats(T).expect("stats");
+        assert_eq!(st.flushing_memtables, 0);
+        assert_eq!(
+            st.memtable_partitions, 1,
+            "only the write made during the update"
+        );
+    });
 }
