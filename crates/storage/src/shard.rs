@@ -117,8 +117,9 @@ struct CacheUpdate {
     done_up_to: Option<PartitionKey>,
 }
 
-/// Partitions of a flushed memtable merged into the row cache per slice.
-const CACHE_UPDATE_SLICE: usize = 2_000;
+/// Partitions of a flushed memtable merged into the row cache per slice (~1 ms: a merge
+/// into a cached entry costs a few µs).
+const CACHE_UPDATE_SLICE: usize = 256;
 
 struct TableState {
     schema: Arc<TableSchema>,
@@ -321,19 +322,12 @@ fn table_dir(data_dir: &Path, s: &TableSchema) -> PathBuf {
         .join(format!("{}-{}", s.name, s.id.to_simple_string()))
 }
 
-/// Lets other tasks on the thread run once.
+/// Lets the other tasks of the shard run, and the runtime poll its sockets: tokio's
+/// `yield_now` defers the wake-up until the I/O driver has been polled (a task that woke
+/// itself at once would keep the ready queue busy and sockets would be polled only every
+/// 61 task polls: a long cache update then stalled requests ~100 ms).
 async fn yield_once() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
+    tokio::task::yield_now().await
 }
 
 /// An install of a background result taking this long on the shard thread is logged.
@@ -992,9 +986,6 @@ impl ShardStorage {
             let Ok(r) = r else { break };
             self.install(r);
         }
-        if self.cache_update_pending() {
-            self.advance_cache_updates(CACHE_UPDATE_SLICE);
-        }
     }
 
     /// Runs forever on the shard (spawn it with `spawn_local`), installing background
@@ -1003,8 +994,9 @@ impl ShardStorage {
         let me = self.clone();
         async move {
             loop {
-                if me.cache_update_pending() {
-                    // One slice per turn: requests run between slices.
+                if me.advance_cache_updates(CACHE_UPDATE_SLICE) {
+                    // One slice per turn: requests run between slices (never inside
+                    // one: `poll_background`, which requests call, does not advance it).
                     yield_once().await;
                 } else {
                     let notify = me.inner.borrow().notify.clone();
@@ -1248,7 +1240,10 @@ impl ShardStorage {
             let _ = self.start_compaction(t, false);
         }
         if cache_update {
+            // Done at once when the cache holds nothing of the table; else one slice here
+            // and the rest between requests (`run_background`, or the flush's waiter).
             self.advance_cache_updates(CACHE_UPDATE_SLICE);
+            self.inner.borrow().notify.notify_one();
         }
     }
 
@@ -1503,8 +1498,8 @@ impl ShardStorage {
             loop {
                 // Results may already be queued.
                 self.poll_background();
-                if self.cache_update_pending() {
-                    // Nobody may be advancing the cache update this waits for.
+                if self.advance_cache_updates(CACHE_UPDATE_SLICE) {
+                    // Nobody else may be advancing the cache update this waits for.
                     match rx.try_recv() {
                         Ok(Ok(())) => break,
                         Ok(Err(e)) => {
