@@ -168,13 +168,6 @@ impl CachedPartition {
     fn is(&self, table: TableId, key: &PartitionKey) -> bool {
         self.token == key.token && self.table == table && self.key.as_slice() == &key.key[..]
     }
-
-    fn partition_key(&self) -> PartitionKey {
-        PartitionKey {
-            token: self.token,
-            key: Bytes::copy_from_slice(self.key.as_slice()),
-        }
-    }
 }
 
 /// Until when a row is its own live view (see [`CachedPartition::rows_live_until`]).
@@ -563,61 +556,13 @@ impl RowCache {
         self.invalidations += self.rebuild(n, |e| e.table != table);
     }
 
-    /// Merges a flushed memtable into the entries of the partitions it holds: called when
-    /// its SSTable joins the table's SSTable set, so entries keep matching that set.
+    /// Merges a flushed memtable into the entries of the partitions it holds, all at once
+    /// (the shard does it in slices: [`merge_flushed_slice`](Self::merge_flushed_slice)).
     pub fn merge_flushed(&mut self, table: TableId, schema: &TableSchema, mem: &Memtable) {
-        if self.table_len(table) == 0 {
-            return;
-        }
-        // Walk the smaller side (the buckets are at least twice the entries).
-        let hit: Vec<PartitionKey> = if self.buckets.len() <= mem.partitions.len() {
-            self.buckets
-                .iter()
-                .filter_map(|b| b.entry.as_ref())
-                .filter(|e| e.table == table)
-                .map(|e| e.partition_key())
-                .filter(|k| mem.partitions.contains_key(k))
-                .collect()
-        } else {
-            mem.partitions
-                .keys()
-                .filter(|k| self.contains(table, k))
-                .cloned()
-                .collect()
-        };
-        let mut too_big = Vec::new();
-        for key in hit {
-            let (Some(i), Some(p)) = (self.find(table, &key), mem.partitions.get(&key)) else {
-                continue;
-            };
-            let Some(b) = self.buckets.get_mut(i) else {
-                continue;
-            };
-            let Some(old) = &b.entry else {
-                continue;
-            };
-            let merged = merge_partition_updates(schema, &old.data, &mem.to_update(p, &[]));
-            let cost = entry_cost(&key, &merged);
-            if cost > self.partition_max || cost > self.capacity {
-                too_big.push(key);
-                continue;
-            }
-            self.bytes = self.bytes - old.cost + cost;
-            b.entry = Some(Arc::new(CachedPartition::of(
-                table,
-                &key,
-                compact(merged),
-                cost,
-            )));
-        }
-        self.invalidations += too_big.len() as u64;
-        for key in too_big {
-            self.remove(table, &key);
-        }
-        while self.bytes > self.capacity && self.evict_one() {}
+        self.merge_flushed_slice(table, schema, mem, &mut None, usize::MAX);
     }
 
-    /// [`merge_flushed`](Self::merge_flushed) in slices: merges the partitions of `mem`
+    /// Merges the partitions of a flushed memtable `mem`
     /// after `done_up_to` (advanced) into their entries, at most `budget` partitions looked
     /// at (all of them at once when the cache holds nothing of `table`). Returns whether
     /// `mem` is done and how many partitions were looked at.

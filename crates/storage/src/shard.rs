@@ -1205,11 +1205,7 @@ impl ShardStorage {
         let waiters = if cache_update && res.is_ok() {
             Vec::new()
         } else {
-            self.inner
-                .borrow_mut()
-                .waiters
-                .remove(&job)
-                .unwrap_or_default()
+            self.take_waiters(job)
         };
         let answer = move || {
             for w in waiters {
@@ -1322,12 +1318,7 @@ impl ShardStorage {
             inner.flush_done.notify_waiters();
         }
         // Through the janitor, so the waiters see its earlier deletions (segments) done.
-        let waiters = self
-            .inner
-            .borrow_mut()
-            .waiters
-            .remove(&job)
-            .unwrap_or_default();
+        let waiters = self.take_waiters(job);
         if !waiters.is_empty() {
             self.inner.borrow().janitor.submit(Box::new(move || {
                 for w in waiters {
@@ -1337,14 +1328,16 @@ impl ShardStorage {
         }
     }
 
-    fn answer(&self, job: u64, res: Result<()>) {
-        let waiters = self
-            .inner
+    fn take_waiters(&self, job: u64) -> Vec<oneshot::Sender<Result<()>>> {
+        self.inner
             .borrow_mut()
             .waiters
             .remove(&job)
-            .unwrap_or_default();
-        for w in waiters {
+            .unwrap_or_default()
+    }
+
+    fn answer(&self, job: u64, res: Result<()>) {
+        for w in self.take_waiters(job) {
             let _ = w.send(match &res {
                 Ok(()) => Ok(()),
                 Err(e) => Err(StorageError::Background(e.to_string())),

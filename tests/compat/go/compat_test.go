@@ -67,6 +67,14 @@ func exec(t *testing.T, s *gocql.Session, stmt string, values ...interface{}) {
 	}
 }
 
+// checkEqual reports one mismatching value without stopping the test.
+func checkEqual(t *testing.T, name string, got, want interface{}) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: got %#v, want %#v", name, got, want)
+	}
+}
+
 func TestMain(m *testing.M) {
 	host, port := target()
 	cluster := gocql.NewCluster(host)
@@ -209,12 +217,7 @@ func TestTypesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("select: %v", err)
 	}
-	check := func(name string, got, want interface{}) {
-		t.Helper()
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: got %#v, want %#v", name, got, want)
-		}
-	}
+	check := func(name string, got, want interface{}) { t.Helper(); checkEqual(t, name, got, want) }
 	check("text", gt, "héllo")
 	check("bigint", gbi, int64(-1)<<62)
 	check("blob", gb, []byte{0, 1, 255})
@@ -486,12 +489,7 @@ func TestEveryTypeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("select: %v", err)
 			}
-			check := func(name string, got, want interface{}) {
-				t.Helper()
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: got %#v, want %#v", name, got, want)
-				}
-			}
+			check := func(name string, got, want interface{}) { t.Helper(); checkEqual(t, name, got, want) }
 			check("ascii", ga, "plain ascii ~")
 			check("varchar", gvc, "varchar ✓")
 			check("int", gi, int32(-2147483648))
