@@ -723,6 +723,12 @@ impl ShardStorage {
                     }
                     inner.flush_failures
                 };
+                // Memory a flush frees comes back when the row cache has taken it: help
+                // (this writer waits anyway), in case nothing else advances the update.
+                if me.advance_cache_updates(CACHE_UPDATE_SLICE) {
+                    yield_once().await;
+                    continue;
+                }
                 // Makes sure a flush is running (or resubmits a failed one).
                 me.maybe_flush_for_memory();
                 if me.inner.borrow().metrics.pending_flushes == 0 {

@@ -540,3 +540,43 @@ fn a_flush_reaches_the_row_cache_in_slices_and_reads_stay_right_meanwhile() {
         );
     });
 }
+
+/// Writers over the memtable budget get their memory back even when nothing else runs the
+/// shard's background work: a flush's memory comes back only once the row cache has taken
+/// the flushed partitions, and the waiting writers advance that update themselves.
+#[test]
+fn writers_over_budget_with_a_full_row_cache_do_not_wait_forever() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = cfg(d.path(), 64 << 20);
+        c.memtable_budget_bytes = 256 << 10;
+        let s = open(d.path(), c);
+        rt().block_on(async {
+            for round in 0..3 {
+                for k in 0..3_000 {
+                    s.admit().await.expect("admit");
+                    put(&s, &format!("k{k}"), 1, &format!("v{round}"), 10 + round).await;
+                }
+                // Fill the cache with what is there so far.
+                for k in (0..3_000).step_by(3) {
+                    read(&s, &format!("k{k}"));
+                }
+            }
+            for k in [0, 1_500, 2_999] {
+                assert_eq!(
+                    read(&s, &format!("k{k}")),
+                    rows(&format!("k{k}"), &[(1, "v2")])
+                );
+            }
+        });
+        let _ = tx.send(s.metrics().flushes);
+    });
+    let flushes = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("writers waited forever for memory (or the writer failed)");
+    assert!(
+        flushes >= 3,
+        "the budget was not exceeded: {flushes} flushes"
+    );
+}
