@@ -110,6 +110,12 @@ pub fn row_write(table: u128, k: &str, c: i32, v: &str, ts: i64) -> Mutation {
 /// written at timestamp 1.
 #[allow(dead_code)]
 pub fn standard1_write(table: u128, k: &str, v: Bytes) -> Mutation {
+    standard1_write_with(table, k, || v.clone())
+}
+
+/// [`standard1_write`] with each of the five cells' value from `cell`.
+#[allow(dead_code)]
+pub fn standard1_write_with(table: u128, k: &str, mut cell: impl FnMut() -> Bytes) -> Mutation {
     Mutation {
         table: TableId(table),
         key: pk(k),
@@ -119,7 +125,7 @@ pub fn standard1_write(table: u128, k: &str, v: Bytes) -> Mutation {
                 marker: None,
                 deletion: None,
                 cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(1, v.clone()))))
+                    .map(|c| (c, ColumnData::Simple(Cell::live(1, cell()))))
                     .collect(),
             }],
             ..Default::default()

@@ -303,7 +303,7 @@ fn compaction_backlog_is_exported_and_throttled_compaction_completes() {
 /// A standard1 row of five cells of incompressible bytes.
 fn noise_write(table: u128, k: &str, seed: u64) -> Mutation {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut cell = || {
+    standard1_write_with(table, k, || {
         let v: Vec<u8> = (0..200)
             .map(|_| {
                 x ^= x << 13;
@@ -313,22 +313,7 @@ fn noise_write(table: u128, k: &str, seed: u64) -> Mutation {
             })
             .collect();
         Bytes::from(v)
-    };
-    Mutation {
-        table: TableId(table),
-        key: pk(k),
-        update: PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: None,
-                deletion: None,
-                cells: (1..6)
-                    .map(|c| (c, ColumnData::Simple(Cell::live(1, cell()))))
-                    .collect(),
-            }],
-            ..Default::default()
-        },
-    }
+    })
 }
 
 #[test]
