@@ -383,11 +383,7 @@ async fn select_general(
     if plan.is_virtual
         && let Some(v) = crate::system::virtual_table(&table.keyspace, &table.name)
     {
-        let rows = if table.keyspace == "system" && table.name == "size_estimates" {
-            crate::system::size_estimate_rows(inner, &schema).await?
-        } else {
-            (v.rows)(&schema, &inner.shared.info)
-        };
+        let rows = crate::system::virtual_rows(inner, v, &schema).await?;
         return crate::system::select_virtual(table, rows, s, items, columns, &ctx, opts);
     }
     if s.order_by.iter().any(|o| o.ann_of.is_some()) {

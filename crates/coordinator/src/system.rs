@@ -24,6 +24,22 @@ pub type Rows = Vec<Vec<Option<Bytes>>>;
 pub struct VirtualTable {
     pub schema: Arc<TableSchema>,
     pub rows: fn(&Schema, &NodeInfo) -> Rows,
+    /// Rows computed from every shard's storage instead (`size_estimates`); `rows` is
+    /// then unused.
+    pub from_storage: bool,
+}
+
+/// The rows of virtual table `v` now.
+pub(crate) async fn virtual_rows(
+    inner: &crate::exec::Inner,
+    v: &VirtualTable,
+    schema: &Schema,
+) -> Result<Rows, QueryError> {
+    if v.from_storage {
+        size_estimate_rows(inner, schema).await
+    } else {
+        Ok((v.rows)(schema, &inner.shared.info))
+    }
 }
 
 pub const RELEASE_VERSION: &str = "5.0.6";
@@ -112,6 +128,7 @@ fn tables() -> &'static HashMap<(String, String), VirtualTable> {
                 VirtualTable {
                     schema: def(ks, name, cols),
                     rows,
+                    from_storage: (ks, name) == ("system", "size_estimates"),
                 },
             );
         };
@@ -1093,7 +1110,7 @@ pub fn local_token_ranges(info: &NodeInfo) -> Vec<(i64, i64)> {
 /// the range (the table's partitions on every shard, memtables included, spread over the
 /// ring in proportion to the range's width) and the mean partition size (uncompressed
 /// bytes in SSTables per SSTable partition; memtable bytes while nothing is flushed).
-pub(crate) async fn size_estimate_rows(
+async fn size_estimate_rows(
     inner: &crate::exec::Inner,
     schema: &Schema,
 ) -> Result<Rows, QueryError> {
