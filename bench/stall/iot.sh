@@ -3,14 +3,10 @@
 # ops(insert=1,query_by_machine_id=9) with `perf record -g` of the server for 8 s of it.
 #   bench/stall/iot.sh BIN LABEL
 set -u
-REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
-BIN=$1; L=$2; D=$OUT/data-$L; rm -rf $D; mkdir -p $D
-S=$REPO/target/release/amphora
-taskset -c 0 $BIN server --data-dir $D --smp 1 --memory 2G --native-transport-port 19600 --native-shard-aware-transport-port 19601 --api-port 19602 --prometheus-port 19603 > $OUT/server-$L.log 2>&1 &
-P=$!
-for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
-st() { taskset -c 1 $S stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+BIN=$1; L=$2;
+start_server "$BIN" "$L"
 PROF=$REPO/bench/profiles/iot.yaml
 st user profile=$PROF 'ops(insert=1)' n=200000 no-warmup cl=ONE -rate threads=128 -pop seq=1..2000 contents=SORTED -insert 'visits=fixed(100)' -errors ignore > $OUT/$L-load.txt
 (sleep 8; perf record -F 2999 -g -p $P -o $OUT/$L.perf -- sleep 8 > /dev/null 2>&1) &

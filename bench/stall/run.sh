@@ -5,14 +5,10 @@
 # count of installs that held the shard over 20 ms.
 #   bench/stall/run.sh BIN LABEL      (BIN: an amphora binary, e.g. target/release/amphora)
 set -u
-REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
-BIN=$1; L=$2; D=$OUT/data-$L; rm -rf $D; mkdir -p $D
-S=$REPO/target/release/amphora
-taskset -c 0 $BIN server --data-dir $D --smp 1 --memory 2G --native-transport-port 19600 --native-shard-aware-transport-port 19601 --api-port 19602 --prometheus-port 19603 > $OUT/server-$L.log 2>&1 &
-P=$!
-for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
-st() { taskset -c 1 $S stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+BIN=$1; L=$2;
+start_server "$BIN" "$L"
 st write n=1000000 -rate threads=128 > $OUT/$L-load.txt
 st write duration=40s -rate threads=128 > $OUT/$L-sat.txt
 st write duration=30s -rate threads=128 fixed=20000/s > $OUT/$L-fw.txt
