@@ -256,18 +256,14 @@ mod tests {
     use super::*;
 
     fn keyspace(replication: &[(&str, &str)]) -> KeyspaceDef {
-        KeyspaceDef {
-            name: "ks".into(),
-            replication: replication
+        KeyspaceDef::empty(
+            "ks".into(),
+            replication
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            durable_writes: true,
-            tables: Default::default(),
-            types: Default::default(),
-            indexes: Default::default(),
-            views: Default::default(),
-        }
+            true,
+        )
     }
 
     /// The mask holds exactly the levels `check` accepts: a level missing from it would

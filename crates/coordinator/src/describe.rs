@@ -298,18 +298,14 @@ fn system_keyspace_items(name: &str) -> Vec<(String, &'static str, String, Strin
         }
         return out;
     }
-    let ks = KeyspaceDef {
-        name: name.to_string(),
-        replication: crate::system::system_keyspace_replication(name)
+    let ks = KeyspaceDef::empty(
+        name.to_string(),
+        crate::system::system_keyspace_replication(name)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        durable_writes: true,
-        tables: Default::default(),
-        types: Default::default(),
-        indexes: Default::default(),
-        views: Default::default(),
-    };
+        true,
+    );
     let mut out = vec![(
         name.to_string(),
         "keyspace",

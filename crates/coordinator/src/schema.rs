@@ -47,6 +47,25 @@ pub struct KeyspaceDef {
     pub views: BTreeMap<String, ViewDef>,
 }
 
+impl KeyspaceDef {
+    /// A keyspace with no tables, types, indexes or views.
+    pub fn empty(
+        name: String,
+        replication: BTreeMap<String, String>,
+        durable_writes: bool,
+    ) -> Self {
+        KeyspaceDef {
+            name,
+            replication,
+            durable_writes,
+            tables: BTreeMap::new(),
+            types: BTreeMap::new(),
+            indexes: BTreeMap::new(),
+            views: BTreeMap::new(),
+        }
+    }
+}
+
 /// What `CREATE INDEX` indexes in its column.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum IndexTarget {
@@ -343,15 +362,7 @@ pub fn create_keyspace(s: &Schema, st: &ast::CreateKeyspace) -> Result<DdlOutcom
     let mut next = s.clone();
     next.keyspaces.insert(
         name.clone(),
-        KeyspaceDef {
-            name: name.clone(),
-            replication,
-            durable_writes,
-            tables: BTreeMap::new(),
-            types: BTreeMap::new(),
-            indexes: BTreeMap::new(),
-            views: BTreeMap::new(),
-        },
+        KeyspaceDef::empty(name.clone(), replication, durable_writes),
     );
     Ok(changed(
         next,

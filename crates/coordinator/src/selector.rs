@@ -251,15 +251,8 @@ pub fn resolve(
         }
         ast::Expr::Cast { expr, ty } => {
             let base = resolve(t, expr, ctx_for_consts)?;
-            let ks = crate::schema::KeyspaceDef {
-                name: t.keyspace.clone(),
-                replication: Default::default(),
-                durable_writes: true,
-                tables: Default::default(),
-                types: Default::default(),
-                indexes: Default::default(),
-                views: Default::default(),
-            };
+            let ks =
+                crate::schema::KeyspaceDef::empty(t.keyspace.clone(), Default::default(), true);
             let to = crate::schema::resolve_type(ty, &ks, true)?;
             if base.ty == to {
                 // Cassandra's same-type cast is the selector itself (same name too).
@@ -354,15 +347,11 @@ pub fn resolve(
             // A constant selector needs a type: `(int) 3` or the literal's natural type.
             let (ty, inner) = match e {
                 ast::Expr::TypeHint { ty, expr } => {
-                    let ks = crate::schema::KeyspaceDef {
-                        name: t.keyspace.clone(),
-                        replication: Default::default(),
-                        durable_writes: true,
-                        tables: Default::default(),
-                        types: Default::default(),
-                        indexes: Default::default(),
-                        views: Default::default(),
-                    };
+                    let ks = crate::schema::KeyspaceDef::empty(
+                        t.keyspace.clone(),
+                        Default::default(),
+                        true,
+                    );
                     (crate::schema::resolve_type(ty, &ks, true)?, &**expr)
                 }
                 ast::Expr::Literal(ast::Literal::Integer(_)) => (CqlType::Int, e),
