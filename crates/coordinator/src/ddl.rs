@@ -12,7 +12,7 @@ use crate::schema::{self, DdlOutcome};
 
 /// Serialises DDL node-wide, from computing the next schema to publishing it on every shard,
 /// so two concurrent statements (on different shards or connections) never compute from the
-/// same old schema (one change would be lost) nor write `schema.json` at once. DDL is rare;
+/// same old schema (one change would be lost) nor write the schema store at once. DDL is rare;
 /// requests never take this lock.
 static DDL_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -57,8 +57,15 @@ pub async fn run_ddl(
     let Some(change) = outcome.change else {
         return Ok(QueryResult::Void);
     };
-    let new = Arc::new(outcome.schema);
-    new.save(&inner.shared.schema_path)?;
+    let mut new = outcome.schema;
+    new.version = crate::schema_store::version(&new).map_err(store_error)?;
+    inner
+        .shared
+        .schema_store
+        .save(&new)
+        .await
+        .map_err(store_error)?;
+    let new = Arc::new(new);
     {
         let mut guard = inner
             .shared
@@ -165,4 +172,8 @@ pub async fn truncate(
         }
     }
     Ok(QueryResult::Void)
+}
+
+fn store_error(e: crate::schema_store::SchemaStoreError) -> QueryError {
+    QueryError::Server(format!("the schema change was not saved: {e}"))
 }

@@ -3,7 +3,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -66,7 +65,8 @@ pub fn invalidate_prepared(shared: &NodeShared, keyspace: &str, table: Option<&s
 /// State shared by all shards: only touched by DDL, PREPARE, and cache misses.
 pub struct NodeShared {
     pub info: NodeInfo,
-    pub schema_path: PathBuf,
+    /// Where the schema is kept durably (the system keyspace).
+    pub schema_store: crate::schema_store::SchemaStore,
     /// The authoritative schema; DDL is serialized through this lock (never on the hot path).
     pub schema: Mutex<Arc<Schema>>,
     pub prepared: Mutex<HashMap<Bytes, Arc<PreparedStmt>>>,

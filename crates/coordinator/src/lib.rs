@@ -30,6 +30,7 @@ pub mod lwt;
 pub mod plan;
 pub mod restrict;
 pub mod schema;
+pub mod schema_store;
 pub mod select;
 pub mod selector;
 pub mod system;

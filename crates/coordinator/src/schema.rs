@@ -5,7 +5,6 @@
 //! a `version` uuid that drivers compare for schema agreement.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use amphora_cql as ast;
@@ -173,43 +172,6 @@ impl Schema {
 
     pub fn table_by_id(&self, id: TableId) -> Option<&Arc<TableSchema>> {
         self.tables().find(|t| t.id == id)
-    }
-
-    /// Loads the schema file, or an empty schema when there is none yet.
-    pub fn load(path: &Path) -> Result<Schema, QueryError> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                QueryError::Server(format!("schema file {} is corrupt: {e}", path.display()))
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Schema::default()),
-            Err(e) => Err(QueryError::Server(format!(
-                "cannot read schema file {}: {e}",
-                path.display()
-            ))),
-        }
-    }
-
-    /// Writes the schema durably: temp file, fsync, rename, fsync of the directory.
-    pub fn save(&self, path: &Path) -> Result<(), QueryError> {
-        let io = |e: std::io::Error| {
-            QueryError::Server(format!("cannot write schema file {}: {e}", path.display()))
-        };
-        let json = serde_json::to_vec_pretty(self)
-            .map_err(|e| QueryError::Server(format!("cannot encode schema: {e}")))?;
-        let tmp: PathBuf = path.with_extension("json.tmp");
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&json).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io)?;
-        }
-        Ok(())
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use amphora_coordinator::schema::Schema;
+use amphora_coordinator::schema_store::SchemaStore;
 use amphora_coordinator::{NodeInfo, NodeShared};
 use amphora_storage::{StorageConfig, SyncMode};
 use serde::{Deserialize, Serialize};
@@ -47,6 +47,7 @@ pub struct Node {
     listeners: Arc<crate::api::NativeTransport>,
     metrics: Option<crate::metrics::MetricsHandle>,
     api: Option<crate::api::ApiHandle>,
+    shared: Arc<NodeShared>,
     pub native_addr: SocketAddr,
     pub shard_aware_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
@@ -124,9 +125,11 @@ impl Node {
             source,
         })?;
         let host_id = load_identity(&cfg.data_dir, nr_shards)?;
-        let schema_path = cfg.data_dir.join("schema.json");
-        let schema =
-            Arc::new(Schema::load(&schema_path).map_err(|e| NodeError::Invalid(e.to_string()))?);
+        // The schema first: the shards' storage opens with its tables.
+        let (schema_store, schema) = SchemaStore::open(&cfg.data_dir)
+            .await
+            .map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let schema = Arc::new(schema);
         let native_port = free_port(cfg.listen_address, cfg.native_port)?;
         let shard_aware_port = free_port(cfg.listen_address, cfg.shard_aware_port)?;
         let info = NodeInfo {
@@ -191,7 +194,7 @@ impl Node {
         )?;
         let shared = Arc::new(NodeShared {
             info,
-            schema_path,
+            schema_store,
             schema: Mutex::new(schema),
             prepared: Mutex::new(Default::default()),
             events,
@@ -286,6 +289,7 @@ impl Node {
             metrics,
             api,
             runtime: Some(runtime),
+            shared,
             nr_shards,
             startup_ms,
         })
@@ -317,6 +321,10 @@ impl Node {
         let joined = tokio::task::spawn_blocking(move || rt.join()).await;
         let _ = joined;
         let mut first_err = None;
+        if let Err(e) = self.shared.schema_store.close().await {
+            tracing::error!(error = %e, "schema store shutdown failed");
+            first_err = Some(NodeError::Invalid(e.to_string()));
+        }
         for (shard, r) in results?.into_iter().enumerate() {
             if let Err(message) = r {
                 tracing::error!(shard, %message, "shard shutdown failed");

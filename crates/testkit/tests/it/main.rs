@@ -301,6 +301,7 @@ fn concurrent_ddl_from_many_connections_loses_nothing() {
 }
 
 mod derived;
+mod schema_store;
 mod statements;
 
 /// `amphora_cql_errors_total` summed over shards for one CQL error code.
