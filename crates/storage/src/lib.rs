@@ -23,6 +23,7 @@ pub mod error;
 pub mod lz4;
 pub mod maintenance;
 pub mod memtable;
+pub mod partmap;
 pub mod read;
 pub mod rowcache;
 pub mod shard;

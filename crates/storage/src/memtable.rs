@@ -17,6 +17,7 @@ use amphora_types::schema::{ClusteringComparator, ColumnId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
 use crate::commitlog::LogPosition;
+use crate::partmap::PartitionMap;
 
 /// A clustering ordered by its table's comparator.
 #[derive(Clone, Debug)]
@@ -58,9 +59,10 @@ pub enum MemRows {
 
 const SMALL_ROWS_MAX: usize = 16;
 
-/// Accounted bytes of a [`MemPartition::Single`] entry besides its key and encoding: the
-/// B-tree slot (key handle, token, entry) with the tree's typical fill.
-const SINGLE_ENTRY_BYTES: usize = 96;
+/// Accounted bytes of a [`MemPartition::Single`] entry besides its key and encoding: its
+/// slot in the partition map (token, key handle, entry: 80 bytes) at the leaves' typical
+/// fill, and its share of leaf headers and directory.
+const SINGLE_ENTRY_BYTES: usize = 104;
 
 impl Default for MemRows {
     fn default() -> Self {
@@ -274,7 +276,7 @@ impl Arena {
 pub struct Memtable {
     pub schema: Arc<TableSchema>,
     pub cmp: Arc<ClusteringComparator>,
-    pub partitions: BTreeMap<PartitionKey, MemPartition>,
+    pub partitions: PartitionMap,
     pub size_bytes: u64,
     pub min_timestamp: i64,
     pub max_timestamp: i64,
@@ -295,7 +297,7 @@ impl Memtable {
         Memtable {
             schema,
             cmp,
-            partitions: BTreeMap::new(),
+            partitions: PartitionMap::new(),
             size_bytes: 0,
             min_timestamp: i64::MAX,
             max_timestamp: i64::MIN,
@@ -400,7 +402,6 @@ impl Memtable {
     /// A one-row update (`u.rows[0]`, nothing else): kept encoded while the partition
     /// stays a single row. Returns the growth in bytes.
     fn apply_single(&mut self, key: &PartitionKey, u: &PartitionUpdate) -> usize {
-        use std::collections::btree_map::Entry;
         let owned;
         let r = if self.is_canonical(&u.rows[0]) {
             &u.rows[0]
@@ -408,35 +409,35 @@ impl Memtable {
             owned = self.own_row(&u.rows[0]);
             &owned
         };
-        // One tree search: the key is copied into the arena up front (an overwrite wastes
+        // One search: the key is copied into the arena up front (an overwrite wastes
         // those few bytes, as it wastes the old row's encoding).
         let k = PartitionKey {
             token: key.token,
             key: self.arena.copy(&key.key),
         };
-        match self.partitions.entry(k) {
-            Entry::Vacant(v) => {
-                let enc = encode_into(&mut self.scratch, &mut self.arena, r);
-                let grow = SINGLE_ENTRY_BYTES + key.key.len() + enc.len();
-                v.insert(MemPartition::Single(enc));
-                grow
-            }
-            Entry::Occupied(mut o) => {
-                if let MemPartition::Single(enc) = o.get() {
-                    let old = decode_single(enc);
-                    if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
-                        let merged = merge_rows(&self.schema, &old, r);
-                        let enc = encode_into(&mut self.scratch, &mut self.arena, &merged);
-                        // The old encoding stays in its arena chunk until the memtable is
-                        // dropped: account the whole new one (and the key copy).
-                        let grow = enc.len() + key.key.len();
-                        o.insert(MemPartition::Single(enc));
-                        return grow;
-                    }
-                }
-                self.apply_general(key, u)
+        let (scratch, arena) = (&mut self.scratch, &mut self.arena);
+        let mut grow = 0;
+        let (slot, inserted) = self.partitions.find_or_insert(k, || {
+            let enc = encode_into(scratch, arena, r);
+            grow = SINGLE_ENTRY_BYTES + key.key.len() + enc.len();
+            MemPartition::Single(enc)
+        });
+        if inserted {
+            return grow;
+        }
+        if let MemPartition::Single(enc) = slot {
+            let old = decode_single(enc);
+            if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
+                let merged = merge_rows(&self.schema, &old, r);
+                let enc = encode_into(&mut self.scratch, &mut self.arena, &merged);
+                // The old encoding stays in its arena chunk until the memtable is
+                // dropped: account the whole new one (and the key copy).
+                let grow = enc.len() + key.key.len();
+                *slot = MemPartition::Single(enc);
+                return grow;
             }
         }
+        self.apply_general(key, u)
     }
 
     /// Whether a row's cells are already in canonical order (sorted by column id, one
@@ -489,8 +490,8 @@ impl Memtable {
                     key: self.arena.copy(&key.key),
                 };
                 self.partitions
-                    .entry(k)
-                    .or_insert_with(|| MemPartition::General(Box::default()))
+                    .find_or_insert(k, || MemPartition::General(Box::default()))
+                    .0
             }
         };
         if let MemPartition::Single(enc) = entry {
@@ -574,28 +575,7 @@ impl Memtable {
         start: Bound<&PartitionKey>,
         end: Bound<&PartitionKey>,
     ) -> impl Iterator<Item = (&'a PartitionKey, &'a MemPartition)> + 'a {
-        let s = match start {
-            Bound::Included(k) => Bound::Included(k.clone()),
-            Bound::Excluded(k) => Bound::Excluded(k.clone()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let e = match end {
-            Bound::Included(k) => Bound::Included(k.clone()),
-            Bound::Excluded(k) => Bound::Excluded(k.clone()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let valid = match (&s, &e) {
-            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
-                a < b || (a == b && matches!((&s, &e), (Bound::Included(_), Bound::Included(_))))
-            }
-            _ => true,
-        };
-        let it = if valid {
-            Some(self.partitions.range((s, e)))
-        } else {
-            None
-        };
-        it.into_iter().flatten()
+        self.partitions.range(start, end)
     }
 }
 

@@ -584,7 +584,10 @@ impl RowCache {
         let mut used = 0;
         let mut last = None;
         let mut too_big = Vec::new();
-        for (key, p) in mem.partitions.range((from, std::ops::Bound::Unbounded)) {
+        for (key, p) in mem
+            .partitions
+            .range(from.as_ref(), std::ops::Bound::Unbounded)
+        {
             if used == budget {
                 *done_up_to = last;
                 self.finish_merge(table, too_big);
