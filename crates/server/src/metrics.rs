@@ -402,7 +402,7 @@ fn render_histogram(
 ///   `amphora_compaction_manager_completed_compactions_total`,
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
-///   `amphora_commitlog_syncs_total`,
+///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
 ///   `_evictions_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
 ///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
@@ -424,7 +424,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 21] = [
+    let shard_families: [Family<M>; 22] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -541,6 +541,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "fdatasyncs of commitlog segments (one per group-commit round in batch/group mode).",
             |m| m.commitlog_syncs,
+        ),
+        (
+            "amphora_commitlog_writes_total",
+            "counter",
+            "Writes (pwrite calls) handing buffered commitlog entries to the OS.",
+            |m| m.commitlog_writes,
         ),
         (
             "amphora_storage_background_errors_total",

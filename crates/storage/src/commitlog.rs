@@ -416,6 +416,8 @@ pub struct Commitlog {
     /// Highest position for which a sync was requested.
     sync_requested: LogPosition,
     pub bytes_written: u64,
+    /// Writes (`pwrite`s) that handed entries to the OS.
+    pub writes: u64,
     /// The last `write_out` failed (e.g. ENOSPC): `append` retries it first and refuses new
     /// entries while it keeps failing, so a full disk cannot grow the buffer (or the
     /// memtables) without limit.
@@ -461,6 +463,7 @@ impl Commitlog {
             syncs,
             sync_requested: 0,
             bytes_written: 0,
+            writes: 0,
             write_failed: false,
         })
     }
@@ -603,6 +606,7 @@ impl Commitlog {
             return Err(StorageError::io(&self.active.path, e));
         }
         self.write_failed = false;
+        self.writes += 1;
         self.active.written += self.used as u64;
         self.bytes_written += self.used as u64;
         self.used = 0;

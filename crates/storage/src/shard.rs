@@ -62,6 +62,8 @@ pub struct StorageMetrics {
     pub commitlog_segments: u64,
     /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
     pub commitlog_syncs: u64,
+    /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
+    pub commitlog_writes: u64,
     pub corrupt_sstables: u64,
     pub background_errors: u64,
     /// Writes that waited in `admit` for a flush to free memtable memory.
@@ -1850,6 +1852,7 @@ impl ShardStorage {
         m.commitlog_bytes = log.total_bytes();
         m.commitlog_segments = log.segment_count() as u64;
         m.commitlog_syncs = log.syncs();
+        m.commitlog_writes = log.writes;
         let rc = inner.row_cache.stats();
         m.row_cache_hits = rc.hits;
         m.row_cache_misses = rc.misses;

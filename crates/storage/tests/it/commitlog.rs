@@ -64,6 +64,32 @@ fn batch_mode_acks_after_a_sync_and_groups_concurrent_writers() {
     });
 }
 
+/// Periodic mode: an acknowledged write's entry is in the segment file (handed to the OS,
+/// counted by `commitlog_writes`) by the time its ack resolves.
+#[test]
+fn periodic_ack_means_the_entry_is_in_the_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(config(dir.path()));
+        let segment_bytes = || -> u64 {
+            std::fs::read_dir(dir.path().join("commitlog"))
+                .expect("commitlog dir")
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        };
+        for n in 0..10 {
+            let (writes, bytes) = (s.metrics().commitlog_writes, segment_bytes());
+            s.apply(&write(n)).expect("apply").await.expect("ack");
+            assert_eq!(s.metrics().commitlog_writes, writes + 1);
+            assert!(
+                segment_bytes() >= bytes + 170,
+                "write {n}: entry not in the file"
+            );
+        }
+    });
+}
+
 #[test]
 fn group_mode_waits_for_its_window_and_syncs_once_per_window() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -301,6 +301,7 @@ fn concurrent_ddl_from_many_connections_loses_nothing() {
 }
 
 mod derived;
+mod durability;
 mod schema_store;
 mod statements;
 
