@@ -489,16 +489,8 @@ async fn replay_view(inner: &Rc<Inner>, e: Entry) -> Result<(), QueryError> {
 
 /// Reads this shard's entries: (key, kind, entry).
 fn local_entries() -> Result<Vec<(PartitionKey, u8, Entry)>, QueryError> {
-    use std::ops::Bound;
     let now_s = (crate::exec::now_micros() / 1_000_000) as i32;
-    let cmd = ReadCommand::new(
-        TABLE_ID,
-        PartitionRange::TokenRange {
-            start: Bound::Unbounded,
-            end: Bound::Unbounded,
-        },
-        now_s,
-    );
+    let cmd = ReadCommand::new(TABLE_ID, PartitionRange::all(), now_s);
     let db = amphora_replica::local().map_err(fail)?;
     let res = db.read(&cmd).map_err(fail)?;
     let mut out = Vec::new();

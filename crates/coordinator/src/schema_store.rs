@@ -15,7 +15,6 @@
 //! schema tables): equal schemas have equal versions, on every node.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -466,14 +465,7 @@ async fn apply_all(storage: &ShardStorage, mutations: Vec<Mutation>) -> Result<(
 /// Every stored row, and the latest timestamp among them.
 fn read_all(storage: &ShardStorage) -> Result<(Entries, i64), String> {
     let now_s = (crate::exec::now_micros() / 1_000_000) as i32;
-    let cmd = ReadCommand::new(
-        TABLE_ID,
-        PartitionRange::TokenRange {
-            start: Bound::Unbounded,
-            end: Bound::Unbounded,
-        },
-        now_s,
-    );
+    let cmd = ReadCommand::new(TABLE_ID, PartitionRange::all(), now_s);
     let res = storage.read(&cmd).map_err(|e| e.to_string())?;
     let mut out = Entries::new();
     let mut last_ts = i64::MIN;
