@@ -10,7 +10,8 @@
 //! (the write path's largest cost: 18% of the shard thread at saturation, in cache
 //! misses). A full leaf splits in two by its next token bit, doubling the directory when
 //! the leaf already uses all of its bits, so a million partitions cost a few growth steps
-//! of copying 4-byte slots and no step moves partitions outside one leaf. Iteration walks
+//! of copying 4-byte slots, and a split moves only one leaf's (token, position) pairs:
+//! entries never move. Iteration walks
 //! the slots in order and each leaf once.
 //!
 //! Memtables only grow (a flush replaces the whole memtable), so there is no removal.
@@ -289,8 +290,8 @@ impl PartitionMap {
 /// An iterator over a [`PartitionMap`] in ring order.
 pub struct Range<'a> {
     map: &'a PartitionMap,
-    /// The current leaf's first slot... or any of its slots (`slot` only needs to be
-    /// within the leaf's run).
+    /// A directory slot of the current leaf (any slot of its run: the next leaf's is
+    /// computed from the run).
     slot: usize,
     index: usize,
     end: Bound<PartitionKey>,
