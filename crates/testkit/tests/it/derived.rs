@@ -3,7 +3,7 @@
 use amphora_testkit::TestNode;
 use scylla::client::session::Session;
 
-use crate::{rt, session};
+use crate::{rt, session, temp_dir};
 
 async fn rows_i32x3(s: &Session, q: &str) -> Vec<(i32, i32, i32)> {
     s.query_unpaged(q, &[])
@@ -63,13 +63,6 @@ fn concurrent_view_key_changes_leave_one_view_row() {
     });
     node.stop().expect("stop");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("amphora-testkit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
 }
 
 async fn count(s: &Session, q: &str) -> i64 {

@@ -8,14 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use amphora_testkit::TestNode;
 
-use crate::{rt, session};
+use crate::{rt, session, temp_dir};
 
 #[test]
 fn periodic_mode_loses_no_acknowledged_write_on_sigkill() {
-    let dir =
-        std::env::temp_dir().join(format!("amphora-testkit-durability-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = temp_dir("durability");
     let mut node =
         TestNode::start_in(&dir, 2, &["--commitlog-sync", "periodic"]).expect("start node");
     let acked: Vec<i32> = rt().block_on(async {

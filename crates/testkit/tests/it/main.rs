@@ -17,6 +17,14 @@ async fn session(node: &TestNode) -> Session {
         .expect("connect")
 }
 
+/// A fresh data directory for a test's node (`amphora-testkit-TAG-PID` under the temp dir).
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("amphora-testkit-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -6,7 +6,7 @@
 use amphora_testkit::TestNode;
 use scylla::client::session::Session;
 
-use crate::{rt, session};
+use crate::{rt, session, temp_dir};
 
 async fn texts(s: &Session, q: &str) -> Vec<String> {
     s.query_unpaged(q, &[])
@@ -50,9 +50,7 @@ async fn snapshot(s: &Session) -> (Vec<String>, uuid::Uuid) {
 
 #[test]
 fn every_acknowledged_ddl_survives_a_kill() {
-    let dir = std::env::temp_dir().join(format!("amphora-testkit-schema-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = temp_dir("schema");
     let mut node = TestNode::start_in(&dir, 2, &[]).expect("start node");
     let before = rt().block_on(async {
         let s = session(&node).await;

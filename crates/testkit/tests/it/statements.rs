@@ -4,14 +4,7 @@
 use amphora_testkit::TestNode;
 use scylla::value::{CqlValue, Row};
 
-use crate::{rt, session};
-
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("amphora-testkit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
-}
+use crate::{rt, session, temp_dir};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
