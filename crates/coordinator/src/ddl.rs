@@ -58,8 +58,8 @@ pub async fn run_ddl(
         return Ok(QueryResult::Void);
     };
     let mut new = outcome.schema;
-    new.version = crate::schema_store::version(&new).map_err(store_error)?;
-    inner
+    // The version is the digest of the stored rows (the same on every node).
+    new.version = inner
         .shared
         .schema_store
         .save(&new)

@@ -134,11 +134,17 @@ fn entries(s: &Schema) -> Result<Entries, SchemaStoreError> {
     Ok(out)
 }
 
+/// A schema's version, as [`SchemaStore::save`] returns it (tests).
+#[cfg(test)]
+fn version(s: &Schema) -> Result<[u8; 16], SchemaStoreError> {
+    Ok(digest(&entries(s)?))
+}
+
 /// The schema version: a name-based (v3) UUID of the MD5 of every stored row, so two
 /// nodes with the same schema agree on it and any change changes it.
-pub fn version(s: &Schema) -> Result<[u8; 16], SchemaStoreError> {
+fn digest(rows: &Entries) -> [u8; 16] {
     let mut h = Md5::new();
-    for ((ks, kind, name), def) in entries(s)? {
+    for ((ks, kind, name), def) in rows {
         for part in [
             ks.as_bytes(),
             kind.as_bytes(),
@@ -152,13 +158,13 @@ pub fn version(s: &Schema) -> Result<[u8; 16], SchemaStoreError> {
     let mut v: [u8; 16] = h.finalize().into();
     v[6] = (v[6] & 0x0f) | 0x30;
     v[8] = (v[8] & 0x3f) | 0x80;
-    Ok(v)
+    v
 }
 
 /// Rebuilds a schema from its rows.
 fn from_entries(rows: Entries) -> Result<Schema, SchemaStoreError> {
     let mut s = Schema {
-        version: [0; 16],
+        version: digest(&rows),
         keyspaces: BTreeMap::new(),
     };
     for ((ks, kind, name), def) in rows {
@@ -207,7 +213,6 @@ fn from_entries(rows: Entries) -> Result<Schema, SchemaStoreError> {
             message: "objects without their keyspace row".into(),
         });
     }
-    s.version = version(&s)?;
     Ok(s)
 }
 
@@ -326,16 +331,14 @@ impl SchemaStore {
         };
         if schema.keyspaces.is_empty() {
             let legacy = data_dir.join(LEGACY_FILE);
-            if let Some(old) = read_legacy(&legacy)? {
-                store.save(&old).await?;
+            if let Some(mut old) = read_legacy(&legacy)? {
+                old.version = store.save(&old).await?;
                 let done = legacy.with_extension("json.imported");
                 std::fs::rename(&legacy, &done).map_err(|e| SchemaStoreError::Legacy {
                     path: legacy.display().to_string(),
                     message: e.to_string(),
                 })?;
                 tracing::info!(from = %legacy.display(), "schema imported into system_schema.objects");
-                let mut old = old;
-                old.version = version(&old)?;
                 return Ok((store, old));
             }
         }
@@ -343,9 +346,10 @@ impl SchemaStore {
     }
 
     /// Durably records `new` (written only as the objects that differ from what is
-    /// stored); returns once the rows are synced to the store's commitlog.
-    pub async fn save(&self, new: &Schema) -> Result<(), SchemaStoreError> {
+    /// stored); returns its version once the rows are synced to the store's commitlog.
+    pub async fn save(&self, new: &Schema) -> Result<[u8; 16], SchemaStoreError> {
         let next = entries(new)?;
+        let version = digest(&next);
         let mutations = {
             let stored = self.stored.lock().map_err(|_| SchemaStoreError::Stopped)?;
             let mut last = self.last_ts.lock().map_err(|_| SchemaStoreError::Stopped)?;
@@ -355,7 +359,7 @@ impl SchemaStore {
             diff(&stored, &next, ts, now_s)
         };
         if mutations.is_empty() {
-            return Ok(());
+            return Ok(version);
         }
         let (reply, answer) = oneshot::channel();
         self.tx
@@ -363,7 +367,7 @@ impl SchemaStore {
             .map_err(|_| SchemaStoreError::Stopped)?;
         answer.await.map_err(|_| SchemaStoreError::Stopped)??;
         *self.stored.lock().map_err(|_| SchemaStoreError::Stopped)? = next;
-        Ok(())
+        Ok(version)
     }
 
     /// Flushes the store and stops its thread.
