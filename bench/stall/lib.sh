@@ -1,6 +1,7 @@
 # Sourced by the bench/stall scripts: `start_server BIN LABEL` starts BIN as a one-shard
 # server on CPU 0 (data in $OUT/data-LABEL, log $OUT/server-LABEL.log, pid in $P) and
-# waits for its CQL port; `st ARGS...` runs `amphora stress` on CPU 1 against it.
+# waits for its CQL port; `st ARGS...` runs `amphora stress` on CPU 1 against it, `nt ARGS...`
+# runs `amphora nodetool` against its REST API.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
 S=$REPO/target/release/amphora
@@ -16,3 +17,5 @@ start_server() {
 }
 
 st() { taskset -c 1 "$S" stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
+
+nt() { "$S" nodetool -h 127.0.0.1 -p 19602 "$@"; }

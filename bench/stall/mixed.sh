@@ -9,7 +9,7 @@ BIN=$1; L=$2;
 start_server "$BIN" "$L"
 st write n=1000000 -rate threads=128 > $OUT/$L-load.txt
 st read duration=30s -rate threads=128 > $OUT/$L-warm.txt
-(sleep 30; $S nodetool -h 127.0.0.1 -p 19602 flush > $OUT/$L-flush.txt 2>&1; echo "flush at $(date +%T.%N)" >> $OUT/$L-flush.txt) &
+(sleep 30; nt flush > $OUT/$L-flush.txt 2>&1; echo "flush at $(date +%T.%N)" >> $OUT/$L-flush.txt) &
 FL=$!
 st mixed 'ratio(write=1,read=1)' duration=60s -rate threads=128 fixed=20000/s > $OUT/$L-mixed.txt
 wait $FL

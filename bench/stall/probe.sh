@@ -11,7 +11,7 @@ st write n=1000000 -rate threads=128 > $OUT/$L-load.txt
 st read duration=20s -rate threads=128 > $OUT/$L-warm.txt
 (sleep 10; perf record -F 1999 -g -e cpu-clock -e sched:sched_switch -p $P -o $OUT/$L.perf -- sleep 4 > $OUT/$L-perf.txt 2>&1) &
 PR=$!
-(sleep 11; date +%s.%N > $OUT/$L-flush.txt; $S nodetool -h 127.0.0.1 -p 19602 flush >> $OUT/$L-flush.txt 2>&1; date +%s.%N >> $OUT/$L-flush.txt) &
+(sleep 11; date +%s.%N > $OUT/$L-flush.txt; nt flush >> $OUT/$L-flush.txt 2>&1; date +%s.%N >> $OUT/$L-flush.txt) &
 FL=$!
 st mixed 'ratio(write=1,read=1)' duration=20s -rate threads=128 fixed=20000/s > $OUT/$L-mixed.txt
 wait $PR $FL

@@ -6,8 +6,8 @@
 source "$(dirname "$0")/lib.sh"
 start_server "${1:-$S}" rprof
 st write n=3000000 -rate threads=128 -pop seq=1..3000000 | grep "Op rate"
-taskset -c 1 "$S" nodetool -h 127.0.0.1 -p 19602 flush > /dev/null 2>&1
-taskset -c 1 "$S" nodetool -h 127.0.0.1 -p 19602 compact > /dev/null 2>&1
+nt flush > /dev/null 2>&1
+nt compact > /dev/null 2>&1
 st read duration=40s -rate threads=128 -pop dist=UNIFORM\(1..3000000\) | grep "Op rate"
 ( st read duration=25s -rate threads=128 -pop dist=UNIFORM\(1..3000000\) > $OUT/rprof.txt ) &
 SP=$!
