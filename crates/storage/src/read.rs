@@ -3,6 +3,7 @@
 //!
 //! PERF-CRITICAL: `read_single` on a row cache hit is the hot point-read path.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema
 use bytes::Bytes;
 
 use crate::cache::BlockCache;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::memtable::Memtable;
 #[path = "read_rows.rs"]
 mod read_rows;
@@ -518,7 +519,10 @@ pub(crate) fn read_single<'a>(
                 entry
             }
         };
-        let part = slice_of(&entry.data, &cmd.slices, t.cmp);
+        let data = entry
+            .data()
+            .map_err(|e| StorageError::corrupt("row cache", e.offset as u64, e.reason))?;
+        let part = slice_of(&data, &cmd.slices, t.cmp);
         if !part.is_empty() {
             // Entries are canonical, and so is what merging produces.
             canonical = true;
@@ -611,7 +615,9 @@ fn read_cached(
         exhausted: true,
         ..Default::default()
     };
-    let u = &entry.data;
+    // An entry that does not decode is reported by the general path.
+    let data = entry.data().ok()?;
+    let u = &*data;
     let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp)?;
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
@@ -659,7 +665,15 @@ fn read_cached(
         return Some(result);
     }
     let partition_deletion = u.partition_deletion;
-    let rows = Rows::shared(entry, from..from + take as usize)?;
+    let range = from..from + take as usize;
+    let rows = match data {
+        Cow::Borrowed(_) => Rows::shared(entry, range)?,
+        Cow::Owned(mut u) => {
+            u.rows.truncate(range.end);
+            u.rows.drain(..range.start);
+            Rows::from(u.rows)
+        }
+    };
     result.rows_counted = take;
     result.exhausted = !cut;
     // Allocated at its size (a push would grow an empty vector).

@@ -35,10 +35,10 @@ impl Rows {
         Rows(Repr::Owned(Vec::new()))
     }
 
-    /// `entry.data.rows[range]`, shared with the cache; None if `range` is not within the
-    /// rows.
+    /// The decoded entry's `rows[range]`, shared with the cache; None if the entry is held
+    /// encoded or `range` is not within its rows.
     pub(crate) fn shared(entry: &Arc<CachedPartition>, range: Range<usize>) -> Option<Self> {
-        entry.data.rows.get(range.clone())?;
+        entry.decoded()?.rows.get(range.clone())?;
         Some(Rows(Repr::Shared {
             entry: entry.clone(),
             range,
@@ -72,7 +72,10 @@ impl Deref for Rows {
         match &self.0 {
             Repr::Owned(v) => v,
             // Checked when made (`Rows::shared`), and the entry never changes.
-            Repr::Shared { entry, range } => entry.data.rows.get(range.clone()).unwrap_or_default(),
+            Repr::Shared { entry, range } => entry
+                .decoded()
+                .and_then(|d| d.rows.get(range.clone()))
+                .unwrap_or_default(),
         }
     }
 }
@@ -159,7 +162,7 @@ mod tests {
         // The entry itself is untouched by what is done with the copies.
         let mut v = shared.clone().into_vec();
         v.clear();
-        assert_eq!(entry.data.rows.len(), 5);
+        assert_eq!(entry.decoded().map(|d| d.rows.len()), Some(5));
         assert_eq!(shared.len(), 3);
         assert!(Rows::shared(&entry, 3..6).is_none());
         assert!(Rows::shared(&entry, 5..5).is_some_and(|r| r.is_empty()));

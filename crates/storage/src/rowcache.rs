@@ -32,6 +32,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
+use amphora_types::codec::{self, DecodeError};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
 };
@@ -118,9 +121,9 @@ impl KeyBytes {
     }
 }
 
-/// A cached partition: one allocation holding its key, its accounted cost and its data,
-/// shared (`Arc`) and never modified (a change installs a new one), so a read result may
-/// hold its rows. A hit follows one pointer from the key map to this.
+/// A cached partition: its key, its accounted cost and its content, shared (`Arc`) and
+/// never modified (a change installs a new one), so a read result may hold its rows. A
+/// hit follows one pointer from the key map to this.
 #[derive(Debug, PartialEq)]
 pub struct CachedPartition {
     table: TableId,
@@ -132,29 +135,98 @@ pub struct CachedPartition {
     /// deletions, complex deletions or empty rows, and this is the earliest expiry of a TTL
     /// cell or marker. `LocalTime::MIN` when there is no such time.
     pub rows_live_until: LocalTime,
-    pub data: PartitionUpdate,
+    content: Content,
+}
+
+/// Partitions of at most this many rows are cached encoded.
+const ENCODED_ROWS_MAX: usize = 4;
+
+/// What a [`CachedPartition`] holds of its data.
+#[derive(Debug, PartialEq)]
+enum Content {
+    /// Decoded, for wide partitions: a read shares the run of rows it asks for, without
+    /// decoding the rest of the partition.
+    Decoded(Box<PartitionUpdate>),
+    /// Encoded (`codec::encode_update_standalone`), for small partitions (point-read
+    /// tables): a third of the decoded form's memory (a `standard1` partition's five
+    /// cells cost 72 bytes of structure each when decoded, on top of their values), so the
+    /// cache holds three times the partitions; each hit decodes it (one copy of the bytes,
+    /// two vectors).
+    Encoded(Box<[u8]>),
 }
 
 impl CachedPartition {
     /// Wraps a canonical partition (own deletions applied), outside any cache.
     pub fn new(data: PartitionUpdate) -> Self {
-        Self::of(TableId(0), &PartitionKey::new(Bytes::new()), data, 0)
+        let key = PartitionKey::new(Bytes::new());
+        let until = live_until(&data);
+        Self::with(TableId(0), &key, until, Content::Decoded(Box::new(data)))
     }
 
-    fn of(table: TableId, key: &PartitionKey, data: PartitionUpdate, cost: usize) -> Self {
-        let rows_live_until = data
-            .rows
-            .iter()
-            .map(row_live_until)
-            .min()
-            .unwrap_or(LocalTime::MAX);
-        CachedPartition {
+    fn with(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
+        let mut e = CachedPartition {
             table,
             token: key.token,
             key: KeyBytes::of(&key.key),
-            cost,
-            rows_live_until,
-            data,
+            cost: 0,
+            rows_live_until: until,
+            content,
+        };
+        e.cost = e.accounted_bytes();
+        e
+    }
+
+    /// An entry for `data` in the form its size calls for (`own` makes decoded data hold
+    /// buffers of its own), and the data itself when the entry holds it encoded (the
+    /// caller's read still wants it decoded).
+    fn build(
+        table: TableId,
+        key: &PartitionKey,
+        data: PartitionUpdate,
+        own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
+    ) -> (Self, Option<PartitionUpdate>) {
+        let until = live_until(&data);
+        if data.rows.len() <= ENCODED_ROWS_MAX {
+            let mut buf = Vec::new();
+            codec::encode_update_standalone(&data, &mut buf);
+            let content = Content::Encoded(buf.into_boxed_slice());
+            (Self::with(table, key, until, content), Some(data))
+        } else {
+            let content = Content::Decoded(Box::new(own(data)));
+            (Self::with(table, key, until, content), None)
+        }
+    }
+
+    /// The bytes this entry is accounted in the cache: its allocations (estimated for
+    /// decoded data) and its two key map buckets.
+    fn accounted_bytes(&self) -> usize {
+        let key = match &self.key {
+            KeyBytes::Inline(..) => 0,
+            KeyBytes::Heap(b) => b.len() + ALLOC_OVERHEAD,
+        };
+        let fixed = ENTRY_OVERHEAD + key;
+        match &self.content {
+            Content::Decoded(d) => fixed + d.size_bytes(),
+            Content::Encoded(b) => fixed + b.len() + ALLOC_OVERHEAD,
+        }
+    }
+
+    /// The partition's data: borrowed when held decoded, decoded otherwise.
+    pub fn data(&self) -> std::result::Result<Cow<'_, PartitionUpdate>, DecodeError> {
+        match &self.content {
+            Content::Decoded(d) => Ok(Cow::Borrowed(d)),
+            Content::Encoded(b) => {
+                let mut r = codec::Reader::new(Bytes::copy_from_slice(b));
+                codec::read_update_standalone(&mut r).map(Cow::Owned)
+            }
+        }
+    }
+
+    /// The partition's data when held decoded.
+    pub fn decoded(&self) -> Option<&PartitionUpdate> {
+        match &self.content {
+            Content::Decoded(d) => Some(d),
+            Content::Encoded(_) => None,
         }
     }
 
@@ -168,6 +240,16 @@ impl CachedPartition {
     fn is(&self, table: TableId, key: &PartitionKey) -> bool {
         self.token == key.token && self.table == table && self.key.as_slice() == &key.key[..]
     }
+}
+
+/// Until when a partition's rows are their own live view (see
+/// [`CachedPartition::rows_live_until`]).
+fn live_until(data: &PartitionUpdate) -> LocalTime {
+    data.rows
+        .iter()
+        .map(row_live_until)
+        .min()
+        .unwrap_or(LocalTime::MAX)
 }
 
 /// Until when a row is its own live view (see [`CachedPartition::rows_live_until`]).
@@ -204,11 +286,27 @@ fn row_live_until(r: &Row) -> LocalTime {
     until
 }
 
-/// Bytes accounted per entry on top of its data (entry header, key map bucket, key).
-const ENTRY_OVERHEAD: usize = 160;
+/// Bytes of an entry besides its data and a long key: the `Arc` allocation of its
+/// [`CachedPartition`] and the two key map buckets it takes (the map is at most half full).
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedPartition>()
+    + 16
+    + ALLOC_OVERHEAD
+    + 2 * std::mem::size_of::<Bucket>();
 
+/// The allocator's bytes around one allocation (glibc: a header, rounding to 16).
+const ALLOC_OVERHEAD: usize = 16;
+
+/// What an entry for `data` costs in the cache (what [`CachedPartition::build`] makes).
+#[cfg(test)]
 fn entry_cost(key: &PartitionKey, data: &PartitionUpdate) -> usize {
-    ENTRY_OVERHEAD + key.key.len() + data.size_bytes()
+    CachedPartition::build(TableId(0), key, data.clone(), |d| d)
+        .0
+        .cost
+}
+
+/// An upper bound of what an entry for `data` costs, known before building it.
+fn cost_bound(key: &PartitionKey, data: &PartitionUpdate) -> usize {
+    ENTRY_OVERHEAD + key.key.len() + ALLOC_OVERHEAD + data.size_bytes()
 }
 
 /// Calls `f` on every byte string of a row.
@@ -510,20 +608,38 @@ impl RowCache {
         data: PartitionUpdate,
         own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
     ) -> (Arc<CachedPartition>, bool) {
-        let cost = entry_cost(key, &data);
         self.remove(table, key);
-        if cost > self.partition_max || cost > self.capacity {
-            return (Arc::new(CachedPartition::of(table, key, data, cost)), false);
+        let bound = cost_bound(key, &data);
+        if bound > self.partition_max || bound > self.capacity {
+            let until = live_until(&data);
+            let content = Content::Decoded(Box::new(data));
+            let entry = CachedPartition::with(table, key, until, content);
+            return (Arc::new(entry), false);
         }
+        let (entry, decoded) = CachedPartition::build(table, key, data, own);
+        let cost = entry.cost;
         while self.bytes + cost > self.capacity && self.evict_one() {}
-        let entry = Arc::new(CachedPartition::of(table, key, own(data), cost));
+        let entry = Arc::new(entry);
         self.reserve_one();
         self.place(hash_of(table, key.token), entry.clone());
         self.len += 1;
         *self.per_table.entry(table).or_default() += 1;
         self.bytes += cost;
         self.insertions += 1;
-        (entry, true)
+        // An encoded entry: the read that inserted it gets the data as it was read.
+        let view = match decoded {
+            Some(data) => {
+                let content = Content::Decoded(Box::new(data));
+                Arc::new(CachedPartition::with(
+                    table,
+                    key,
+                    entry.rows_live_until,
+                    content,
+                ))
+            }
+            None => entry,
+        };
+        (view, true)
     }
 
     /// Drops one entry.
@@ -604,19 +720,20 @@ impl RowCache {
             let Some(old) = &b.entry else {
                 continue;
             };
-            let merged = merge_partition_updates(schema, &old.data, &mem.to_update(p, &[]));
-            let cost = entry_cost(key, &merged);
-            if cost > self.partition_max || cost > self.capacity {
+            // An entry that does not decode (never expected) is dropped with the big ones.
+            let Ok(old_data) = old.data() else {
+                too_big.push(key.clone());
+                continue;
+            };
+            let merged = merge_partition_updates(schema, &old_data, &mem.to_update(p, &[]));
+            let old_cost = old.cost;
+            let (entry, _) = CachedPartition::build(table, key, merged, compact);
+            if entry.cost > self.partition_max || entry.cost > self.capacity {
                 too_big.push(key.clone());
                 continue;
             }
-            self.bytes = self.bytes - old.cost + cost;
-            b.entry = Some(Arc::new(CachedPartition::of(
-                table,
-                key,
-                compact(merged),
-                cost,
-            )));
+            self.bytes = self.bytes - old_cost + entry.cost;
+            b.entry = Some(Arc::new(entry));
         }
         self.finish_merge(table, too_big);
         (true, used)
@@ -664,6 +781,10 @@ mod tests {
     use amphora_types::data::{Cell, Clustering, ColumnData, Row};
     use bytes::Bytes;
 
+    fn data_of(e: &Arc<CachedPartition>) -> PartitionUpdate {
+        e.data().expect("decodes").into_owned()
+    }
+
     fn key(token: i64, k: &str) -> PartitionKey {
         PartitionKey {
             token,
@@ -692,8 +813,8 @@ mod tests {
         let t = TableId(1);
         assert!(c.insert(t, &key(5, "a"), part(10)).1);
         assert!(c.insert(t, &key(5, "b"), part(20)).1);
-        assert_eq!(c.get(t, &key(5, "a")).map(|e| &e.data), Some(&part(10)));
-        assert_eq!(c.get(t, &key(5, "b")).map(|e| &e.data), Some(&part(20)));
+        assert_eq!(c.get(t, &key(5, "a")).map(data_of), Some(part(10)));
+        assert_eq!(c.get(t, &key(5, "b")).map(data_of), Some(part(20)));
         assert_eq!(c.get(t, &key(5, "c")), None);
         assert_eq!(c.get(TableId(2), &key(5, "a")), None);
         let s = c.stats();
@@ -702,6 +823,41 @@ mod tests {
             s.bytes as usize,
             entry_cost(&key(5, "a"), &part(10)) + entry_cost(&key(5, "b"), &part(20))
         );
+    }
+
+    /// A partition of a few rows is held encoded (what the inserting read gets back is
+    /// decoded), a wide one decoded; both read back equal, and the encoded one costs less
+    /// than its decoded form.
+    #[test]
+    fn small_partitions_are_held_encoded_and_wide_ones_decoded() {
+        let mut c = RowCache::new(1 << 20, 1 << 20);
+        let t = TableId(1);
+        let wide = |n: usize| {
+            let mut u = part(34);
+            u.rows = (0..n)
+                .map(|i| {
+                    let mut r = part(34).rows.remove(0);
+                    r.clustering = Clustering(vec![Bytes::from(vec![i as u8])]);
+                    r
+                })
+                .collect();
+            u
+        };
+        for (k, data, encoded) in [
+            ("one", part(34), true),
+            ("four", wide(ENCODED_ROWS_MAX), true),
+            ("five", wide(ENCODED_ROWS_MAX + 1), false),
+        ] {
+            let (view, cached) = c.insert(t, &key(1, k), data.clone());
+            assert!(cached);
+            assert_eq!(view.decoded(), Some(&data), "{k}");
+            let e = c.get(t, &key(1, k)).expect("cached").clone();
+            assert_eq!(e.decoded().is_none(), encoded, "{k}");
+            assert_eq!(data_of(&e), data, "{k}");
+            if encoded {
+                assert!(e.cost < cost_bound(&key(1, k), &data), "{k}: {}", e.cost);
+            }
+        }
     }
 
     #[test]
@@ -716,7 +872,7 @@ mod tests {
             assert!(c.insert(t, &key(9, k), part(i)).1, "{k}");
         }
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(c.get(t, &key(9, k)).map(|e| &e.data), Some(&part(i)), "{k}");
+            assert_eq!(c.get(t, &key(9, k)).map(data_of), Some(part(i)), "{k}");
         }
         assert!(c.get(t, &key(9, &"a".repeat(32))).is_none());
         assert!(c.get(t, &key(8, &"a".repeat(30))).is_none());
@@ -759,8 +915,8 @@ mod tests {
                 assert!(c.buckets[i].entry.as_ref().is_some_and(|e| e.is(t, &k)));
             }
         }
-        // Keys of three digits cost a byte more: three of them fit.
-        assert_eq!((found, c.stats().partitions), (3, 3));
+        // Short keys are held inline: every entry costs the same, four fit.
+        assert_eq!((found, c.stats().partitions), (4, 4));
         assert!(c.contains(t, &key(299, "k299")));
     }
 
@@ -794,7 +950,7 @@ mod tests {
         let mut c = RowCache::new(1 << 20, 1 << 20);
         assert!(c.insert(TableId(1), &k, u.clone()).1);
         let got = c.get(TableId(1), &k).expect("cached").clone();
-        let e = got.data.clone();
+        let e = data_of(&got);
         assert_eq!(e, u);
         let Some(ColumnData::Simple(cell)) = e.rows[0].cell(1) else {
             panic!("{e:?}")
@@ -827,9 +983,7 @@ mod tests {
             .sum();
         assert_eq!(s.bytes as usize, expect);
         for i in 0..50u128 {
-            let got = c
-                .get(TableId(i % 3), &key(i as i64, "k"))
-                .map(|e| e.data.clone());
+            let got = c.get(TableId(i % 3), &key(i as i64, "k")).map(data_of);
             if i % 3 == 1 {
                 assert_eq!(got, None);
             } else {
@@ -879,7 +1033,7 @@ mod tests {
                     if let Some(&v) = model.get(&id)
                         && let Some(e) = c.get(t, &k)
                     {
-                        assert_eq!(e.data, part(v), "seed {seed} step {step}");
+                        assert_eq!(data_of(e), part(v), "seed {seed} step {step}");
                         hits += 1;
                     }
                 }
@@ -898,7 +1052,7 @@ mod tests {
                 match c.find(TableId(*tt), &k) {
                     Some(i) => {
                         let e = c.buckets[i].entry.as_ref().expect("occupied");
-                        assert_eq!(e.data, part(*v), "seed {seed} step {step}");
+                        assert_eq!(data_of(e), part(*v), "seed {seed} step {step}");
                         bytes += e.cost;
                         true
                     }
@@ -983,15 +1137,15 @@ mod tests {
                 } else {
                     part(1)
                 };
-                assert_eq!(c.get(t, &k).map(|e| &e.data), Some(&want), "{flushed} {i}");
+                assert_eq!(c.get(t, &k).map(data_of), Some(want), "{flushed} {i}");
                 let other = key(i, &format!("o{i}"));
-                assert_eq!(c.get(TableId(2), &other).map(|e| &e.data), Some(&part(1)));
+                assert_eq!(c.get(TableId(2), &other).map(data_of), Some(part(1)));
             }
             assert_eq!(c.stats().partitions, 80);
             let cost: usize = (0..40i64)
                 .map(|i| {
                     let k = key(i, &format!("k{i}"));
-                    let d = c.get(t, &k).map(|e| e.data.clone()).expect("cached");
+                    let d = c.get(t, &k).map(data_of).expect("cached");
                     entry_cost(&k, &d) + entry_cost(&key(i, &format!("o{i}")), &part(1))
                 })
                 .sum();

@@ -94,6 +94,14 @@ pub fn encode_mutation(m: &Mutation, out: &mut Vec<u8>) {
     encode_update(&m.update, base, out);
 }
 
+/// Appends a partition update on its own: its base timestamp, then [`encode_update`]
+/// relative to it (read back by [`read_update_standalone`]).
+pub fn encode_update_standalone(u: &PartitionUpdate, out: &mut Vec<u8>) {
+    let base = first_timestamp(u);
+    put_z(out, base);
+    encode_update(u, base, out);
+}
+
 /// Encodes a partition update with timestamps relative to `base`.
 pub fn encode_update(u: &PartitionUpdate, base: i64, out: &mut Vec<u8>) {
     let rows: Vec<&Row> = u.rows.iter().collect();
@@ -314,6 +322,12 @@ pub fn read_mutation(r: &mut Reader) -> Result<Mutation, DecodeError> {
         key: PartitionKey { token, key },
         update,
     })
+}
+
+/// Reads what [`encode_update_standalone`] wrote.
+pub fn read_update_standalone(r: &mut Reader) -> Result<PartitionUpdate, DecodeError> {
+    let base = r.z()?;
+    read_update(r, base)
 }
 
 pub fn read_update(r: &mut Reader, base: i64) -> Result<PartitionUpdate, DecodeError> {
