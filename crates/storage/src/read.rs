@@ -289,20 +289,8 @@ pub(crate) fn slice_of(
         u.rows.clone()
     } else {
         // Rows are sorted: each slice is a contiguous run found by binary search.
-        let mut runs: Vec<(usize, usize)> = slices
-            .iter()
-            .map(|s| {
-                let from = u
-                    .rows
-                    .partition_point(|r| !cmp.after_start(&r.clustering, &s.start));
-                let len = u
-                    .rows
-                    .get(from..)
-                    .unwrap_or_default()
-                    .partition_point(|r| cmp.before_end(&r.clustering, &s.end));
-                (from, from + len)
-            })
-            .collect();
+        let mut runs: Vec<(usize, usize)> =
+            slices.iter().map(|s| slice_run(&u.rows, s, cmp)).collect();
         runs.sort_unstable();
         let mut rows = Vec::new();
         let mut next = 0;
@@ -618,7 +606,6 @@ fn read_cached(
     // An entry that does not decode is reported by the general path.
     let data = entry.data().ok()?;
     let u = &*data;
-    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp)?;
     let after = match &cmd.start_after {
         Some((k, c)) if k == key => match c {
             Some(c) => Some(c),
@@ -626,6 +613,14 @@ fn read_cached(
         },
         _ => None,
     };
+    let mut remaining = limit(cmd.row_limit);
+    let per_part = limit(cmd.per_partition_limit);
+    // Resuming moves the run's start: its end is then searched in full.
+    let cap = match after {
+        None => remaining.min(per_part),
+        Some(_) => u64::MAX,
+    };
+    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp, cap)?;
     if let Some(a) = after {
         from = from.max(
             u.rows
@@ -633,8 +628,6 @@ fn read_cached(
         );
     }
     let n = to.saturating_sub(from);
-    let mut remaining = limit(cmd.row_limit);
-    let per_part = limit(cmd.per_partition_limit);
     let take = (n as u64).min(per_part).min(remaining);
     // As `live_partition`: the row limit cuts the read, the per-partition limit does not.
     let cut = take < n as u64 && take < per_part;
@@ -686,27 +679,43 @@ fn read_cached(
     Some(result)
 }
 
+/// Up to this many rows the end of a single slice's run is found by stepping through
+/// them rather than by binary search: a read with a small limit touches only rows it
+/// returns (each comparison follows pointers to a row's clustering values: cache misses
+/// in a large cached partition).
+const SCAN_ROWS_MAX: u64 = 32;
+
 /// The rows of `rows` within `slices` (empty = all) as one run `from..to`; None if they
-/// form several disjoint runs.
+/// form several disjoint runs. A run of a single slice may be cut after `cap + 1` rows
+/// (enough for a read taking at most `cap` to know that more follow).
 fn one_run(
     rows: &[Row],
     slices: &[ClusteringSlice],
     cmp: &ClusteringComparator,
+    cap: u64,
 ) -> Option<(usize, usize)> {
+    if let [s] = slices
+        && cap < SCAN_ROWS_MAX
+    {
+        let from = slice_start(rows, s, cmp);
+        let len = rows
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .take(cap as usize + 1)
+            .take_while(|r| cmp.before_end(&r.clustering, &s.end))
+            .count();
+        return Some((from, from + len));
+    }
     let mut run: Option<(usize, usize)> = None;
     if slices.is_empty() {
         return Some((0, rows.len()));
     }
     for s in slices {
-        let from = rows.partition_point(|r| !cmp.after_start(&r.clustering, &s.start));
-        let len = rows
-            .get(from..)
-            .unwrap_or_default()
-            .partition_point(|r| cmp.before_end(&r.clustering, &s.end));
-        if len == 0 {
+        let (from, to) = slice_run(rows, s, cmp);
+        if to == from {
             continue;
         }
-        let to = from + len;
         run = match run {
             None => Some((from, to)),
             // Overlapping or touching runs join; a gap ends the fast path.
@@ -715,6 +724,27 @@ fn one_run(
         };
     }
     Some(run.unwrap_or((0, 0)))
+}
+
+/// Where a slice's rows start in sorted `rows` (no search when it starts at the bottom).
+fn slice_start(rows: &[Row], s: &ClusteringSlice, cmp: &ClusteringComparator) -> usize {
+    if s.start.prefix.0.is_empty() {
+        return 0;
+    }
+    rows.partition_point(|r| !cmp.after_start(&r.clustering, &s.start))
+}
+
+/// The run `from..to` of sorted `rows` within a slice (binary searches; none for an end
+/// at the bottom or the top).
+fn slice_run(rows: &[Row], s: &ClusteringSlice, cmp: &ClusteringComparator) -> (usize, usize) {
+    let from = slice_start(rows, s, cmp);
+    let rest = rows.get(from..).unwrap_or_default();
+    let len = if s.end.prefix.0.is_empty() {
+        rest.len()
+    } else {
+        rest.partition_point(|r| cmp.before_end(&r.clustering, &s.end))
+    };
+    (from, from + len)
 }
 
 fn has_clustering_restriction(cmd: &ReadCommand) -> bool {
@@ -947,6 +977,13 @@ mod tests {
             if rng.chance(30) {
                 s.end.inclusive = false;
             }
+            // Open at the bottom or the top (as `time >= x` on a DESC column is).
+            if rng.chance(15) {
+                s.start.prefix = Clustering::empty();
+            }
+            if rng.chance(15) {
+                s.end.prefix = Clustering::empty();
+            }
             cmd.slices.push(s);
         }
         if rng.chance(10) {
@@ -1009,7 +1046,12 @@ mod tests {
                     local_deletion_time: (now - 50).into(),
                 });
             }
-            let entry = Arc::new(CachedPartition::new(u.clone()));
+            // Held decoded (shared rows) or encoded (decoded per read), as the cache may.
+            let entry = Arc::new(if rng.chance(50) {
+                CachedPartition::new(u.clone())
+            } else {
+                CachedPartition::new_encoded(u.clone())
+            });
             let read_now = now - 3 + rng.below(6) as i32;
             let cmd = random_command(&mut rng, &key, read_now);
             let want = result_of(
@@ -1031,7 +1073,8 @@ mod tests {
             let may = cmd.columns.is_none()
                 && !cmd.reversed
                 && entry.rows_live_at(cmd.now_seconds)
-                && one_run(&u.rows, &cmd.slices, &cmp).is_some();
+                && (one_run(&u.rows, &cmd.slices, &cmp, u64::MAX).is_some()
+                    || cmd.start_after == Some((key.clone(), None)));
             assert_eq!(
                 may,
                 read_cached(&cmp, &entry, &key, &cmd, 1).is_some(),

@@ -163,6 +163,17 @@ impl CachedPartition {
         Self::with(TableId(0), &key, until, Content::Decoded(Box::new(data)))
     }
 
+    /// Wraps a canonical partition held encoded, outside any cache.
+    #[cfg(test)]
+    pub(crate) fn new_encoded(data: PartitionUpdate) -> Self {
+        let key = PartitionKey::new(Bytes::new());
+        let until = live_until(&data);
+        let mut buf = Vec::new();
+        codec::encode_update_standalone(&data, &mut buf);
+        let content = Content::Encoded(buf.into_boxed_slice());
+        Self::with(TableId(0), &key, until, content)
+    }
+
     fn with(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
         let mut e = CachedPartition {
             table,
