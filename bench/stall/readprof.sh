@@ -16,4 +16,5 @@ perf record -F 999 --call-graph dwarf,16384 -p $P -o $OUT/rprof.data -- sleep 4 
 wait $SP
 grep "Op rate" $OUT/rprof.txt
 curl -s 127.0.0.1:19603/metrics | grep -E "^amphora_cache_(row|block)_(hits|misses)_total|^amphora_sstables_live\{" 
+grep VmRSS /proc/$P/status
 kill $P; wait $P 2>/dev/null
