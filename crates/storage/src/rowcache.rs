@@ -22,17 +22,19 @@
 //! - truncate, drop, alter, SSTables taken out of service or loaded from outside: the
 //!   table's entries are dropped ([`RowCache::invalidate_table`]).
 //!
+//! A partition of at most `ENCODED_ROWS_MAX` rows is held encoded and decoded on each hit
+//! (a third of the memory), a wider one decoded (a read shares the rows it asks for).
+//!
 //! Byte-bounded (estimated sizes), CLOCK eviction like the block cache; a partition larger
 //! than `partition_max_bytes` is not cached (read from SSTables each time). One per shard,
 //! shard thread only, plain counters.
 //!
 //! PERF-CRITICAL: `get` is on every single-partition read.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-
-use std::borrow::Cow;
 
 use amphora_types::codec::{self, DecodeError};
 use amphora_types::data::{
@@ -155,23 +157,38 @@ enum Content {
     Encoded(Box<[u8]>),
 }
 
+impl Content {
+    fn encoded(data: &PartitionUpdate) -> Self {
+        let mut buf = Vec::new();
+        codec::encode_update_standalone(data, &mut buf);
+        Content::Encoded(buf.into_boxed_slice())
+    }
+}
+
 impl CachedPartition {
     /// Wraps a canonical partition (own deletions applied), outside any cache.
     pub fn new(data: PartitionUpdate) -> Self {
-        let key = PartitionKey::new(Bytes::new());
-        let until = live_until(&data);
-        Self::with(TableId(0), &key, until, Content::Decoded(Box::new(data)))
+        Self::uncached(TableId(0), &PartitionKey::new(Bytes::new()), data)
     }
 
     /// Wraps a canonical partition held encoded, outside any cache.
     #[cfg(test)]
     pub(crate) fn new_encoded(data: PartitionUpdate) -> Self {
-        let key = PartitionKey::new(Bytes::new());
         let until = live_until(&data);
-        let mut buf = Vec::new();
-        codec::encode_update_standalone(&data, &mut buf);
-        let content = Content::Encoded(buf.into_boxed_slice());
-        Self::with(TableId(0), &key, until, content)
+        let key = PartitionKey::new(Bytes::new());
+        Self::with(TableId(0), &key, until, Content::encoded(&data))
+    }
+
+    /// A decoded entry that no cache holds (its cost is not worked out).
+    fn uncached(table: TableId, key: &PartitionKey, data: PartitionUpdate) -> Self {
+        CachedPartition {
+            table,
+            token: key.token,
+            key: KeyBytes::of(&key.key),
+            cost: 0,
+            rows_live_until: live_until(&data),
+            content: Content::Decoded(Box::new(data)),
+        }
     }
 
     fn with(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
@@ -198,9 +215,7 @@ impl CachedPartition {
     ) -> (Self, Option<PartitionUpdate>) {
         let until = live_until(&data);
         if data.rows.len() <= ENCODED_ROWS_MAX {
-            let mut buf = Vec::new();
-            codec::encode_update_standalone(&data, &mut buf);
-            let content = Content::Encoded(buf.into_boxed_slice());
+            let content = Content::encoded(&data);
             (Self::with(table, key, until, content), Some(data))
         } else {
             let content = Content::Decoded(Box::new(own(data)));
@@ -622,10 +637,7 @@ impl RowCache {
         self.remove(table, key);
         let bound = cost_bound(key, &data);
         if bound > self.partition_max || bound > self.capacity {
-            let until = live_until(&data);
-            let content = Content::Decoded(Box::new(data));
-            let entry = CachedPartition::with(table, key, until, content);
-            return (Arc::new(entry), false);
+            return (Arc::new(CachedPartition::uncached(table, key, data)), false);
         }
         let (entry, decoded) = CachedPartition::build(table, key, data, own);
         let cost = entry.cost;
@@ -639,15 +651,7 @@ impl RowCache {
         self.insertions += 1;
         // An encoded entry: the read that inserted it gets the data as it was read.
         let view = match decoded {
-            Some(data) => {
-                let content = Content::Decoded(Box::new(data));
-                Arc::new(CachedPartition::with(
-                    table,
-                    key,
-                    entry.rows_live_until,
-                    content,
-                ))
-            }
+            Some(data) => Arc::new(CachedPartition::uncached(table, key, data)),
             None => entry,
         };
         (view, true)
