@@ -181,27 +181,26 @@ impl CachedPartition {
 
     /// A decoded entry that no cache holds (its cost is not worked out).
     fn uncached(table: TableId, key: &PartitionKey, data: PartitionUpdate) -> Self {
-        CachedPartition {
-            table,
-            token: key.token,
-            key: KeyBytes::of(&key.key),
-            cost: 0,
-            rows_live_until: live_until(&data),
-            content: Content::Decoded(Box::new(data)),
-        }
+        let until = live_until(&data);
+        Self::bare(table, key, until, Content::Decoded(Box::new(data)))
     }
 
+    /// An entry as a cache holds it: with its cost.
     fn with(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
-        let mut e = CachedPartition {
+        let mut e = Self::bare(table, key, until, content);
+        e.cost = e.accounted_bytes();
+        e
+    }
+
+    fn bare(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
+        CachedPartition {
             table,
             token: key.token,
             key: KeyBytes::of(&key.key),
             cost: 0,
             rows_live_until: until,
             content,
-        };
-        e.cost = e.accounted_bytes();
-        e
+        }
     }
 
     /// An entry for `data` in the form its size calls for (`own` makes decoded data hold
@@ -651,7 +650,15 @@ impl RowCache {
         self.insertions += 1;
         // An encoded entry: the read that inserted it gets the data as it was read.
         let view = match decoded {
-            Some(data) => Arc::new(CachedPartition::uncached(table, key, data)),
+            Some(data) => {
+                let content = Content::Decoded(Box::new(data));
+                Arc::new(CachedPartition::bare(
+                    table,
+                    key,
+                    entry.rows_live_until,
+                    content,
+                ))
+            }
             None => entry,
         };
         (view, true)
