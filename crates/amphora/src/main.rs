@@ -10,6 +10,12 @@ use std::io::Write as _;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+/// jemalloc, with its memory in transparent huge pages (options embedded at build time by
+/// .cargo/config.toml; see docs/architecture.md, "Memory allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "amphora",
