@@ -404,7 +404,7 @@ fn render_histogram(
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
-///   `_evictions_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
+///   `_evictions_total` / `_flush_replacements_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
 ///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
 ///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
@@ -561,7 +561,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
         }
     }
-    let row_families: [Family<amphora_storage::StorageMetrics>; 6] = [
+    let row_families: [Family<amphora_storage::StorageMetrics>; 7] = [
         (
             "amphora_cache_row_hits_total",
             "counter",
@@ -585,6 +585,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Partitions evicted from the row cache to make room.",
             |m| m.row_cache_evictions,
+        ),
+        (
+            "amphora_cache_row_flush_replacements_total",
+            "counter",
+            "Cached partitions a flush replaced whole, its row newer than all of the entry (no merge).",
+            |m| m.row_cache_flush_replacements,
         ),
         (
             "amphora_cache_row_bytes",

@@ -232,6 +232,19 @@ fn encode_into(scratch: &mut Vec<u8>, arena: &mut Arena, r: &Row) -> Bytes {
     arena.copy(scratch)
 }
 
+/// The standalone update encoding (`codec::encode_update_standalone`) of a
+/// [`MemPartition::Single`]'s partition, copied from its bytes; false (nothing written) if
+/// they are too short to hold a row (never expected).
+pub fn single_standalone(enc: &[u8], out: &mut Vec<u8>) -> bool {
+    match enc.split_first_chunk::<8>() {
+        Some((base, row)) if !row.is_empty() => {
+            codec::encode_row_standalone(i64::from_le_bytes(*base), row, out);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Decodes what [`encode_single`] wrote. The bytes were encoded by this memtable from a
 /// valid row, so a failure is a bug: it is reported loudly (debug builds panic) and the
 /// row reads as empty rather than taking the node down.

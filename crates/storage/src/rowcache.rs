@@ -40,10 +40,10 @@ use amphora_types::codec::{self, DecodeError};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
 };
-use amphora_types::schema::{TableId, TableSchema};
+use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
-use crate::memtable::Memtable;
+use crate::memtable::{MemPartition, Memtable, single_standalone};
 
 /// Counters and size of a [`RowCache`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +54,8 @@ pub struct RowCacheStats {
     pub evictions: u64,
     /// Entries dropped because their content changed (flush growth, table invalidation).
     pub invalidations: u64,
+    /// Entries a flush replaced whole, without a merge ([`CachedPartition::replaced_by`]).
+    pub flush_replacements: u64,
     pub partitions: u64,
     pub bytes: u64,
     pub capacity: u64,
@@ -137,6 +139,13 @@ pub struct CachedPartition {
     /// deletions, complex deletions or empty rows, and this is the earliest expiry of a TTL
     /// cell or marker. `LocalTime::MIN` when there is no such time.
     pub rows_live_until: LocalTime,
+    /// For an entry of at most one row with no deletion of any kind (partition, range,
+    /// row) and no static row: its newest timestamp; `i64::MAX` otherwise. A flushed row
+    /// newer than this in every column replaces the entry whole ([`Self::replaced_by`]).
+    shadow_below: i64,
+    /// Whether the entry's row has a liveness marker (an INSERT's); false when the entry
+    /// is not simple.
+    has_marker: bool,
     content: Content,
 }
 
@@ -157,6 +166,34 @@ enum Content {
     Encoded(Box<[u8]>),
 }
 
+/// What an entry knows of its data besides the data.
+#[derive(Clone, Copy)]
+struct Meta {
+    live_until: LocalTime,
+    shadow_below: i64,
+    has_marker: bool,
+}
+
+impl Meta {
+    fn of(data: &PartitionUpdate) -> Self {
+        let simple = data.partition_deletion.is_none()
+            && data.static_row.is_none()
+            && data.range_tombstones.is_empty()
+            && data.rows.len() <= 1
+            && data.rows.iter().all(|r| r.deletion.is_none());
+        Meta {
+            live_until: live_until(data),
+            shadow_below: if simple {
+                data.max_timestamp()
+            } else {
+                i64::MAX
+            },
+            // Only read for simple entries (at most one row).
+            has_marker: simple && data.rows.iter().any(|r| r.marker.is_some()),
+        }
+    }
+}
+
 impl Content {
     fn encoded(data: &PartitionUpdate) -> Self {
         let mut buf = Vec::new();
@@ -174,31 +211,36 @@ impl CachedPartition {
     /// Wraps a canonical partition held encoded, outside any cache.
     #[cfg(test)]
     pub(crate) fn new_encoded(data: PartitionUpdate) -> Self {
-        let until = live_until(&data);
         let key = PartitionKey::new(Bytes::new());
-        Self::with(TableId(0), &key, until, Content::encoded(&data))
+        Self::with(TableId(0), &key, Meta::of(&data), Content::encoded(&data))
     }
 
     /// A decoded entry that no cache holds (its cost is not worked out).
     fn uncached(table: TableId, key: &PartitionKey, data: PartitionUpdate) -> Self {
-        let until = live_until(&data);
-        Self::bare(table, key, until, Content::Decoded(Box::new(data)))
+        Self::bare(
+            table,
+            key,
+            Meta::of(&data),
+            Content::Decoded(Box::new(data)),
+        )
     }
 
     /// An entry as a cache holds it: with its cost.
-    fn with(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
-        let mut e = Self::bare(table, key, until, content);
+    fn with(table: TableId, key: &PartitionKey, meta: Meta, content: Content) -> Self {
+        let mut e = Self::bare(table, key, meta, content);
         e.cost = e.accounted_bytes();
         e
     }
 
-    fn bare(table: TableId, key: &PartitionKey, until: LocalTime, content: Content) -> Self {
+    fn bare(table: TableId, key: &PartitionKey, meta: Meta, content: Content) -> Self {
         CachedPartition {
             table,
             token: key.token,
             key: KeyBytes::of(&key.key),
             cost: 0,
-            rows_live_until: until,
+            rows_live_until: meta.live_until,
+            shadow_below: meta.shadow_below,
+            has_marker: meta.has_marker,
             content,
         }
     }
@@ -212,14 +254,52 @@ impl CachedPartition {
         data: PartitionUpdate,
         own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
     ) -> (Self, Option<PartitionUpdate>) {
-        let until = live_until(&data);
+        let meta = Meta::of(&data);
         if data.rows.len() <= ENCODED_ROWS_MAX {
             let content = Content::encoded(&data);
-            (Self::with(table, key, until, content), Some(data))
+            (Self::with(table, key, meta, content), Some(data))
         } else {
             let content = Content::Decoded(Box::new(own(data)));
-            (Self::with(table, key, until, content), None)
+            (Self::with(table, key, meta, content), None)
         }
+    }
+
+    /// Makes this entry hold `enc` (a standalone update encoding) with `meta`, in its
+    /// current allocation when the sizes match.
+    fn replace_encoded(&mut self, meta: Meta, enc: &[u8]) {
+        self.rows_live_until = meta.live_until;
+        self.shadow_below = meta.shadow_below;
+        self.has_marker = meta.has_marker;
+        match &mut self.content {
+            Content::Encoded(b) if b.len() == enc.len() => b.copy_from_slice(enc),
+            c => *c = Content::Encoded(Box::from(enc)),
+        }
+        self.cost = self.accounted_bytes();
+    }
+
+    /// Whether merging `u`, a flushed memtable's partition, into this entry gives `u`
+    /// itself: the entry is simple (see `shadow_below`) and `u` is one row with no
+    /// deletion, a simple non-counter cell in each of the table's `regular_columns` (at
+    /// least one) and a marker (or none when the entry has none either: UPDATEs), all
+    /// newer than anything in the entry. Counter cells merge by their shards and lose to
+    /// any tombstone whatever its timestamp, so a newer one does not replace. The caller checks that the table has no clustering, static or dropped
+    /// columns (so both rows are the partition's one row, and `u`'s cells cover every cell
+    /// the entry may hold).
+    fn replaced_by(&self, u: &PartitionUpdate, regular_columns: usize) -> bool {
+        let newer = |ts: i64| self.shadow_below != i64::MAX && ts > self.shadow_below;
+        let [row] = u.rows.as_slice() else {
+            return false;
+        };
+        u.partition_deletion.is_none()
+            && u.static_row.is_none()
+            && u.range_tombstones.is_empty()
+            && row.deletion.is_none()
+            && row.marker.map_or(!self.has_marker, |m| newer(m.timestamp))
+            && regular_columns > 0
+            && row.cells.len() == regular_columns
+            && row.cells.iter().all(
+                |(_, d)| matches!(d, ColumnData::Simple(c) if !c.is_counter && newer(c.timestamp)),
+            )
     }
 
     /// The bytes this entry is accounted in the cache: its allocations (estimated for
@@ -318,7 +398,8 @@ const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedPartition>()
     + ALLOC_OVERHEAD
     + 2 * std::mem::size_of::<Bucket>();
 
-/// The allocator's bytes around one allocation (glibc: a header, rounding to 16).
+/// The allocator's bytes around one allocation (an estimate: jemalloc rounds each up to
+/// its size class, glibc adds a header and rounds to 16).
 const ALLOC_OVERHEAD: usize = 16;
 
 /// What an entry for `data` costs in the cache (what [`CachedPartition::build`] makes).
@@ -428,6 +509,7 @@ pub struct RowCache {
     insertions: u64,
     evictions: u64,
     invalidations: u64,
+    flush_replacements: u64,
 }
 
 impl RowCache {
@@ -447,6 +529,7 @@ impl RowCache {
             insertions: 0,
             evictions: 0,
             invalidations: 0,
+            flush_replacements: 0,
         }
     }
 
@@ -461,6 +544,7 @@ impl RowCache {
             insertions: self.insertions,
             evictions: self.evictions,
             invalidations: self.invalidations,
+            flush_replacements: self.flush_replacements,
             partitions: self.len as u64,
             bytes: self.bytes as u64,
             capacity: self.capacity as u64,
@@ -652,12 +736,12 @@ impl RowCache {
         let view = match decoded {
             Some(data) => {
                 let content = Content::Decoded(Box::new(data));
-                Arc::new(CachedPartition::bare(
-                    table,
-                    key,
-                    entry.rows_live_until,
-                    content,
-                ))
+                let meta = Meta {
+                    live_until: entry.rows_live_until,
+                    shadow_below: entry.shadow_below,
+                    has_marker: entry.has_marker,
+                };
+                Arc::new(CachedPartition::bare(table, key, meta, content))
             }
             None => entry,
         };
@@ -720,35 +804,80 @@ impl RowCache {
             None => std::ops::Bound::Unbounded,
         };
         let mut used = 0;
-        let mut last = None;
+        let mut last: Option<&PartitionKey> = None;
         let mut too_big = Vec::new();
+        let mut scratch = Vec::new();
+        // Rows of tables without clustering, static or dropped columns may replace their
+        // entry whole (`CachedPartition::replaced_by`): no decode, merge or drop of it.
+        let regular_columns = (schema.clustering_key.is_empty()
+            && !schema.has_statics()
+            && schema.dropped_columns.is_empty())
+        .then(|| {
+            schema
+                .columns
+                .iter()
+                .filter(|c| c.kind == ColumnKind::Regular)
+                .count()
+        });
         for (key, p) in mem
             .partitions
             .range(from.as_ref(), std::ops::Bound::Unbounded)
         {
             if used == budget {
-                *done_up_to = last;
+                *done_up_to = last.cloned();
                 self.finish_merge(table, too_big);
                 return (false, used);
             }
             used += 1;
-            last = Some(key.clone());
+            last = Some(key);
             let Some(i) = self.find(table, key) else {
                 continue;
             };
             let Some(b) = self.buckets.get_mut(i) else {
                 continue;
             };
-            let Some(old) = &b.entry else {
+            let Some(old) = &mut b.entry else {
                 continue;
             };
+            let flushed = mem.to_update(p, &[]);
+            let old_cost = old.cost;
+            if regular_columns.is_some_and(|n| old.replaced_by(&flushed, n)) {
+                // The entry becomes the flushed row's encoding, copied from the memtable
+                // (a one-row partition there is held in the same row encoding), in the
+                // entry's own allocations when no reader holds it.
+                self.flush_replacements += 1;
+                scratch.clear();
+                let copied =
+                    matches!(p, MemPartition::Single(enc) if single_standalone(enc, &mut scratch));
+                if !copied {
+                    codec::encode_update_standalone(&flushed, &mut scratch);
+                }
+                let meta = Meta::of(&flushed);
+                let cost = match Arc::get_mut(old) {
+                    Some(e) => {
+                        e.replace_encoded(meta, &scratch);
+                        e.cost
+                    }
+                    None => {
+                        let content = Content::Encoded(Box::from(scratch.as_slice()));
+                        let e = CachedPartition::with(table, key, meta, content);
+                        let cost = e.cost;
+                        *old = Arc::new(e);
+                        cost
+                    }
+                };
+                self.bytes = self.bytes - old_cost + cost;
+                if cost > self.partition_max || cost > self.capacity {
+                    too_big.push(key.clone());
+                }
+                continue;
+            }
             // An entry that does not decode (never expected) is dropped with the big ones.
             let Ok(old_data) = old.data() else {
                 too_big.push(key.clone());
                 continue;
             };
-            let merged = merge_partition_updates(schema, &old_data, &mem.to_update(p, &[]));
-            let old_cost = old.cost;
+            let merged = merge_partition_updates(schema, &old_data, &flushed);
             let (entry, _) = CachedPartition::build(table, key, merged, compact);
             if entry.cost > self.partition_max || entry.cost > self.capacity {
                 too_big.push(key.clone());
@@ -1119,6 +1248,88 @@ mod tests {
             ],
             TableOptions::default(),
         ))
+    }
+
+    /// A flushed row that shadows all of an entry replaces it without a merge; every
+    /// other combination is merged. Either way the entry equals the merge of the two.
+    #[test]
+    fn a_flushed_row_newer_than_all_of_an_entry_replaces_it_and_equals_the_merge() {
+        use amphora_types::data::{DeletionTime, LivenessInfo};
+        let schema = table_schema();
+        let t = TableId(1);
+        let row = |marker: Option<i64>, cell: Cell, deletion: Option<i64>| Row {
+            clustering: Clustering::empty(),
+            marker: marker.map(LivenessInfo::new),
+            deletion: deletion.map(|ts| DeletionTime {
+                marked_for_delete_at: ts,
+                local_deletion_time: 5.into(),
+            }),
+            cells: vec![(1, ColumnData::Simple(cell))],
+        };
+        let one = |r: Row| PartitionUpdate {
+            rows: vec![r],
+            ..Default::default()
+        };
+        let v = |ts: i64| Cell::live(ts, Bytes::from(vec![ts as u8; 8]));
+        let olds = [
+            one(row(Some(1), v(1), None)),
+            one(row(None, v(3), None)),
+            one(row(Some(1), v(1), Some(1))),
+            PartitionUpdate {
+                partition_deletion: Some(DeletionTime {
+                    marked_for_delete_at: 1,
+                    local_deletion_time: 5.into(),
+                }),
+                ..one(row(Some(1), v(1), None))
+            },
+            PartitionUpdate::default(),
+        ];
+        let news = [
+            one(row(Some(2), v(2), None)),
+            one(row(Some(2), Cell::tombstone(2, 5), None)),
+            one(row(Some(1), v(2), None)),
+            one(row(None, v(2), None)),
+            one(row(Some(2), v(1), None)),
+            one(row(None, v(4), None)),
+        ];
+        let mut replaced = 0;
+        for (i, old) in olds.iter().enumerate() {
+            for (j, new) in news.iter().enumerate() {
+                let mut c = RowCache::new(1 << 20, 1 << 20);
+                let k = key(7, "k");
+                assert!(c.insert(t, &k, old.clone()).1);
+                let mut mem = Memtable::new(schema.clone());
+                mem.apply(&k, new, None);
+                let flushed = mem.get(&k, &[]).expect("in the memtable");
+                let e = c.get(t, &k).expect("cached").clone();
+                let replaces = e.replaced_by(&flushed, 1);
+                replaced += usize::from(replaces);
+                c.merge_flushed(t, &schema, &mem);
+                assert_eq!(c.stats().flush_replacements, u64::from(replaces));
+                let want = merge_partition_updates(&schema, old, &flushed);
+                assert_eq!(c.get(t, &k).map(data_of), Some(want), "old {i} new {j}");
+            }
+        }
+        // Old 0 (a marker) with new 0 and 1 (newer marker and cell); old 1 (no marker,
+        // newest at 3) with new 5 (no marker, newer cell); the empty entry with all six.
+        // Old 2 and 3 hold deletions.
+        assert_eq!(replaced, 9);
+        // Counter cells never replace (they merge by shards; a tombstone beats them), nor
+        // does a row without cells.
+        let e = CachedPartition::new_encoded(olds[1].clone());
+        assert!(e.replaced_by(&one(row(None, v(9), None)), 1));
+        let mut counter = v(9);
+        counter.is_counter = true;
+        assert!(!e.replaced_by(&one(row(None, counter, None)), 1));
+        assert!(
+            !CachedPartition::new_encoded(PartitionUpdate::default()).replaced_by(
+                &one(Row {
+                    cells: Vec::new(),
+                    ..row(None, v(9), None)
+                }),
+                0
+            )
+        );
     }
 
     /// A flush merges into the cached entries of the partitions it holds, both when the

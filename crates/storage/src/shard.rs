@@ -76,6 +76,7 @@ pub struct StorageMetrics {
     pub row_cache_misses: u64,
     pub row_cache_insertions: u64,
     pub row_cache_evictions: u64,
+    pub row_cache_flush_replacements: u64,
     pub row_cache_bytes: u64,
     pub row_cache_partitions: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -1858,6 +1859,7 @@ impl ShardStorage {
         m.row_cache_misses = rc.misses;
         m.row_cache_insertions = rc.insertions;
         m.row_cache_evictions = rc.evictions;
+        m.row_cache_flush_replacements = rc.flush_replacements;
         m.row_cache_bytes = rc.bytes;
         m.row_cache_partitions = rc.partitions;
         m

@@ -102,6 +102,16 @@ pub fn encode_update_standalone(u: &PartitionUpdate, out: &mut Vec<u8>) {
     encode_update(u, base, out);
 }
 
+/// What [`encode_update_standalone`] writes for a partition of one row and nothing else,
+/// from that row already encoded by [`put_row`] relative to `base` (a copy, no decode).
+pub fn encode_row_standalone(base: i64, row: &[u8], out: &mut Vec<u8>) {
+    put_z(out, base);
+    out.push(0);
+    put_var(out, 1);
+    out.extend_from_slice(row);
+    put_var(out, 0);
+}
+
 /// Encodes a partition update with timestamps relative to `base`.
 pub fn encode_update(u: &PartitionUpdate, base: i64, out: &mut Vec<u8>) {
     let rows: Vec<&Row> = u.rows.iter().collect();
