@@ -264,6 +264,15 @@ impl CachedPartition {
         }
     }
 
+    /// What the entry knows of its data besides the data.
+    fn meta(&self) -> Meta {
+        Meta {
+            live_until: self.rows_live_until,
+            shadow_below: self.shadow_below,
+            has_marker: self.has_marker,
+        }
+    }
+
     /// Makes this entry hold `enc` (a standalone update encoding) with `meta`, in its
     /// current allocation when the sizes match.
     fn replace_encoded(&mut self, meta: Meta, enc: &[u8]) {
@@ -736,12 +745,7 @@ impl RowCache {
         let view = match decoded {
             Some(data) => {
                 let content = Content::Decoded(Box::new(data));
-                let meta = Meta {
-                    live_until: entry.rows_live_until,
-                    shadow_below: entry.shadow_below,
-                    has_marker: entry.has_marker,
-                };
-                Arc::new(CachedPartition::bare(table, key, meta, content))
+                Arc::new(CachedPartition::bare(table, key, entry.meta(), content))
             }
             None => entry,
         };
