@@ -16,6 +16,59 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's process-wide figures for `/metrics` (`amphora_memory_allocator_*_bytes`).
+#[cfg(feature = "jemalloc")]
+fn jemalloc_stats() -> Vec<amphora_server::metrics::AllocatorStat> {
+    use amphora_server::metrics::AllocatorStat;
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The figures are refreshed only when the epoch advances.
+    if epoch::advance().is_err() {
+        return Vec::new();
+    }
+    let stat = |name, help, v: tikv_jemalloc_ctl::Result<usize>| {
+        v.ok().map(|b| AllocatorStat {
+            name,
+            help,
+            bytes: b as u64,
+        })
+    };
+    [
+        stat(
+            "allocated",
+            "Bytes the process has allocated and not freed.",
+            stats::allocated::read(),
+        ),
+        stat(
+            "active",
+            "Bytes in pages holding allocations (allocated plus size-class and slab slack).",
+            stats::active::read(),
+        ),
+        stat(
+            "metadata",
+            "Bytes of the allocator's own metadata.",
+            stats::metadata::read(),
+        ),
+        stat(
+            "resident",
+            "Bytes in physically resident pages the allocator maps (includes freed pages not yet returned).",
+            stats::resident::read(),
+        ),
+        stat(
+            "mapped",
+            "Bytes in the allocator's active extents.",
+            stats::mapped::read(),
+        ),
+        stat(
+            "retained",
+            "Bytes of virtual memory the allocator keeps mapped but returned to the OS.",
+            stats::retained::read(),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 #[derive(Parser)]
 #[command(
     name = "amphora",
@@ -104,7 +157,11 @@ fn main() -> anyhow::Result<()> {
     };
     amphora_server::logging::init(default_level);
     match cli.command {
-        Command::Server(a) => server(a),
+        Command::Server(a) => {
+            #[cfg(feature = "jemalloc")]
+            amphora_server::metrics::set_allocator_stats(jemalloc_stats);
+            server(a)
+        }
         Command::Sstable(c) => sstable(c),
         Command::Stress { args } => amphora_stress::run(args),
         Command::Nodetool { args } => std::process::exit(amphora_nodetool::run(

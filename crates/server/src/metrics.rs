@@ -11,12 +11,15 @@
 //!
 //! plus the storage and per-table families of [`render_storage`] (gathered the same way,
 //! from each shard's `ShardStorage::metrics`, `table_stats` and the replica's per-table
-//! counters; nothing is added to the write or read path for them).
+//! counters; nothing is added to the write or read path for them), and the process-wide
+//! allocator figures `amphora_memory_allocator_*_bytes` when the binary registered a source
+//! with [`set_allocator_stats`] (jemalloc's `stats.*`).
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use amphora_rt::{ShardId, Shards};
@@ -90,6 +93,37 @@ pub async fn gather(shards: &Shards) -> Result<Vec<ShardSnapshot>, amphora_rt::R
     shards
         .submit_to_all(|shard| async move { local_snapshot(shard) })
         .await
+}
+
+/// One process-wide figure of the memory allocator, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocatorStat {
+    /// Rendered as `amphora_memory_allocator_<name>_bytes`.
+    pub name: &'static str,
+    pub help: &'static str,
+    pub bytes: u64,
+}
+
+static ALLOCATOR_STATS: OnceLock<fn() -> Vec<AllocatorStat>> = OnceLock::new();
+
+/// Registers the allocator's statistics source (the binary does, when built with jemalloc).
+/// Only the first registration counts.
+pub fn set_allocator_stats(source: fn() -> Vec<AllocatorStat>) {
+    let _ = ALLOCATOR_STATS.set(source);
+}
+
+/// The allocator's figures now (empty when no source is registered).
+pub fn allocator_stats() -> Vec<AllocatorStat> {
+    ALLOCATOR_STATS.get().map(|f| f()).unwrap_or_default()
+}
+
+fn render_allocator(stats: &[AllocatorStat], out: &mut String) {
+    for s in stats {
+        let name = format!("amphora_memory_allocator_{}_bytes", s.name);
+        let _ = writeln!(out, "# HELP {name} {}", s.help);
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {}", s.bytes);
+    }
 }
 
 /// Prometheus text exposition format (0.0.4).
@@ -267,6 +301,7 @@ async fn answer_http(mut stream: tokio::net::TcpStream, shards: &Shards) -> io::
                 Ok(st) => body.push_str(&render_storage(&st)),
                 Err(e) => tracing::warn!(error = %e, "metrics: gathering storage metrics failed"),
             }
+            render_allocator(&allocator_stats(), &mut body);
             respond(&mut stream, "200 OK", &body).await
         }
         Err(e) => {
@@ -834,6 +869,23 @@ mod tests {
         assert!(text.contains("amphora_cql_requests_total{shard=\"1\"} 7\n"));
         assert!(text.contains("amphora_cql_errors_total{shard=\"0\",code=\"0x2200\"} 2\n"));
         assert!(text.contains("# TYPE amphora_cql_connections gauge\n"));
+    }
+
+    #[test]
+    fn renders_allocator_gauges() {
+        let mut text = String::new();
+        let stats = [AllocatorStat {
+            name: "resident",
+            help: "Resident bytes.",
+            bytes: 123,
+        }];
+        render_allocator(&stats, &mut text);
+        assert_eq!(
+            text,
+            "# HELP amphora_memory_allocator_resident_bytes Resident bytes.\n\
+             # TYPE amphora_memory_allocator_resident_bytes gauge\n\
+             amphora_memory_allocator_resident_bytes 123\n"
+        );
     }
 
     #[test]
