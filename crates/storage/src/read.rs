@@ -490,15 +490,11 @@ pub(crate) fn read_single<'a>(
                 let mut full =
                     read_sstables(&t, key, None, None, block_cache, &mut sstables_read, true)?
                         .unwrap_or_default();
-                let entry = if sstables_read <= 1 && !has_deletions(&full) {
-                    // One SSTable, nothing shadowed: the entry keeps every value of that
-                    // copy, which it may hold as it is (no copy per value).
-                    row_cache.insert_detached(t.table, key, full).0
-                } else {
-                    // Merged or shadowed values would keep dead bytes alive: copied.
+                // One SSTable with nothing shadowed is canonical already.
+                if sstables_read > 1 || has_deletions(&full) {
                     apply_own_deletions(schema, &mut full);
-                    row_cache.insert(t.table, key, full).0
-                };
+                }
+                let entry = row_cache.insert(t.table, key, full).0;
                 if acc.is_none()
                     && let Some(r) = read_cached(t.cmp, &entry, key, cmd, sstables_read)
                 {

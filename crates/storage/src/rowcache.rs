@@ -245,21 +245,20 @@ impl CachedPartition {
         }
     }
 
-    /// An entry for `data` in the form its size calls for (`own` makes decoded data hold
-    /// buffers of its own), and the data itself when the entry holds it encoded (the
-    /// caller's read still wants it decoded).
+    /// An entry for `data` in the form its size calls for (decoded data gets its values
+    /// copied into one buffer of its own: [`compact`]), and the data itself when the entry
+    /// holds it encoded (the caller's read still wants it decoded).
     fn build(
         table: TableId,
         key: &PartitionKey,
         data: PartitionUpdate,
-        own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
     ) -> (Self, Option<PartitionUpdate>) {
         let meta = Meta::of(&data);
         if data.rows.len() <= ENCODED_ROWS_MAX {
             let content = Content::encoded(&data);
             (Self::with(table, key, meta, content), Some(data))
         } else {
-            let content = Content::Decoded(Box::new(own(data)));
+            let content = Content::Decoded(Box::new(compact(data)));
             (Self::with(table, key, meta, content), None)
         }
     }
@@ -311,17 +310,17 @@ impl CachedPartition {
             )
     }
 
-    /// The bytes this entry is accounted in the cache: its allocations (estimated for
-    /// decoded data) and its two key map buckets.
+    /// The bytes this entry is accounted in the cache: its allocations, each rounded up
+    /// to the allocator's size class, and its two key map buckets.
     fn accounted_bytes(&self) -> usize {
         let key = match &self.key {
             KeyBytes::Inline(..) => 0,
-            KeyBytes::Heap(b) => b.len() + ALLOC_OVERHEAD,
+            KeyBytes::Heap(b) => alloc_size(b.len()),
         };
         let fixed = ENTRY_OVERHEAD + key;
         match &self.content {
-            Content::Decoded(d) => fixed + d.size_bytes(),
-            Content::Encoded(b) => fixed + b.len() + ALLOC_OVERHEAD,
+            Content::Decoded(d) => fixed + decoded_bytes(d),
+            Content::Encoded(b) => fixed + alloc_size(b.len()),
         }
     }
 
@@ -411,15 +410,74 @@ const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedPartition>()
 /// its size class, glibc adds a header and rounds to 16).
 const ALLOC_OVERHEAD: usize = 16;
 
+/// What an allocation of `n` bytes takes: jemalloc's size class (8, multiples of 16 up to
+/// 128, then four classes per doubling). glibc's chunks (`n` + 8 rounded to 16) are no
+/// larger, so the estimate holds for both.
+fn alloc_size(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=8 => 8,
+        9..=128 => n.next_multiple_of(16),
+        _ => {
+            let below = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+            n.next_multiple_of(below / 4)
+        }
+    }
+}
+
+/// What a vector's buffer takes.
+fn vec_bytes<T>(v: &Vec<T>) -> usize {
+    alloc_size(v.capacity() * std::mem::size_of::<T>())
+}
+
+/// The bytes a decoded entry's data takes from the allocator: its box, every vector at
+/// its capacity, and the one buffer [`compact`] put its byte strings in (with the shared
+/// header `Bytes` gives it). Measured against jemalloc's heap profile of make bench's IoT
+/// phase: the old estimate (`PartitionUpdate::size_bytes`) counted about half of it.
+fn decoded_bytes(d: &PartitionUpdate) -> usize {
+    const SHARED_HEADER: usize = 48;
+    let mut values = 0;
+    let mut row = |r: &Row| {
+        values += r.clustering.0.iter().map(Bytes::len).sum::<usize>();
+        let mut n = vec_bytes(&r.clustering.0) + vec_bytes(&r.cells);
+        for (_, c) in &r.cells {
+            match c {
+                ColumnData::Simple(c) => values += c.value.len(),
+                ColumnData::Complex { cells, .. } => {
+                    n += vec_bytes(cells);
+                    values += cells
+                        .iter()
+                        .map(|(p, c)| p.len() + c.value.len())
+                        .sum::<usize>();
+                }
+            }
+        }
+        n
+    };
+    let mut n = alloc_size(std::mem::size_of::<PartitionUpdate>()) + vec_bytes(&d.rows);
+    n += d.static_row.as_ref().map_or(0, &mut row);
+    n += d.rows.iter().map(&mut row).sum::<usize>();
+    n += vec_bytes(&d.range_tombstones);
+    for rt in &d.range_tombstones {
+        n += vec_bytes(&rt.start.prefix.0) + vec_bytes(&rt.end.prefix.0);
+        values += rt.start.prefix.0.iter().map(Bytes::len).sum::<usize>();
+        values += rt.end.prefix.0.iter().map(Bytes::len).sum::<usize>();
+    }
+    n + if values > 0 {
+        alloc_size(values) + SHARED_HEADER
+    } else {
+        0
+    }
+}
+
 /// What an entry for `data` costs in the cache (what [`CachedPartition::build`] makes).
 #[cfg(test)]
 fn entry_cost(key: &PartitionKey, data: &PartitionUpdate) -> usize {
-    CachedPartition::build(TableId(0), key, data.clone(), |d| d)
-        .0
-        .cost
+    CachedPartition::build(TableId(0), key, data.clone()).0.cost
 }
 
-/// An upper bound of what an entry for `data` costs, known before building it.
+/// What an entry for `data` costs, estimated before building it (for the size limits;
+/// a decoded entry's accounted cost, [`decoded_bytes`], can be larger).
 fn cost_bound(key: &PartitionKey, data: &PartitionUpdate) -> usize {
     ENTRY_OVERHEAD + key.key.len() + ALLOC_OVERHEAD + data.size_bytes()
 }
@@ -704,34 +762,12 @@ impl RowCache {
         key: &PartitionKey,
         data: PartitionUpdate,
     ) -> (Arc<CachedPartition>, bool) {
-        self.insert_with(table, key, data, compact)
-    }
-
-    /// [`insert`](Self::insert) of data whose values are already in buffers of their own
-    /// that hold nothing else of note (decoded from a copy of the partition's bytes:
-    /// `SSTableReader::get_detached_with`), so they are kept as they are, not copied.
-    pub fn insert_detached(
-        &mut self,
-        table: TableId,
-        key: &PartitionKey,
-        data: PartitionUpdate,
-    ) -> (Arc<CachedPartition>, bool) {
-        self.insert_with(table, key, data, |d| d)
-    }
-
-    fn insert_with(
-        &mut self,
-        table: TableId,
-        key: &PartitionKey,
-        data: PartitionUpdate,
-        own: impl FnOnce(PartitionUpdate) -> PartitionUpdate,
-    ) -> (Arc<CachedPartition>, bool) {
         self.remove(table, key);
         let bound = cost_bound(key, &data);
         if bound > self.partition_max || bound > self.capacity {
             return (Arc::new(CachedPartition::uncached(table, key, data)), false);
         }
-        let (entry, decoded) = CachedPartition::build(table, key, data, own);
+        let (entry, decoded) = CachedPartition::build(table, key, data);
         let cost = entry.cost;
         while self.bytes + cost > self.capacity && self.evict_one() {}
         let entry = Arc::new(entry);
@@ -882,7 +918,7 @@ impl RowCache {
                 continue;
             };
             let merged = merge_partition_updates(schema, &old_data, &flushed);
-            let (entry, _) = CachedPartition::build(table, key, merged, compact);
+            let (entry, _) = CachedPartition::build(table, key, merged);
             if entry.cost > self.partition_max || entry.cost > self.capacity {
                 too_big.push(key.clone());
                 continue;
@@ -977,6 +1013,74 @@ mod tests {
         assert_eq!(
             s.bytes as usize,
             entry_cost(&key(5, "a"), &part(10)) + entry_cost(&key(5, "b"), &part(20))
+        );
+    }
+
+    #[test]
+    fn allocation_sizes_follow_the_allocator_classes() {
+        let classes = [
+            (0, 0),
+            (1, 8),
+            (8, 8),
+            (9, 16),
+            (100, 112),
+            (128, 128),
+            (129, 160),
+            (256, 256),
+            (257, 320),
+            (1000, 1024),
+            (1025, 1280),
+            (5000, 5120),
+        ];
+        for (n, class) in classes {
+            assert_eq!(alloc_size(n), class, "{n}");
+        }
+    }
+
+    /// A decoded entry is accounted every allocation its rows take: per row at least the
+    /// `Row` itself, a clustering vector and a cell vector (the old estimate counted about
+    /// half of what jemalloc's heap profile showed), plus the one buffer of its values.
+    #[test]
+    fn decoded_entries_are_accounted_their_vectors_and_values() {
+        let rows = 200;
+        let mut u = part(34);
+        u.rows = (0..rows)
+            .map(|i| {
+                let mut r = part(34).rows.remove(0);
+                r.clustering = Clustering(vec![Bytes::from(vec![i as u8; 8])]);
+                r
+            })
+            .collect();
+        let (e, _) = CachedPartition::build(TableId(1), &key(1, "w"), u.clone());
+        let d = e.decoded().expect("wide partitions are held decoded");
+        let per_row = std::mem::size_of::<Row>()
+            + alloc_size(std::mem::size_of::<Bytes>())
+            + alloc_size(std::mem::size_of::<(
+                amphora_types::schema::ColumnId,
+                ColumnData,
+            )>());
+        let values = rows * (34 + 8);
+        assert!(
+            decoded_bytes(d) >= rows * per_row + values,
+            "{}",
+            decoded_bytes(d)
+        );
+        assert!(decoded_bytes(d) > u.size_bytes() * 5 / 4);
+        assert!(e.cost >= decoded_bytes(d));
+        // The values were copied into one buffer: every value of the entry lies in it.
+        let first = d.rows[0].cells[0].1.clone();
+        let ColumnData::Simple(c) = first else {
+            panic!("simple cell expected")
+        };
+        let base = c.value.as_ptr() as usize;
+        let last = &d.rows[rows - 1].cells[0].1;
+        let ColumnData::Simple(l) = last else {
+            panic!("simple cell expected")
+        };
+        let span = l.value.as_ptr() as usize + l.value.len() - base;
+        assert!(
+            span <= values,
+            "values span {span} bytes, not one buffer of {values}"
         );
     }
 
