@@ -16,6 +16,86 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's live and active bytes, for the row cache's defragmentation.
+#[cfg(feature = "jemalloc")]
+fn jemalloc_usage() -> Option<amphora_storage::alloc::AllocatorUsage> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().ok()?;
+    Some(amphora_storage::alloc::AllocatorUsage {
+        allocated: stats::allocated::read().ok()? as u64,
+        active: stats::active::read().ok()? as u64,
+    })
+}
+
+/// Whether the allocation holding `ptr` sits in a slab used less than its size class's
+/// slabs on average, and not in the slab being filled: jemalloc's
+/// `experimental.utilization.query` (5.3; the output layout is its
+/// `inspect_extent_util_stats_verbose_t`, documented in its src/ctl.c).
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_should_move(ptr: *const u8) -> bool {
+    use std::ffi::c_void;
+    use std::sync::OnceLock;
+    #[repr(C)]
+    struct Utilization {
+        slabcur: *mut c_void,
+        nfree: usize,
+        nregs: usize,
+        size: usize,
+        bin_nfree: usize,
+        bin_nregs: usize,
+    }
+    static MIB: OnceLock<Option<[usize; 3]>> = OnceLock::new();
+    let mib = MIB.get_or_init(|| {
+        let mut mib = [0usize; 3];
+        let mut len = mib.len();
+        // SAFETY: a NUL-terminated name, and `mib`/`len` describe a writable array of
+        // `len` elements, as mallctlnametomib requires.
+        let r = unsafe {
+            tikv_jemalloc_sys::mallctlnametomib(
+                c"experimental.utilization.query".as_ptr(),
+                mib.as_mut_ptr(),
+                &mut len,
+            )
+        };
+        (r == 0 && len == mib.len()).then_some(mib)
+    });
+    let Some(mib) = mib else { return false };
+    let mut out = Utilization {
+        slabcur: std::ptr::null_mut(),
+        nfree: 0,
+        nregs: 0,
+        size: 0,
+        bin_nfree: 0,
+        bin_nregs: 0,
+    };
+    let mut out_len = std::mem::size_of::<Utilization>();
+    let mut input: *const c_void = ptr.cast();
+    // SAFETY: `out`/`out_len` describe a writable `Utilization` (the size jemalloc checks
+    // before writing), the input is one pointer as the query expects; jemalloc only
+    // reads the address (an address it does not manage gives zeros).
+    let r = unsafe {
+        tikv_jemalloc_sys::mallctlbymib(
+            mib.as_ptr(),
+            mib.len(),
+            (&mut out as *mut Utilization).cast(),
+            &mut out_len,
+            (&mut input as *mut *const c_void).cast(),
+            std::mem::size_of::<*const c_void>(),
+        )
+    };
+    // A large allocation (one region), a full slab, or a full bin (no slab being filled).
+    if r != 0 || out.nregs <= 1 || out.nfree == 0 || out.slabcur.is_null() {
+        return false;
+    }
+    let cur = out.slabcur as usize;
+    if (cur..cur + out.nregs * out.size).contains(&(ptr as usize)) {
+        return false;
+    }
+    // Emptier than the bin's average: (nregs - nfree) / nregs < (bin_nregs - bin_nfree) / bin_nregs.
+    out.nfree * out.bin_nregs > out.bin_nfree * out.nregs
+}
+
 /// jemalloc's process-wide figures for `/metrics` (`amphora_memory_allocator_*_bytes`).
 #[cfg(feature = "jemalloc")]
 fn jemalloc_stats() -> Vec<amphora_server::metrics::AllocatorStat> {
@@ -159,7 +239,13 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Server(a) => {
             #[cfg(feature = "jemalloc")]
-            amphora_server::metrics::set_allocator_stats(jemalloc_stats);
+            {
+                amphora_server::metrics::set_allocator_stats(jemalloc_stats);
+                amphora_storage::alloc::set_hooks(amphora_storage::alloc::AllocatorHooks {
+                    usage: jemalloc_usage,
+                    should_move: jemalloc_should_move,
+                });
+            }
             server(a)
         }
         Command::Sstable(c) => sstable(c),

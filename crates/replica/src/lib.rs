@@ -90,6 +90,8 @@ pub fn init_shard(
     // Installs finished flushes and compactions (and starts the next ones) while the shard
     // is otherwise idle; without it they would wait for the next request.
     tokio::task::spawn_local(storage.run_background());
+    // Gives the allocator's fragmented slabs back (only with jemalloc's hooks registered).
+    tokio::task::spawn_local(storage.run_defrag());
     let db = Rc::new(ShardDb {
         shard,
         counter_id: host_id ^ u128::from(shard),

@@ -439,7 +439,7 @@ fn render_histogram(
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
-///   `_evictions_total` / `_flush_replacements_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
+///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
 ///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
 ///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
@@ -596,7 +596,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
         }
     }
-    let row_families: [Family<amphora_storage::StorageMetrics>; 7] = [
+    let row_families: [Family<amphora_storage::StorageMetrics>; 8] = [
         (
             "amphora_cache_row_hits_total",
             "counter",
@@ -626,6 +626,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Cached partitions a flush replaced whole, its row newer than all of the entry (no merge).",
             |m| m.row_cache_flush_replacements,
+        ),
+        (
+            "amphora_cache_row_defrag_moves_total",
+            "counter",
+            "Cached partitions copied out of sparsely used allocator slabs (fragmentation).",
+            |m| m.row_cache_defrag_moves,
         ),
         (
             "amphora_cache_row_bytes",

@@ -14,6 +14,7 @@
 //! [`WriteAck`], [`StorageError`].
 #![deny(clippy::unwrap_used)]
 
+pub mod alloc;
 pub mod bloom;
 pub mod cache;
 pub mod commitlog;

@@ -56,6 +56,8 @@ pub struct RowCacheStats {
     pub invalidations: u64,
     /// Entries a flush replaced whole, without a merge ([`CachedPartition::replaced_by`]).
     pub flush_replacements: u64,
+    /// Entries copied out of sparsely used allocator slabs ([`RowCache::defrag_slice`]).
+    pub defrag_moves: u64,
     pub partitions: u64,
     pub bytes: u64,
     pub capacity: u64,
@@ -261,6 +263,28 @@ impl CachedPartition {
             let content = Content::Decoded(Box::new(compact(data)));
             (Self::with(table, key, meta, content), None)
         }
+    }
+
+    /// A copy of an encoded entry in allocations of its own (`None` for a decoded one:
+    /// its many allocations are renewed by flushes anyway).
+    fn relocated(&self) -> Option<Self> {
+        let Content::Encoded(b) = &self.content else {
+            return None;
+        };
+        let key = match &self.key {
+            KeyBytes::Heap(k) => KeyBytes::Heap(Bytes::copy_from_slice(k)),
+            inline @ KeyBytes::Inline(..) => inline.clone(),
+        };
+        Some(CachedPartition {
+            table: self.table,
+            token: self.token,
+            key,
+            cost: self.cost,
+            rows_live_until: self.rows_live_until,
+            shadow_below: self.shadow_below,
+            has_marker: self.has_marker,
+            content: Content::Encoded(b.clone()),
+        })
     }
 
     /// What the entry knows of its data besides the data.
@@ -577,6 +601,9 @@ pub struct RowCache {
     evictions: u64,
     invalidations: u64,
     flush_replacements: u64,
+    /// Where [`defrag_slice`](Self::defrag_slice) goes on.
+    defrag_cursor: usize,
+    defrag_moves: u64,
 }
 
 impl RowCache {
@@ -597,6 +624,8 @@ impl RowCache {
             evictions: 0,
             invalidations: 0,
             flush_replacements: 0,
+            defrag_cursor: 0,
+            defrag_moves: 0,
         }
     }
 
@@ -612,10 +641,16 @@ impl RowCache {
             evictions: self.evictions,
             invalidations: self.invalidations,
             flush_replacements: self.flush_replacements,
+            defrag_moves: self.defrag_moves,
             partitions: self.len as u64,
             bytes: self.bytes as u64,
             capacity: self.capacity as u64,
         }
+    }
+
+    /// Slots of the key map.
+    pub fn slots(&self) -> usize {
+        self.buckets.len()
     }
 
     #[inline]
@@ -786,6 +821,39 @@ impl RowCache {
             None => entry,
         };
         (view, true)
+    }
+
+    /// Looks at the next `budget` slots of the key map (going round) and copies each
+    /// encoded entry for which `should_move` holds of its allocation or its data's into
+    /// new allocations (a read holding the old copy keeps it). Returns the entries moved.
+    /// See [`crate::alloc`].
+    pub fn defrag_slice(
+        &mut self,
+        budget: usize,
+        mut should_move: impl FnMut(*const u8) -> bool,
+    ) -> usize {
+        let n = self.buckets.len();
+        let mut moved = 0;
+        for _ in 0..budget.min(n) {
+            let i = self.defrag_cursor & (n - 1);
+            self.defrag_cursor = i + 1;
+            let Some(b) = self.buckets.get_mut(i) else {
+                continue;
+            };
+            let Some(e) = &b.entry else { continue };
+            let Content::Encoded(data) = &e.content else {
+                continue;
+            };
+            if !should_move(Arc::as_ptr(e).cast()) && !should_move(data.as_ptr()) {
+                continue;
+            }
+            if let Some(copy) = e.relocated() {
+                b.entry = Some(Arc::new(copy));
+                moved += 1;
+            }
+        }
+        self.defrag_moves += moved as u64;
+        moved
     }
 
     /// Drops one entry.
@@ -1014,6 +1082,55 @@ mod tests {
             s.bytes as usize,
             entry_cost(&key(5, "a"), &part(10)) + entry_cost(&key(5, "b"), &part(20))
         );
+    }
+
+    /// Defragmentation copies the encoded entries the allocator names into new
+    /// allocations, leaves the rest (and decoded entries) where they are, and a read
+    /// holding an old copy keeps it.
+    #[test]
+    fn defrag_moves_the_entries_named_and_keeps_their_content() {
+        let mut c = RowCache::new(1 << 24, 1 << 20);
+        let t = TableId(1);
+        for i in 0..100 {
+            c.insert(t, &key(i, &format!("k{i}")), part(20 + i as usize));
+        }
+        let mut wide = part(30);
+        wide.rows = (0..ENCODED_ROWS_MAX as u8 + 2)
+            .map(|i| {
+                let mut r = part(30).rows.remove(0);
+                r.clustering = Clustering(vec![Bytes::from(vec![i])]);
+                r
+            })
+            .collect();
+        c.insert(t, &key(500, "wide"), wide.clone());
+        let before: Vec<_> = (0..100)
+            .map(|i| c.get(t, &key(i, &format!("k{i}"))).expect("cached").clone())
+            .collect();
+        let wide_before = c.get(t, &key(500, "wide")).expect("cached").clone();
+        let bytes = c.stats().bytes;
+        // Nothing named: nothing moves, whatever the budget.
+        assert_eq!(c.defrag_slice(c.slots() * 2, |_| false), 0);
+        // Entries whose own allocation is named (the even ones) move.
+        let even: std::collections::HashSet<usize> = before
+            .iter()
+            .step_by(2)
+            .map(|e| Arc::as_ptr(e) as usize)
+            .collect();
+        let moved = c.defrag_slice(c.slots(), |p| even.contains(&(p as usize)));
+        assert_eq!(moved, 50);
+        for (i, old) in before.iter().enumerate() {
+            let now = c.get(t, &key(i as i64, &format!("k{i}"))).expect("cached");
+            assert_eq!(Arc::ptr_eq(now, old), i % 2 == 1, "{i}");
+            assert_eq!(data_of(now), data_of(old), "{i}");
+            assert_eq!(data_of(old), part(20 + i));
+        }
+        // Everything named: every encoded entry moves, the decoded one stays.
+        let moved = c.defrag_slice(c.slots(), |_| true);
+        assert_eq!(moved, 100);
+        assert!(Arc::ptr_eq(c.get(t, &key(500, "wide")).expect("cached"), &wide_before));
+        assert_eq!(c.stats().bytes, bytes);
+        assert_eq!(c.stats().defrag_moves, 150);
+        assert_eq!(c.stats().partitions, 101);
     }
 
     #[test]

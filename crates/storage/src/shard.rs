@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc;
+use std::time::Duration;
 
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, CounterShard, Mutation,
@@ -77,6 +78,7 @@ pub struct StorageMetrics {
     pub row_cache_insertions: u64,
     pub row_cache_evictions: u64,
     pub row_cache_flush_replacements: u64,
+    pub row_cache_defrag_moves: u64,
     pub row_cache_bytes: u64,
     pub row_cache_partitions: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -123,6 +125,14 @@ struct CacheUpdate {
 /// Partitions of a flushed memtable merged into the row cache per slice (~1 ms: a merge
 /// into a cached entry costs a few µs).
 const CACHE_UPDATE_SLICE: usize = 256;
+
+/// Row cache key map slots one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
+/// about a millisecond of the shard when most entries move.
+const DEFRAG_SLICE: usize = 2048;
+/// Pause between defragmentation slices while the allocator reports fragmentation.
+const DEFRAG_TICK: Duration = Duration::from_millis(10);
+/// Pause after a defragmentation pass that moved almost nothing.
+const DEFRAG_BACKOFF: Duration = Duration::from_secs(30);
 
 struct TableState {
     schema: Arc<TableSchema>,
@@ -334,7 +344,7 @@ async fn yield_once() {
 }
 
 /// An install of a background result taking this long on the shard thread is logged.
-const SLOW_INSTALL: std::time::Duration = std::time::Duration::from_millis(20);
+const SLOW_INSTALL: Duration = Duration::from_millis(20);
 
 /// Per-table file holding the commitlog position replay starts from (u64 LE + crc32c):
 /// everything before it was flushed to SSTables or truncated.
@@ -1860,6 +1870,7 @@ impl ShardStorage {
         m.row_cache_insertions = rc.insertions;
         m.row_cache_evictions = rc.evictions;
         m.row_cache_flush_replacements = rc.flush_replacements;
+        m.row_cache_defrag_moves = rc.defrag_moves;
         m.row_cache_bytes = rc.bytes;
         m.row_cache_partitions = rc.partitions;
         m
@@ -1898,6 +1909,52 @@ impl ShardStorage {
     }
 
     /// Counters and size of the shard's row cache.
+    /// One slice of the row cache's defragmentation ([`crate::alloc`]): when the
+    /// allocator's hooks are registered and report fragmentation, moves the entries among
+    /// the next `budget` key map slots that sit in sparsely used slabs. Returns the entries
+    /// moved and the key map's slots, `None` when there is nothing to do.
+    pub fn defrag_row_cache(&self, budget: usize) -> Option<(usize, usize)> {
+        let hooks = crate::alloc::hooks()?;
+        if !(hooks.usage)().is_some_and(crate::alloc::fragmented) {
+            return None;
+        }
+        let mut inner = self.inner.borrow_mut();
+        let moved = inner.row_cache.defrag_slice(budget, hooks.should_move);
+        Some((moved, inner.row_cache.slots()))
+    }
+
+    /// Runs forever on the shard (spawn it with `spawn_local`): defragments the row cache
+    /// in slices of [`DEFRAG_SLICE`] key map slots every [`DEFRAG_TICK`] while the
+    /// allocator reports fragmentation (checked every second otherwise). A whole pass
+    /// over the key map that moved fewer than one entry in 200 means the slack is not the
+    /// cache's to undo: the next pass waits [`DEFRAG_BACKOFF`]. Returns after `shutdown`.
+    pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
+        let me = self.clone();
+        async move {
+            let (mut moved, mut seen) = (0, 0);
+            let mut wait = Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(wait).await;
+                if me.inner.borrow().closed {
+                    return;
+                }
+                let Some((m, slots)) = me.defrag_row_cache(DEFRAG_SLICE) else {
+                    (moved, seen, wait) = (0, 0, Duration::from_secs(1));
+                    continue;
+                };
+                moved += m;
+                seen += DEFRAG_SLICE;
+                wait = DEFRAG_TICK;
+                if seen >= slots {
+                    if moved < slots / 200 {
+                        wait = DEFRAG_BACKOFF;
+                    }
+                    (moved, seen) = (0, 0);
+                }
+            }
+        }
+    }
+
     pub fn row_cache_stats(&self) -> RowCacheStats {
         self.inner.borrow().row_cache.stats()
     }

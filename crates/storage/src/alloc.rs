@@ -1,0 +1,67 @@
+//! Hooks into the process's memory allocator, registered once by the binary (jemalloc;
+//! a build with the system allocator registers none and nothing here does anything).
+//!
+//! The row cache uses them to undo fragmentation: when its entries are evicted at random
+//! (say a workload's small partitions give way to another's wide ones), the allocator's
+//! slabs of their size classes stay partly used, and that memory serves no other size.
+//! When the allocator's active pages pass its live allocations by a margin
+//! ([`fragmented`]), the shard moves cached entries that sit in slabs emptier than their
+//! size class's average ([`AllocatorHooks::should_move`]) into new allocations, which
+//! fill the fuller slabs; the emptied slabs go back to the allocator for any size.
+
+use std::sync::OnceLock;
+
+/// Process-wide allocator figures, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocatorUsage {
+    /// Live allocations.
+    pub allocated: u64,
+    /// Pages holding live allocations (allocated plus size-class and slab slack).
+    pub active: u64,
+}
+
+/// What the binary's allocator tells the storage engine.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocatorHooks {
+    /// Current figures (refreshed by the call), `None` when unavailable.
+    pub usage: fn() -> Option<AllocatorUsage>,
+    /// Whether the allocation holding this address sits in a slab used less than its
+    /// size class's slabs on average (and is not the slab being filled): moving it
+    /// helps free that slab.
+    pub should_move: fn(*const u8) -> bool,
+}
+
+static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();
+
+/// Registers the allocator's hooks; only the first registration counts.
+pub fn set_hooks(hooks: AllocatorHooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+/// The registered hooks, if any.
+pub fn hooks() -> Option<&'static AllocatorHooks> {
+    HOOKS.get()
+}
+
+/// Whether `u` shows enough slack to defragment: active pages more than a sixteenth
+/// (and at least 64 MiB) above live allocations.
+pub fn fragmented(u: AllocatorUsage) -> bool {
+    u.active > u.allocated + (u.allocated / 16).max(64 << 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_above_a_sixteenth_and_64_mib_is_fragmentation() {
+        let gb = 1u64 << 30;
+        let u = |allocated, active| AllocatorUsage { allocated, active };
+        assert!(!fragmented(u(gb, gb)));
+        assert!(!fragmented(u(gb, gb + gb / 16)));
+        assert!(fragmented(u(gb, gb + gb / 16 + 1)));
+        // Small heaps: 64 MiB of slack at least.
+        assert!(!fragmented(u(100 << 20, 160 << 20)));
+        assert!(fragmented(u(100 << 20, 165 << 20)));
+    }
+}
