@@ -1127,7 +1127,10 @@ mod tests {
         // Everything named: every encoded entry moves, the decoded one stays.
         let moved = c.defrag_slice(c.slots(), |_| true);
         assert_eq!(moved, 100);
-        assert!(Arc::ptr_eq(c.get(t, &key(500, "wide")).expect("cached"), &wide_before));
+        assert!(Arc::ptr_eq(
+            c.get(t, &key(500, "wide")).expect("cached"),
+            &wide_before
+        ));
         assert_eq!(c.stats().bytes, bytes);
         assert_eq!(c.stats().defrag_moves, 150);
         assert_eq!(c.stats().partitions, 101);
