@@ -98,6 +98,24 @@ fn jemalloc_should_move(ptr: *const u8) -> bool {
     out.nfree * out.bin_nregs > out.bin_nfree * out.nregs
 }
 
+/// Returns the calling thread's jemalloc cache of free regions to their slabs
+/// (`thread.tcache.flush`).
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_flush_thread_cache() {
+    // SAFETY: a NUL-terminated name; the control takes and returns nothing, so every
+    // pointer is null and every length 0.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"thread.tcache.flush".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
+}
+
 /// jemalloc's process-wide figures for `/metrics` (`amphora_memory_allocator_*_bytes`).
 #[cfg(feature = "jemalloc")]
 fn jemalloc_stats() -> Vec<amphora_server::metrics::AllocatorStat> {
@@ -246,6 +264,7 @@ fn main() -> anyhow::Result<()> {
                 amphora_storage::alloc::set_hooks(amphora_storage::alloc::AllocatorHooks {
                     usage: jemalloc_usage,
                     should_move: jemalloc_should_move,
+                    flush_thread_cache: jemalloc_flush_thread_cache,
                 });
             }
             server(a)
@@ -401,6 +420,8 @@ mod tests {
                 .filter(|b| jemalloc_should_move(b.as_ptr()))
                 .count()
         };
+        // Freed regions cached by this thread go back to their slabs first.
+        jemalloc_flush_thread_cache();
         let thinned = named(0..10_000);
         let full = named(10_000..20_000);
         assert!(thinned > 1_000, "thinned slabs: {thinned} of 1250 named");

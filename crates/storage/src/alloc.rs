@@ -29,6 +29,10 @@ pub struct AllocatorHooks {
     /// size class's slabs on average (and is not the slab being filled): moving it
     /// helps free that slab.
     pub should_move: fn(*const u8) -> bool,
+    /// Returns the calling thread's cached free regions to their slabs, so the next
+    /// allocations come from the slabs the allocator fills first, not from the places
+    /// entries just left (jemalloc's `thread.tcache.flush`).
+    pub flush_thread_cache: fn(),
 }
 
 static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();

@@ -552,6 +552,16 @@ fn compact(mut data: PartitionUpdate) -> PartitionUpdate {
     data
 }
 
+/// What one [`RowCache::defrag_slice`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DefragSlice {
+    /// Encoded entries looked at.
+    pub examined: usize,
+    pub moved: usize,
+    /// The slice reached the key map's end (the next one starts a new pass).
+    pub wrapped: bool,
+}
+
 /// Set in a bucket's `hash` while its entry is referenced (CLOCK).
 const REFERENCED: u64 = 1 << 63;
 
@@ -823,20 +833,23 @@ impl RowCache {
         (view, true)
     }
 
-    /// Looks at the next `budget` slots of the key map (going round) and copies each
-    /// encoded entry for which `should_move` holds of its allocation or its data's into
-    /// new allocations (a read holding the old copy keeps it). Returns the entries moved.
-    /// See [`crate::alloc`].
+    /// Goes on round the key map until it has looked at `budget` encoded entries or
+    /// reached the map's end, copying each entry for which `should_move` holds of its
+    /// allocation or its data's into new allocations (a read holding the old copy keeps
+    /// it). The old copies are freed only after every new one is allocated, so a new copy
+    /// never takes the place an old one just left. See [`crate::alloc`].
     pub fn defrag_slice(
         &mut self,
         budget: usize,
         mut should_move: impl FnMut(*const u8) -> bool,
-    ) -> usize {
+    ) -> DefragSlice {
         let n = self.buckets.len();
-        let mut moved = 0;
-        for _ in 0..budget.min(n) {
+        let mut out = DefragSlice::default();
+        let mut old = Vec::new();
+        while out.examined < budget && !out.wrapped && n > 0 {
             let i = self.defrag_cursor & (n - 1);
-            self.defrag_cursor = i + 1;
+            self.defrag_cursor = (i + 1) & (n - 1);
+            out.wrapped = self.defrag_cursor == 0;
             let Some(b) = self.buckets.get_mut(i) else {
                 continue;
             };
@@ -844,16 +857,18 @@ impl RowCache {
             let Content::Encoded(data) = &e.content else {
                 continue;
             };
+            out.examined += 1;
             if !should_move(Arc::as_ptr(e).cast()) && !should_move(data.as_ptr()) {
                 continue;
             }
             if let Some(copy) = e.relocated() {
-                b.entry = Some(Arc::new(copy));
-                moved += 1;
+                old.push(b.entry.replace(Arc::new(copy)));
+                out.moved += 1;
             }
         }
-        self.defrag_moves += moved as u64;
-        moved
+        drop(old);
+        self.defrag_moves += out.moved as u64;
+        out
     }
 
     /// Drops one entry.
@@ -1108,16 +1123,27 @@ mod tests {
             .collect();
         let wide_before = c.get(t, &key(500, "wide")).expect("cached").clone();
         let bytes = c.stats().bytes;
-        // Nothing named: nothing moves, whatever the budget.
-        assert_eq!(c.defrag_slice(c.slots() * 2, |_| false), 0);
+        // Nothing named: nothing moves; a pass looks at every encoded entry once.
+        let pass = c.defrag_slice(usize::MAX, |_| false);
+        assert_eq!((pass.examined, pass.moved, pass.wrapped), (100, 0, true));
+        let mut seen = 0;
+        loop {
+            let s = c.defrag_slice(7, |_| false);
+            assert!(s.examined <= 7);
+            seen += s.examined;
+            if s.wrapped {
+                break;
+            }
+        }
+        assert_eq!(seen, 100);
         // Entries whose own allocation is named (the even ones) move.
         let even: std::collections::HashSet<usize> = before
             .iter()
             .step_by(2)
             .map(|e| Arc::as_ptr(e) as usize)
             .collect();
-        let moved = c.defrag_slice(c.slots(), |p| even.contains(&(p as usize)));
-        assert_eq!(moved, 50);
+        let moved = c.defrag_slice(usize::MAX, |p| even.contains(&(p as usize)));
+        assert_eq!(moved.moved, 50);
         for (i, old) in before.iter().enumerate() {
             let now = c.get(t, &key(i as i64, &format!("k{i}"))).expect("cached");
             assert_eq!(Arc::ptr_eq(now, old), i % 2 == 1, "{i}");
@@ -1125,8 +1151,8 @@ mod tests {
             assert_eq!(data_of(old), part(20 + i));
         }
         // Everything named: every encoded entry moves, the decoded one stays.
-        let moved = c.defrag_slice(c.slots(), |_| true);
-        assert_eq!(moved, 100);
+        let moved = c.defrag_slice(usize::MAX, |_| true);
+        assert_eq!(moved.moved, 100);
         assert!(Arc::ptr_eq(
             c.get(t, &key(500, "wide")).expect("cached"),
             &wide_before

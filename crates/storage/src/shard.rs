@@ -40,7 +40,7 @@ use crate::memtable::{MemPartition, Memtable};
 use crate::read::{
     PartitionData, PartitionRange, ReadCommand, ReadResult, in_range, limit, live_partition,
 };
-use crate::rowcache::{RowCache, RowCacheStats};
+use crate::rowcache::{DefragSlice, RowCache, RowCacheStats};
 use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
 
 /// Counters for nodetool/metrics.
@@ -126,9 +126,9 @@ struct CacheUpdate {
 /// into a cached entry costs a few µs).
 const CACHE_UPDATE_SLICE: usize = 256;
 
-/// Row cache key map slots one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
-/// about a millisecond of the shard when most entries move.
-const DEFRAG_SLICE: usize = 2048;
+/// Row cache entries one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
+/// a few hundred microseconds of the shard when most of them move.
+const DEFRAG_SLICE: usize = 1024;
 /// Pause between defragmentation slices while the allocator reports fragmentation.
 const DEFRAG_TICK: Duration = Duration::from_millis(10);
 /// Pause after a defragmentation pass that moved almost nothing.
@@ -1910,24 +1910,24 @@ impl ShardStorage {
 
     /// Counters and size of the shard's row cache.
     /// One slice of the row cache's defragmentation ([`crate::alloc`]): when the
-    /// allocator's hooks are registered and report fragmentation, moves the entries among
-    /// the next `budget` key map slots that sit in sparsely used slabs. Returns the entries
-    /// moved and the key map's slots, `None` when there is nothing to do.
-    pub fn defrag_row_cache(&self, budget: usize) -> Option<(usize, usize)> {
+    /// allocator's hooks are registered and report fragmentation, looks at up to `budget`
+    /// encoded entries and moves those that sit in sparsely used slabs. `None` when there
+    /// is nothing to do.
+    pub fn defrag_row_cache(&self, budget: usize) -> Option<DefragSlice> {
         let hooks = crate::alloc::hooks()?;
         if !(hooks.usage)().is_some_and(crate::alloc::fragmented) {
             return None;
         }
+        (hooks.flush_thread_cache)();
         let mut inner = self.inner.borrow_mut();
-        let moved = inner.row_cache.defrag_slice(budget, hooks.should_move);
-        Some((moved, inner.row_cache.slots()))
+        Some(inner.row_cache.defrag_slice(budget, hooks.should_move))
     }
 
     /// Runs forever on the shard (spawn it with `spawn_local`): defragments the row cache
-    /// in slices of [`DEFRAG_SLICE`] key map slots every [`DEFRAG_TICK`] while the
-    /// allocator reports fragmentation (checked every second otherwise). A whole pass
-    /// over the key map that moved fewer than one entry in 200 means the slack is not the
-    /// cache's to undo: the next pass waits [`DEFRAG_BACKOFF`]. Returns after `shutdown`.
+    /// in slices of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`] while the allocator
+    /// reports fragmentation (checked every second otherwise). A whole pass over the key
+    /// map that moved fewer than one entry in 100 means the slack is not the cache's to
+    /// undo: the next pass waits [`DEFRAG_BACKOFF`]. Returns after `shutdown`.
     pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
@@ -1938,15 +1938,15 @@ impl ShardStorage {
                 if me.inner.borrow().closed {
                     return;
                 }
-                let Some((m, slots)) = me.defrag_row_cache(DEFRAG_SLICE) else {
+                let Some(s) = me.defrag_row_cache(DEFRAG_SLICE) else {
                     (moved, seen, wait) = (0, 0, Duration::from_secs(1));
                     continue;
                 };
-                moved += m;
-                seen += DEFRAG_SLICE;
+                moved += s.moved;
+                seen += s.examined;
                 wait = DEFRAG_TICK;
-                if seen >= slots {
-                    if moved < slots / 200 {
+                if s.wrapped {
+                    if moved < seen / 100 {
                         wait = DEFRAG_BACKOFF;
                     }
                     (moved, seen) = (0, 0);
