@@ -127,8 +127,12 @@ struct CacheUpdate {
 const CACHE_UPDATE_SLICE: usize = 256;
 
 /// Row cache entries one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
-/// a few hundred microseconds of the shard when most of them move.
-const DEFRAG_SLICE: usize = 1024;
+/// about a millisecond of the shard when most of them move. At one slice per
+/// [`DEFRAG_TICK`], a pass over 2.4M entries takes 6 s: make bench's switch from
+/// `standard1` to the IoT mixes fragments about 1 GB in 20 s.
+const DEFRAG_SLICE: usize = 4096;
+/// How often the allocator's fragmentation is checked while there is none.
+const DEFRAG_CHECK: Duration = Duration::from_millis(250);
 /// Pause between defragmentation slices while the allocator reports fragmentation.
 const DEFRAG_TICK: Duration = Duration::from_millis(10);
 /// Pause after a defragmentation pass that moved almost nothing.
@@ -1925,21 +1929,21 @@ impl ShardStorage {
 
     /// Runs forever on the shard (spawn it with `spawn_local`): defragments the row cache
     /// in slices of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`] while the allocator
-    /// reports fragmentation (checked every second otherwise). A whole pass over the key
+    /// reports fragmentation (checked every [`DEFRAG_CHECK`] otherwise). A whole pass over the key
     /// map that moved fewer than one entry in 100 means the slack is not the cache's to
     /// undo: the next pass waits [`DEFRAG_BACKOFF`]. Returns after `shutdown`.
     pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
             let (mut moved, mut seen) = (0, 0);
-            let mut wait = Duration::from_secs(1);
+            let mut wait = DEFRAG_CHECK;
             loop {
                 tokio::time::sleep(wait).await;
                 if me.inner.borrow().closed {
                     return;
                 }
                 let Some(s) = me.defrag_row_cache(DEFRAG_SLICE) else {
-                    (moved, seen, wait) = (0, 0, Duration::from_secs(1));
+                    (moved, seen, wait) = (0, 0, DEFRAG_CHECK);
                     continue;
                 };
                 moved += s.moved;
