@@ -25,10 +25,14 @@ pub struct AllocatorUsage {
 pub struct AllocatorHooks {
     /// Current figures (refreshed by the call), `None` when unavailable.
     pub usage: fn() -> Option<AllocatorUsage>,
-    /// Whether the allocation holding this address sits in a slab used less than its
-    /// size class's slabs on average (and is not the slab being filled): moving it
-    /// helps free that slab.
-    pub should_move: fn(*const u8) -> bool,
+    /// Whether the allocation holding this address sits in a slab used less than the
+    /// other slabs of its size class (in its arena) on average, and is not the slab
+    /// being filled: moving it helps free that slab.
+    ///
+    /// # Safety
+    /// The address must lie inside a live allocation of the global allocator (jemalloc's
+    /// lookup of an address it never mapped dereferences a null page table leaf).
+    pub should_move: unsafe fn(*const u8) -> bool,
     /// Returns the calling thread's cached free regions to their slabs, so the next
     /// allocations come from the slabs the allocator fills first, not from the places
     /// entries just left (jemalloc's `thread.tcache.flush`).
@@ -47,10 +51,22 @@ pub fn hooks() -> Option<&'static AllocatorHooks> {
     HOOKS.get()
 }
 
-/// Whether `u` shows enough slack to defragment: active pages more than a sixteenth
-/// (and at least 64 MiB) above live allocations.
+/// Whether `u` shows enough slack to start defragmenting: active pages more than a
+/// sixteenth (and at least 64 MiB) above live allocations.
 pub fn fragmented(u: AllocatorUsage) -> bool {
     u.active > u.allocated + (u.allocated / 16).max(64 << 20)
+}
+
+/// Whether defragmenting goes on: the slack is still above half the starting threshold
+/// (a thirty-second of live allocations, at least 32 MiB), so slack hovering near the
+/// threshold does not start and stop it over and over.
+pub fn still_fragmented(u: AllocatorUsage) -> bool {
+    u.active > u.allocated + (u.allocated / 32).max(32 << 20)
+}
+
+/// Pages in use beyond live allocations.
+pub fn slack(u: AllocatorUsage) -> u64 {
+    u.active.saturating_sub(u.allocated)
 }
 
 #[cfg(test)]
@@ -67,5 +83,10 @@ mod tests {
         // Small heaps: 64 MiB of slack at least.
         assert!(!fragmented(u(100 << 20, 160 << 20)));
         assert!(fragmented(u(100 << 20, 165 << 20)));
+        // Once started, it goes on down to half the threshold.
+        assert!(still_fragmented(u(gb, gb + gb / 20)));
+        assert!(!still_fragmented(u(gb, gb + gb / 32)));
+        assert_eq!(slack(u(gb, gb + 5)), 5);
+        assert_eq!(slack(u(gb, gb - 5)), 0);
     }
 }

@@ -486,7 +486,9 @@ pub(crate) fn read_single<'a>(
             Some(entry) => entry,
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
-                // Detached: every value is a slice of a copy of its partition's bytes.
+                // Detached: every value is a slice of a copy of its partition's bytes, so
+                // what this read returns pins no block cache chunk (the cache entry copies
+                // again: into its encoding, or into one buffer of its own when decoded).
                 let mut full =
                     read_sstables(&t, key, None, None, block_cache, &mut sstables_read, true)?
                         .unwrap_or_default();

@@ -135,8 +135,63 @@ const DEFRAG_SLICE: usize = 4096;
 const DEFRAG_CHECK: Duration = Duration::from_millis(250);
 /// Pause between defragmentation slices while the allocator reports fragmentation.
 const DEFRAG_TICK: Duration = Duration::from_millis(10);
-/// Pause after a defragmentation pass that moved almost nothing.
+/// Pause after a defragmentation pass that moved almost nothing, or after passes that
+/// did not lower the allocator's slack.
 const DEFRAG_BACKOFF: Duration = Duration::from_secs(30);
+
+/// One episode of row cache defragmentation ([`ShardStorage::run_defrag`]): decides the
+/// pause after each slice. Slices follow one another every [`DEFRAG_TICK`]; at the end of
+/// a pass over the key map, the episode pauses for [`DEFRAG_BACKOFF`] when the pass moved
+/// fewer than one entry in 100 it looked at (the slabs are about evenly used: moving
+/// helps little), or when three passes in a row ended with no less slack than they started
+/// with (the slack is not the cache's, or churn outpaces the moves; a pass over make
+/// bench's 2.4M entries takes ~6 s, and the switch to the IoT mixes grows the slack for
+/// ~12 s while the moves keep up with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DefragEpisode {
+    moved: usize,
+    examined: usize,
+    /// The allocator's slack when the current pass started.
+    pass_slack: u64,
+    /// Passes in a row that did not lower the slack.
+    stalled: u32,
+}
+
+impl DefragEpisode {
+    fn new(slack: u64) -> Self {
+        DefragEpisode {
+            moved: 0,
+            examined: 0,
+            pass_slack: slack,
+            stalled: 0,
+        }
+    }
+
+    /// The pause after `slice`, the allocator's slack being `slack` before it.
+    fn after(&mut self, slice: DefragSlice, slack: u64) -> Duration {
+        self.moved += slice.moved;
+        self.examined += slice.examined;
+        if !slice.wrapped {
+            return DEFRAG_TICK;
+        }
+        let few = self.moved * 100 < self.examined.max(1);
+        self.stalled = if slack >= self.pass_slack {
+            self.stalled + 1
+        } else {
+            0
+        };
+        let stalled = self.stalled >= 3;
+        *self = DefragEpisode {
+            stalled: if stalled { 0 } else { self.stalled },
+            ..DefragEpisode::new(slack)
+        };
+        if few || stalled {
+            DEFRAG_BACKOFF
+        } else {
+            DEFRAG_TICK
+        }
+    }
+}
 
 struct TableState {
     schema: Arc<TableSchema>,
@@ -1912,53 +1967,63 @@ impl ShardStorage {
         self.inner.borrow().block_cache.stats()
     }
 
-    /// Counters and size of the shard's row cache.
-    /// One slice of the row cache's defragmentation ([`crate::alloc`]): when the
-    /// allocator's hooks are registered and report fragmentation, looks at up to `budget`
-    /// encoded entries and moves those that sit in sparsely used slabs. `None` when there
-    /// is nothing to do.
-    pub fn defrag_row_cache(&self, budget: usize) -> Option<DefragSlice> {
-        let hooks = crate::alloc::hooks()?;
-        if !(hooks.usage)().is_some_and(crate::alloc::fragmented) {
-            return None;
-        }
+    /// One slice of the row cache's defragmentation ([`crate::alloc`]): looks at up to
+    /// `budget` encoded entries and moves those that sit in sparsely used slabs.
+    fn defrag_row_cache(&self, hooks: &crate::alloc::AllocatorHooks, budget: usize) -> DefragSlice {
         (hooks.flush_thread_cache)();
-        let mut inner = self.inner.borrow_mut();
-        Some(inner.row_cache.defrag_slice(budget, hooks.should_move))
+        let should_move = |p: *const u8| {
+            // SAFETY: `defrag_slice` passes only addresses inside live allocations (an
+            // entry it holds, and that entry's non-empty data), as the hook requires.
+            #[allow(unsafe_code)]
+            unsafe {
+                (hooks.should_move)(p)
+            }
+        };
+        self.inner
+            .borrow_mut()
+            .row_cache
+            .defrag_slice(budget, should_move)
     }
 
-    /// Runs forever on the shard (spawn it with `spawn_local`): defragments the row cache
-    /// in slices of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`] while the allocator
-    /// reports fragmentation (checked every [`DEFRAG_CHECK`] otherwise). A whole pass over the key
-    /// map that moved fewer than one entry in 100 means the slack is not the cache's to
-    /// undo: the next pass waits [`DEFRAG_BACKOFF`]. Returns after `shutdown`.
+    /// Runs on the shard (spawn it with `spawn_local`) while the allocator's hooks are
+    /// registered: checks the allocator's fragmentation every [`DEFRAG_CHECK`]; once it is
+    /// [`crate::alloc::fragmented`] and the row cache holds entries, a pass over the key
+    /// map starts, one slice of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`], and goes on
+    /// while [`crate::alloc::still_fragmented`] ([`DefragEpisode`] decides when to pause).
+    /// Returns after `shutdown`.
     pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
-            let (mut moved, mut seen) = (0, 0);
+            let Some(hooks) = crate::alloc::hooks() else {
+                return;
+            };
+            let mut episode: Option<DefragEpisode> = None;
             let mut wait = DEFRAG_CHECK;
             loop {
                 tokio::time::sleep(wait).await;
                 if me.inner.borrow().closed {
                     return;
                 }
-                let Some(s) = me.defrag_row_cache(DEFRAG_SLICE) else {
-                    (moved, seen, wait) = (0, 0, DEFRAG_CHECK);
-                    continue;
-                };
-                moved += s.moved;
-                seen += s.examined;
-                wait = DEFRAG_TICK;
-                if s.wrapped {
-                    if moved < seen / 100 {
-                        wait = DEFRAG_BACKOFF;
+                wait = DEFRAG_CHECK;
+                let Some(u) = (hooks.usage)() else { continue };
+                let ep = match &mut episode {
+                    Some(ep) if crate::alloc::still_fragmented(u) => ep,
+                    _ if crate::alloc::fragmented(u) && !me.inner.borrow().row_cache.is_empty() => {
+                        me.inner.borrow_mut().row_cache.restart_defrag();
+                        episode.insert(DefragEpisode::new(crate::alloc::slack(u)))
                     }
-                    (moved, seen) = (0, 0);
-                }
+                    _ => {
+                        episode = None;
+                        continue;
+                    }
+                };
+                let slice = me.defrag_row_cache(hooks, DEFRAG_SLICE);
+                wait = ep.after(slice, crate::alloc::slack(u));
             }
         }
     }
 
+    /// Counters and size of the shard's row cache.
     pub fn row_cache_stats(&self) -> RowCacheStats {
         self.inner.borrow().row_cache.stats()
     }
@@ -2305,4 +2370,43 @@ fn read_range(
     result.rows_counted = start_remaining - remaining;
     let _: Option<&PartitionData> = None;
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(examined: usize, moved: usize, wrapped: bool) -> DefragSlice {
+        DefragSlice {
+            examined,
+            moved,
+            wrapped,
+        }
+    }
+
+    #[test]
+    fn defrag_episodes_pause_after_useless_or_stalled_passes() {
+        // Slices follow one another until a pass ends; a pass that moved 10% and lowered
+        // the slack goes on; one that moved under 1% pauses.
+        let mut e = DefragEpisode::new(1000);
+        assert_eq!(e.after(slice(100, 10, false), 1000), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 10, true), 900), DEFRAG_TICK);
+        assert_eq!(e.after(slice(1000, 9, true), 800), DEFRAG_BACKOFF);
+        // A pass over an empty map (or one of only decoded entries) pauses.
+        let mut e = DefragEpisode::new(1000);
+        assert_eq!(e.after(slice(0, 0, true), 1000), DEFRAG_BACKOFF);
+        // Moves that do not lower the slack: the third such pass in a row pauses...
+        let mut e = DefragEpisode::new(1000);
+        assert_eq!(e.after(slice(100, 50, true), 1000), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 1100), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 1200), DEFRAG_BACKOFF);
+        // ...and a pass that lowers it starts the count again.
+        let mut e = DefragEpisode::new(1000);
+        assert_eq!(e.after(slice(100, 50, true), 1000), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 1000), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 900), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_TICK);
+        assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_BACKOFF);
+    }
 }
