@@ -659,6 +659,12 @@ impl RowCache {
         }
     }
 
+    /// Whether an entry of `cost` bytes is too big to cache: over the partition limit or
+    /// the whole capacity.
+    fn over_limits(&self, cost: usize) -> bool {
+        cost > self.partition_max || cost > self.capacity
+    }
+
     /// Makes the next [`defrag_slice`](Self::defrag_slice) start a pass at the key map's
     /// first slot.
     pub fn restart_defrag(&mut self) {
@@ -820,7 +826,7 @@ impl RowCache {
     ) -> (Arc<CachedPartition>, bool) {
         self.remove(table, key);
         let bound = cost_bound(key, &data);
-        if bound > self.partition_max || bound > self.capacity {
+        if self.over_limits(bound) {
             return (Arc::new(CachedPartition::uncached(table, key, data)), false);
         }
         let (entry, decoded) = CachedPartition::build(table, key, data);
@@ -828,7 +834,7 @@ impl RowCache {
         // The cost is known only once built (`cost_bound` undercounts decoded data and
         // size-class rounding); the flush's merge drops entries over the limits, so they
         // are not cached here either.
-        if cost > self.partition_max || cost > self.capacity {
+        if self.over_limits(cost) {
             let view = match decoded {
                 Some(data) => CachedPartition::uncached(table, key, data),
                 None => entry,
@@ -1018,7 +1024,7 @@ impl RowCache {
                     }
                 };
                 self.bytes = self.bytes - old_cost + cost;
-                if cost > self.partition_max || cost > self.capacity {
+                if self.over_limits(cost) {
                     too_big.push(key.clone());
                 }
                 continue;
