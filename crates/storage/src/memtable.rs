@@ -245,6 +245,13 @@ pub fn single_standalone(enc: &[u8], out: &mut Vec<u8>) -> bool {
     }
 }
 
+/// The summary of a single-row partition's row as the memtable holds it (see
+/// [`codec::summarize_simple_row`]): `None` unless its cells are all simple.
+pub fn single_summary(enc: &[u8]) -> Option<codec::SimpleRowSummary> {
+    let (base, row) = enc.split_first_chunk::<8>()?;
+    codec::summarize_simple_row(row, i64::from_le_bytes(*base))
+}
+
 /// Decodes what [`encode_single`] wrote. The bytes were encoded by this memtable from a
 /// valid row, so a failure is a bug: it is reported loudly (debug builds panic) and the
 /// row reads as empty rather than taking the node down.

@@ -36,14 +36,14 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use amphora_types::codec::{self, DecodeError};
+use amphora_types::codec::{self, DecodeError, SimpleRowSummary};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
 };
 use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
-use crate::memtable::{MemPartition, Memtable, single_standalone};
+use crate::memtable::{MemPartition, Memtable, single_standalone, single_summary};
 
 /// Counters and size of a [`RowCache`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -151,6 +151,9 @@ pub struct CachedPartition {
     content: Content,
 }
 
+/// Partitions a flush merge looks up between two [`RowCache::warm_for_merge`] passes.
+const MERGE_BATCH: usize = 16;
+
 /// Partitions of at most this many rows are cached encoded.
 const ENCODED_ROWS_MAX: usize = 4;
 
@@ -169,7 +172,7 @@ enum Content {
 }
 
 /// What an entry knows of its data besides the data.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Meta {
     live_until: LocalTime,
     shadow_below: i64,
@@ -192,6 +195,22 @@ impl Meta {
             },
             // Only read for simple entries (at most one row).
             has_marker: simple && data.rows.iter().any(|r| r.marker.is_some()),
+        }
+    }
+}
+
+impl Meta {
+    /// What [`Meta::of`] gives for a partition of one row (no deletion, simple cells)
+    /// summarized by `s`.
+    fn of_simple_row(s: &SimpleRowSummary) -> Self {
+        Meta {
+            live_until: if s.has_tombstone_cell || (s.marker.is_none() && s.cells == 0) {
+                LocalTime::MIN
+            } else {
+                s.earliest_expiry
+            },
+            shadow_below: s.max_timestamp,
+            has_marker: s.marker.is_some(),
         }
     }
 }
@@ -332,6 +351,24 @@ impl CachedPartition {
             && row.cells.iter().all(
                 |(_, d)| matches!(d, ColumnData::Simple(c) if !c.is_counter && newer(c.timestamp)),
             )
+    }
+
+    /// [`Self::replaced_by`] for a flushed partition of the one row `s` summarizes.
+    fn replaced_by_row(&self, s: &SimpleRowSummary, regular_columns: usize) -> bool {
+        let newer = |ts: i64| self.shadow_below != i64::MAX && ts > self.shadow_below;
+        s.clustering_empty
+            && s.marker.map_or(!self.has_marker, |m| newer(m.timestamp))
+            && regular_columns > 0
+            && s.cells == regular_columns
+            && newer(s.min_cell_timestamp)
+    }
+
+    /// Touches the line an encoded entry's content starts on (see
+    /// [`RowCache::warm_for_merge`]).
+    fn touch_content(&self) {
+        if let Content::Encoded(b) = &self.content {
+            std::hint::black_box(b.first().copied());
+        }
     }
 
     /// The bytes this entry is accounted in the cache: its allocations, each rounded up
@@ -961,7 +998,6 @@ impl RowCache {
             None => std::ops::Bound::Unbounded,
         };
         let mut used = 0;
-        let mut last: Option<&PartitionKey> = None;
         let mut too_big = Vec::new();
         let mut scratch = Vec::new();
         // Rows of tables without clustering, static or dropped columns may replace their
@@ -976,75 +1012,185 @@ impl RowCache {
                 .filter(|c| c.kind == ColumnKind::Regular)
                 .count()
         });
-        for (key, p) in mem
+        let mut parts = mem
             .partitions
             .range(from.as_ref(), std::ops::Bound::Unbounded)
-        {
-            if used == budget {
-                *done_up_to = last.cloned();
+            .peekable();
+        let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(MERGE_BATCH);
+        let mut last: Option<&PartitionKey> = None;
+        loop {
+            if used == budget && parts.peek().is_some() {
+                // Where the next slice starts (the same place again if nothing was looked
+                // at: `from` excluded `done_up_to`, so it is put back as it was).
+                *done_up_to = last.cloned().or_else(|| match from {
+                    std::ops::Bound::Excluded(ref k) => Some(k.clone()),
+                    _ => None,
+                });
                 self.finish_merge(table, too_big);
                 return (false, used);
             }
-            used += 1;
-            last = Some(key);
-            let Some(i) = self.find(table, key) else {
-                continue;
+            batch.clear();
+            batch.extend(parts.by_ref().take(MERGE_BATCH.min(budget - used)));
+            let Some(&(end, _)) = batch.last() else {
+                break;
             };
-            let Some(b) = self.buckets.get_mut(i) else {
-                continue;
-            };
-            let Some(old) = &mut b.entry else {
-                continue;
-            };
-            let flushed = mem.to_update(p, &[]);
-            let old_cost = old.cost;
-            if regular_columns.is_some_and(|n| old.replaced_by(&flushed, n)) {
-                // The entry becomes the flushed row's encoding, copied from the memtable
-                // (a one-row partition there is held in the same row encoding), in the
-                // entry's own allocations when no reader holds it.
-                self.flush_replacements += 1;
-                scratch.clear();
-                let copied =
-                    matches!(p, MemPartition::Single(enc) if single_standalone(enc, &mut scratch));
-                if !copied {
-                    codec::encode_update_standalone(&flushed, &mut scratch);
-                }
-                let meta = Meta::of(&flushed);
-                let cost = match Arc::get_mut(old) {
-                    Some(e) => {
-                        e.replace_encoded(meta, &scratch);
-                        e.cost
-                    }
-                    None => {
-                        let content = Content::Encoded(Box::from(scratch.as_slice()));
-                        let e = CachedPartition::with(table, key, meta, content);
-                        let cost = e.cost;
-                        *old = Arc::new(e);
-                        cost
-                    }
-                };
-                self.bytes = self.bytes - old_cost + cost;
-                if self.over_limits(cost) {
-                    too_big.push(key.clone());
-                }
-                continue;
+            last = Some(end);
+            self.warm_for_merge(table, &batch);
+            for &(key, p) in &batch {
+                self.merge_flushed_partition(
+                    table,
+                    schema,
+                    mem,
+                    (key, p),
+                    regular_columns,
+                    &mut scratch,
+                    &mut too_big,
+                );
             }
-            // An entry that does not decode (never expected) is dropped with the big ones.
-            let Ok(old_data) = old.data() else {
-                too_big.push(key.clone());
-                continue;
-            };
-            let merged = merge_partition_updates(schema, &old_data, &flushed);
-            let (entry, _) = CachedPartition::build(table, key, merged);
-            if entry.cost > self.partition_max || entry.cost > self.capacity {
-                too_big.push(key.clone());
-                continue;
-            }
-            self.bytes = self.bytes - old_cost + entry.cost;
-            b.entry = Some(Arc::new(entry));
+            used += batch.len();
         }
         self.finish_merge(table, too_big);
         (true, used)
+    }
+
+    /// Touches what merging `batch` will read, one level of indirection at a time across
+    /// the whole batch (memtable entry, its row and the key map bucket, the cached entry,
+    /// its content), so the cache misses of different partitions overlap instead of
+    /// coming one after the other: a flush merge looks up partitions scattered over the
+    /// whole cache. Reads only; the results are discarded.
+    fn warm_for_merge(&self, table: TableId, batch: &[(&PartitionKey, &MemPartition)]) {
+        use std::hint::black_box;
+        let mask = self.mask();
+        for (k, _) in batch {
+            black_box(k.token);
+        }
+        for (k, p) in batch {
+            let i = hash_of(table, k.token) as usize & mask;
+            black_box(self.buckets.get(i).map(|b| b.hash));
+            black_box(k.key.first().copied());
+            if let MemPartition::Single(enc) = p {
+                black_box(enc.first().copied());
+            }
+        }
+        for (k, _) in batch {
+            let i = hash_of(table, k.token) as usize & mask;
+            if let Some(Some(e)) = self.buckets.get(i).map(|b| &b.entry) {
+                black_box(e.token);
+            }
+        }
+        for (k, _) in batch {
+            let i = hash_of(table, k.token) as usize & mask;
+            if let Some(Some(e)) = self.buckets.get(i).map(|b| &b.entry) {
+                e.touch_content();
+            }
+        }
+    }
+
+    /// Merges one flushed partition into its entry, if cached (see
+    /// [`merge_flushed_slice`](Self::merge_flushed_slice)); keys of entries that grew
+    /// past the limits go to `too_big`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_flushed_partition(
+        &mut self,
+        table: TableId,
+        schema: &TableSchema,
+        mem: &Memtable,
+        (key, p): (&PartitionKey, &MemPartition),
+        regular_columns: Option<usize>,
+        scratch: &mut Vec<u8>,
+        too_big: &mut Vec<PartitionKey>,
+    ) {
+        let Some(i) = self.find(table, key) else {
+            return;
+        };
+        let Some(b) = self.buckets.get_mut(i) else {
+            return;
+        };
+        let Some(old) = &mut b.entry else {
+            return;
+        };
+        let old_cost = old.cost;
+        // A single-row partition of simple cells is checked, and copied, from its bytes.
+        let single = match (regular_columns, p) {
+            (Some(n), MemPartition::Single(enc)) => single_summary(enc)
+                .filter(|s| old.replaced_by_row(s, n))
+                .map(|s| (Meta::of_simple_row(&s), enc)),
+            _ => None,
+        };
+        let flushed;
+        let meta = match single {
+            Some((meta, enc)) => {
+                scratch.clear();
+                if !single_standalone(enc, scratch) {
+                    return too_big.push(key.clone());
+                }
+                meta
+            }
+            None => {
+                flushed = mem.to_update(p, &[]);
+                if !regular_columns.is_some_and(|n| old.replaced_by(&flushed, n)) {
+                    return self.merge_decoded(table, schema, i, key, &flushed, too_big);
+                }
+                scratch.clear();
+                let copied =
+                    matches!(p, MemPartition::Single(enc) if single_standalone(enc, scratch));
+                if !copied {
+                    codec::encode_update_standalone(&flushed, scratch);
+                }
+                Meta::of(&flushed)
+            }
+        };
+        // The entry becomes the flushed row's encoding, copied from the memtable (a
+        // one-row partition there is held in the same row encoding), in the entry's own
+        // allocations when no reader holds it.
+        self.flush_replacements += 1;
+        let cost = match Arc::get_mut(old) {
+            Some(e) => {
+                e.replace_encoded(meta, scratch);
+                e.cost
+            }
+            None => {
+                let content = Content::Encoded(Box::from(scratch.as_slice()));
+                let e = CachedPartition::with(table, key, meta, content);
+                let cost = e.cost;
+                *old = Arc::new(e);
+                cost
+            }
+        };
+        self.bytes = self.bytes - old_cost + cost;
+        if self.over_limits(cost) {
+            too_big.push(key.clone());
+        }
+    }
+
+    /// Merges a flushed partition into the entry in bucket `i` by decoding, merging and
+    /// encoding it again.
+    fn merge_decoded(
+        &mut self,
+        table: TableId,
+        schema: &TableSchema,
+        i: usize,
+        key: &PartitionKey,
+        flushed: &PartitionUpdate,
+        too_big: &mut Vec<PartitionKey>,
+    ) {
+        let Some(Some(old)) = self.buckets.get(i).map(|b| &b.entry) else {
+            return;
+        };
+        let old_cost = old.cost;
+        // An entry that does not decode (never expected) is dropped with the big ones.
+        let Ok(old_data) = old.data() else {
+            return too_big.push(key.clone());
+        };
+        let merged = merge_partition_updates(schema, &old_data, flushed);
+        let (entry, _) = CachedPartition::build(table, key, merged);
+        if entry.cost > self.partition_max || entry.cost > self.capacity {
+            return too_big.push(key.clone());
+        }
+        self.bytes = self.bytes - old_cost + entry.cost;
+        if let Some(b) = self.buckets.get_mut(i) {
+            b.entry = Some(Arc::new(entry));
+        }
     }
 
     fn finish_merge(&mut self, table: TableId, too_big: Vec<PartitionKey>) {
@@ -1589,6 +1735,15 @@ mod tests {
             one(row(None, v(2), None)),
             one(row(Some(2), v(1), None)),
             one(row(None, v(4), None)),
+            one(row(
+                Some(4),
+                Cell::expiring(4, 10, 50, Bytes::from_static(b"x")),
+                None,
+            )),
+            one(Row {
+                marker: Some(LivenessInfo::expiring(4, 20, 40)),
+                ..row(None, v(4), None)
+            }),
         ];
         let mut replaced = 0;
         for (i, old) in olds.iter().enumerate() {
@@ -1602,16 +1757,23 @@ mod tests {
                 let e = c.get(t, &k).expect("cached").clone();
                 let replaces = e.replaced_by(&flushed, 1);
                 replaced += usize::from(replaces);
+                // The memtable holds the row encoded: its summary tells the same.
+                let Some((_, MemPartition::Single(enc))) = mem.partitions.iter().next() else {
+                    panic!("a one-row partition is held encoded");
+                };
+                let summary = single_summary(enc).expect("simple cells");
+                assert_eq!(e.replaced_by_row(&summary, 1), replaces, "old {i} new {j}");
+                assert_eq!(Meta::of_simple_row(&summary), Meta::of(&flushed));
                 c.merge_flushed(t, &schema, &mem);
                 assert_eq!(c.stats().flush_replacements, u64::from(replaces));
                 let want = merge_partition_updates(&schema, old, &flushed);
                 assert_eq!(c.get(t, &k).map(data_of), Some(want), "old {i} new {j}");
             }
         }
-        // Old 0 (a marker) with new 0 and 1 (newer marker and cell); old 1 (no marker,
-        // newest at 3) with new 5 (no marker, newer cell); the empty entry with all six.
-        // Old 2 and 3 hold deletions.
-        assert_eq!(replaced, 9);
+        // Old 0 (a marker) with new 0, 1, 6 and 7 (newer marker and cell); old 1 (no
+        // marker, newest at 3) with new 5, 6 and 7 (newer cell, and marker if any); the
+        // empty entry with all eight. Old 2 and 3 hold deletions.
+        assert_eq!(replaced, 15);
         // Counter cells never replace (they merge by shards; a tombstone beats them), nor
         // does a row without cells.
         let e = CachedPartition::new_encoded(olds[1].clone());
@@ -1681,6 +1843,61 @@ mod tests {
                 })
                 .sum();
             assert_eq!(c.stats().bytes as usize, cost);
+        }
+    }
+
+    /// A merge done in slices of any budget (below, equal to and above the warm-up batch,
+    /// and empty slices in between) looks at every flushed partition exactly once and
+    /// leaves the cache as one merge of the whole memtable does.
+    #[test]
+    fn merge_flushed_in_slices_equals_one_merge() {
+        let schema = table_schema();
+        let t = TableId(1);
+        let newer = |v: usize| {
+            let mut u = part(v);
+            if let ColumnData::Simple(c) = &mut u.rows[0].cells[0].1 {
+                c.timestamp = 2;
+            }
+            u
+        };
+        let filled = || {
+            let mut c = RowCache::new(1 << 24, 1 << 20);
+            for i in 0..100i64 {
+                assert!(c.insert(t, &key(i * 7919, &format!("k{i}")), part(1)).1);
+            }
+            c
+        };
+        let mut mem = Memtable::new(schema.clone());
+        for i in 0..150i64 {
+            mem.apply(
+                &key(i * 7919, &format!("k{i}")),
+                &newer(i as usize % 5),
+                None,
+            );
+        }
+        let mut whole = filled();
+        whole.merge_flushed(t, &schema, &mem);
+        for budget in [1, 3, MERGE_BATCH, MERGE_BATCH + 1, 40, 149, 150, 151] {
+            let mut c = filled();
+            let (mut done, mut seen, mut slices) = (false, 0, 0);
+            let mut at = None;
+            while !done {
+                assert_eq!(
+                    c.merge_flushed_slice(t, &schema, &mem, &mut at, 0),
+                    (false, 0)
+                );
+                let (d, used) = c.merge_flushed_slice(t, &schema, &mem, &mut at, budget);
+                assert!(used <= budget && (d || used == budget), "{budget}");
+                (done, seen, slices) = (d, seen + used, slices + 1);
+            }
+            assert_eq!(seen, 150, "budget {budget}");
+            assert_eq!(slices, 150usize.div_ceil(budget), "budget {budget}");
+            for i in 0..100i64 {
+                let k = key(i * 7919, &format!("k{i}"));
+                let want = whole.get(t, &k).map(data_of);
+                assert_eq!(c.get(t, &k).map(data_of), want, "budget {budget} key {i}");
+            }
+            assert_eq!(c.stats().bytes, whole.stats().bytes);
         }
     }
 }

@@ -467,6 +467,126 @@ pub fn read_row(r: &mut Reader, base: i64) -> Result<Row, DecodeError> {
     })
 }
 
+/// What a row of simple cells holds, read from its [`put_row`] bytes without building it
+/// (no allocation, no reference counting): enough to tell whether the row shadows an
+/// older version whole and until when it is its own live view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimpleRowSummary {
+    pub clustering_empty: bool,
+    pub marker: Option<LivenessInfo>,
+    /// Cells (one per column, all simple and not counters).
+    pub cells: usize,
+    /// The oldest cell timestamp (`Timestamp::MAX` without cells).
+    pub min_cell_timestamp: Timestamp,
+    /// The newest timestamp of the marker and the cells (`Timestamp::MIN` without either).
+    pub max_timestamp: Timestamp,
+    pub has_tombstone_cell: bool,
+    /// The earliest expiry of an expiring cell or marker (`LocalTime::MAX` without one).
+    pub earliest_expiry: LocalTime,
+}
+
+/// Summarizes a row [`put_row`] wrote with `base`, when it has no row deletion and only
+/// simple, non-counter cells; `None` for any other row and for bytes that do not decode
+/// (the caller falls back to [`read_row`]).
+pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
+    let mut c = SliceCursor { buf, pos: 0 };
+    let clustering = c.var()?;
+    for _ in 0..clustering {
+        c.skip_bytes()?;
+    }
+    let flags = c.u8()?;
+    if flags != 0 && flags != 1 {
+        // A row deletion, or bad flags.
+        return None;
+    }
+    let mut s = SimpleRowSummary {
+        clustering_empty: clustering == 0,
+        marker: None,
+        cells: 0,
+        min_cell_timestamp: Timestamp::MAX,
+        max_timestamp: Timestamp::MIN,
+        has_tombstone_cell: false,
+        earliest_expiry: LocalTime::MAX,
+    };
+    if flags == 1 {
+        let m = LivenessInfo {
+            timestamp: c.z()?.wrapping_add(base),
+            ttl: c.var()? as u32 as i32,
+            local_expiry: c.z()?,
+        };
+        s.max_timestamp = m.timestamp;
+        if m.ttl > 0 {
+            s.earliest_expiry = m.local_expiry;
+        }
+        s.marker = Some(m);
+    }
+    let n = c.var()?;
+    for _ in 0..n {
+        c.var()?;
+        if c.u8()? != 0 {
+            return None;
+        }
+        let flags = c.u8()?;
+        let (tombstone, expiring) = (flags & 1 != 0, flags & 2 != 0);
+        if flags & !3 != 0 || (tombstone && expiring) {
+            // A counter, or bad flags.
+            return None;
+        }
+        let ts = c.z()?.wrapping_add(base);
+        s.min_cell_timestamp = s.min_cell_timestamp.min(ts);
+        s.max_timestamp = s.max_timestamp.max(ts);
+        if expiring {
+            if c.var()? as u32 as i32 <= 0 {
+                return None;
+            }
+            s.earliest_expiry = s.earliest_expiry.min(c.z()?);
+            c.skip_bytes()?;
+        } else if tombstone {
+            c.z()?;
+            s.has_tombstone_cell = true;
+        } else {
+            c.skip_bytes()?;
+        }
+    }
+    s.cells = n as usize;
+    (c.pos == buf.len()).then_some(s)
+}
+
+/// A read position in borrowed bytes, for scans that build nothing.
+struct SliceCursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl SliceCursor<'_> {
+    fn u8(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+    fn var(&mut self) -> Option<u64> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    fn z(&mut self) -> Option<i64> {
+        let u = self.var()?;
+        Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+    }
+    fn skip_bytes(&mut self) -> Option<()> {
+        let n = usize::try_from(self.var()?).ok()?;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len())?;
+        self.pos = end;
+        Some(())
+    }
+}
+
 fn read_cell(r: &mut Reader, base: i64) -> Result<Cell, DecodeError> {
     let flags = r.u8()?;
     if flags & !7 != 0 {
@@ -505,7 +625,75 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// What [`summarize_simple_row`] must give for `r`, from the decoded row.
+    fn expected_summary(r: &Row) -> Option<SimpleRowSummary> {
+        let cells: Vec<&Cell> = r
+            .cells
+            .iter()
+            .map(|(_, d)| match d {
+                ColumnData::Simple(c) if !c.is_counter => Some(c),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        if r.deletion.is_some() {
+            return None;
+        }
+        let expiries = r
+            .marker
+            .filter(|m| m.ttl > 0)
+            .map(|m| m.local_expiry)
+            .into_iter()
+            .chain(
+                cells
+                    .iter()
+                    .filter(|c| !c.is_tombstone && c.ttl > 0)
+                    .map(|c| c.local_expiry),
+            );
+        Some(SimpleRowSummary {
+            clustering_empty: r.clustering.0.is_empty(),
+            marker: r.marker,
+            cells: cells.len(),
+            min_cell_timestamp: cells
+                .iter()
+                .map(|c| c.timestamp)
+                .min()
+                .unwrap_or(Timestamp::MAX),
+            max_timestamp: r.max_timestamp(),
+            has_tombstone_cell: cells.iter().any(|c| c.is_tombstone),
+            earliest_expiry: expiries.min().unwrap_or(LocalTime::MAX),
+        })
+    }
+
     proptest! {
+        /// The summary of a row's bytes is what the decoded row says (`None` for rows
+        /// with a deletion or a complex cell), at any base; a counter cell gives `None`,
+        /// and so do the bytes cut short or with a byte more.
+        #[test]
+        fn simple_row_summary_matches_the_decoded_row(
+            r in crate::data::proptests::row(false),
+            s in crate::data::proptests::row(true),
+            base in -3i64..5,
+        ) {
+            for r in [r, s] {
+                let mut buf = Vec::new();
+                put_row(&mut buf, &r, base);
+                let got = summarize_simple_row(&buf, base);
+                prop_assert_eq!(got, expected_summary(&r));
+                for cut in 0..buf.len() {
+                    prop_assert_eq!(summarize_simple_row(&buf[..cut], base), None);
+                }
+                buf.push(0);
+                prop_assert_eq!(summarize_simple_row(&buf, base), None);
+                let mut counter = r.clone();
+                if let Some((_, ColumnData::Simple(c))) = counter.cells.first_mut() {
+                    c.is_counter = true;
+                    let mut buf = Vec::new();
+                    put_row(&mut buf, &counter, base);
+                    prop_assert_eq!(summarize_simple_row(&buf, base), None);
+                }
+            }
+        }
+
         /// A one-row update's standalone encoding, built from its row's bytes and any
         /// base, reads back as the update (with the update's own base, byte for byte).
         #[test]

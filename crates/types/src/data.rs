@@ -1176,7 +1176,7 @@ pub(crate) mod proptests {
         (0i64..4, 0i32..2).prop_map(|(t, l)| DeletionTime::new(t, l))
     }
 
-    fn row(static_row: bool) -> impl Strategy<Value = Row> {
+    pub(crate) fn row(static_row: bool) -> impl Strategy<Value = Row> {
         (
             0i32..5,
             prop::option::of((0i64..4).prop_map(LivenessInfo::new)),
