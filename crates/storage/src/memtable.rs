@@ -248,8 +248,15 @@ pub fn single_standalone(enc: &[u8], out: &mut Vec<u8>) -> bool {
 /// The summary of a single-row partition's row as the memtable holds it (see
 /// [`codec::summarize_simple_row`]): `None` unless its cells are all simple.
 pub fn single_summary(enc: &[u8]) -> Option<codec::SimpleRowSummary> {
+    single_parts(enc).map(|(_, _, s)| s)
+}
+
+/// A single-row partition's base timestamp, row bytes (`codec::put_row`) and summary,
+/// when its cells are all simple (see [`single_summary`]).
+pub fn single_parts(enc: &[u8]) -> Option<(i64, &[u8], codec::SimpleRowSummary)> {
     let (base, row) = enc.split_first_chunk::<8>()?;
-    codec::summarize_simple_row(row, i64::from_le_bytes(*base))
+    let base = i64::from_le_bytes(*base);
+    codec::summarize_simple_row(row, base).map(|s| (base, row, s))
 }
 
 /// Decodes what [`encode_single`] wrote. The bytes were encoded by this memtable from a

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
-use amphora_types::codec::{Reader, encode_update_parts, read_update};
+use amphora_types::codec::{
+    Reader, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update,
+};
 use amphora_types::data::{
     ColumnData, DeletionTime, PartitionKey, PartitionUpdate, RangeTombstone, Row,
 };
@@ -303,6 +305,18 @@ struct PartStats {
 }
 
 impl PartStats {
+    fn new() -> Self {
+        PartStats {
+            min_ts: i64::MAX,
+            max_ts: i64::MIN,
+            min_ldt: i32::MAX,
+            max_ldt: i32::MIN,
+            tombstones: 0,
+            cells: 0,
+            non_expiring: false,
+        }
+    }
+
     fn ts(&mut self, t: i64) {
         self.min_ts = self.min_ts.min(t);
         self.max_ts = self.max_ts.max(t);
@@ -334,6 +348,21 @@ impl PartStats {
         } else {
             self.non_expiring = true;
         }
+    }
+
+    /// What [`Self::row`] notes for the row `s` summarizes.
+    fn row_summary(&mut self, s: &SimpleRowSummary) {
+        if s.min_timestamp != i64::MAX {
+            self.ts(s.min_timestamp);
+            self.ts(s.max_timestamp);
+        }
+        if let Some((lo, hi)) = s.local_times {
+            self.ldt(lo);
+            self.ldt(hi);
+        }
+        self.tombstones += s.tombstone_cells as u64;
+        self.cells += s.cells as u64;
+        self.non_expiring |= s.non_expiring;
     }
 
     fn row(&mut self, r: &Row) {
@@ -514,16 +543,45 @@ impl SSTableWriter {
             return Ok(());
         }
         let (_, max_ts) = self.note_parts(deletion, static_row, rows, rts);
+        self.put_partition(key, |out| {
+            let base = max_ts;
+            let zz = ((base << 1) ^ (base >> 63)) as u64;
+            put_var(out, zz);
+            encode_update_parts(deletion, static_row, rows, rts, base, out);
+        })
+    }
+
+    /// Appends a partition of one row of simple cells given as its `codec::put_row`
+    /// bytes with their `base` and summary (a memtable's single-row partition): the row
+    /// is copied, not decoded and encoded again.
+    pub fn append_single_row(
+        &mut self,
+        key: &PartitionKey,
+        base: i64,
+        row: &[u8],
+        summary: &SimpleRowSummary,
+    ) -> Result<()> {
+        let mut n = PartStats::new();
+        n.row_summary(summary);
+        self.note_stats(&n, 1);
+        if !summary.clustering_empty {
+            return Err(StorageError::Invalid(
+                "a single-row partition copied into an SSTable has a clustering".into(),
+            ));
+        }
+        self.note_clustering(&[], &[]);
+        self.put_partition(key, |out| encode_row_standalone(base, row, out))
+    }
+
+    /// Appends a partition: its key and token, then what `body` encodes, straight into
+    /// the pending chunk bytes (no copy through a scratch buffer).
+    fn put_partition(&mut self, key: &PartitionKey, body: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
         self.check_ring_order(key);
-        // Encoded straight into the pending chunk bytes (no copy through a scratch buffer).
         let start = self.uncompressed_bytes();
         let at = self.pending.len();
         put_bytes(&mut self.pending, &key.key);
         self.pending.extend_from_slice(&key.token.to_be_bytes());
-        let base = max_ts;
-        let zz = ((base << 1) ^ (base >> 63)) as u64;
-        put_var(&mut self.pending, zz);
-        encode_update_parts(deletion, static_row, rows, rts, base, &mut self.pending);
+        body(&mut self.pending);
         let len = (self.pending.len() - at) as u64;
         self.index_partition(key, start, len);
         self.write_full_chunks()?;
@@ -677,39 +735,12 @@ impl SSTableWriter {
         Ok(())
     }
 
-    /// Adds a partition's content to the statistics (all but its size and token, known
-    /// once it is encoded) in one pass over its rows; returns its lowest and highest
+    /// Adds a partition of `rows` rows whose content `n` gathered to the statistics (all
+    /// but its clustering bounds, size and token); returns its lowest and highest
     /// timestamp ((0, 0) if it has none).
-    fn note_parts(
-        &mut self,
-        deletion: Option<DeletionTime>,
-        static_row: Option<&Row>,
-        rows: &[&Row],
-        rts: &[RangeTombstone],
-    ) -> (i64, i64) {
-        let mut n = PartStats {
-            min_ts: i64::MAX,
-            max_ts: i64::MIN,
-            min_ldt: i32::MAX,
-            max_ldt: i32::MIN,
-            tombstones: 0,
-            cells: 0,
-            non_expiring: false,
-        };
-        if let Some(d) = deletion {
-            n.deletion(d);
-        }
-        for rt in rts {
-            n.deletion(rt.deletion);
-        }
-        if let Some(r) = static_row {
-            n.row(r);
-        }
-        for r in rows {
-            n.row(r);
-        }
+    fn note_stats(&mut self, n: &PartStats, rows: usize) -> (i64, i64) {
         let s = &mut self.stats;
-        s.rows += rows.len() as u64;
+        s.rows += rows as u64;
         s.tombstones += n.tombstones;
         s.min_local_deletion_time = s.min_local_deletion_time.min(n.min_ldt);
         s.max_local_deletion_time = s.max_local_deletion_time.max(n.max_ldt);
@@ -722,25 +753,48 @@ impl SSTableWriter {
         };
         s.min_timestamp = s.min_timestamp.min(lo);
         s.max_timestamp = s.max_timestamp.max(hi);
-        if let Some(first) = rows.first()
-            && (s.min_clustering.is_empty()
-                || self
-                    .cmp
-                    .compare(&first.clustering.0, &s.min_clustering)
-                    .is_lt())
-        {
-            s.min_clustering = first.clustering.0.clone();
+        (lo, hi)
+    }
+
+    /// Adds a partition's content to the statistics (all but its size and token, known
+    /// once it is encoded) in one pass over its rows; returns its lowest and highest
+    /// timestamp ((0, 0) if it has none).
+    fn note_parts(
+        &mut self,
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        rows: &[&Row],
+        rts: &[RangeTombstone],
+    ) -> (i64, i64) {
+        let mut n = PartStats::new();
+        if let Some(d) = deletion {
+            n.deletion(d);
         }
-        if let Some(last) = rows.last()
-            && (s.max_clustering.is_empty()
-                || self
-                    .cmp
-                    .compare(&last.clustering.0, &s.max_clustering)
-                    .is_gt())
-        {
-            s.max_clustering = last.clustering.0.clone();
+        for rt in rts {
+            n.deletion(rt.deletion);
+        }
+        if let Some(r) = static_row {
+            n.row(r);
+        }
+        for r in rows {
+            n.row(r);
+        }
+        let (lo, hi) = self.note_stats(&n, rows.len());
+        if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+            self.note_clustering(&first.clustering.0, &last.clustering.0);
         }
         (lo, hi)
+    }
+
+    /// Widens the statistics' clustering bounds to a partition's first and last row.
+    fn note_clustering(&mut self, first: &[Bytes], last: &[Bytes]) {
+        let s = &mut self.stats;
+        if s.min_clustering.is_empty() || self.cmp.compare(first, &s.min_clustering).is_lt() {
+            s.min_clustering = first.to_vec();
+        }
+        if s.max_clustering.is_empty() || self.cmp.compare(last, &s.max_clustering).is_gt() {
+            s.max_clustering = last.to_vec();
+        }
     }
 
     /// Writes the remaining components, syncs, and publishes the SSTable by renaming its

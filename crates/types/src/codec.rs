@@ -483,6 +483,14 @@ pub struct SimpleRowSummary {
     pub has_tombstone_cell: bool,
     /// The earliest expiry of an expiring cell or marker (`LocalTime::MAX` without one).
     pub earliest_expiry: LocalTime,
+    /// The oldest timestamp of the marker and the cells (`Timestamp::MAX` without either).
+    pub min_timestamp: Timestamp,
+    pub tombstone_cells: usize,
+    /// The earliest and latest local time of a tombstone cell's deletion or an expiring
+    /// cell's or marker's expiry.
+    pub local_times: Option<(LocalTime, LocalTime)>,
+    /// Whether the marker or a live cell has no TTL.
+    pub non_expiring: bool,
 }
 
 /// Summarizes a row [`put_row`] wrote with `base`, when it has no row deletion and only
@@ -507,6 +515,16 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
         max_timestamp: Timestamp::MIN,
         has_tombstone_cell: false,
         earliest_expiry: LocalTime::MAX,
+        min_timestamp: Timestamp::MAX,
+        tombstone_cells: 0,
+        local_times: None,
+        non_expiring: false,
+    };
+    let note_time = |s: &mut SimpleRowSummary, t: LocalTime| {
+        s.local_times = Some(
+            s.local_times
+                .map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))),
+        );
     };
     if flags == 1 {
         let m = LivenessInfo {
@@ -515,8 +533,12 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
             local_expiry: c.z()?,
         };
         s.max_timestamp = m.timestamp;
+        s.min_timestamp = m.timestamp;
         if m.ttl > 0 {
             s.earliest_expiry = m.local_expiry;
+            note_time(&mut s, m.local_expiry);
+        } else {
+            s.non_expiring = true;
         }
         s.marker = Some(m);
     }
@@ -534,17 +556,23 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
         }
         let ts = c.z()?.wrapping_add(base);
         s.min_cell_timestamp = s.min_cell_timestamp.min(ts);
+        s.min_timestamp = s.min_timestamp.min(ts);
         s.max_timestamp = s.max_timestamp.max(ts);
         if expiring {
             if c.var()? as u32 as i32 <= 0 {
                 return None;
             }
-            s.earliest_expiry = s.earliest_expiry.min(c.z()?);
+            let t = c.z()?;
+            s.earliest_expiry = s.earliest_expiry.min(t);
+            note_time(&mut s, t);
             c.skip_bytes()?;
         } else if tombstone {
-            c.z()?;
+            let t = c.z()?;
+            note_time(&mut s, t);
             s.has_tombstone_cell = true;
+            s.tombstone_cells += 1;
         } else {
+            s.non_expiring = true;
             c.skip_bytes()?;
         }
     }
@@ -649,7 +677,28 @@ mod tests {
                     .filter(|c| !c.is_tombstone && c.ttl > 0)
                     .map(|c| c.local_expiry),
             );
+        let times = r
+            .marker
+            .filter(|m| m.ttl > 0)
+            .map(|m| m.local_expiry)
+            .into_iter()
+            .chain(
+                cells
+                    .iter()
+                    .filter(|c| c.is_tombstone || c.ttl > 0)
+                    .map(|c| c.local_expiry),
+            );
+        let stamps = r
+            .marker
+            .map(|m| m.timestamp)
+            .into_iter()
+            .chain(cells.iter().map(|c| c.timestamp));
         Some(SimpleRowSummary {
+            min_timestamp: stamps.min().unwrap_or(Timestamp::MAX),
+            tombstone_cells: cells.iter().filter(|c| c.is_tombstone).count(),
+            local_times: times.clone().min().zip(times.max()),
+            non_expiring: r.marker.is_some_and(|m| m.ttl <= 0)
+                || cells.iter().any(|c| !c.is_tombstone && c.ttl <= 0),
             clustering_empty: r.clustering.0.is_empty(),
             marker: r.marker,
             cells: cells.len(),
