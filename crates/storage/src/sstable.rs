@@ -454,97 +454,239 @@ const DIRECT_ALIGN: usize = 4096;
 /// Bytes a [`DataOut`] gathers before it writes them.
 const DATA_BUF: usize = 1 << 20;
 
-/// A writer's Data.db stream, written [`DATA_BUF`] bytes at a time from one buffer.
-/// Direct outputs (compaction's) are opened with O_DIRECT: whole aligned blocks go from
-/// the buffer to the disk without a copy into the page cache (the copy and the dirty
-/// page writeback cost as much CPU as the rest of a major compaction), and the unaligned
-/// tail is written buffered at the end. A file system without O_DIRECT (tmpfs) gets
-/// buffered writes throughout.
+/// Blocks a direct [`DataOut`] has handed to its writer thread and not got back yet.
+const DATA_IN_FLIGHT: usize = 2;
+
+/// A `DATA_BUF`-byte buffer aligned to `DIRECT_ALIGN`, and what it holds.
+struct Block {
+    buf: Vec<u8>,
+    /// Where the aligned buffer starts in `buf`.
+    start: usize,
+    len: usize,
+}
+
+impl Block {
+    fn new(path: &Path) -> Result<Self> {
+        let buf = vec![0u8; DATA_BUF + DIRECT_ALIGN];
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        if start >= DIRECT_ALIGN {
+            return Err(StorageError::io(
+                path,
+                std::io::Error::other("cannot align the write buffer"),
+            ));
+        }
+        Ok(Block { buf, start, len: 0 })
+    }
+
+    /// A placeholder holding no buffer.
+    fn none() -> Self {
+        Block {
+            buf: Vec::new(),
+            start: 0,
+            len: 0,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// Writes `b` at `offset`; a file system that took O_DIRECT at open but refuses the
+/// write gets it (and every later one) buffered.
+fn write_block(file: &File, b: &[u8], offset: u64) -> std::io::Result<()> {
+    match file.write_all_at(b, offset) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+            set_direct_io(file, false)?;
+            file.write_all_at(b, offset)
+        }
+        r => r,
+    }
+}
+
+/// The writer thread of a direct [`DataOut`]: blocks go out in order and come back to
+/// be filled again; it stops at the first error (sent back) or when the sender is gone.
+struct DirectWriter {
+    to_thread: Option<std::sync::mpsc::SyncSender<(Block, u64)>>,
+    back: std::sync::mpsc::Receiver<std::io::Result<Block>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    in_flight: usize,
+}
+
+impl DirectWriter {
+    fn start(file: File) -> std::io::Result<Self> {
+        let (to_thread, from_writer) =
+            std::sync::mpsc::sync_channel::<(Block, u64)>(DATA_IN_FLIGHT);
+        let (to_writer, back) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("sstable-write".into())
+            .spawn(move || {
+                for (block, offset) in from_writer {
+                    let r = write_block(&file, block.bytes(), offset).map(|()| block);
+                    let failed = r.is_err();
+                    if to_writer.send(r).is_err() || failed {
+                        return;
+                    }
+                }
+            })?;
+        Ok(DirectWriter {
+            to_thread: Some(to_thread),
+            back,
+            thread: Some(thread),
+            in_flight: 0,
+        })
+    }
+
+    /// Hands `block` to the thread to write at `offset`; returns an empty block to fill.
+    fn submit(&mut self, block: Block, offset: u64, path: &Path) -> Result<Block> {
+        let gone =
+            || StorageError::io(path, std::io::Error::other("SSTable writer thread stopped"));
+        self.to_thread
+            .as_ref()
+            .ok_or_else(gone)?
+            .send((block, offset))
+            .map_err(|_| gone())?;
+        self.in_flight += 1;
+        if self.in_flight < DATA_IN_FLIGHT {
+            return Block::new(path);
+        }
+        self.reclaim(path)
+    }
+
+    /// Waits for one block to come back written.
+    fn reclaim(&mut self, path: &Path) -> Result<Block> {
+        let mut b = match self.back.recv() {
+            Ok(r) => r.map_err(|e| StorageError::io(path, e))?,
+            Err(_) => {
+                return Err(StorageError::io(
+                    path,
+                    std::io::Error::other("SSTable writer thread stopped"),
+                ));
+            }
+        };
+        self.in_flight -= 1;
+        b.len = 0;
+        Ok(b)
+    }
+
+    /// Waits for every block in flight and stops the thread.
+    fn drain(mut self, path: &Path) -> Result<()> {
+        let mut r = Ok(());
+        while self.in_flight > 0 && r.is_ok() {
+            r = self.reclaim(path).map(drop);
+        }
+        self.to_thread = None;
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+            && r.is_ok()
+        {
+            r = Err(StorageError::io(
+                path,
+                std::io::Error::other("SSTable writer thread panicked"),
+            ));
+        }
+        r
+    }
+}
+
+/// A writer's Data.db stream, written [`DATA_BUF`] bytes at a time. Direct outputs
+/// (compaction's) are opened with O_DIRECT: whole aligned blocks go from memory to the
+/// disk without a copy into the page cache (that copy and the dirty page writeback cost
+/// as much CPU as the rest of a major compaction), written by a thread of their own
+/// while the next block fills; the unaligned tail is written buffered at the end. A file
+/// system without O_DIRECT (tmpfs) gets buffered writes throughout.
 struct DataOut {
     file: File,
     path: PathBuf,
-    /// `DATA_BUF` bytes from `start` (aligned to `DIRECT_ALIGN`) are the buffer.
-    buf: Vec<u8>,
-    start: usize,
-    len: usize,
-    /// Bytes written to the file.
+    cur: Block,
+    /// Bytes handed out to be written.
     written: u64,
-    direct: bool,
+    direct: Option<DirectWriter>,
 }
 
 impl DataOut {
     fn new(path: PathBuf, direct: bool) -> Result<Self> {
         let file = create(&path)?;
-        let direct = direct && set_direct_io(&file, true).is_ok();
-        let buf = vec![0u8; DATA_BUF + DIRECT_ALIGN];
-        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
-        if start >= DIRECT_ALIGN {
-            return Err(StorageError::io(
-                &path,
-                std::io::Error::other("cannot align the write buffer"),
-            ));
-        }
+        let direct = if direct && set_direct_io(&file, true).is_ok() {
+            let clone = file.try_clone().map_err(|e| StorageError::io(&path, e))?;
+            Some(DirectWriter::start(clone).map_err(|e| StorageError::io(&path, e))?)
+        } else {
+            None
+        };
         Ok(DataOut {
+            cur: Block::new(&path)?,
             file,
             path,
-            buf,
-            start,
-            len: 0,
             written: 0,
             direct,
         })
     }
 
     fn write_all(&mut self, mut bytes: &[u8]) -> Result<()> {
+        self.usable()?;
         while !bytes.is_empty() {
-            let n = (DATA_BUF - self.len).min(bytes.len());
-            let at = self.start + self.len;
-            self.buf[at..at + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
+            let c = &mut self.cur;
+            let n = (DATA_BUF - c.len).min(bytes.len());
+            let at = c.start + c.len;
+            c.buf[at..at + n].copy_from_slice(&bytes[..n]);
+            c.len += n;
             bytes = &bytes[n..];
-            if self.len == DATA_BUF {
-                self.write_out(DATA_BUF)?;
+            if c.len == DATA_BUF {
+                self.write_out()?;
             }
         }
         Ok(())
     }
 
-    /// Writes the first `n` buffered bytes (a multiple of `DIRECT_ALIGN` while direct)
-    /// and moves the rest to the buffer's start.
-    fn write_out(&mut self, n: usize) -> Result<()> {
-        let block = &self.buf[self.start..self.start + n];
-        let r = match self.file.write_all_at(block, self.written) {
-            // The file system took the open but refuses the write: buffered from now on.
-            Err(e)
-                if self.direct
-                    && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) =>
-            {
-                self.direct = false;
-                set_direct_io(&self.file, false)
-                    .and_then(|()| self.file.write_all_at(block, self.written))
+    /// Writes the full current block (through the writer thread when direct).
+    fn write_out(&mut self) -> Result<()> {
+        let offset = self.written;
+        self.written += self.cur.len as u64;
+        match &mut self.direct {
+            Some(d) => {
+                // Empty until `submit` returns the next block (it stays empty, and the
+                // writer unusable, if that fails).
+                let full = std::mem::replace(&mut self.cur, Block::none());
+                self.cur = d.submit(full, offset, &self.path)?;
             }
-            r => r,
-        };
-        r.map_err(|e| StorageError::io(&self.path, e))?;
-        self.written += n as u64;
-        self.buf
-            .copy_within(self.start + n..self.start + self.len, self.start);
-        self.len -= n;
+            None => {
+                write_block(&self.file, self.cur.bytes(), offset)
+                    .map_err(|e| StorageError::io(&self.path, e))?;
+                self.cur.len = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// An error if an earlier write failed and left no block to fill.
+    fn usable(&self) -> Result<()> {
+        if self.cur.buf.is_empty() {
+            return Err(StorageError::io(
+                &self.path,
+                std::io::Error::other("an earlier write of this file failed"),
+            ));
+        }
         Ok(())
     }
 
     /// Writes what is buffered and returns the file (not synced).
     fn finish(mut self) -> Result<File> {
-        if self.direct {
-            let aligned = self.len / DIRECT_ALIGN * DIRECT_ALIGN;
-            if aligned > 0 {
-                self.write_out(aligned)?;
-            }
-            set_direct_io(&self.file, false).map_err(|e| StorageError::io(&self.path, e))?;
-            self.direct = false;
-        }
-        if self.len > 0 {
-            self.write_out(self.len)?;
+        self.usable()?;
+        if let Some(d) = self.direct.take() {
+            d.drain(&self.path)?;
+            // The aligned part of the tail still goes direct; the rest buffered.
+            let aligned = self.cur.len / DIRECT_ALIGN * DIRECT_ALIGN;
+            let b = &self.cur.buf[self.cur.start..self.cur.start + self.cur.len];
+            write_block(&self.file, &b[..aligned], self.written)
+                .and_then(|()| set_direct_io(&self.file, false))
+                .and_then(|()| {
+                    self.file
+                        .write_all_at(&b[aligned..], self.written + aligned as u64)
+                })
+                .map_err(|e| StorageError::io(&self.path, e))?;
+        } else if self.cur.len > 0 {
+            write_block(&self.file, self.cur.bytes(), self.written)
+                .map_err(|e| StorageError::io(&self.path, e))?;
         }
         Ok(self.file)
     }
