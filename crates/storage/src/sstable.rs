@@ -446,7 +446,6 @@ impl<'a> RawSource<'a> {
     }
 }
 
-/// Writes one SSTable; partitions must be appended in ring order.
 /// Alignment of O_DIRECT writes' memory, file offsets and lengths (the page size, a
 /// multiple of every block size in use).
 const DIRECT_ALIGN: usize = 4096;
@@ -593,8 +592,9 @@ impl DirectWriter {
 /// (compaction's) are opened with O_DIRECT: whole aligned blocks go from memory to the
 /// disk without a copy into the page cache (that copy and the dirty page writeback cost
 /// as much CPU as the rest of a major compaction), written by a thread of their own
-/// while the next block fills; the unaligned tail is written buffered at the end. A file
-/// system without O_DIRECT (tmpfs) gets buffered writes throughout.
+/// while the next block fills; at the end the tail's whole 4 KiB blocks go direct too and
+/// only its last partial block is written buffered. A file system without O_DIRECT
+/// (tmpfs) gets buffered writes throughout.
 struct DataOut {
     file: File,
     path: PathBuf,
@@ -607,14 +607,25 @@ struct DataOut {
 impl DataOut {
     fn new(path: PathBuf, direct: bool) -> Result<Self> {
         let file = create(&path)?;
+        let cur = Block::new(&path).inspect_err(|_| {
+            let _ = fs::remove_file(&path);
+        })?;
+        // Without a second handle or a thread for it, writes are buffered.
         let direct = if direct && set_direct_io(&file, true).is_ok() {
-            let clone = file.try_clone().map_err(|e| StorageError::io(&path, e))?;
-            Some(DirectWriter::start(clone).map_err(|e| StorageError::io(&path, e))?)
+            let started = file.try_clone().and_then(DirectWriter::start);
+            if started.is_err() {
+                set_direct_io(&file, false)
+                    .map_err(|e| StorageError::io(&path, e))
+                    .inspect_err(|_| {
+                        let _ = fs::remove_file(&path);
+                    })?;
+            }
+            started.ok()
         } else {
             None
         };
         Ok(DataOut {
-            cur: Block::new(&path)?,
+            cur,
             file,
             path,
             written: 0,
@@ -641,20 +652,20 @@ impl DataOut {
     /// Writes the full current block (through the writer thread when direct).
     fn write_out(&mut self) -> Result<()> {
         let offset = self.written;
-        self.written += self.cur.len as u64;
+        let len = self.cur.len as u64;
+        // Empty until the block is written (direct: handed out, and the next one got
+        // back): after a failure it stays empty and the writer unusable.
+        let mut full = std::mem::replace(&mut self.cur, Block::none());
         match &mut self.direct {
-            Some(d) => {
-                // Empty until `submit` returns the next block (it stays empty, and the
-                // writer unusable, if that fails).
-                let full = std::mem::replace(&mut self.cur, Block::none());
-                self.cur = d.submit(full, offset, &self.path)?;
-            }
+            Some(d) => self.cur = d.submit(full, offset, &self.path)?,
             None => {
-                write_block(&self.file, self.cur.bytes(), offset)
+                write_block(&self.file, full.bytes(), offset)
                     .map_err(|e| StorageError::io(&self.path, e))?;
-                self.cur.len = 0;
+                full.len = 0;
+                self.cur = full;
             }
         }
+        self.written += len;
         Ok(())
     }
 
@@ -705,6 +716,7 @@ fn set_direct_io(f: &File, on: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Writes one SSTable; partitions must be appended in ring order.
 pub struct SSTableWriter {
     dir: PathBuf,
     generation: u64,
@@ -841,14 +853,14 @@ impl SSTableWriter {
         row: &[u8],
         summary: &SimpleRowSummary,
     ) -> Result<()> {
-        let mut n = PartStats::new();
-        n.row_summary(summary);
-        self.note_stats(&n, 1);
         if !summary.clustering_empty {
             return Err(StorageError::Invalid(
                 "a single-row partition copied into an SSTable has a clustering".into(),
             ));
         }
+        let mut n = PartStats::new();
+        n.row_summary(summary);
+        self.note_stats(&n, 1);
         self.note_clustering(&[], &[]);
         self.put_partition(key, |out| encode_row_standalone(base, row, out))
     }

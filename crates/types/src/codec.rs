@@ -544,7 +544,8 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
     }
     let n = c.var()?;
     for _ in 0..n {
-        c.var()?;
+        // A column id; `read_row` refuses one past u32.
+        u32::try_from(c.var()?).ok()?;
         if c.u8()? != 0 {
             return None;
         }
