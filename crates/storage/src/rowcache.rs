@@ -1792,6 +1792,15 @@ mod tests {
         );
     }
 
+    /// `part(v)` written at timestamp 2 (newer than `part`'s).
+    fn newer(value_len: usize) -> PartitionUpdate {
+        let mut u = part(value_len);
+        if let ColumnData::Simple(c) = &mut u.rows[0].cells[0].1 {
+            c.timestamp = 2;
+        }
+        u
+    }
+
     /// A flush merges into the cached entries of the partitions it holds, both when the
     /// memtable is the smaller side (looked up key by key) and when the key map is (its
     /// buckets swept); other entries and other tables are untouched.
@@ -1799,13 +1808,6 @@ mod tests {
     fn merge_flushed_updates_exactly_the_flushed_cached_partitions() {
         let schema = table_schema();
         let t = TableId(1);
-        let newer = |v: usize| {
-            let mut u = part(v);
-            if let ColumnData::Simple(c) = &mut u.rows[0].cells[0].1 {
-                c.timestamp = 2;
-            }
-            u
-        };
         for flushed in [3u64, 300] {
             let mut c = RowCache::new(1 << 24, 1 << 20);
             for i in 0..40i64 {
@@ -1853,13 +1855,6 @@ mod tests {
     fn merge_flushed_in_slices_equals_one_merge() {
         let schema = table_schema();
         let t = TableId(1);
-        let newer = |v: usize| {
-            let mut u = part(v);
-            if let ColumnData::Simple(c) = &mut u.rows[0].cells[0].1 {
-                c.timestamp = 2;
-            }
-            u
-        };
         let filled = || {
             let mut c = RowCache::new(1 << 24, 1 << 20);
             for i in 0..100i64 {

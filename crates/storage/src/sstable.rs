@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{
-    Reader, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update,
+    Reader, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update, read_var,
 };
 use amphora_types::data::{
     ColumnData, DeletionTime, PartitionKey, PartitionUpdate, RangeTombstone, Row,
@@ -2004,20 +2004,6 @@ fn decode_partition(
 /// Bytes of one record of a searchable index block (see
 /// `SSTableReader::searchable_index_block`).
 const INDEX_RECORD: usize = 32;
-
-/// LEB128 varint at `*pos` (as written by `put_var`); None if truncated or too long.
-fn read_var(body: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let byte = *body.get(*pos)?;
-        *pos += 1;
-        v |= ((byte & 0x7f) as u64) << shift;
-        if byte & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
 
 /// Binary search of a searchable index block (built by this module, so well formed).
 fn search_index_table(t: &[u8], key: &PartitionKey) -> Option<IndexEntry> {

@@ -223,6 +223,29 @@ fn put_cell(out: &mut Vec<u8>, c: &Cell, base: i64) {
 }
 
 /// A reader over an encoded buffer; values are sliced out of the shared `Bytes`.
+/// The most bytes a varint takes (7 bits each).
+const VAR_MAX_BYTES: usize = 10;
+
+/// Reads the varint at `*pos` of `buf`, advancing `*pos` past the bytes read; `None` when
+/// `buf` ends first or the varint runs past [`VAR_MAX_BYTES`].
+pub fn read_var(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The signed number a zigzag-encoded varint holds.
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
 pub struct Reader {
     buf: Bytes,
     pos: usize,
@@ -276,19 +299,18 @@ impl Reader {
         Ok(a)
     }
     pub fn var(&mut self) -> Result<u64, DecodeError> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.err("varint too long"))
+        let start = self.pos;
+        let v = read_var(&self.buf, &mut self.pos);
+        v.ok_or_else(|| {
+            self.err(if self.pos - start == VAR_MAX_BYTES {
+                "varint too long"
+            } else {
+                "unexpected end"
+            })
+        })
     }
     pub fn z(&mut self) -> Result<i64, DecodeError> {
-        let u = self.var()?;
-        Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
+        self.var().map(unzigzag)
     }
     /// A count, bounded by the bytes left (each element takes at least one byte).
     pub fn count(&mut self) -> Result<usize, DecodeError> {
@@ -594,19 +616,10 @@ impl SliceCursor<'_> {
         Some(b)
     }
     fn var(&mut self) -> Option<u64> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
+        read_var(self.buf, &mut self.pos)
     }
     fn z(&mut self) -> Option<i64> {
-        let u = self.var()?;
-        Some(((u >> 1) as i64) ^ -((u & 1) as i64))
+        self.var().map(unzigzag)
     }
     fn skip_bytes(&mut self) -> Option<()> {
         let n = usize::try_from(self.var()?).ok()?;
