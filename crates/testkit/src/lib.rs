@@ -29,6 +29,21 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// What the server's log says when a port it was given is already bound.
+const ADDR_IN_USE: &str = "Address already in use";
+
+/// The last `n` lines of a server log (or why it could not be read), for error messages:
+/// CI keeps only the test's output, not the temporary directory.
+fn log_tail(path: &Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
 /// The binary under test: `AMPHORA_BIN`, else target/{release,debug}/amphora.
 pub fn amphora_bin() -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("AMPHORA_BIN") {
@@ -66,6 +81,27 @@ impl TestNode {
     /// [`TestNode::start_in`] with extra environment variables for the server (test
     /// failpoints such as `AMPHORA_FAILPOINT_BATCHLOG_ABORT`).
     pub fn start_in_env(
+        dir: &Path,
+        smp: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<TestNode> {
+        // A port `free_port` found free can be taken (by another test's node or a
+        // client's ephemeral source port) before the server binds it: such a start is
+        // retried on fresh ports; any other early exit is the test's failure.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(dir, smp, extra, env) {
+                Err(e) if attempt < 5 && format!("{e:#}").contains(ADDR_IN_USE) => {
+                    eprintln!("testkit: a port was taken before the server bound it; retrying");
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(
         dir: &Path,
         smp: u32,
         extra: &[&str],
@@ -117,9 +153,11 @@ impl TestNode {
             if let Some(c) = self.child.as_mut()
                 && let Some(status) = c.try_wait()?
             {
+                let log = self.data_dir.join("server.log");
                 bail!(
-                    "amphora exited early ({status}); log: {}",
-                    self.data_dir.join("server.log").display()
+                    "amphora exited early ({status}); log: {}; its last lines:\n{}",
+                    log.display(),
+                    log_tail(&log, 20)
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
