@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
+use amphora_types::codec::{self, SimpleRowSummary};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, apply_own_deletions,
     merge_partition_updates,
@@ -525,6 +526,9 @@ thread_local! {
     // The compaction thread's throttle (time on background threads is real time: the
     // throttle only shapes CPU use, it decides nothing).
     static THROTTLE: std::cell::RefCell<Option<Throttle>> = const { std::cell::RefCell::new(None) };
+    // Partitions this thread's compactions kept whole from their newest source
+    // ([`shadowing_holder`]) instead of merging: tests read it to see the path taken.
+    static SHADOW_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Called by the executor between partitions, with the weight of the work since the
@@ -882,6 +886,48 @@ fn first_scanner(scanners: &[Scanner<'_>]) -> Option<usize> {
     min.map(|(i, _)| i)
 }
 
+/// Of the scanners `holders` (all at one key), the one whose partition alone is what
+/// merging all of theirs gives, without decoding any: every holder's partition is one row
+/// of simple cells of no clustering, and the newest row shadows each other one whole
+/// ([`SimpleRowSummary::shadows_whole`]: all their columns, newer timestamps, nothing that
+/// expires or deletes). None when any partition is of another shape.
+fn shadowing_holder(
+    scanners: &mut [Scanner<'_>],
+    holders: &[usize],
+    sums: &mut Vec<SimpleRowSummary>,
+) -> Result<Option<usize>> {
+    sums.clear();
+    for &i in holders {
+        let sc = &mut scanners[i];
+        if !sc.load_current_raw()? {
+            return Ok(None);
+        }
+        let s = partition_body(sc.current_raw())
+            .and_then(codec::summarize_single_row_partition)
+            .map(|(_, s)| s)
+            .filter(|s| s.clustering_empty);
+        let Some(s) = s else { return Ok(None) };
+        sums.push(s);
+    }
+    // The candidate: the holder of the newest oldest timestamp.
+    let Some(n) = (0..sums.len()).max_by_key(|&x| sums[x].min_timestamp) else {
+        return Ok(None);
+    };
+    let newest = &sums[n];
+    let all = sums
+        .iter()
+        .enumerate()
+        .all(|(x, o)| x == n || newest.shadows_whole(o));
+    Ok(all.then_some(holders[n]))
+}
+
+/// The body of a partition's serialized bytes: what follows its key and token.
+fn partition_body(raw: &[u8]) -> Option<&[u8]> {
+    let mut pos = 0;
+    let klen = usize::try_from(codec::read_var(raw, &mut pos)?).ok()?;
+    raw.get(pos.checked_add(klen)?.checked_add(8)?..)
+}
+
 /// [`compact_into_writer`], abandoning (removing the temporary files of) the output it was
 /// writing when it fails.
 #[allow(clippy::too_many_arguments)]
@@ -942,6 +988,7 @@ fn compact_into_writer(
         .unwrap_or(0);
     let mut outputs = Vec::new();
     let mut holders: Vec<usize> = Vec::with_capacity(scanners.len());
+    let mut sums: Vec<SimpleRowSummary> = Vec::with_capacity(scanners.len());
     let mut weight = THROTTLE_CHECK_EVERY;
     loop {
         throttle_point(weight);
@@ -981,6 +1028,22 @@ fn compact_into_writer(
             }
         }
         let Some(key) = key.cloned() else { break };
+        // Several sources of one simple row, the newest of them newer in every column
+        // than the others hold: that row is the merge (the key written again and again).
+        if holders.len() > 1
+            && hook.is_none()
+            && let Some(newest) = shadowing_holder(&mut scanners, &holders, &mut sums)?
+        {
+            let src = &raw_sources[newest];
+            scanners[newest].next_raw_with(|k, bytes| w.append_raw(k, bytes, src))?;
+            for &i in &holders {
+                scanners[i].skip();
+            }
+            SHADOW_COPIES.with(|c| c.set(c.get() + 1));
+            split_if_full(writer, &mut outputs, job, upper, txn)?;
+            weight = holders.len() as u32;
+            continue;
+        }
         let mut merged: Option<PartitionUpdate> = None;
         for &i in &holders {
             if let Some((_, u)) = scanners[i].next_partition()? {
@@ -1120,6 +1183,159 @@ mod tests {
         let (outputs, _txn) =
             run_compaction(&schema, dir.path(), &inputs, &AtomicU64::new(3), &job, &ctx)
                 .expect("compaction");
+        assert_eq!(outputs.len(), 1);
+        let out = &outputs[0];
+        out.verify().expect("checksums");
+        assert_eq!(out.stats.partitions, expected.len() as u64);
+        let mut scan = out.scan_from(i64::MIN, None, false).expect("scan");
+        let mut seen = 0;
+        while let Some((k, u)) = scan.next_partition().expect("read") {
+            assert_eq!(expected.get(&k), Some(&u), "{k:?}");
+            seen += 1;
+        }
+        assert_eq!(seen, expected.len());
+        for (k, u) in &expected {
+            assert_eq!(out.get(k).expect("get").as_ref(), Some(u));
+        }
+    }
+
+    /// Keys written again in several SSTables: where the newest version is one row that
+    /// shadows every older one whole it is copied as it is, otherwise the versions are
+    /// merged; either way each partition reads back as the merge of all its versions.
+    #[test]
+    fn overwritten_rows_keep_the_newest_whole_or_merge() {
+        use amphora_types::CqlType;
+        use amphora_types::data::{Cell, Clustering, LivenessInfo};
+        use amphora_types::schema::{
+            ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions,
+        };
+        use bytes::Bytes;
+        let cd = |n: &str, kind| ColumnDef {
+            name: n.into(),
+            ty: CqlType::Blob,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Asc,
+        };
+        let mut options = TableOptions::default();
+        options
+            .compression
+            .insert("chunk_length_in_kb".into(), "1".into());
+        let schema = TableSchema::new(
+            TableId(7),
+            "ks",
+            "t",
+            vec![
+                cd("k", ColumnKind::PartitionKey),
+                cd("v1", ColumnKind::Regular),
+                cd("v2", ColumnKind::Regular),
+            ],
+            options,
+        );
+        let val = |n: usize, g: u64| {
+            Bytes::from(
+                (0..(n * 131 + g as usize * 7) % 1500)
+                    .map(|i| (i + n) as u8)
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        // Version `g` (1 oldest .. 3 newest) of key `n`; None where that SSTable lacks it.
+        let version = |n: usize, g: u64| -> Option<PartitionUpdate> {
+            let ts = g as i64 * 10;
+            let live = |v| ColumnData::Simple(Cell::live(ts, v));
+            let newest = g == 3;
+            let (marker, cells) = match n % 7 {
+                // Full rows each time: the newest is kept whole.
+                0 => (true, vec![(1, live(val(n, g))), (2, live(val(n + 1, g)))]),
+                // The newest writes v1 only: v2 comes from the older ones.
+                1 if newest => (true, vec![(1, live(val(n, g)))]),
+                // The newest has no marker, the older ones do.
+                2 if newest => (false, vec![(1, live(val(n, g))), (2, live(val(n, g)))]),
+                // The newest's v2 expires.
+                3 if newest => (
+                    true,
+                    vec![
+                        (1, live(val(n, g))),
+                        (
+                            2,
+                            ColumnData::Simple(Cell::expiring(ts, 1000, 100, val(n, g))),
+                        ),
+                    ],
+                ),
+                // An older version deleted v1: the newest still shadows it whole.
+                4 if g == 1 => (
+                    true,
+                    vec![
+                        (1, ColumnData::Simple(Cell::tombstone(ts, 100))),
+                        (2, live(val(n, g))),
+                    ],
+                ),
+                // Only in the middle SSTable: a raw copy of its one source.
+                5 if g != 2 => return None,
+                // Same timestamp everywhere: merged (the greater value wins the tie).
+                6 => (
+                    true,
+                    vec![
+                        (1, ColumnData::Simple(Cell::live(5, val(n, g)))),
+                        (2, live(val(n, g))),
+                    ],
+                ),
+                _ => (true, vec![(1, live(val(n, g))), (2, live(val(n, g)))]),
+            };
+            Some(PartitionUpdate {
+                rows: vec![Row {
+                    clustering: Clustering::empty(),
+                    marker: marker.then(|| LivenessInfo::new(ts)),
+                    deletion: None,
+                    cells,
+                }],
+                ..Default::default()
+            })
+        };
+        let dir = tempfile::tempdir().expect("tmp");
+        let keys: Vec<(usize, PartitionKey)> = {
+            let mut k: Vec<_> = (0..70)
+                .map(|n| (n, PartitionKey::new(Bytes::from(format!("k{n}")))))
+                .collect();
+            k.sort_by(|a, b| a.1.cmp(&b.1));
+            k
+        };
+        let mut expected: BTreeMap<PartitionKey, PartitionUpdate> = BTreeMap::new();
+        let mut inputs = Vec::new();
+        for g in 1..=3u64 {
+            let mut w = SSTableWriter::new(dir.path(), g, &schema).expect("writer");
+            for (n, k) in &keys {
+                if let Some(u) = version(*n, g) {
+                    w.append(k, &u).expect("append");
+                    let m = match expected.remove(k) {
+                        Some(old) => merge_partition_updates(&schema, &old, &u),
+                        None => u,
+                    };
+                    expected.insert(k.clone(), m);
+                }
+            }
+            inputs.push(Arc::new(
+                w.finish(0, 0).expect("finish").expect("an SSTable"),
+            ));
+        }
+        let job = CompactionJob {
+            inputs: vec![1, 2, 3],
+            output_level: 0,
+            max_output_bytes: None,
+            drop_only: false,
+        };
+        let ctx = PurgeContext {
+            gc_before: 0,
+            now_seconds: 0,
+            others: Vec::new(),
+            memtable_min_timestamp: i64::MAX,
+        };
+        let before = SHADOW_COPIES.with(|c| c.get());
+        let (outputs, _txn) =
+            run_compaction(&schema, dir.path(), &inputs, &AtomicU64::new(4), &job, &ctx)
+                .expect("compaction");
+        // Keys n % 7 == 0 and 4 (20 of the 70) take the shadowing path; no other does.
+        assert_eq!(SHADOW_COPIES.with(|c| c.get()) - before, 20);
         assert_eq!(outputs.len(), 1);
         let out = &outputs[0];
         out.verify().expect("checksums");

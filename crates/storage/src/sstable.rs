@@ -2058,6 +2058,9 @@ pub struct Scanner<'a> {
     chunk_raw: Vec<u8>,
     /// A partition that spans chunks, assembled.
     scratch: Vec<u8>,
+    /// Where [`load_current_raw`](Self::load_current_raw) left the current partition's
+    /// bytes: a range of `chunk_data`, or (None) all of `scratch`.
+    raw_at: Option<(usize, usize)>,
 }
 
 impl<'a> Scanner<'a> {
@@ -2074,6 +2077,7 @@ impl<'a> Scanner<'a> {
             chunk_data: Vec::new(),
             chunk_raw: Vec::new(),
             scratch: Vec::new(),
+            raw_at: Some((0, 0)),
         }
     }
 
@@ -2191,7 +2195,27 @@ impl<'a> Scanner<'a> {
         &mut self,
         f: impl FnOnce(&PartitionKey, &[u8]) -> Result<()>,
     ) -> Result<bool> {
-        let Some((k, e)) = self.take_entry()? else {
+        match self.load_current_raw() {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                // The partition is consumed even when its bytes cannot be read (scrub
+                // moves on to the next one).
+                self.current = None;
+                return Err(e);
+            }
+        }
+        let Some((k, _)) = self.current.take() else {
+            return Ok(false);
+        };
+        f(&k, self.current_raw()).map(|()| true)
+    }
+
+    /// Reads the serialized bytes of the partition [`peek_key`](Self::peek_key) loads,
+    /// without consuming it, for [`current_raw`](Self::current_raw); false at the end.
+    pub fn load_current_raw(&mut self) -> Result<bool> {
+        self.peek_key()?;
+        let Some((_, e)) = &self.current else {
             return Ok(false);
         };
         let sst = self.sst;
@@ -2210,6 +2234,7 @@ impl<'a> Scanner<'a> {
         let first = (pos / cb) as usize;
         let last = ((pos + len).saturating_sub(1) / cb) as usize;
         self.scratch.clear();
+        self.raw_at = Some((0, 0));
         for i in first..=last {
             if self.chunk != Some(i) {
                 self.chunk = None;
@@ -2224,11 +2249,21 @@ impl<'a> Scanner<'a> {
                 .get(s..e)
                 .ok_or_else(|| StorageError::corrupt(&sst.data_path, pos, "short chunk"))?;
             if first == last {
-                return f(&k, part).map(|()| true);
+                self.raw_at = Some((s, e));
+                return Ok(true);
             }
             self.scratch.extend_from_slice(part);
         }
-        f(&k, &self.scratch).map(|()| true)
+        self.raw_at = None;
+        Ok(true)
+    }
+
+    /// The bytes [`load_current_raw`](Self::load_current_raw) last read (empty before).
+    pub fn current_raw(&self) -> &[u8] {
+        match self.raw_at {
+            Some((s, e)) => self.chunk_data.get(s..e).unwrap_or(&[]),
+            None => &self.scratch,
+        }
     }
 
     /// The SSTable being scanned.

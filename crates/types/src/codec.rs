@@ -513,6 +513,25 @@ pub struct SimpleRowSummary {
     pub local_times: Option<(LocalTime, LocalTime)>,
     /// Whether the marker or a live cell has no TTL.
     pub non_expiring: bool,
+    /// The column ids of the cells below 64, as bits (bit `i` for column id `i`).
+    pub column_mask: u64,
+    /// Whether a cell has a column id of 64 or more (not in `column_mask`).
+    pub columns_past_mask: bool,
+}
+
+impl SimpleRowSummary {
+    /// Whether this row alone is what merging it with `older` gives: every column of
+    /// `older` is here, each of this row's timestamps is newer than all of `older`'s,
+    /// this row has no tombstone and nothing that expires, and it has a marker if
+    /// `older` has one. Both rows must be of the same clustering (the caller's to check).
+    pub fn shadows_whole(&self, older: &SimpleRowSummary) -> bool {
+        self.local_times.is_none()
+            && !self.columns_past_mask
+            && !older.columns_past_mask
+            && older.column_mask & !self.column_mask == 0
+            && self.min_timestamp > older.max_timestamp
+            && (older.marker.is_none() || self.marker.is_some())
+    }
 }
 
 /// Summarizes a row [`put_row`] wrote with `base`, when it has no row deletion and only
@@ -520,6 +539,27 @@ pub struct SimpleRowSummary {
 /// (the caller falls back to [`read_row`]).
 pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
     let mut c = SliceCursor { buf, pos: 0 };
+    let s = summarize_row_at(&mut c, base)?;
+    (c.pos == buf.len()).then_some(s)
+}
+
+/// Summarizes a partition's [`encode_update_standalone`] bytes when the partition is one
+/// row of simple cells and nothing else (what [`encode_row_standalone`] writes): its base
+/// and the row's summary; `None` for any other partition and for bytes that do not decode.
+pub fn summarize_single_row_partition(buf: &[u8]) -> Option<(i64, SimpleRowSummary)> {
+    let mut c = SliceCursor { buf, pos: 0 };
+    let base = c.z()?;
+    // No partition deletion, no static row; one row.
+    if c.u8()? != 0 || c.var()? != 1 {
+        return None;
+    }
+    let s = summarize_row_at(&mut c, base)?;
+    // No range tombstones, and nothing after them.
+    (c.var()? == 0 && c.pos == buf.len()).then_some((base, s))
+}
+
+/// [`summarize_simple_row`] of the row at the cursor, leaving the cursor after it.
+fn summarize_row_at(c: &mut SliceCursor<'_>, base: i64) -> Option<SimpleRowSummary> {
     let clustering = c.var()?;
     for _ in 0..clustering {
         c.skip_bytes()?;
@@ -541,6 +581,8 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
         tombstone_cells: 0,
         local_times: None,
         non_expiring: false,
+        column_mask: 0,
+        columns_past_mask: false,
     };
     let note_time = |s: &mut SimpleRowSummary, t: LocalTime| {
         s.local_times = Some(
@@ -567,7 +609,11 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
     let n = c.var()?;
     for _ in 0..n {
         // A column id; `read_row` refuses one past u32.
-        u32::try_from(c.var()?).ok()?;
+        let id = u32::try_from(c.var()?).ok()?;
+        match 1u64.checked_shl(id) {
+            Some(bit) => s.column_mask |= bit,
+            None => s.columns_past_mask = true,
+        }
         if c.u8()? != 0 {
             return None;
         }
@@ -600,7 +646,7 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
         }
     }
     s.cells = n as usize;
-    (c.pos == buf.len()).then_some(s)
+    Some(s)
 }
 
 /// A read position in borrowed bytes, for scans that build nothing.
@@ -667,6 +713,45 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn shadows_whole_needs_every_column_newer_and_nothing_that_expires() {
+        let x = || Bytes::from_static(b"x");
+        let row = |marker: Option<i64>, cells: Vec<(crate::schema::ColumnId, Cell)>| Row {
+            clustering: Clustering::empty(),
+            marker: marker.map(LivenessInfo::new),
+            deletion: None,
+            cells: cells
+                .into_iter()
+                .map(|(i, c)| (i, ColumnData::Simple(c)))
+                .collect(),
+        };
+        let sum = |r: Row| {
+            let mut b = Vec::new();
+            put_row(&mut b, &r, 0);
+            summarize_simple_row(&b, 0).expect("a simple row")
+        };
+        let old = sum(row(
+            Some(5),
+            vec![(2, Cell::live(5, x())), (3, Cell::tombstone(6, 1))],
+        ));
+        let newer = |marker, c2, c3| sum(row(marker, vec![(2, c2), (3, c3)]));
+        assert!(newer(Some(7), Cell::live(7, x()), Cell::live(8, x())).shadows_whole(&old));
+        // A column of the older row is missing.
+        assert!(!sum(row(Some(7), vec![(2, Cell::live(7, x()))])).shadows_whole(&old));
+        // A timestamp (the marker's) not newer than the older row's newest.
+        assert!(!newer(Some(6), Cell::live(7, x()), Cell::live(8, x())).shadows_whole(&old));
+        // No marker where the older row has one.
+        assert!(!newer(None, Cell::live(7, x()), Cell::live(8, x())).shadows_whole(&old));
+        // A tombstone or an expiring cell in the newer row.
+        assert!(!newer(Some(7), Cell::live(7, x()), Cell::tombstone(8, 1)).shadows_whole(&old));
+        assert!(
+            !newer(Some(7), Cell::expiring(7, 10, 1, x()), Cell::live(8, x())).shadows_whole(&old)
+        );
+        // Column ids past the mask are not compared.
+        let wide = sum(row(None, vec![(70, Cell::live(1, x()))]));
+        assert!(!sum(row(Some(7), vec![(70, Cell::live(9, x()))])).shadows_whole(&wide));
+    }
+
     /// What [`summarize_simple_row`] must give for `r`, from the decoded row.
     fn expected_summary(r: &Row) -> Option<SimpleRowSummary> {
         let cells: Vec<&Cell> = r
@@ -724,6 +809,12 @@ mod tests {
             max_timestamp: r.max_timestamp(),
             has_tombstone_cell: cells.iter().any(|c| c.is_tombstone),
             earliest_expiry: expiries.min().unwrap_or(LocalTime::MAX),
+            column_mask: r
+                .cells
+                .iter()
+                .filter_map(|(id, _)| 1u64.checked_shl(*id))
+                .fold(0, |m, b| m | b),
+            columns_past_mask: r.cells.iter().any(|(id, _)| *id >= 64),
         })
     }
 
@@ -755,6 +846,29 @@ mod tests {
                     prop_assert_eq!(summarize_simple_row(&buf, base), None);
                 }
             }
+        }
+
+        /// A partition's standalone bytes summarize as its row's when it is one row and
+        /// nothing else (with the encoding's base), and as nothing otherwise or cut short.
+        #[test]
+        fn single_row_partition_summary(u in crate::data::proptests::update()) {
+            let mut buf = Vec::new();
+            encode_update_standalone(&u, &mut buf);
+            let want = match &u.rows[..] {
+                [row] if u.partition_deletion.is_none()
+                    && u.static_row.is_none()
+                    && u.range_tombstones.is_empty() =>
+                {
+                    expected_summary(row).map(|s| (first_timestamp(&u), s))
+                }
+                _ => None,
+            };
+            prop_assert_eq!(summarize_single_row_partition(&buf), want);
+            for cut in 0..buf.len() {
+                prop_assert_eq!(summarize_single_row_partition(&buf[..cut]), None);
+            }
+            buf.push(0);
+            prop_assert_eq!(summarize_single_row_partition(&buf), None);
         }
 
         /// A one-row update's standalone encoding, built from its row's bytes and any
