@@ -111,6 +111,24 @@ pub enum RtError {
         shard: ShardId,
         source: std::io::Error,
     },
+    #[error("not sent to shard {shard}: {reason}")]
+    Barrier { shard: ShardId, reason: String },
+}
+
+/// The check a message to another shard passes first ([`set_send_barrier`]).
+pub type SendBarrier = fn() -> Result<(), String>;
+
+thread_local! {
+    static SEND_BARRIER: std::cell::Cell<Option<SendBarrier>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Registers `f` as the check each [`Shards::submit_to`] from this thread runs before it
+/// sends: the storage layer's write-out of commitlog entries whose acknowledgement it
+/// deferred, so nothing that depends on them reaches another shard before they reach
+/// the OS. An error is the submit's error, and nothing is sent.
+pub fn set_send_barrier(f: SendBarrier) {
+    SEND_BARRIER.with(|b| b.set(Some(f)));
 }
 
 /// Handle to every shard's inbox.
@@ -144,11 +162,13 @@ impl Shards {
             })
         });
         let nr_shards = self.nr_shards();
-        let sent = match self.inboxes.get(shard as usize) {
-            Some(inbox) => inbox
+        let barrier = SEND_BARRIER.with(|b| b.get()).map_or(Ok(()), |f| f());
+        let sent = match (barrier, self.inboxes.get(shard as usize)) {
+            (Err(reason), _) => Err(RtError::Barrier { shard, reason }),
+            (Ok(()), Some(inbox)) => inbox
                 .send(Msg::Run(task))
                 .map_err(|_| RtError::ShardStopped { shard }),
-            None => Err(RtError::NoSuchShard { shard, nr_shards }),
+            (Ok(()), None) => Err(RtError::NoSuchShard { shard, nr_shards }),
         };
         async move {
             sent?;
@@ -349,6 +369,44 @@ async fn idle_poller(window: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failing send barrier on the sending thread fails the submit with its reason and
+    /// sends nothing; a passing one lets the message through.
+    #[test]
+    fn a_failing_send_barrier_sends_nothing() {
+        let rt = start(
+            RtConfig {
+                nr_shards: 2,
+                pin: false,
+            },
+            |_| async {},
+        )
+        .expect("start");
+        let shards = rt.shards().clone();
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s, r) = (shards.clone(), ran.clone());
+        drop(shards.submit_to(0, move || async move {
+            set_send_barrier(|| Err("the commitlog could not be written".into()));
+            let refused = s
+                .submit_to(1, move || async move {
+                    r.store(true, std::sync::atomic::Ordering::SeqCst);
+                })
+                .await;
+            set_send_barrier(|| Ok(()));
+            let passed = s.submit_to(1, || async { current_shard() }).await;
+            let _ = tx.send((refused.map_err(|e| e.to_string()), passed.ok()));
+        }));
+        let (refused, passed) = rx.recv().expect("result");
+        assert_eq!(
+            refused,
+            Err("not sent to shard 1: the commitlog could not be written".to_string())
+        );
+        assert_eq!(passed, Some(Some(1)));
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        shards.close();
+        rt.join();
+    }
 
     #[test]
     fn submit_runs_on_the_target_shard() {

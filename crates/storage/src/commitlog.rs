@@ -815,6 +815,97 @@ enum AckInner {
     Pending(std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>),
 }
 
+thread_local! {
+    /// Whether periodic-mode acks polled now may leave their write-out to the caller
+    /// ([`with_deferred_write_out`]), and the end of the furthest entry they left.
+    static DEFER_SCOPE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static DEFERRED_IN_SCOPE: std::cell::Cell<LogPosition> = const { std::cell::Cell::new(0) };
+    /// The commitlog whose entries acks deferred on this thread (one per shard thread;
+    /// weak: a storage shut down is not kept alive, its drop wrote its buffer out).
+    static DEFERRED: RefCell<Option<std::rc::Weak<RefCell<Commitlog>>>> =
+        const { RefCell::new(None) };
+}
+
+/// Runs `f` (the first poll of requests a connection runs inline) with periodic-mode
+/// acks resolving as soon as their entry is in the commitlog's buffer: the one `pwrite`
+/// per write becomes one per batch of responses. Returns `f`'s result and the end of the
+/// furthest entry an ack deferred (0 for none). The caller must pass that position to
+/// [`write_out_deferred`] before anything that acknowledges those writes leaves the
+/// shard (a response on the socket); until then a crash of the process may lose them.
+pub fn with_deferred_write_out<R>(f: impl FnOnce() -> R) -> (R, LogPosition) {
+    /// Restores the enclosing scope's state, also when `f` panics.
+    struct Restore {
+        outer: bool,
+        outer_deferred: LogPosition,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFER_SCOPE.with(|d| d.set(self.outer));
+            // An enclosing scope answers for what this one deferred too.
+            let inner = DEFERRED_IN_SCOPE.with(|d| d.get());
+            let back = if self.outer {
+                self.outer_deferred.max(inner)
+            } else {
+                0
+            };
+            DEFERRED_IN_SCOPE.with(|d| d.set(back));
+        }
+    }
+    let restore = Restore {
+        outer: DEFER_SCOPE.with(|d| d.replace(true)),
+        outer_deferred: DEFERRED_IN_SCOPE.with(|d| d.replace(0)),
+    };
+    let r = f();
+    let deferred = DEFERRED_IN_SCOPE.with(|d| d.get());
+    drop(restore);
+    (r, deferred)
+}
+
+/// The end of the furthest entry an ack deferred inside the innermost
+/// [`with_deferred_write_out`] scope running now (0 outside one, or if none deferred).
+pub fn deferred_in_scope() -> LogPosition {
+    DEFERRED_IN_SCOPE.with(|d| d.get())
+}
+
+/// Hands the commitlog's buffer to the OS if an entry an ack deferred through `up_to` is
+/// still in it; fails (naming the segment) if it cannot, and then every later call fails
+/// too until a write-out succeeds. A no-op when nothing deferred is unwritten.
+pub fn write_out_deferred(up_to: LogPosition) -> Result<()> {
+    if up_to == 0 {
+        return Ok(());
+    }
+    let log = DEFERRED.with(|d| d.borrow().as_ref().and_then(|l| l.upgrade()));
+    match log {
+        Some(l) => write_out_through(&mut l.borrow_mut(), up_to),
+        None => Ok(()),
+    }
+}
+
+/// Whether an ack for the entry ending at `end` in `log` may resolve without writing
+/// it out (inside a deferral scope, on a healthy log, the thread's one commitlog); if so
+/// records the deferral.
+fn defer(log: &Rc<RefCell<Commitlog>>, end: LogPosition) -> bool {
+    if !DEFER_SCOPE.with(|d| d.get()) || log.borrow().write_failed {
+        return false;
+    }
+    let same = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        match d.as_mut() {
+            Some(l) if std::ptr::eq(l.as_ptr(), Rc::as_ptr(log)) => true,
+            // Another storage's log, still open: this one writes out at once.
+            Some(l) if l.strong_count() > 0 => false,
+            _ => {
+                *d = Some(Rc::downgrade(log));
+                true
+            }
+        }
+    });
+    if same {
+        DEFERRED_IN_SCOPE.with(|d| d.set(d.get().max(end)));
+    }
+    same
+}
+
 /// Hands the buffer to the OS if the entry ending at `end` is still in it.
 fn write_out_through(l: &mut Commitlog, end: LogPosition) -> Result<()> {
     if l.written_position() < end && segment_of(end) >= l.active.id {
@@ -868,6 +959,7 @@ impl std::future::Future for WriteAck {
         match &mut self.inner {
             AckInner::Ready(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
             AckInner::Written(w) => std::task::Poll::Ready(match w.take() {
+                Some((log, end)) if defer(&log, end) => Ok(()),
                 Some((log, end)) => write_out_through(&mut log.borrow_mut(), end),
                 None => Ok(()),
             }),
@@ -1343,6 +1435,75 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    /// Inside a deferral scope a periodic ack resolves with its entry still buffered and
+    /// the scope reports the entry's end, which `write_out_deferred` then hands to the OS;
+    /// outside a scope an ack writes its entry out before it resolves.
+    #[test]
+    fn acks_in_a_deferral_scope_leave_the_write_out_to_the_caller() {
+        use std::task::{Context, Poll, Waker};
+        let dir = tempfile::tempdir().expect("tmp");
+        let log = Rc::new(RefCell::new(
+            Commitlog::open(
+                dir.path(),
+                SyncMode::Periodic { period_ms: 10_000 },
+                8 << 20,
+                0,
+                0,
+            )
+            .expect("open"),
+        ));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut poll = |ack: WriteAck| std::pin::pin!(ack).poll(&mut cx);
+        let (_, end) = log
+            .borrow_mut()
+            .append(&big_mutation(1, 100))
+            .expect("append");
+        let before = log.borrow().written_position();
+        assert!(before < end);
+        let (r, deferred) = with_deferred_write_out(|| poll(WriteAck::new(log.clone(), end)));
+        assert!(matches!(r, Poll::Ready(Ok(()))));
+        assert_eq!(deferred, end);
+        assert_eq!(
+            log.borrow().written_position(),
+            before,
+            "nothing written yet"
+        );
+        assert_eq!(deferred_in_scope(), 0, "no scope runs now");
+        write_out_deferred(deferred).expect("write out");
+        assert!(log.borrow().written_position() >= end);
+        let on_disk = std::fs::metadata(&log.borrow().active.path)
+            .expect("stat")
+            .len();
+        assert_eq!(on_disk, log.borrow().active.written);
+
+        // Outside a scope the ack writes its entry out itself.
+        let (_, end) = log
+            .borrow_mut()
+            .append(&big_mutation(2, 100))
+            .expect("append");
+        assert!(matches!(
+            poll(WriteAck::new(log.clone(), end)),
+            Poll::Ready(Ok(()))
+        ));
+        assert!(log.borrow().written_position() >= end);
+
+        // A panic inside a scope ends it: later acks write out again.
+        let (_, end) = log
+            .borrow_mut()
+            .append(&big_mutation(3, 100))
+            .expect("append");
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_deferred_write_out(|| -> () { panic!("request panicked") })
+        }));
+        assert!(caught.is_err());
+        assert_eq!(deferred_in_scope(), 0);
+        assert!(matches!(
+            poll(WriteAck::new(log.clone(), end)),
+            Poll::Ready(Ok(()))
+        ));
+        assert!(log.borrow().written_position() >= end);
     }
 
     /// Entries of all sizes (past the buffer's resting size, across segment rotations)

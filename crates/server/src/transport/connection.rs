@@ -222,6 +222,10 @@ struct Conn<B: Backend> {
     /// The socket did not take everything: the writer task waits for it, requests do not
     /// try to write.
     blocked: Cell<bool>,
+    /// The end of the furthest commitlog entry whose write this connection acknowledged
+    /// without writing it out (0: none since the last send): written out before any
+    /// response leaves (`write_queued`).
+    deferred_write_out: Cell<u64>,
     writer_wake: Notify,
     /// Woken when an in-flight request ends or the writer drained the outbox.
     reader_wake: Notify,
@@ -275,6 +279,7 @@ pub async fn serve_connection_with<B: Backend>(
         }),
         wr: RefCell::new(Some(Rc::new(wr))),
         blocked: Cell::new(false),
+        deferred_write_out: Cell::new(0),
         writer_wake: Notify::new(),
         reader_wake: Notify::new(),
         close,
@@ -452,6 +457,20 @@ impl<B: Backend> Conn<B> {
             // The writer ended: nothing can be sent any more.
             return Ok(true);
         };
+        // No response leaves before the commitlog entries of the writes this connection
+        // acknowledged are handed to the OS (those of the request running now included):
+        // one write-out for every write answered since the last send.
+        let deferred = self
+            .deferred_write_out
+            .get()
+            .max(amphora_storage::commitlog::deferred_in_scope());
+        if deferred != 0 {
+            if let Err(e) = amphora_storage::commitlog::write_out_deferred(deferred) {
+                tracing::error!(error = %e, "transport: acknowledged writes could not be written to the commitlog; dropping the connection's output");
+                return Err(std::io::Error::other(e.to_string()));
+            }
+            self.deferred_write_out.set(0);
+        }
         let mut ob = self.outbox.borrow_mut();
         ob.frame_pending();
         while !ob.out.is_empty() {
@@ -980,9 +999,20 @@ impl<B: Backend> Conn<B> {
         // to its own: that only costs this task a spurious poll. A panic is caught as a
         // spawned task's would be: dropping the request then answers ServerError.
         let mut request = Box::pin(run_request(guard, tracing_id, trace, msg));
+        // Periodic-mode writes answered in this first poll leave their commitlog write-out
+        // to `write_queued`, which does it once for all the responses it sends.
         let first = std::future::poll_fn(|cx| {
             Poll::Ready(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
-                || request.as_mut().poll(cx).is_ready(),
+                || {
+                    let (ready, deferred) =
+                        amphora_storage::commitlog::with_deferred_write_out(|| {
+                            request.as_mut().poll(cx).is_ready()
+                        });
+                    if deferred > self.deferred_write_out.get() {
+                        self.deferred_write_out.set(deferred);
+                    }
+                    ready
+                },
             )))
         })
         .await;
