@@ -520,12 +520,14 @@ pub struct SimpleRowSummary {
 }
 
 impl SimpleRowSummary {
-    /// Whether this row alone is what merging it with `older` gives: every column of
-    /// `older` is here, each of this row's timestamps is newer than all of `older`'s,
+    /// Whether this row alone is what merging it with `older` gives: it holds a marker or
+    /// a cell, every column of `older` is here, each of this row's timestamps is newer than all of `older`'s,
     /// this row has no tombstone and nothing that expires, and it has a marker if
     /// `older` has one. Both rows must be of the same clustering (the caller's to check).
     pub fn shadows_whole(&self, older: &SimpleRowSummary) -> bool {
-        self.local_times.is_none()
+        // A row of nothing is no row: merging drops it.
+        (self.marker.is_some() || self.cells > 0)
+            && self.local_times.is_none()
             && !self.columns_past_mask
             && !older.columns_past_mask
             && older.column_mask & !self.column_mask == 0
@@ -747,6 +749,9 @@ mod tests {
         assert!(
             !newer(Some(7), Cell::expiring(7, 10, 1, x()), Cell::live(8, x())).shadows_whole(&old)
         );
+        // A row of nothing shadows nothing (the merge drops it).
+        let empty = sum(row(None, vec![]));
+        assert!(!empty.shadows_whole(&sum(row(None, vec![]))));
         // Column ids past the mask are not compared.
         let wide = sum(row(None, vec![(70, Cell::live(1, x()))]));
         assert!(!sum(row(Some(7), vec![(70, Cell::live(9, x()))])).shadows_whole(&wide));
