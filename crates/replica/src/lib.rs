@@ -93,12 +93,10 @@ pub fn init_shard(
     // Gives the allocator's fragmented slabs back (only with jemalloc's hooks registered).
     tokio::task::spawn_local(storage.run_defrag());
     // Writes acknowledged with their commitlog write-out deferred (the transport's inline
-    // requests) reach the OS before anything of the same request goes to another shard.
+    // requests) reach the OS before anything goes from this shard to another.
     amphora_rt::set_send_barrier(|| {
-        amphora_storage::commitlog::write_out_deferred(
-            amphora_storage::commitlog::deferred_in_scope(),
-        )
-        .map_err(|e| format!("the commitlog could not be written: {e}"))
+        amphora_storage::commitlog::write_out_deferred(amphora_storage::commitlog::deferred_max())
+            .map_err(|e| format!("the commitlog could not be written: {e}"))
     });
     let db = Rc::new(ShardDb {
         shard,

@@ -820,6 +820,8 @@ thread_local! {
     /// ([`with_deferred_write_out`]), and the end of the furthest entry they left.
     static DEFER_SCOPE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static DEFERRED_IN_SCOPE: std::cell::Cell<LogPosition> = const { std::cell::Cell::new(0) };
+    /// The end of the furthest entry any ack on this thread deferred (never reset).
+    static DEFERRED_MAX: std::cell::Cell<LogPosition> = const { std::cell::Cell::new(0) };
     /// The commitlog whose entries acks deferred on this thread (one per shard thread;
     /// weak: a storage shut down is not kept alive, its drop wrote its buffer out).
     static DEFERRED: RefCell<Option<std::rc::Weak<RefCell<Commitlog>>>> =
@@ -828,10 +830,11 @@ thread_local! {
 
 /// Runs `f` (the first poll of requests a connection runs inline) with periodic-mode
 /// acks resolving as soon as their entry is in the commitlog's buffer: the one `pwrite`
-/// per write becomes one per batch of responses. Returns `f`'s result and the end of the
+/// per write becomes one per batch of requests. Returns `f`'s result and the end of the
 /// furthest entry an ack deferred (0 for none). The caller must pass that position to
 /// [`write_out_deferred`] before anything that acknowledges those writes leaves the
-/// shard (a response on the socket); until then a crash of the process may lose them.
+/// shard (a response on the socket) and before it yields to other tasks (which could
+/// read the writes); until then a crash of the process may lose them.
 pub fn with_deferred_write_out<R>(f: impl FnOnce() -> R) -> (R, LogPosition) {
     /// Restores the enclosing scope's state, also when `f` panics.
     struct Restore {
@@ -867,9 +870,16 @@ pub fn deferred_in_scope() -> LogPosition {
     DEFERRED_IN_SCOPE.with(|d| d.get())
 }
 
+/// The end of the furthest entry an ack on this thread ever deferred (0 for none): what
+/// [`write_out_deferred`] must cover before anything that may depend on any deferred
+/// write leaves the shard (a message to another shard).
+pub fn deferred_max() -> LogPosition {
+    DEFERRED_MAX.with(|d| d.get())
+}
+
 /// Hands the commitlog's buffer to the OS if an entry an ack deferred through `up_to` is
-/// still in it; fails (naming the segment) if it cannot, and then every later call fails
-/// too until a write-out succeeds. A no-op when nothing deferred is unwritten.
+/// still in it; fails (naming the segment) if it cannot, and then every later call with
+/// such an entry still unwritten fails too. A no-op when nothing deferred is unwritten.
 pub fn write_out_deferred(up_to: LogPosition) -> Result<()> {
     if up_to == 0 {
         return Ok(());
@@ -902,6 +912,7 @@ fn defer(log: &Rc<RefCell<Commitlog>>, end: LogPosition) -> bool {
     });
     if same {
         DEFERRED_IN_SCOPE.with(|d| d.set(d.get().max(end)));
+        DEFERRED_MAX.with(|d| d.set(d.get().max(end)));
     }
     same
 }
@@ -1465,6 +1476,7 @@ mod tests {
         let (r, deferred) = with_deferred_write_out(|| poll(WriteAck::new(log.clone(), end)));
         assert!(matches!(r, Poll::Ready(Ok(()))));
         assert_eq!(deferred, end);
+        assert_eq!(deferred_max(), end);
         assert_eq!(
             log.borrow().written_position(),
             before,

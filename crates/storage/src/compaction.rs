@@ -1032,6 +1032,7 @@ fn compact_into_writer(
         // than the others hold: that row is the merge (the key written again and again).
         if holders.len() > 1
             && hook.is_none()
+            && schema.clustering_key.is_empty()
             && let Some(newest) = shadowing_holder(&mut scanners, &holders, &mut sums)?
         {
             let src = &raw_sources[newest];

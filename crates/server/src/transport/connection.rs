@@ -296,6 +296,8 @@ pub async fn serve_connection_with<B: Backend>(
     let mut writer = tokio::task::spawn_local(write_loop(conn.clone()));
 
     let why = conn.read_loop(&mut rd).await;
+    // Before anything below waits (read_loop may have returned mid-burst).
+    conn.write_out_deferred();
     tracing::debug!(?peer, shard, why, "transport: connection closing");
 
     // Let in-flight requests answer, flush, then close our side.
@@ -502,6 +504,29 @@ impl<B: Backend> Conn<B> {
         self.close.request();
     }
 
+    /// Hands to the OS the commitlog entries of the writes this connection answered
+    /// without writing them out (`start_request`), before the connection task waits: no
+    /// other task on the shard (another client's read) may see a write a crash could
+    /// still lose. False, with the connection's output dropped and the connection closing,
+    /// when the write-out fails.
+    fn write_out_deferred(&self) -> bool {
+        let deferred = self.deferred_write_out.get();
+        if deferred == 0 {
+            return true;
+        }
+        match amphora_storage::commitlog::write_out_deferred(deferred) {
+            Ok(()) => {
+                self.deferred_write_out.set(0);
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "transport: acknowledged writes could not be written to the commitlog; dropping the connection's output");
+                self.write_failed(&std::io::Error::other(e.to_string()));
+                false
+            }
+        }
+    }
+
     /// After queueing output: write it now if enough is queued (and the socket is not
     /// known to be full), else leave it to the writer task.
     fn output_queued(&self) {
@@ -543,6 +568,12 @@ impl<B: Backend> Conn<B> {
     /// Waits until another request may start (`for_reading`: until the socket may be read);
     /// false if the connection is asked to close.
     async fn wait_for_capacity(&self, for_reading: bool) -> bool {
+        // The connection task may wait below (and read_loop waits for the socket right
+        // after): nothing this burst of requests wrote may be visible to other tasks
+        // before it is handed to the OS.
+        if !self.write_out_deferred() {
+            return false;
+        }
         loop {
             if self.close.requested.get() || self.dead.get() {
                 return false;
@@ -1024,6 +1055,10 @@ impl<B: Backend> Conn<B> {
             Err(_) => {
                 tracing::error!("transport: a request panicked");
                 drop(request);
+                // What it deferred before panicking was not recorded for this connection.
+                let _ = amphora_storage::commitlog::write_out_deferred(
+                    amphora_storage::commitlog::deferred_max(),
+                );
             }
         }
     }
