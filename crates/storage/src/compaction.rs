@@ -14,7 +14,7 @@ use amphora_types::data::{
 use amphora_types::schema::TableSchema;
 
 use crate::error::{Result, StorageError};
-use crate::sstable::{RawSource, SSTableReader, SSTableWriter, Scanner};
+use crate::sstable::{RawSource, SSTableReader, SSTableWriter, Scanner, partition_body};
 
 /// What a chooser sees of one SSTable.
 #[derive(Debug, Clone, PartialEq)]
@@ -919,13 +919,6 @@ fn shadowing_holder(
         .enumerate()
         .all(|(x, o)| x == n || newest.shadows_whole(o));
     Ok(all.then_some(holders[n]))
-}
-
-/// The body of a partition's serialized bytes: what follows its key and token.
-fn partition_body(raw: &[u8]) -> Option<&[u8]> {
-    let mut pos = 0;
-    let klen = usize::try_from(codec::read_var(raw, &mut pos)?).ok()?;
-    raw.get(pos.checked_add(klen)?.checked_add(8)?..)
 }
 
 /// [`compact_into_writer`], abandoning (removing the temporary files of) the output it was

@@ -1978,6 +1978,14 @@ struct UncachedChunk {
     valid: usize,
 }
 
+/// The body of a partition's serialized bytes (as `put_partition` writes them): what
+/// follows its key and token; None if the bytes are too short.
+pub fn partition_body(raw: &[u8]) -> Option<&[u8]> {
+    let mut pos = 0;
+    let klen = usize::try_from(read_var(raw, &mut pos)?).ok()?;
+    raw.get(pos.checked_add(klen)?.checked_add(8)?..)
+}
+
 fn decode_partition(
     path: &Path,
     bytes: Bytes,
