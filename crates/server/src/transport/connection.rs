@@ -462,17 +462,7 @@ impl<B: Backend> Conn<B> {
         // No response leaves before the commitlog entries of the writes this connection
         // acknowledged are handed to the OS (those of the request running now included):
         // one write-out for every write answered since the last send.
-        let deferred = self
-            .deferred_write_out
-            .get()
-            .max(amphora_storage::commitlog::deferred_in_scope());
-        if deferred != 0 {
-            if let Err(e) = amphora_storage::commitlog::write_out_deferred(deferred) {
-                tracing::error!(error = %e, "transport: acknowledged writes could not be written to the commitlog; dropping the connection's output");
-                return Err(std::io::Error::other(e.to_string()));
-            }
-            self.deferred_write_out.set(0);
-        }
+        self.write_out_through(amphora_storage::commitlog::deferred_in_scope())?;
         let mut ob = self.outbox.borrow_mut();
         ob.frame_pending();
         while !ob.out.is_empty() {
@@ -510,21 +500,28 @@ impl<B: Backend> Conn<B> {
     /// still lose. False, with the connection's output dropped and the connection closing,
     /// when the write-out fails.
     fn write_out_deferred(&self) -> bool {
-        let deferred = self.deferred_write_out.get();
-        if deferred == 0 {
-            return true;
-        }
-        match amphora_storage::commitlog::write_out_deferred(deferred) {
-            Ok(()) => {
-                self.deferred_write_out.set(0);
-                true
-            }
+        match self.write_out_through(0) {
+            Ok(()) => true,
             Err(e) => {
-                tracing::error!(error = %e, "transport: acknowledged writes could not be written to the commitlog; dropping the connection's output");
-                self.write_failed(&std::io::Error::other(e.to_string()));
+                self.write_failed(&e);
                 false
             }
         }
+    }
+
+    /// Writes out the commitlog through this connection's deferred entries and `also`
+    /// (0: nothing more); the error names the commitlog's failure.
+    fn write_out_through(&self, also: u64) -> std::io::Result<()> {
+        let deferred = self.deferred_write_out.get().max(also);
+        if deferred == 0 {
+            return Ok(());
+        }
+        if let Err(e) = amphora_storage::commitlog::write_out_deferred(deferred) {
+            tracing::error!(error = %e, "transport: acknowledged writes could not be written to the commitlog; dropping the connection's output");
+            return Err(std::io::Error::other(e.to_string()));
+        }
+        self.deferred_write_out.set(0);
+        Ok(())
     }
 
     /// After queueing output: write it now if enough is queued (and the socket is not
