@@ -1530,11 +1530,16 @@ impl ShardStorage {
         // share the backlog controller gives them.
         let share = (!major).then(|| inner.compaction_share.clone());
         inner.compactor.submit(Box::new(move || {
+            let started = std::time::Instant::now();
+            let _ = crate::sstable::take_finish_times();
             let compact = || run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
             let result = match share {
                 Some(share) => share.run(compact),
                 None => compact(),
             };
+            if let Ok((outs, _)) = &result {
+                log_compaction(&schema, major, &inputs, outs, started.elapsed());
+            }
             if result.is_err() {
                 // Leave no partial outputs behind.
                 cleanup_tmp(&dir);
@@ -2094,6 +2099,45 @@ fn table_min_timestamp_outside(t: &TableState, offered: &[SSTableInfo]) -> i64 {
         .filter(|s| !offered.iter().any(|o| o.generation == s.generation))
         .map(|s| s.stats.min_timestamp);
     mems.chain(others).min().unwrap_or(i64::MAX)
+}
+
+/// Logs a finished compaction the way Cassandra's "Compacted (...)" line does, with where
+/// its time went: the merge, writing out the data stream's tail, the components' syncs
+/// (on a device with a write-back cache, the flush of everything written) and opening the
+/// outputs. Runs on the compaction thread (the finish times are that thread's).
+fn log_compaction(
+    schema: &TableSchema,
+    major: bool,
+    inputs: &[Arc<SSTableReader>],
+    outputs: &[SSTableReader],
+    took: std::time::Duration,
+) {
+    let f = crate::sstable::take_finish_times();
+    let bytes_in: u64 = inputs.iter().map(|s| s.data_size()).sum();
+    let bytes_out: u64 = outputs.iter().map(|s| s.data_size()).sum();
+    let secs = took.as_secs_f64();
+    let merge = took.saturating_sub(f.write_out + f.sync + f.open);
+    tracing::info!(
+        "compacted {} SSTable(s) of {}.{} into {} ({}): {} bytes to {} bytes in {} ms \
+         ({:.0} MB/s read; merge {} ms, data write-out {} ms, syncs {} ms, open {} ms)",
+        inputs.len(),
+        schema.keyspace,
+        schema.name,
+        outputs.len(),
+        if major { "major" } else { "strategy" },
+        bytes_in,
+        bytes_out,
+        took.as_millis(),
+        if secs > 0.0 {
+            bytes_in as f64 / 1e6 / secs
+        } else {
+            0.0
+        },
+        merge.as_millis(),
+        f.write_out.as_millis(),
+        f.sync.as_millis(),
+        f.open.as_millis(),
+    );
 }
 
 fn has_purgeable(s: &SSTableReader, gc_before: i32) -> bool {

@@ -1135,6 +1135,7 @@ impl SSTableWriter {
             }
             return Ok(None);
         }
+        let started = std::time::Instant::now();
         let n = self.pending.len();
         if n > 0 {
             self.write_chunk(n)?;
@@ -1144,6 +1145,7 @@ impl SSTableWriter {
         let g = self.generation;
         let data_path = tmp_path(&dir, g, "Data.db");
         let data = self.data.finish()?;
+        let written_out = std::time::Instant::now();
 
         let mut ci = MAGIC_COMPRESSION.to_vec();
         ci.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -1241,7 +1243,16 @@ impl SSTableWriter {
         File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| StorageError::io(&dir, e))?;
-        SSTableReader::open(&dir, g).map(Some)
+        let synced = std::time::Instant::now();
+        let r = SSTableReader::open(&dir, g)?;
+        FINISH_TIMES.with(|t| {
+            let mut v = t.get();
+            v.write_out += written_out - started;
+            v.sync += synced - written_out;
+            v.open += synced.elapsed();
+            t.set(v);
+        });
+        Ok(Some(r))
     }
 
     /// Removes the temporary files of an abandoned write.
@@ -1962,7 +1973,31 @@ impl Drop for SSTableReader {
     }
 }
 
+/// Where the time of this thread's [`SSTableWriter::finish`]es went, summed since the
+/// last [`take_finish_times`] (compaction reports them in its log line).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FinishTimes {
+    /// Writing out what the data stream still held (waiting for the writer thread).
+    pub write_out: std::time::Duration,
+    /// Writing the other components and syncing everything (the device's cache flush).
+    pub sync: std::time::Duration,
+    /// Opening the finished SSTable (reading its summary and filter back).
+    pub open: std::time::Duration,
+}
+
+/// This thread's [`FinishTimes`] since the last call, which resets them.
+pub fn take_finish_times() -> FinishTimes {
+    FINISH_TIMES.with(|t| t.take())
+}
+
 thread_local! {
+    static FINISH_TIMES: std::cell::Cell<FinishTimes> = const {
+        std::cell::Cell::new(FinishTimes {
+            write_out: std::time::Duration::ZERO,
+            sync: std::time::Duration::ZERO,
+            open: std::time::Duration::ZERO,
+        })
+    };
     /// The stored bytes of a chunk being read (per thread, reused).
     static RAW_CHUNK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// An index block being scanned without the block cache (per thread, reused).
