@@ -1,7 +1,8 @@
 //! Storage benchmarks (one shard, one core), in the units of issue 2's targets: standard1
 //! writes through commitlog (periodic) + memtable (mutations/s), point reads from the row
 //! cache and from SSTables in the page cache (reads/s), flush and major compaction (MB/s of
-//! raw standard1 data), and memtable memory per raw byte (printed).
+//! raw standard1 data), memtable memory per raw byte (printed), and the memtable's
+//! partition map alone (wall time per `find_or_insert`).
 //!
 //! Writes and point reads are timed in CPU time, not wall time: the machine is shared, and
 //! run-queue waits would otherwise be counted as work. Point reads run on the shard
@@ -332,9 +333,60 @@ fn flush_and_compaction(c: &mut Criterion) {
     g.finish();
 }
 
+/// The memtable's partition map alone: `find_or_insert` of uniform random keys into a map
+/// already holding 1M partitions (a memtable mid-way under a uniform write load: about
+/// half the keys are new). Its cost is cache misses; wall time per operation.
+fn partition_map(c: &mut Criterion) {
+    use amphora_storage::memtable::MemPartition;
+    use amphora_storage::partmap::PartitionMap;
+    const UNIVERSE: u64 = 2_000_000;
+    // Static key bytes: cloning and dropping a key then touches no reference count (in
+    // the server the key is a fresh, cached copy).
+    let all: &'static [u8] = Vec::leak(
+        (0..UNIVERSE)
+            .flat_map(|i| format!("{i:010}").into_bytes())
+            .collect(),
+    );
+    let keys: Vec<PartitionKey> = all
+        .chunks(10)
+        .map(|k| PartitionKey::new(Bytes::from_static(k)))
+        .collect();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % UNIVERSE) as usize
+    };
+    let mut g = c.benchmark_group("memtable");
+    g.sampling_mode(SamplingMode::Flat).sample_size(10);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("partition_map_find_or_insert_1m", |b| {
+        // Every sample times the same work, OPS operations on a fresh map of 1M (scaled to
+        // the iterations asked for): a map that grew with the iterations would make the
+        // samples unlike each other.
+        const OPS: u64 = 300_000;
+        b.iter_custom(|iters| {
+            let mut m = PartitionMap::new();
+            while m.len() < 1_000_000 {
+                m.find_or_insert(keys[next()].clone(), || MemPartition::Single(Bytes::new()));
+            }
+            let ops: Vec<PartitionKey> = (0..OPS).map(|_| keys[next()].clone()).collect();
+            let start = Instant::now();
+            for k in ops {
+                black_box(m.find_or_insert(k, || MemPartition::Single(Bytes::new())));
+            }
+            let took = start.elapsed();
+            drop(m);
+            took.mul_f64(iters as f64 / OPS as f64)
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
-    targets = memtable_memory, writes, point_reads, flush_and_compaction
+    targets = memtable_memory, partition_map, writes, point_reads, flush_and_compaction
 }
 criterion_main!(benches);

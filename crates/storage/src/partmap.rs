@@ -23,6 +23,7 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 
 use amphora_types::data::PartitionKey;
+use smallvec::SmallVec;
 
 use crate::memtable::MemPartition;
 
@@ -49,14 +50,19 @@ fn slot_of(u: u64, depth: u32) -> usize {
     }
 }
 
+/// A leaf's tokens and positions are stored inline (up to [`LEAF_MAX`], beyond which a
+/// leaf that cannot split spills to the heap): a lookup's reads after the directory slot
+/// are then one run of adjacent cache lines, where separate vectors cost two more
+/// dependent cache misses (the leaf's header, then its tokens), which were most of a
+/// write's time in the map.
 #[derive(Debug, Default)]
 struct Leaf {
     /// How many leading token bits every partition here shares (≤ the directory's depth).
     depth: u32,
     /// `biased(token)` of each partition, sorted (ties by key).
-    tokens: Vec<u64>,
+    tokens: SmallVec<[u64; LEAF_MAX]>,
     /// Where each partition is in [`PartitionMap::entries`], in `tokens` order.
-    at: Vec<u32>,
+    at: SmallVec<[u32; LEAF_MAX]>,
 }
 
 /// Entries per chunk of [`PartitionMap::entries`] (the first chunk grows up to it).
@@ -100,10 +106,16 @@ impl Entries {
 }
 
 impl Leaf {
-    /// The first position whose key is not below `key`, and whether it is `key`.
+    /// The first position whose key is not below `key`, and whether it is `key`. The
+    /// position is a count of the smaller tokens: independent loads the CPU overlaps,
+    /// where each probe of a binary search waits for the one before.
     #[inline]
     fn search(&self, entries: &Entries, u: u64, key: &PartitionKey) -> (usize, bool) {
-        let mut i = self.tokens.partition_point(|&t| t < u);
+        let mut i = self
+            .tokens
+            .iter()
+            .map(|&t| usize::from(t < u))
+            .sum::<usize>();
         while i < self.tokens.len() && self.tokens[i] == u {
             match entries.get(self.at[i]).0.key.cmp(&key.key) {
                 Ordering::Less => i += 1,
@@ -223,9 +235,11 @@ impl PartitionMap {
             let at = leaf.tokens.partition_point(|&t| t & bit == 0);
             let upper = Leaf {
                 depth: d + 1,
-                tokens: leaf.tokens.split_off(at),
-                at: leaf.at.split_off(at),
+                tokens: SmallVec::from_slice(&leaf.tokens[at..]),
+                at: SmallVec::from_slice(&leaf.at[at..]),
             };
+            leaf.tokens.truncate(at);
+            leaf.at.truncate(at);
             leaf.depth = d + 1;
             let upper_len = upper.tokens.len();
             let lower_len = leaf.tokens.len();

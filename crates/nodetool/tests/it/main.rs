@@ -201,9 +201,10 @@ fn flush_tablestats_compact_and_history() {
     // The server logs each compaction, with where its time went.
     let log = std::fs::read_to_string(node.data_dir.join("server.log")).expect("server log");
     assert!(
-        log.lines().any(|l| l.contains("SSTable(s) of ks.t into 1 (major)")
-            && l.contains(" ms (")
-            && l.contains("syncs ")),
+        log.lines()
+            .any(|l| l.contains("SSTable(s) of ks.t into 1 (major)")
+                && l.contains(" ms (")
+                && l.contains("syncs ")),
         "no major compaction line in the log:\n{log}"
     );
     let stats = ok(&node, &["tablestats", "ks.t"]);
