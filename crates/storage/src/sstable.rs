@@ -454,7 +454,14 @@ const DIRECT_ALIGN: usize = 4096;
 const DATA_BUF: usize = 1 << 20;
 
 /// Blocks a direct [`DataOut`] has handed to its writer thread and not got back yet.
-const DATA_IN_FLIGHT: usize = 2;
+const DATA_IN_FLIGHT: usize = 4;
+
+/// A direct [`DataOut`]'s writer thread syncs the file after every this many bytes. On a
+/// device with a write-back cache (a virtual disk backed by the host's page cache) direct
+/// writes only reach that cache, and the final sync then waited for all of the output
+/// (1 s of a 2.4 s major compaction here); synced as it goes, that wait overlaps the
+/// merge, on the writer's thread.
+const TRICKLE_SYNC_BYTES: usize = 32 << 20;
 
 /// A `DATA_BUF`-byte buffer aligned to `DIRECT_ALIGN`, and what it holds.
 struct Block {
@@ -520,8 +527,19 @@ impl DirectWriter {
         let thread = std::thread::Builder::new()
             .name("sstable-write".into())
             .spawn(move || {
+                let mut unsynced = 0usize;
                 for (block, offset) in from_writer {
-                    let r = write_block(&file, block.bytes(), offset).map(|()| block);
+                    let len = block.len;
+                    let r = write_block(&file, block.bytes(), offset)
+                        .and_then(|()| {
+                            unsynced += len;
+                            if unsynced >= TRICKLE_SYNC_BYTES {
+                                unsynced = 0;
+                                file.sync_data()?;
+                            }
+                            Ok(())
+                        })
+                        .map(|()| block);
                     let failed = r.is_err();
                     if to_writer.send(r).is_err() || failed {
                         return;
