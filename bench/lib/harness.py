@@ -316,6 +316,16 @@ class Cassandra(Server):
             raise RuntimeError(f"nodetool {' '.join(args)}: {r.stdout[-400:]} {r.stderr[-400:]}")
         return r.stdout
 
+def amphora_log_compaction(lines, ks, table):
+    """(milliseconds, line) of the last major compaction of ks.table in an Amphora log."""
+    for line in reversed(lines):
+        if f" of {ks}.{table} into " in line and "(major)" in line:
+            m = re.search(r" in (\d+) ms", line)
+            if m:
+                return int(m.group(1)), line[line.find("compacted "):][:400]
+    return None
+
+
 class Amphora(Server):
     name = "amphora"
 
@@ -398,7 +408,22 @@ class Amphora(Server):
             return dict(
                 status="not available",
                 reason="this amphora binary has no compaction trigger (no `amphora nodetool`)")
-        return super().major_compaction(ks, table)
+        res = super().major_compaction(ks, table)
+        # Amphora logs each compaction's own duration too (binaries from 2026-11-27 on):
+        # the job without the REST round trip and the deletion of the inputs.
+        self.logf.flush()
+        try:
+            lines = (self.raw / "amphora-server.log").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        found = amphora_log_compaction(lines, ks, table)
+        if found:
+            ms, line = found
+            res["server_log_seconds"] = ms / 1000
+            if res.get("bytes_before") and ms:
+                res["server_log_mb_per_s"] = res["bytes_before"] / 1e6 / (ms / 1000)
+            res["server_log_line"] = line
+        return res
 
     def sstables_per_read(self, ks, table):
         if not self.has_nodetool():

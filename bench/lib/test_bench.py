@@ -31,6 +31,23 @@ def run(system, scenario, name, rate, p99, **kw):
 
 
 class Harness(unittest.TestCase):
+    def test_compaction_time_from_an_amphora_log(self):
+        lines = [
+            "2026-11-27T07:00:00Z  INFO compacted 2 SSTable(s) of keyspace1.standard1 into 1 "
+            "(strategy): 10 bytes to 9 bytes in 12 ms (1 MB/s read; merge 10 ms, data write-out "
+            "0 ms, syncs 2 ms, open 0 ms)",
+            "2026-11-27T07:00:01Z  INFO compacted 4 SSTable(s) of keyspace1.standard1 into 1 "
+            "(major): 684164484 bytes to 684156048 bytes in 1970 ms (347 MB/s read; merge "
+            "1753 ms, data write-out 2 ms, syncs 211 ms, open 3 ms)",
+            "2026-11-27T07:00:02Z  INFO compacted 4 SSTable(s) of keyspace1.other into 1 "
+            "(major): 1 bytes to 1 bytes in 5 ms (0 MB/s read; merge 5 ms, data write-out "
+            "0 ms, syncs 0 ms, open 0 ms)",
+        ]
+        ms, line = harness.amphora_log_compaction(lines, "keyspace1", "standard1")
+        self.assertEqual(ms, 1970)
+        self.assertTrue(line.startswith("compacted 4 SSTable(s) of keyspace1.standard1"))
+        self.assertIsNone(harness.amphora_log_compaction(lines[:1], "keyspace1", "standard1"))
+
     def test_cpu_lists(self):
         self.assertEqual(harness.cpus("0"), [0])
         self.assertEqual(harness.cpus("0-2,5"), [0, 1, 2, 5])
