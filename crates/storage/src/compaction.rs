@@ -1077,6 +1077,75 @@ fn compact_into_writer(
 mod tests {
     use super::*;
 
+    /// `ks.t` (id 7): blob key `k` and blob regular `columns`, stored in 1 KiB chunks so
+    /// that partitions span chunks.
+    fn blob_table_1k_chunks(columns: &[&str]) -> TableSchema {
+        use amphora_types::CqlType;
+        use amphora_types::schema::{
+            ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions,
+        };
+        let cd = |n: &str, kind| ColumnDef {
+            name: n.into(),
+            ty: CqlType::Blob,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Asc,
+        };
+        let mut options = TableOptions::default();
+        options
+            .compression
+            .insert("chunk_length_in_kb".into(), "1".into());
+        let mut cols = vec![cd("k", ColumnKind::PartitionKey)];
+        cols.extend(columns.iter().map(|c| cd(c, ColumnKind::Regular)));
+        TableSchema::new(TableId(7), "ks", "t", cols, options)
+    }
+
+    /// Compacts all of `inputs` (generations 1..=n) into generation n + 1 and on, purging
+    /// nothing.
+    fn compact_all(
+        schema: &TableSchema,
+        dir: &Path,
+        inputs: &[Arc<SSTableReader>],
+    ) -> Vec<SSTableReader> {
+        let job = CompactionJob {
+            inputs: inputs.iter().map(|s| s.generation).collect(),
+            output_level: 0,
+            max_output_bytes: None,
+            drop_only: false,
+        };
+        let ctx = PurgeContext {
+            gc_before: 0,
+            now_seconds: 0,
+            others: Vec::new(),
+            memtable_min_timestamp: i64::MAX,
+        };
+        let next = AtomicU64::new(inputs.len() as u64 + 1);
+        run_compaction(schema, dir, inputs, &next, &job, &ctx)
+            .expect("compaction")
+            .0
+    }
+
+    /// One output, checksums intact, holding exactly `expected` (by scan and by lookup).
+    fn assert_reads_back(
+        outputs: &[SSTableReader],
+        expected: &BTreeMap<PartitionKey, PartitionUpdate>,
+    ) {
+        assert_eq!(outputs.len(), 1);
+        let out = &outputs[0];
+        out.verify().expect("checksums");
+        assert_eq!(out.stats.partitions, expected.len() as u64);
+        let mut scan = out.scan_from(i64::MIN, None, false).expect("scan");
+        let mut seen = 0;
+        while let Some((k, u)) = scan.next_partition().expect("read") {
+            assert_eq!(expected.get(&k), Some(&u), "{k:?}");
+            seen += 1;
+        }
+        assert_eq!(seen, expected.len());
+        for (k, u) in expected {
+            assert_eq!(out.get(k).expect("get").as_ref(), Some(u));
+        }
+    }
+
     fn info(g: u64, size: u64) -> SSTableInfo {
         SSTableInfo {
             generation: g,
@@ -1096,33 +1165,9 @@ mod tests {
     /// back as written, with every checksum of the output intact.
     #[test]
     fn raw_copies_partitions_that_span_chunks() {
-        use amphora_types::CqlType;
         use amphora_types::data::{Cell, Clustering, LivenessInfo};
-        use amphora_types::schema::{
-            ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions,
-        };
         use bytes::Bytes;
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
-        let mut options = TableOptions::default();
-        options
-            .compression
-            .insert("chunk_length_in_kb".into(), "1".into());
-        let schema = TableSchema::new(
-            TableId(7),
-            "ks",
-            "t",
-            vec![
-                cd("k", ColumnKind::PartitionKey),
-                cd("v", ColumnKind::Regular),
-            ],
-            options,
-        );
+        let schema = blob_table_1k_chunks(&["v"]);
         let dir = tempfile::tempdir().expect("tmp");
         let update = |n: usize| PartitionUpdate {
             rows: vec![Row {
@@ -1162,35 +1207,8 @@ mod tests {
             assert_eq!(r.stats.tombstones, 0);
             inputs.push(Arc::new(r));
         }
-        let job = CompactionJob {
-            inputs: vec![1, 2],
-            output_level: 0,
-            max_output_bytes: None,
-            drop_only: false,
-        };
-        let ctx = PurgeContext {
-            gc_before: 0,
-            now_seconds: 0,
-            others: Vec::new(),
-            memtable_min_timestamp: i64::MAX,
-        };
-        let (outputs, _txn) =
-            run_compaction(&schema, dir.path(), &inputs, &AtomicU64::new(3), &job, &ctx)
-                .expect("compaction");
-        assert_eq!(outputs.len(), 1);
-        let out = &outputs[0];
-        out.verify().expect("checksums");
-        assert_eq!(out.stats.partitions, expected.len() as u64);
-        let mut scan = out.scan_from(i64::MIN, None, false).expect("scan");
-        let mut seen = 0;
-        while let Some((k, u)) = scan.next_partition().expect("read") {
-            assert_eq!(expected.get(&k), Some(&u), "{k:?}");
-            seen += 1;
-        }
-        assert_eq!(seen, expected.len());
-        for (k, u) in &expected {
-            assert_eq!(out.get(k).expect("get").as_ref(), Some(u));
-        }
+        let outputs = compact_all(&schema, dir.path(), &inputs);
+        assert_reads_back(&outputs, &expected);
     }
 
     /// Keys written again in several SSTables: where the newest version is one row that
@@ -1198,34 +1216,9 @@ mod tests {
     /// merged; either way each partition reads back as the merge of all its versions.
     #[test]
     fn overwritten_rows_keep_the_newest_whole_or_merge() {
-        use amphora_types::CqlType;
         use amphora_types::data::{Cell, Clustering, LivenessInfo};
-        use amphora_types::schema::{
-            ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions,
-        };
         use bytes::Bytes;
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
-        let mut options = TableOptions::default();
-        options
-            .compression
-            .insert("chunk_length_in_kb".into(), "1".into());
-        let schema = TableSchema::new(
-            TableId(7),
-            "ks",
-            "t",
-            vec![
-                cd("k", ColumnKind::PartitionKey),
-                cd("v1", ColumnKind::Regular),
-                cd("v2", ColumnKind::Regular),
-            ],
-            options,
-        );
+        let schema = blob_table_1k_chunks(&["v1", "v2"]);
         let val = |n: usize, g: u64| {
             Bytes::from(
                 (0..(n * 131 + g as usize * 7) % 1500)
@@ -1312,38 +1305,11 @@ mod tests {
                 w.finish(0, 0).expect("finish").expect("an SSTable"),
             ));
         }
-        let job = CompactionJob {
-            inputs: vec![1, 2, 3],
-            output_level: 0,
-            max_output_bytes: None,
-            drop_only: false,
-        };
-        let ctx = PurgeContext {
-            gc_before: 0,
-            now_seconds: 0,
-            others: Vec::new(),
-            memtable_min_timestamp: i64::MAX,
-        };
         let before = SHADOW_COPIES.with(|c| c.get());
-        let (outputs, _txn) =
-            run_compaction(&schema, dir.path(), &inputs, &AtomicU64::new(4), &job, &ctx)
-                .expect("compaction");
+        let outputs = compact_all(&schema, dir.path(), &inputs);
         // Keys n % 7 == 0 and 4 (20 of the 70) take the shadowing path; no other does.
         assert_eq!(SHADOW_COPIES.with(|c| c.get()) - before, 20);
-        assert_eq!(outputs.len(), 1);
-        let out = &outputs[0];
-        out.verify().expect("checksums");
-        assert_eq!(out.stats.partitions, expected.len() as u64);
-        let mut scan = out.scan_from(i64::MIN, None, false).expect("scan");
-        let mut seen = 0;
-        while let Some((k, u)) = scan.next_partition().expect("read") {
-            assert_eq!(expected.get(&k), Some(&u), "{k:?}");
-            seen += 1;
-        }
-        assert_eq!(seen, expected.len());
-        for (k, u) in &expected {
-            assert_eq!(out.get(k).expect("get").as_ref(), Some(u));
-        }
+        assert_reads_back(&outputs, &expected);
     }
 
     #[test]
