@@ -1080,17 +1080,8 @@ mod tests {
     /// `ks.t` (id 7): blob key `k` and blob regular `columns`, stored in 1 KiB chunks so
     /// that partitions span chunks.
     fn blob_table_1k_chunks(columns: &[&str]) -> TableSchema {
-        use amphora_types::CqlType;
-        use amphora_types::schema::{
-            ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions,
-        };
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
+        use amphora_types::schema::{ColumnKind, TableId, TableOptions};
+        let cd = crate::test_support::blob_column;
         let mut options = TableOptions::default();
         options
             .compression

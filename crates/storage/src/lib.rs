@@ -36,3 +36,20 @@ pub use config::{Clock, CommitFailurePolicy, DEFAULT_BACKGROUND_NICE, StorageCon
 pub use error::StorageError;
 pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
 pub use shard::{RewriteInput, RewriteWork, ShardStorage, StorageMetrics, TableStats};
+
+#[cfg(test)]
+mod test_support {
+    use amphora_types::CqlType;
+    use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind};
+
+    /// A blob column of `kind` (position 0, ascending), for test schemas.
+    pub fn blob_column(name: &str, kind: ColumnKind) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty: CqlType::Blob,
+            kind,
+            position: 0,
+            order: ClusteringOrder::Asc,
+        }
+    }
+}

@@ -1673,15 +1673,8 @@ mod tests {
     }
 
     fn table_schema() -> Arc<TableSchema> {
-        use amphora_types::CqlType;
-        use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableOptions};
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
+        use amphora_types::schema::{ColumnKind, TableOptions};
+        let cd = crate::test_support::blob_column;
         Arc::new(TableSchema::new(
             TableId(1),
             "ks",

@@ -2440,16 +2440,9 @@ mod tests {
     /// decoded and encoded again.
     #[test]
     fn a_flush_copies_simple_rows_with_the_statistics_of_encoding_them() {
-        use amphora_types::CqlType;
         use amphora_types::data::{Cell, Clustering, DeletionTime, LivenessInfo};
-        use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableOptions};
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
+        use amphora_types::schema::{ColumnKind, TableOptions};
+        let cd = crate::test_support::blob_column;
         let schema = Arc::new(TableSchema::new(
             TableId(1),
             "ks",

@@ -2341,18 +2341,11 @@ impl<'a> Scanner<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::CqlType;
     use amphora_types::data::{Cell, Clustering, LivenessInfo};
-    use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableOptions};
+    use amphora_types::schema::{ColumnKind, TableOptions};
 
     fn schema() -> TableSchema {
-        let cd = |n: &str, kind| ColumnDef {
-            name: n.into(),
-            ty: CqlType::Blob,
-            kind,
-            position: 0,
-            order: ClusteringOrder::Asc,
-        };
+        let cd = crate::test_support::blob_column;
         TableSchema::new(
             TableId(9),
             "ks",
