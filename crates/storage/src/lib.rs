@@ -30,6 +30,7 @@ pub mod rowcache;
 pub mod shard;
 pub mod sstable;
 pub mod tools;
+pub mod writeback;
 
 pub use commitlog::{ReplayReport, WriteAck};
 pub use config::{Clock, CommitFailurePolicy, DEFAULT_BACKGROUND_NICE, StorageConfig, SyncMode};

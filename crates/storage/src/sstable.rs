@@ -679,6 +679,9 @@ impl DataOut {
             None => {
                 write_block(&self.file, full.bytes(), offset)
                     .map_err(|e| StorageError::io(&self.path, e))?;
+                // Sent to the device a block at a time rather than all at the final
+                // sync (see `crate::writeback`).
+                crate::writeback::start(&self.file, offset, offset + len);
                 full.len = 0;
                 self.cur = full;
             }
