@@ -749,7 +749,7 @@ pub struct SSTableWriter {
     pending: Vec<u8>,
     uncompressed_len: u64,
     /// Index.db, written a block at a time as blocks fill (never held whole in memory).
-    index: std::io::BufWriter<File>,
+    index: std::io::BufWriter<crate::writeback::WriteBackFile>,
     /// CRC32C of the index bytes written so far (the file ends with it).
     index_crc: u32,
     /// The block being finished (reused).
@@ -797,7 +797,10 @@ impl SSTableWriter {
             chunk_offsets: Vec::new(),
             pending: Vec::with_capacity(64 << 10),
             uncompressed_len: 0,
-            index: std::io::BufWriter::with_capacity(1 << 20, index),
+            index: std::io::BufWriter::with_capacity(
+                1 << 20,
+                crate::writeback::WriteBackFile::new(index),
+            ),
             index_crc: 0,
             index_out: Vec::new(),
             index_block: Vec::new(),
@@ -1203,7 +1206,8 @@ impl SSTableWriter {
             .map_err(|e| StorageError::io(&index_path, e))?;
         let index = index
             .into_inner()
-            .map_err(|e| StorageError::io(&index_path, e.into_error()))?;
+            .map_err(|e| StorageError::io(&index_path, e.into_error()))?
+            .into_inner();
         let toc: String = COMPONENTS
             .iter()
             .map(|c| format!("{c}\n"))

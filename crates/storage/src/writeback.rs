@@ -27,3 +27,45 @@ pub fn start(file: &File, from: u64, to: u64) -> bool {
     };
     rc == 0
 }
+
+/// Bytes between two write-backs a [`WriteBackFile`] starts.
+pub const CHUNK: u64 = 1 << 20;
+
+/// A file written front to back (through a `BufWriter`) that starts the write-back of
+/// every [`CHUNK`] it is given, so its final sync sends little.
+#[derive(Debug)]
+pub struct WriteBackFile {
+    file: File,
+    written: u64,
+    started: u64,
+}
+
+impl WriteBackFile {
+    pub fn new(file: File) -> Self {
+        WriteBackFile {
+            file,
+            written: 0,
+            started: 0,
+        }
+    }
+
+    pub fn into_inner(self) -> File {
+        self.file
+    }
+}
+
+impl std::io::Write for WriteBackFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= CHUNK {
+            start(&self.file, self.started, self.written);
+            self.started = self.written;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
