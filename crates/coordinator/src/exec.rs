@@ -149,8 +149,13 @@ impl Inner {
 
     /// Microseconds since the epoch, strictly increasing on this shard.
     pub fn new_timestamp(&self) -> i64 {
-        let now = now_micros();
-        let t = now.max(self.last_timestamp.get() + 1);
+        self.new_timestamp_at(now_micros())
+    }
+
+    /// [`new_timestamp`](Self::new_timestamp) for a clock reading the caller already took
+    /// (a write reads the clock once for its `now` and its timestamp).
+    pub fn new_timestamp_at(&self, now_micros: i64) -> i64 {
+        let t = now_micros.max(self.last_timestamp.get() + 1);
         self.last_timestamp.set(t);
         t
     }

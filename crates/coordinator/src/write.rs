@@ -53,7 +53,9 @@ pub async fn run_write(
         binds,
         now_micros: now,
     };
-    let timestamp = opts.timestamp.unwrap_or_else(|| inner.new_timestamp());
+    let timestamp = opts
+        .timestamp
+        .unwrap_or_else(|| inner.new_timestamp_at(now));
     let plan = match cache.and_then(|c| c.get()) {
         Some(p) => p.clone(),
         None => {
