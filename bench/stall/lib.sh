@@ -1,7 +1,7 @@
 # Sourced by the bench/stall scripts: `start_server BIN LABEL` starts BIN as a one-shard
-# server on CPU 0 (data in $OUT/data-LABEL, log $OUT/server-LABEL.log, pid in $P) and
-# waits for its CQL port; `st ARGS...` runs `amphora stress` on CPU 1 against it, `nt ARGS...`
-# runs `amphora nodetool` against its REST API.
+# server on CPU 0 (data in $OUT/data-LABEL, log $OUT/server-LABEL.log, pid in $P) and waits
+# for its CQL port (a YAML config in $CFG is passed as --config); `st ARGS...` runs `amphora
+# stress` on CPU 1 against it, `nt ARGS...` runs `amphora nodetool` against its REST API.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
 S=$REPO/target/release/amphora
@@ -9,7 +9,7 @@ S=$REPO/target/release/amphora
 start_server() {
   local bin=$1 label=$2 d="$OUT/data-$2"
   rm -rf "$d"; mkdir -p "$d"
-  taskset -c 0 "$bin" server --data-dir "$d" --smp 1 --memory 2G \
+  taskset -c 0 "$bin" server --data-dir "$d" --smp 1 --memory 2G ${CFG:+--config "$CFG"} \
     --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
     --api-port 19602 --prometheus-port 19603 > "$OUT/server-$label.log" 2>&1 &
   P=$!
