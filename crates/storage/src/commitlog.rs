@@ -743,11 +743,6 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool) -> Result<Segment> {
     })
 }
 
-/// The periodic mode's period (at least 1 ms).
-fn period(period_ms: u64) -> Duration {
-    Duration::from_millis(period_ms.max(1))
-}
-
 /// Syncs the commitlog directory (a segment was created since the last time).
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
@@ -772,18 +767,20 @@ fn sync_loop(
     let mut active = first;
     let mut best: LogPosition = 0;
     let mut dir_dirty = false;
-    // Periodic mode: when the next sync of the active segment is due. A deadline, not a
-    // timeout per receive: write-back requests arrive more often than the period.
-    let mut next_periodic = match mode {
-        SyncMode::Periodic { period_ms } => Some(Instant::now() + period(period_ms)),
+    // Periodic mode: the period, and when the next sync of the active segment is due. A
+    // deadline, not a timeout per receive: write-back requests arrive more often than the
+    // period.
+    let period = match mode {
+        SyncMode::Periodic { period_ms } => Some(Duration::from_millis(period_ms.max(1))),
         _ => None,
     };
+    let mut due = Instant::now() + period.unwrap_or_default();
     loop {
-        let msg = match (mode, next_periodic) {
-            (SyncMode::Periodic { period_ms }, Some(due)) => {
+        let msg = match period {
+            Some(period) => {
                 let now = Instant::now();
                 if now >= due {
-                    next_periodic = Some(now + period(period_ms));
+                    due = now + period;
                     if dir_dirty {
                         dir_dirty = sync_dir(dir).is_err();
                     }

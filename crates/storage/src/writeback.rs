@@ -15,8 +15,7 @@ pub fn start(file: &File, from: u64, to: u64) -> bool {
         // (A length of 0 would mean "to the end of the file".)
         return false;
     }
-    let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to.saturating_sub(from)))
-    else {
+    let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
         return false;
     };
     // SAFETY: `file` is open for the whole call, so its descriptor is valid; the call
