@@ -1028,24 +1028,17 @@ pub(crate) async fn read_on(
     shard: u32,
     cmd: ReadCommand,
 ) -> Result<amphora_storage::ReadResult, QueryError> {
-    crate::exec::on_shard(inner, shard, move || async move {
-        let db = amphora_replica::local().map_err(|e| e.to_string())?;
-        amphora_trace::event(|| "Executing single-partition query".into());
-        let r = db.read(&cmd).map_err(|e| e.to_string());
-        if let Ok(r) = &r {
-            amphora_trace::event(|| {
-                format!(
-                    "Read {} rows from {} partitions, {} SSTables consulted",
-                    r.rows_counted,
-                    r.partitions.len(),
-                    r.sstables_read
-                )
-            });
-        }
-        r
-    })
-    .await?
-    .map_err(|e| {
+    // On this shard the read runs at once, with no `on_shard` future (which would hold
+    // the command) inside this one: every future above it copies it when it starts.
+    let r = if amphora_rt::current_shard() == Some(shard) {
+        read_here(&cmd)
+    } else {
+        Box::pin(crate::exec::on_shard(inner, shard, move || async move {
+            read_here(&cmd)
+        }))
+        .await?
+    };
+    r.map_err(|e| {
         tracing::warn!(error = %e, "read failed");
         QueryError::ReadTimeout {
             consistency: 1,
@@ -1054,6 +1047,24 @@ pub(crate) async fn read_on(
             data_present: false,
         }
     })
+}
+
+/// A single-partition read on the calling shard's replica.
+fn read_here(cmd: &ReadCommand) -> Result<amphora_storage::ReadResult, String> {
+    let db = amphora_replica::local().map_err(|e| e.to_string())?;
+    amphora_trace::event(|| "Executing single-partition query".into());
+    let r = db.read(cmd).map_err(|e| e.to_string());
+    if let Ok(r) = &r {
+        amphora_trace::event(|| {
+            format!(
+                "Read {} rows from {} partitions, {} SSTables consulted",
+                r.rows_counted,
+                r.partitions.len(),
+                r.sstables_read
+            )
+        });
+    }
+    r
 }
 
 struct ResultBuilder {

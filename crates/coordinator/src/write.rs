@@ -319,22 +319,64 @@ fn write_failure(e: String) -> QueryError {
     }
 }
 
-async fn apply_one(p: Planned) -> Result<(), String> {
-    let db = amphora_replica::local().map_err(|e| e.to_string())?;
-    let r = match p {
+/// Applies one planned write on the calling shard. A mutation is applied at the call and
+/// the returned future only waits for its acknowledgement ([`ShardDb::apply`]), so the
+/// future stays small: every `async fn` above it in a write's call chain holds it, and
+/// copies it when it starts it. Counter updates (a read, then the write) are boxed.
+///
+/// [`ShardDb::apply`]: amphora_replica::ShardDb::apply
+fn apply_one(p: Planned) -> ApplyOne {
+    let db = match amphora_replica::local() {
+        Ok(db) => db,
+        Err(e) => return ApplyOne::Failed(Some(e.to_string())),
+    };
+    match p {
         Planned::Mutation(m) => {
             amphora_trace::event(|| "Appending to commitlog, adding to memtable".into());
-            db.apply(m).await.map_err(|e| e.to_string())
+            ApplyOne::Mutation(db.apply(m))
         }
-        Planned::Counter(c) => {
+        Planned::Counter(c) => ApplyOne::Counter(Box::pin(async move {
             amphora_trace::event(|| "Applying a counter update (read, add, write)".into());
-            db.apply_counter(c).await.map_err(|e| e.to_string())
-        }
-    };
-    if r.is_ok() {
-        amphora_trace::event(|| "Write applied (acknowledged by the commitlog)".into());
+            let r = db.apply_counter(c).await.map_err(|e| e.to_string());
+            if r.is_ok() {
+                amphora_trace::event(|| "Write applied (acknowledged by the commitlog)".into());
+            }
+            r
+        })),
     }
-    r
+}
+
+/// The future of [`apply_one`].
+enum ApplyOne {
+    Mutation(amphora_replica::Applying),
+    Counter(std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>),
+    Failed(Option<String>),
+}
+
+impl std::future::Future for ApplyOne {
+    type Output = Result<(), String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        match &mut *self {
+            ApplyOne::Mutation(a) => match std::pin::Pin::new(a).poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(r) => {
+                    if r.is_ok() {
+                        amphora_trace::event(|| {
+                            "Write applied (acknowledged by the commitlog)".into()
+                        });
+                    }
+                    Poll::Ready(r.map_err(|e| e.to_string()))
+                }
+            },
+            ApplyOne::Counter(f) => f.as_mut().poll(cx),
+            ApplyOne::Failed(e) => Poll::Ready(Err(e.take().unwrap_or_default())),
+        }
+    }
 }
 
 /// Applies writes and what they imply (secondary index entries, materialized view
@@ -365,9 +407,39 @@ pub async fn apply_all_with(
 
 /// Applies writes, each on the shard owning its token, concurrently.
 pub async fn apply_planned(inner: &Rc<Inner>, planned: Vec<Planned>) -> Result<(), QueryError> {
+    match start_planned(inner, planned) {
+        Started::Here(f) => f.await.map_err(write_failure),
+        Started::Elsewhere(f) => f.await,
+    }
+}
+
+/// Writes under way: [`start_planned`].
+enum Started {
+    Here(ApplyOne),
+    Elsewhere(std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), QueryError>>>>),
+}
+
+/// Starts the writes. The common case, one partition owned by this very shard
+/// (shard-aware drivers), is applied at once and leaves a small future; writes for other
+/// shards, or for several partitions, go as messages from a boxed future.
+fn start_planned(inner: &Rc<Inner>, mut planned: Vec<Planned>) -> Started {
+    let info = &inner.shared.info;
+    if let [p] = planned.as_slice()
+        && amphora_rt::current_shard() == Some(shard_of(p.token(), info.nr_shards, info.ignore_msb))
+        && let Some(p) = planned.pop()
+    {
+        return Started::Here(apply_one(p));
+    }
+    let inner = inner.clone();
+    Started::Elsewhere(Box::pin(
+        async move { apply_elsewhere(&inner, planned).await },
+    ))
+}
+
+/// Sends each write to the shard owning its token, and waits for them all.
+async fn apply_elsewhere(inner: &Inner, planned: Vec<Planned>) -> Result<(), QueryError> {
     let info = &inner.shared.info;
     if planned.len() == 1 {
-        // The common case: one partition, usually on this very shard (shard-aware drivers).
         if let Some(p) = planned.into_iter().next() {
             let shard = shard_of(p.token(), info.nr_shards, info.ignore_msb);
             crate::exec::on_shard(inner, shard, move || apply_one(p))

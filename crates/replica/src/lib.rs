@@ -66,6 +66,53 @@ pub struct CounterUpdate {
     pub timestamp: i64,
 }
 
+/// The future of [`ShardDb::apply`].
+pub enum Applying {
+    /// Applied; waiting for the commitlog (periodic mode: ready at the first poll).
+    Acking {
+        db: Rc<ShardDb>,
+        table: TableId,
+        started: std::time::Instant,
+        ack: amphora_storage::WriteAck,
+    },
+    /// Finished at the call (an error), or already polled to completion.
+    Done(Option<Result<(), ReplicaError>>),
+    /// Waiting for memtable space before applying.
+    Waiting(std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ReplicaError>>>>),
+}
+
+impl std::future::Future for Applying {
+    type Output = Result<(), ReplicaError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let r = match &mut *self {
+            Applying::Acking {
+                db,
+                table,
+                started,
+                ack,
+            } => match std::pin::Pin::new(ack).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => {
+                    db.record_write(*table, *started, r.is_ok());
+                    r.map_err(ReplicaError::from)
+                }
+            },
+            Applying::Done(r) => r.take().unwrap_or(Ok(())),
+            Applying::Waiting(f) => match f.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r,
+            },
+        };
+        *self = Applying::Done(None);
+        Poll::Ready(r)
+    }
+}
+
 pub struct ShardDb {
     shard: u32,
     /// Identifies this replica's counter shard (host id mixed with the shard number).
@@ -125,7 +172,14 @@ impl ShardDb {
     }
 
     /// Applies a mutation; resolves once it is durable per the commitlog sync mode.
-    pub async fn apply(&self, m: Mutation) -> Result<(), ReplicaError> {
+    ///
+    /// When the shard's memtables are within their budget (nearly always), the mutation
+    /// is appended and applied at the call, and the returned future only waits for the
+    /// commitlog's acknowledgement: it holds no mutation and no nested state, so the
+    /// futures of the coordinator's call chain above it stay small (each level of an
+    /// `async` chain copies its callee's whole future when it starts it). Over the
+    /// budget, the write waits for a flush in a boxed future, as before.
+    pub fn apply(self: &Rc<Self>, m: Mutation) -> Applying {
         let started = std::time::Instant::now();
         let table = m.table;
         if self.sampling.get()
@@ -133,9 +187,26 @@ impl ShardDb {
         {
             s.record_write(table, &m.key.key);
         }
-        let r = self.apply_inner(m).await;
-        self.record_write(table, started, r.is_ok());
-        r
+        if !self.storage.admits_now() {
+            let db = self.clone();
+            return Applying::Waiting(Box::pin(async move {
+                let r = db.apply_inner(m).await;
+                db.record_write(table, started, r.is_ok());
+                r
+            }));
+        }
+        match self.storage.apply(&m) {
+            Ok(ack) => Applying::Acking {
+                db: self.clone(),
+                table,
+                started,
+                ack,
+            },
+            Err(e) => {
+                self.record_write(table, started, false);
+                Applying::Done(Some(Err(e.into())))
+            }
+        }
     }
 
     async fn apply_inner(&self, m: Mutation) -> Result<(), ReplicaError> {

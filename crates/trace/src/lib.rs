@@ -230,16 +230,48 @@ pub fn warn(message: impl Into<String>) {
 }
 
 /// Runs `f` collecting the warnings [`warn`] adds while it runs; returns them in order.
-pub async fn with_warnings<F: Future>(f: F) -> (F::Output, Vec<String>) {
-    WARNINGS
-        .scope(std::cell::RefCell::new(Vec::new()), async move {
-            let out = f.await;
-            let warnings = WARNINGS
+///
+/// A plain future rather than an `async fn`: it holds `f` (boxed by the caller when large)
+/// and the list, which is the task-local only while `f` is polled, so starting a request
+/// copies no nested state machine.
+pub fn with_warnings<F: Future + Unpin>(f: F) -> WithWarnings<F> {
+    WithWarnings {
+        f,
+        warnings: Vec::new(),
+    }
+}
+
+/// The future of [`with_warnings`].
+pub struct WithWarnings<F> {
+    f: F,
+    warnings: Vec<String>,
+}
+
+impl<F: Future + Unpin> Future for WithWarnings<F> {
+    type Output = (F::Output, Vec<String>);
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let f = &mut this.f;
+        let list = std::cell::RefCell::new(std::mem::take(&mut this.warnings));
+        let (r, list) = WARNINGS.sync_scope(list, || {
+            let r = std::pin::Pin::new(f).poll(cx);
+            let list = WARNINGS
                 .try_with(|w| std::mem::take(&mut *w.borrow_mut()))
                 .unwrap_or_default();
-            (out, warnings)
-        })
-        .await
+            (r, list)
+        });
+        match r {
+            std::task::Poll::Ready(out) => std::task::Poll::Ready((out, list)),
+            std::task::Poll::Pending => {
+                this.warnings = list;
+                std::task::Poll::Pending
+            }
+        }
+    }
 }
 
 /// The node's finished sessions, oldest first, bounded by [`MAX_SESSIONS`] and [`TRACE_TTL`].
@@ -441,26 +473,35 @@ mod tests {
     async fn warnings_are_collected_per_request_and_bounded() {
         // Outside a scope a warning goes nowhere.
         warn("dropped");
-        let ((), w) = with_warnings(async {
+        let ((), w) = with_warnings(Box::pin(async {
             warn("first");
             tokio::task::yield_now().await;
             warn(String::from("second"));
-        })
+        }))
         .await;
         assert_eq!(w, vec!["first".to_string(), "second".to_string()]);
-        // Nested requests (a request inside a request's scope) keep their own lists.
-        let (inner, outer) = with_warnings(async {
+        // Nested requests (a request inside a request's scope) keep their own lists, also
+        // across a suspension of the inner one.
+        let (inner, outer) = with_warnings(Box::pin(async {
             warn("outer");
-            with_warnings(async { warn("inner") }).await.1
-        })
+            let inner = with_warnings(Box::pin(async {
+                warn("inner");
+                tokio::task::yield_now().await;
+                warn("inner again");
+            }))
+            .await
+            .1;
+            warn("outer again");
+            inner
+        }))
         .await;
-        assert_eq!(inner, vec!["inner".to_string()]);
-        assert_eq!(outer, vec!["outer".to_string()]);
-        let ((), many) = with_warnings(async {
+        assert_eq!(inner, vec!["inner".to_string(), "inner again".to_string()]);
+        assert_eq!(outer, vec!["outer".to_string(), "outer again".to_string()]);
+        let ((), many) = with_warnings(Box::pin(async {
             for i in 0..MAX_WARNINGS_PER_REQUEST + 5 {
                 warn(format!("w{i}"));
             }
-        })
+        }))
         .await;
         assert_eq!(many.len(), MAX_WARNINGS_PER_REQUEST);
         assert_eq!(many[0], "w0");

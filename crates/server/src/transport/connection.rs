@@ -1293,11 +1293,11 @@ async fn run_request<B: Backend>(
     trace: Option<Arc<amphora_trace::Session>>,
     msg: RequestMessage,
 ) {
-    let started = std::time::Instant::now();
-    let summary = if amphora_trace::slow_query_threshold().is_zero() {
+    // The clock is read only when slow queries are logged.
+    let slow = if amphora_trace::slow_query_threshold().is_zero() {
         None
     } else {
-        RequestSummary::of(&msg)
+        RequestSummary::of(&msg).map(|s| (s, std::time::Instant::now()))
     };
     match trace {
         // Boxed: the traced path is rare and must not grow every request's future.
@@ -1317,8 +1317,71 @@ async fn run_request<B: Backend>(
         }
         None => serve_request(guard, tracing_id, msg, || {}).await,
     }
-    if let Some(s) = summary {
+    if let Some((s, started)) = slow {
         amphora_trace::check_slow(started.elapsed(), || s.describe());
+    }
+}
+
+/// The backend's future for a request message, boxed (with the message it borrows).
+fn start_work<'a, B: Backend>(
+    backend: &'a B,
+    state: &'a ClientState,
+    version: ProtocolVersion,
+    msg: RequestMessage,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>> + 'a>> {
+    match msg {
+        RequestMessage::Query(q) => {
+            let ask = RowsAsk {
+                skip_metadata: q.parameters.skip_metadata,
+                metadata_id: None,
+            };
+            Box::pin(async move {
+                backend
+                    .query(state, &q.query, query_options(q.parameters))
+                    .await
+                    .map(|r| Outcome::Result(r, ask))
+            })
+        }
+        RequestMessage::Prepare(p) => Box::pin(async move {
+            backend
+                .prepare(state, &p.query, p.keyspace.as_deref())
+                .await
+                .map(Outcome::Prepared)
+        }),
+        RequestMessage::Execute(e) => {
+            let ask = RowsAsk {
+                skip_metadata: e.parameters.skip_metadata,
+                // Only v5 compares ids; a v4 EXECUTE carries none.
+                metadata_id: e
+                    .result_metadata_id
+                    .filter(|_| version >= ProtocolVersion::V5),
+            };
+            Box::pin(async move {
+                backend
+                    .execute(state, &e.id, query_options(e.parameters))
+                    .await
+                    .map(|r| Outcome::Result(r, ask))
+            })
+        }
+        RequestMessage::Batch(b) => {
+            let (kind, entries, opts) = batch_parts(b);
+            Box::pin(async move {
+                backend
+                    .batch(state, kind, entries, opts)
+                    .await
+                    .map(|r| Outcome::Result(r, RowsAsk::default()))
+            })
+        }
+        other => {
+            tracing::error!(
+                message = message_name(&other),
+                "transport: not a request message"
+            );
+            Box::pin(std::future::ready(Err(QueryError::Server(format!(
+                "Unexpected message {}",
+                message_name(&other)
+            )))))
+        }
     }
 }
 
@@ -1334,56 +1397,11 @@ async fn serve_request<B: Backend>(
     let (version, stream) = (guard.version, guard.stream);
     let state = conn.state.borrow().clone();
     let backend = &conn.backend;
-    // The backend's futures are boxed: inline they would make this task's future (and so
-    // every move of it while spawning and completing the task) as large as the deepest
-    // coordinator state machine, tens of KiB copied per request.
-    let (outcome, warnings) = amphora_trace::with_warnings(async {
-        match msg {
-            RequestMessage::Query(q) => {
-                let ask = RowsAsk {
-                    skip_metadata: q.parameters.skip_metadata,
-                    metadata_id: None,
-                };
-                Box::pin(backend.query(&state, &q.query, query_options(q.parameters)))
-                    .await
-                    .map(|r| Outcome::Result(r, ask))
-            }
-            RequestMessage::Prepare(p) => {
-                Box::pin(backend.prepare(&state, &p.query, p.keyspace.as_deref()))
-                    .await
-                    .map(Outcome::Prepared)
-            }
-            RequestMessage::Execute(e) => {
-                let ask = RowsAsk {
-                    skip_metadata: e.parameters.skip_metadata,
-                    // Only v5 compares ids; a v4 EXECUTE carries none.
-                    metadata_id: e
-                        .result_metadata_id
-                        .filter(|_| version >= ProtocolVersion::V5),
-                };
-                Box::pin(backend.execute(&state, &e.id, query_options(e.parameters)))
-                    .await
-                    .map(|r| Outcome::Result(r, ask))
-            }
-            RequestMessage::Batch(b) => {
-                let (kind, entries, opts) = batch_parts(b);
-                Box::pin(backend.batch(&state, kind, entries, opts))
-                    .await
-                    .map(|r| Outcome::Result(r, RowsAsk::default()))
-            }
-            other => {
-                tracing::error!(
-                    message = message_name(&other),
-                    "transport: not a request message"
-                );
-                Err(QueryError::Server(format!(
-                    "Unexpected message {}",
-                    message_name(&other)
-                )))
-            }
-        }
-    })
-    .await;
+    // The backend's work is boxed and started here: inline it would make this task's
+    // future (and so every move of it while spawning and completing the task) as large as
+    // the deepest coordinator state machine.
+    let (outcome, warnings) =
+        amphora_trace::with_warnings(start_work(&**backend, &state, version, msg)).await;
     before_answer();
     let prefix = ResponsePrefix {
         tracing_id,
