@@ -383,6 +383,27 @@ pub fn slow_query_threshold() -> Duration {
     Duration::from_micros(SLOW_QUERY_US.load(Ordering::Relaxed))
 }
 
+/// The monotonic clock at the kernel's tick resolution (`CLOCK_MONOTONIC_COARSE`, a few
+/// ms): a fraction of the precise clock's cost, and enough to time every request against
+/// the slow-query threshold (hundreds of ms).
+pub fn coarse_now() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// A start time for [`check_slow_since`] when slow queries are logged, else `None`.
+pub fn slow_timer() -> Option<Duration> {
+    (SLOW_QUERY_US.load(Ordering::Relaxed) != 0).then(coarse_now)
+}
+
+/// [`check_slow`] for work started at `started` (from [`slow_timer`]).
+pub fn check_slow_since(started: Option<Duration>, describe: impl FnOnce() -> String) -> bool {
+    started.is_some_and(|s| check_slow(coarse_now().saturating_sub(s), describe))
+}
+
 /// Logs `describe()` at WARN when `elapsed` is above the slow-query threshold.
 pub fn check_slow(elapsed: Duration, describe: impl FnOnce() -> String) -> bool {
     let t = SLOW_QUERY_US.load(Ordering::Relaxed);
@@ -505,6 +526,29 @@ mod tests {
         .await;
         assert_eq!(many.len(), MAX_WARNINGS_PER_REQUEST);
         assert_eq!(many[0], "w0");
+    }
+
+    /// Requests are timed with the coarse clock: work well past the threshold is reported
+    /// slow, work well under it is not, and with the log off nothing is timed.
+    #[test]
+    fn slow_queries_are_timed_with_the_coarse_clock() {
+        set_slow_query_threshold(Duration::from_millis(20));
+        let started = slow_timer();
+        assert!(started.is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(check_slow_since(started, || "slow".into()));
+        assert!(!check_slow_since(slow_timer(), || "fast".into()));
+        let a = coarse_now();
+        std::thread::sleep(Duration::from_millis(30));
+        let elapsed = coarse_now() - a;
+        assert!(
+            elapsed >= Duration::from_millis(20) && elapsed < Duration::from_secs(5),
+            "{elapsed:?}"
+        );
+        set_slow_query_threshold(Duration::ZERO);
+        assert_eq!(slow_timer(), None);
+        assert!(!check_slow_since(None, || "off".into()));
+        set_slow_query_threshold(Duration::from_millis(500));
     }
 
     #[test]

@@ -1256,49 +1256,12 @@ impl<B: Backend> Drop for InflightGuard<B> {
     }
 }
 
-/// What the slow-query log needs of a request, kept only while that log is on (a copy of
-/// the text for QUERY and PREPARE; the prepared id, a shared slice, for EXECUTE).
-enum RequestSummary {
-    Text(&'static str, String),
-    Execute(bytes::Bytes),
-    Batch(usize),
-}
-
-impl RequestSummary {
-    fn of(msg: &RequestMessage) -> Option<RequestSummary> {
-        Some(match msg {
-            RequestMessage::Query(q) => RequestSummary::Text("QUERY", q.query.clone()),
-            RequestMessage::Prepare(p) => RequestSummary::Text("PREPARE", p.query.clone()),
-            RequestMessage::Execute(e) => RequestSummary::Execute(e.id.to_bytes()),
-            RequestMessage::Batch(b) => RequestSummary::Batch(b.statements.len()),
-            _ => return None,
-        })
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            RequestSummary::Text(kind, q) => format!("{kind} {q}"),
-            RequestSummary::Execute(id) => {
-                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-                format!("EXECUTE of prepared statement 0x{hex}")
-            }
-            RequestSummary::Batch(n) => format!("BATCH of {n} statements"),
-        }
-    }
-}
-
 async fn run_request<B: Backend>(
     guard: InflightGuard<B>,
     tracing_id: Option<[u8; 16]>,
     trace: Option<Arc<amphora_trace::Session>>,
     msg: RequestMessage,
 ) {
-    // The clock is read only when slow queries are logged.
-    let slow = if amphora_trace::slow_query_threshold().is_zero() {
-        None
-    } else {
-        RequestSummary::of(&msg).map(|s| (s, std::time::Instant::now()))
-    };
     match trace {
         // Boxed: the traced path is rare and must not grow every request's future.
         Some(t) => {
@@ -1317,9 +1280,6 @@ async fn run_request<B: Backend>(
         }
         None => serve_request(guard, tracing_id, msg, || {}).await,
     }
-    if let Some((s, started)) = slow {
-        amphora_trace::check_slow(started.elapsed(), || s.describe());
-    }
 }
 
 /// The backend's future for a request message, boxed (with the message it borrows).
@@ -1329,6 +1289,8 @@ fn start_work<'a, B: Backend>(
     version: ProtocolVersion,
     msg: RequestMessage,
 ) -> std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>> + 'a>> {
+    // Slow queries are timed here, where the message (to name them) is still at hand.
+    use amphora_trace::{check_slow_since, slow_timer};
     match msg {
         RequestMessage::Query(q) => {
             let ask = RowsAsk {
@@ -1336,17 +1298,21 @@ fn start_work<'a, B: Backend>(
                 metadata_id: None,
             };
             Box::pin(async move {
-                backend
+                let started = slow_timer();
+                let r = backend
                     .query(state, &q.query, query_options(q.parameters))
-                    .await
-                    .map(|r| Outcome::Result(r, ask))
+                    .await;
+                check_slow_since(started, || format!("QUERY {}", q.query));
+                r.map(|r| Outcome::Result(r, ask))
             })
         }
         RequestMessage::Prepare(p) => Box::pin(async move {
-            backend
+            let started = slow_timer();
+            let r = backend
                 .prepare(state, &p.query, p.keyspace.as_deref())
-                .await
-                .map(Outcome::Prepared)
+                .await;
+            check_slow_since(started, || format!("PREPARE {}", p.query));
+            r.map(Outcome::Prepared)
         }),
         RequestMessage::Execute(e) => {
             let ask = RowsAsk {
@@ -1357,19 +1323,25 @@ fn start_work<'a, B: Backend>(
                     .filter(|_| version >= ProtocolVersion::V5),
             };
             Box::pin(async move {
-                backend
+                let started = slow_timer();
+                let r = backend
                     .execute(state, &e.id, query_options(e.parameters))
-                    .await
-                    .map(|r| Outcome::Result(r, ask))
+                    .await;
+                check_slow_since(started, || {
+                    let hex: String = e.id.iter().map(|b| format!("{b:02x}")).collect();
+                    format!("EXECUTE of prepared statement 0x{hex}")
+                });
+                r.map(|r| Outcome::Result(r, ask))
             })
         }
         RequestMessage::Batch(b) => {
             let (kind, entries, opts) = batch_parts(b);
+            let n = entries.len();
             Box::pin(async move {
-                backend
-                    .batch(state, kind, entries, opts)
-                    .await
-                    .map(|r| Outcome::Result(r, RowsAsk::default()))
+                let started = slow_timer();
+                let r = backend.batch(state, kind, entries, opts).await;
+                check_slow_since(started, || format!("BATCH of {n} statements"));
+                r.map(|r| Outcome::Result(r, RowsAsk::default()))
             })
         }
         other => {
