@@ -1026,7 +1026,13 @@ impl<B: Backend> Conn<B> {
         // per request. The request's wakers may still point at this task after it moved
         // to its own: that only costs this task a spurious poll. A panic is caught as a
         // spawned task's would be: dropping the request then answers ServerError.
-        let mut request = Box::pin(run_request(guard, tracing_id, trace, msg));
+        let work = start_work(
+            self.backend.clone(),
+            self.state.borrow().clone(),
+            version,
+            msg,
+        );
+        let mut request = Box::pin(run_request(guard, tracing_id, trace, work));
         // Periodic-mode writes answered in this first poll leave their commitlog write-out
         // to `write_queued`, which does it once for all the responses it sends.
         let first = std::future::poll_fn(|cx| {
@@ -1260,7 +1266,7 @@ async fn run_request<B: Backend>(
     guard: InflightGuard<B>,
     tracing_id: Option<[u8; 16]>,
     trace: Option<Arc<amphora_trace::Session>>,
-    msg: RequestMessage,
+    work: Work,
 ) {
     match trace {
         // Boxed: the traced path is rare and must not grow every request's future.
@@ -1271,24 +1277,28 @@ async fn run_request<B: Backend>(
             Box::pin(amphora_trace::scope(
                 Some(t),
                 thread,
-                serve_request(guard, tracing_id, msg, move || {
+                serve_request(guard, tracing_id, work, move || {
                     done.record("Request complete".into(), thread2);
                     done.finish();
                 }),
             ))
             .await
         }
-        None => serve_request(guard, tracing_id, msg, || {}).await,
+        None => serve_request(guard, tracing_id, work, || {}).await,
     }
 }
 
-/// The backend's future for a request message, boxed (with the message it borrows).
-fn start_work<'a, B: Backend>(
-    backend: &'a B,
-    state: &'a ClientState,
+/// A request's work: the backend's future, boxed with the message it borrows.
+type Work = std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>>>>;
+
+/// The backend's future for a request message, boxed (with the message it borrows), so
+/// that the request's own future, which holds it, stays small.
+fn start_work<B: Backend>(
+    backend: Rc<B>,
+    state: Rc<ClientState>,
     version: ProtocolVersion,
     msg: RequestMessage,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>> + 'a>> {
+) -> Work {
     // Slow queries are timed here, where the message (to name them) is still at hand.
     use amphora_trace::{check_slow_since, slow_timer};
     match msg {
@@ -1300,7 +1310,7 @@ fn start_work<'a, B: Backend>(
             Box::pin(async move {
                 let started = slow_timer();
                 let r = backend
-                    .query(state, &q.query, query_options(q.parameters))
+                    .query(&state, &q.query, query_options(q.parameters))
                     .await;
                 check_slow_since(started, || format!("QUERY {}", q.query));
                 r.map(|r| Outcome::Result(r, ask))
@@ -1309,7 +1319,7 @@ fn start_work<'a, B: Backend>(
         RequestMessage::Prepare(p) => Box::pin(async move {
             let started = slow_timer();
             let r = backend
-                .prepare(state, &p.query, p.keyspace.as_deref())
+                .prepare(&state, &p.query, p.keyspace.as_deref())
                 .await;
             check_slow_since(started, || format!("PREPARE {}", p.query));
             r.map(Outcome::Prepared)
@@ -1325,7 +1335,7 @@ fn start_work<'a, B: Backend>(
             Box::pin(async move {
                 let started = slow_timer();
                 let r = backend
-                    .execute(state, &e.id, query_options(e.parameters))
+                    .execute(&state, &e.id, query_options(e.parameters))
                     .await;
                 check_slow_since(started, || {
                     let hex: String = e.id.iter().map(|b| format!("{b:02x}")).collect();
@@ -1339,7 +1349,7 @@ fn start_work<'a, B: Backend>(
             let n = entries.len();
             Box::pin(async move {
                 let started = slow_timer();
-                let r = backend.batch(state, kind, entries, opts).await;
+                let r = backend.batch(&state, kind, entries, opts).await;
                 check_slow_since(started, || format!("BATCH of {n} statements"));
                 r.map(|r| Outcome::Result(r, RowsAsk::default()))
             })
@@ -1362,18 +1372,15 @@ fn start_work<'a, B: Backend>(
 async fn serve_request<B: Backend>(
     mut guard: InflightGuard<B>,
     tracing_id: Option<[u8; 16]>,
-    msg: RequestMessage,
+    work: Work,
     before_answer: impl FnOnce(),
 ) {
     let conn = guard.conn.clone();
     let (version, stream) = (guard.version, guard.stream);
-    let state = conn.state.borrow().clone();
-    let backend = &conn.backend;
-    // The backend's work is boxed and started here: inline it would make this task's
+    // The backend's work is boxed (`start_work`): inline it would make this task's
     // future (and so every move of it while spawning and completing the task) as large as
     // the deepest coordinator state machine.
-    let (outcome, warnings) =
-        amphora_trace::with_warnings(start_work(&**backend, &state, version, msg)).await;
+    let (outcome, warnings) = amphora_trace::with_warnings(work).await;
     before_answer();
     let prefix = ResponsePrefix {
         tracing_id,
