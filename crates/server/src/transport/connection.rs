@@ -1338,8 +1338,10 @@ fn start_work<B: Backend>(
                     .execute(&state, &e.id, query_options(e.parameters))
                     .await;
                 check_slow_since(started, || {
-                    let hex: String = e.id.iter().map(|b| format!("{b:02x}")).collect();
-                    format!("EXECUTE of prepared statement 0x{hex}")
+                    format!(
+                        "EXECUTE of prepared statement 0x{}",
+                        amphora_coordinator::values::hex(&e.id)
+                    )
                 });
                 r.map(|r| Outcome::Result(r, ask))
             })
