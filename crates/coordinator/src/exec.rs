@@ -359,6 +359,49 @@ fn lookup_prepared(inner: &Inner, id: &[u8]) -> Option<Arc<PreparedStmt>> {
     Some(p)
 }
 
+/// The partition (table, token) an EXECUTE of the prepared statement `id` addresses, when
+/// the statement's plan is built, its whole partition key is bound markers and this shard
+/// owns the partition; `value(i)` is the i-th bound value as sent. For prefetch hints
+/// only: nothing is checked here (a wrong key costs a few wasted loads; the request
+/// itself reports any error).
+pub(crate) fn partition_hint<'a>(
+    inner: &Inner,
+    id: &[u8],
+    value: impl Fn(usize) -> Option<&'a [u8]>,
+) -> Option<(amphora_types::schema::TableId, i64)> {
+    let prepared = inner.prepared.borrow();
+    let p = prepared.get(id)?;
+    let table = match (p.plans.select.get(), p.plans.write.get()) {
+        (Some(s), _) => s.table.id,
+        (None, Some(w)) => w.table.id,
+        (None, None) => return None,
+    };
+    let token = match p.info.pk_indexes.as_slice() {
+        [] => return None,
+        [i] => amphora_types::token::murmur3_token(value(usize::from(*i))?),
+        many => {
+            let parts = many
+                .iter()
+                .map(|&i| value(usize::from(i)))
+                .collect::<Option<Vec<_>>>()?;
+            amphora_types::token::murmur3_token(&amphora_types::token::serialize_composite_key(
+                &parts,
+            ))
+        }
+    };
+    let info = &inner.shared.info;
+    let shard = amphora_types::token::shard_of(token, info.nr_shards, info.ignore_msb);
+    (amphora_rt::current_shard() == Some(shard)).then_some((table, token))
+}
+
+/// Starts loading what requests for the partitions `keys` will touch on this shard (see
+/// `ShardStorage::prefetch`).
+pub(crate) fn prefetch(keys: &[(amphora_types::schema::TableId, i64)]) {
+    if let Ok(db) = amphora_replica::local() {
+        db.prefetch(keys);
+    }
+}
+
 pub async fn execute(
     inner: &Rc<Inner>,
     _state: &ClientState,

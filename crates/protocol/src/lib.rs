@@ -36,8 +36,8 @@ pub use envelope::{
 pub use error::{CompressionError, DecodeError, EncodeError, FrameError, SegmentError};
 pub use request::{
     AuthResponse, Batch, BatchStatement, BatchStatementKind, BatchType, BytesMap, DecodeOptions,
-    Execute, ExtraParameters, Prepare, Query, QueryParameters, Register, Request, RequestMessage,
-    Startup, decode_request, decode_request_owned,
+    Execute, ExecutePeek, ExtraParameters, Prepare, Query, QueryParameters, Register, Request,
+    RequestMessage, Startup, decode_request, decode_request_owned, peek_execute,
 };
 pub use response::{
     ColumnSpec, EncodedColumns, ErrorCode, ErrorKind, ErrorResponse, Event, FailureReason,

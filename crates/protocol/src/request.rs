@@ -297,6 +297,85 @@ fn attach_body(message: &mut RequestMessage, body: Bytes) {
     }
 }
 
+/// An EXECUTE read in place ([`peek_execute`]): the statement id and the positional bound
+/// values, nothing decoded or copied.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutePeek<'a> {
+    pub id: &'a [u8],
+    /// The `[value]`s, from the first one's length on.
+    values: &'a [u8],
+    count: usize,
+}
+
+impl<'a> ExecutePeek<'a> {
+    /// The `i`-th bound value; `None` past the values sent, for a null or unset value, or
+    /// when the values are cut short.
+    pub fn value(&self, i: usize) -> Option<&'a [u8]> {
+        if i >= self.count {
+            return None;
+        }
+        let mut rest = self.values;
+        for n in 0.. {
+            let (len, tail) = rest.split_first_chunk::<4>()?;
+            let len = i32::from_be_bytes(*len);
+            // Null (-1) and unset (-2) carry no bytes.
+            let size = usize::try_from(len).unwrap_or(0);
+            let bytes = tail.get(..size)?;
+            if n == i {
+                return (len >= 0).then_some(bytes);
+            }
+            rest = &tail[size..];
+        }
+        None
+    }
+}
+
+/// Reads an EXECUTE envelope's statement id and bound values in place, without decoding
+/// it: for hints taken before requests run (which partitions a batch of them will touch).
+/// `None` for anything but a plain EXECUTE with positional values: another opcode, a
+/// compressed body (v3/v4), a custom payload, named values, or bytes cut short (the
+/// request's own decoding then reports what is wrong). `use_metadata_id` as in
+/// [`DecodeOptions`] (v5 always sends the result metadata id).
+pub fn peek_execute(env: &Envelope, use_metadata_id: bool) -> Option<ExecutePeek<'_>> {
+    use query_flags::*;
+    if env.opcode != Opcode::Execute
+        || env.flags.contains(Flags::CUSTOM_PAYLOAD)
+        || (env.version < ProtocolVersion::V5 && env.flags.contains(Flags::COMPRESSION))
+    {
+        return None;
+    }
+    let short_bytes = |b: &[u8]| -> Option<(usize, usize)> {
+        let (len, _) = b.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        (b.len() >= 2 + len).then_some((2, len))
+    };
+    let body = &env.body[..];
+    let (at, len) = short_bytes(body)?;
+    let id = &body[at..at + len];
+    let mut rest = &body[at + len..];
+    if env.version >= ProtocolVersion::V5 || use_metadata_id {
+        let (at, len) = short_bytes(rest)?;
+        rest = &rest[at + len..];
+    }
+    // <consistency><flags>: flags are an [int] from v5, a [byte] before.
+    let (flags, rest) = if env.version >= ProtocolVersion::V5 {
+        let (f, r) = rest.get(2..)?.split_first_chunk::<4>()?;
+        (u32::from_be_bytes(*f), r)
+    } else {
+        let (f, r) = rest.get(2..)?.split_first()?;
+        (u32::from(*f), r)
+    };
+    if flags & VALUES == 0 || flags & NAMES_FOR_VALUES != 0 {
+        return None;
+    }
+    let (n, values) = rest.split_first_chunk::<2>()?;
+    Some(ExecutePeek {
+        id,
+        values,
+        count: usize::from(u16::from_be_bytes(*n)),
+    })
+}
+
 /// Decodes one request message body (no prefix, already decompressed).
 pub fn decode_message(
     opcode: Opcode,
@@ -840,7 +919,25 @@ mod tests {
             }
             put_params(&mut b, v, &p);
             let opts = DecodeOptions { use_metadata_id, ..DecodeOptions::default() };
-            let r = decode_request(&env(v, 0, Opcode::Execute, b), &opts);
+            let e = env(v, 0, Opcode::Execute, b);
+            // The in-place peek sees the same id and positional values as the decoder.
+            let named = p.flags & query_flags::NAMES_FOR_VALUES != 0;
+            let values_sent = p.flags & query_flags::VALUES != 0;
+            match peek_execute(&e, use_metadata_id) {
+                Some(peek) => {
+                    prop_assert!(values_sent && !named);
+                    prop_assert_eq!(peek.id, &id[..]);
+                    for i in 0..=p.values.len() {
+                        let want = match p.values.get(i) {
+                            Some(ValueRef::Set(b)) => Some(b),
+                            _ => None,
+                        };
+                        prop_assert_eq!(peek.value(i), want);
+                    }
+                }
+                None => prop_assert!(!values_sent || named),
+            }
+            let r = decode_request(&e, &opts);
             prop_assert_eq!(r, Ok(Request {
                 custom_payload: None,
                 message: RequestMessage::Execute(Execute {
@@ -889,6 +986,42 @@ mod tests {
             let opts = DecodeOptions { compression: Some(Compression::Lz4), ..DecodeOptions::default() };
             let _ = decode_request(&env(v, flags, op, BytesMut::from(&body[..])), &opts);
         }
+    }
+
+    #[test]
+    fn peek_execute_declines_what_it_cannot_read_in_place() {
+        let mut b = BytesMut::new();
+        b.put_u16(2);
+        b.put_slice(b"id");
+        b.put_u16(1); // consistency ONE
+        b.put_u8(query_flags::VALUES as u8);
+        b.put_u16(2);
+        b.put_i32(3);
+        b.put_slice(b"abc");
+        b.put_i32(-1);
+        let v4 = ProtocolVersion::V4;
+        let plain = env(v4, 0, Opcode::Execute, b.clone());
+        let peek = peek_execute(&plain, false).expect("a plain EXECUTE is read");
+        assert_eq!(
+            (peek.id, peek.value(0), peek.value(1)),
+            (&b"id"[..], Some(&b"abc"[..]), None)
+        );
+        assert_eq!(peek.value(2), None);
+        // Compressed bodies, custom payloads and other opcodes are not looked into.
+        for (flags, op) in [
+            (Flags::COMPRESSION, Opcode::Execute),
+            (Flags::CUSTOM_PAYLOAD, Opcode::Execute),
+            (0, Opcode::Query),
+        ] {
+            assert!(peek_execute(&env(v4, flags, op, b.clone()), false).is_none());
+        }
+        // A value cut short is not returned, nor are the ones after it.
+        let cut = env(v4, 0, Opcode::Execute, BytesMut::from(&b[..b.len() - 6]));
+        let peek = peek_execute(&cut, false).expect("header reads");
+        assert_eq!((peek.value(0), peek.value(1)), (None, None));
+        // Truncated before the values: nothing.
+        let short = BytesMut::from(&b[..6]);
+        assert!(peek_execute(&env(v4, 0, Opcode::Execute, short), false).is_none());
     }
 
     #[test]

@@ -313,6 +313,12 @@ impl ShardDb {
         Ok(())
     }
 
+    /// Starts loading what requests for these partitions (table, token) will touch first
+    /// ([`ShardStorage::prefetch`]): a hint, before a batch of requests runs.
+    pub fn prefetch(&self, keys: &[(TableId, i64)]) {
+        self.storage.prefetch(keys);
+    }
+
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
         if self.sampling.get()
             && let amphora_storage::PartitionRange::Single(k) = &cmd.partitions

@@ -25,6 +25,7 @@ pub mod lz4;
 pub mod maintenance;
 pub mod memtable;
 pub mod partmap;
+mod prefetch;
 pub mod read;
 pub mod rowcache;
 pub mod shard;

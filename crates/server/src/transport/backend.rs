@@ -4,6 +4,7 @@
 use amphora_coordinator::{
     BoundValue, ClientState, NodeEvent, PreparedInfo, QueryError, QueryOptions, QueryResult,
 };
+use amphora_protocol as proto;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
@@ -42,6 +43,12 @@ pub struct BatchEntry {
 #[allow(async_fn_in_trait)]
 pub trait Backend: 'static {
     fn node_facts(&self) -> NodeFacts;
+
+    /// A hint before the envelopes `batch` (read from the socket together) run: start
+    /// loading what they will touch, so their cache misses overlap. Does nothing by default.
+    fn prefetch(&self, batch: &[proto::Envelope]) {
+        let _ = batch;
+    }
 
     /// A new subscription to node events (for a REGISTERed connection).
     fn events(&self) -> broadcast::Receiver<NodeEvent>;

@@ -53,6 +53,22 @@ impl Backend for LocalCoordinator {
         }
     }
 
+    fn prefetch(&self, batch: &[amphora_protocol::Envelope]) {
+        let Some(c) = &self.0 else {
+            return;
+        };
+        let keys: Vec<_> = batch
+            .iter()
+            .filter_map(|env| {
+                let e = amphora_protocol::peek_execute(env, false)?;
+                c.partition_hint(e.id, |i| e.value(i))
+            })
+            .collect();
+        if !keys.is_empty() {
+            c.prefetch(&keys);
+        }
+    }
+
     fn events(&self) -> broadcast::Receiver<NodeEvent> {
         match &self.0 {
             Some(c) => c.events(),

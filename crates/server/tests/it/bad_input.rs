@@ -68,6 +68,39 @@ fn negative_length_closes_the_connection() {
 }
 
 #[test]
+fn requests_read_together_with_a_bad_envelope_are_answered_before_it() {
+    // The reader takes the envelopes it has buffered in batches: a bad one after good ones
+    // in the same read is reported only once those are answered.
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    let mut wire = BytesMut::new();
+    for stream in 1..=5 {
+        let mut body = BytesMut::new();
+        put_long_string(&mut body, "rows 1");
+        body.put_u16(1);
+        body.put_u8(0);
+        wire.extend_from_slice(&envelope(4, 0, stream, Opcode::Query as u8, &body));
+    }
+    let mut bad = envelope(4, 0, 9, Opcode::Query as u8, &[]);
+    bad[5..9].copy_from_slice(&(-7i32).to_be_bytes());
+    wire.extend_from_slice(&bad);
+    c.send_raw(&wire);
+    let mut answered: Vec<i16> = (0..5)
+        .map(|_| {
+            let r = c.recv();
+            assert_eq!(rows_of(&r).rows.len(), 1);
+            r.stream
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 2, 3, 4, 5]);
+    let r = c.recv();
+    assert_eq!((r.stream, error_of(&r).0), (9, 0x000A));
+    c.expect_closed();
+    assert_node_serves(&node);
+}
+
+#[test]
 fn unknown_opcodes_close_the_connection() {
     let node = TestNode::start(1);
     for opcode in [0x04u8, 0x11, 0xFF] {
