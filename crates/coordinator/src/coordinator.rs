@@ -85,21 +85,21 @@ impl Coordinator {
         crate::exec::execute(&self.inner, state, id, opts).await
     }
 
-    /// The partition (table, token) an EXECUTE of prepared statement `id` with bound values
+    /// The partition an EXECUTE of prepared statement `id` with bound values
     /// `value(i)` addresses, when this shard owns it and the key is all bound markers: a
     /// prefetch hint ([`Self::prefetch`]), computed before the request runs.
     pub fn partition_hint<'a>(
         &self,
         id: &[u8],
         value: impl Fn(usize) -> Option<&'a [u8]>,
-    ) -> Option<(amphora_types::schema::TableId, i64)> {
+    ) -> Option<amphora_storage::PrefetchKey> {
         crate::exec::partition_hint(&self.inner, id, value)
     }
 
     /// Starts loading what requests for the partitions `keys` (from
     /// [`Self::partition_hint`]) will touch on this shard, so a batch of requests read
     /// at once overlaps its cache misses. A hint: nothing changes.
-    pub fn prefetch(&self, keys: &[(amphora_types::schema::TableId, i64)]) {
+    pub fn prefetch(&self, keys: &[amphora_storage::PrefetchKey]) {
         crate::exec::prefetch(keys);
     }
 

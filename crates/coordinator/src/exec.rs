@@ -359,7 +359,7 @@ fn lookup_prepared(inner: &Inner, id: &[u8]) -> Option<Arc<PreparedStmt>> {
     Some(p)
 }
 
-/// The partition (table, token) an EXECUTE of the prepared statement `id` addresses, when
+/// The partition an EXECUTE of the prepared statement `id` addresses, when
 /// the statement's plan is built, its whole partition key is bound markers and this shard
 /// owns the partition; `value(i)` is the i-th bound value as sent. For prefetch hints
 /// only: nothing is checked here (a wrong key costs a few wasted loads; the request
@@ -368,12 +368,12 @@ pub(crate) fn partition_hint<'a>(
     inner: &Inner,
     id: &[u8],
     value: impl Fn(usize) -> Option<&'a [u8]>,
-) -> Option<(amphora_types::schema::TableId, i64)> {
+) -> Option<amphora_storage::PrefetchKey> {
     let prepared = inner.prepared.borrow();
     let p = prepared.get(id)?;
-    let table = match (p.plans.select.get(), p.plans.write.get()) {
-        (Some(s), _) => s.table.id,
-        (None, Some(w)) => w.table.id,
+    let (table, read) = match (p.plans.select.get(), p.plans.write.get()) {
+        (Some(s), _) => (s.table.id, true),
+        (None, Some(w)) => (w.table.id, false),
         (None, None) => return None,
     };
     let token = match p.info.pk_indexes.as_slice() {
@@ -391,12 +391,16 @@ pub(crate) fn partition_hint<'a>(
     };
     let info = &inner.shared.info;
     let shard = amphora_types::token::shard_of(token, info.nr_shards, info.ignore_msb);
-    (amphora_rt::current_shard() == Some(shard)).then_some((table, token))
+    (amphora_rt::current_shard() == Some(shard)).then_some(amphora_storage::PrefetchKey {
+        table,
+        token,
+        read,
+    })
 }
 
 /// Starts loading what requests for the partitions `keys` will touch on this shard (see
 /// `ShardStorage::prefetch`).
-pub(crate) fn prefetch(keys: &[(amphora_types::schema::TableId, i64)]) {
+pub(crate) fn prefetch(keys: &[amphora_storage::PrefetchKey]) {
     if let Ok(db) = amphora_replica::local() {
         db.prefetch(keys);
     }

@@ -313,9 +313,9 @@ impl ShardDb {
         Ok(())
     }
 
-    /// Starts loading what requests for these partitions (table, token) will touch first
+    /// Starts loading what requests for these partitions will touch first
     /// ([`ShardStorage::prefetch`]): a hint, before a batch of requests runs.
-    pub fn prefetch(&self, keys: &[(TableId, i64)]) {
+    pub fn prefetch(&self, keys: &[amphora_storage::PrefetchKey]) {
         self.storage.prefetch(keys);
     }
 

@@ -26,6 +26,7 @@ pub mod maintenance;
 pub mod memtable;
 pub mod partmap;
 mod prefetch;
+pub use prefetch::PrefetchKey;
 pub mod read;
 pub mod rowcache;
 pub mod shard;

@@ -22,6 +22,15 @@ pub(crate) fn line<T>(p: *const T) {
     let _ = p;
 }
 
+/// A partition a request is about to touch ([`crate::shard::ShardStorage::prefetch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefetchKey {
+    pub table: amphora_types::schema::TableId,
+    pub token: i64,
+    /// A read (looks in the row cache); a write touches only the memtable.
+    pub read: bool,
+}
+
 /// Cache line size assumed by [`lines`].
 const LINE: usize = 64;
 

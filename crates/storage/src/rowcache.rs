@@ -152,7 +152,7 @@ pub struct CachedPartition {
 }
 
 /// Partitions a flush merge looks up between two [`RowCache::warm_for_merge`] passes.
-const MERGE_BATCH: usize = 16;
+const MERGE_BATCH: usize = 32;
 
 /// Partitions of at most this many rows are cached encoded.
 const ENCODED_ROWS_MAX: usize = 4;
@@ -368,14 +368,6 @@ impl CachedPartition {
     fn prefetch_content(&self) {
         if let Content::Encoded(b) = &self.content {
             crate::prefetch::lines(b.as_ptr(), b.len(), PREFETCH_CONTENT_BYTES);
-        }
-    }
-
-    /// Touches the line an encoded entry's content starts on (see
-    /// [`RowCache::warm_for_merge`]).
-    fn touch_content(&self) {
-        if let Content::Encoded(b) = &self.content {
-            std::hint::black_box(b.first().copied());
         }
     }
 
@@ -985,17 +977,17 @@ impl RowCache {
     }
 
     /// One level of a batch prefetch ([`crate::shard::ShardStorage::prefetch`]) for the
-    /// partitions `keys` (table, token): level 0 the key map buckets, 1 the entries their
+    /// partitions `keys` that reads want: level 0 the key map buckets, 1 the entries their
     /// buckets name, 2 the entries' content. Each level reads what the one before fetched
     /// (only the home bucket is looked at: a key that probed further is simply not
     /// prefetched). Hints only: nothing changes, not even the CLOCK bits.
-    pub(crate) fn prefetch(&self, keys: &[(TableId, i64)], level: u8) {
+    pub(crate) fn prefetch(&self, keys: &[crate::PrefetchKey], level: u8) {
         if self.len == 0 {
             return;
         }
         let mask = self.mask();
-        for &(table, token) in keys {
-            let h = hash_of(table, token);
+        for k in keys.iter().filter(|k| k.read) {
+            let h = hash_of(k.table, k.token);
             let Some(b) = self.buckets.get(h as usize & mask) else {
                 continue;
             };
@@ -1099,36 +1091,41 @@ impl RowCache {
         (true, used)
     }
 
-    /// Touches what merging `batch` will read, one level of indirection at a time across
-    /// the whole batch (memtable entry, its row and the key map bucket, the cached entry,
-    /// its content), so the cache misses of different partitions overlap instead of
-    /// coming one after the other: a flush merge looks up partitions scattered over the
-    /// whole cache. Reads only; the results are discarded.
+    /// Prefetches what merging `batch` will read, one level of indirection at a time
+    /// across the whole batch (the memtable's key and row and the key map bucket, then the
+    /// cached entry, then its content), so the cache misses of different partitions overlap
+    /// instead of coming one after the other: a flush merge looks up partitions scattered
+    /// over the whole cache. Prefetch instructions, not loads, where the address is known:
+    /// loads kept for their value (the former way) stalled the merge once the CPU's
+    /// reorder window filled.
     fn warm_for_merge(&self, table: TableId, batch: &[(&PartitionKey, &MemPartition)]) {
-        use std::hint::black_box;
+        use crate::prefetch::{line, lines};
         let mask = self.mask();
-        for (k, _) in batch {
-            black_box(k.token);
-        }
         for (k, p) in batch {
-            let i = hash_of(table, k.token) as usize & mask;
-            black_box(self.buckets.get(i).map(|b| b.hash));
-            black_box(k.key.first().copied());
+            if let Some(b) = self.buckets.get(hash_of(table, k.token) as usize & mask) {
+                line(b);
+            }
+            line(k.key.as_ptr());
             if let MemPartition::Single(enc) = p {
-                black_box(enc.first().copied());
+                lines(enc.as_ptr(), enc.len(), PREFETCH_CONTENT_BYTES);
             }
         }
-        for (k, _) in batch {
-            let i = hash_of(table, k.token) as usize & mask;
-            if let Some(Some(e)) = self.buckets.get(i).map(|b| &b.entry) {
-                black_box(e.token);
-            }
+        let entries = || {
+            batch.iter().filter_map(move |(k, _)| {
+                let h = hash_of(table, k.token);
+                let b = self.buckets.get(h as usize & mask)?;
+                b.entry.as_ref().filter(|_| b.hash & !REFERENCED == h)
+            })
+        };
+        for e in entries() {
+            lines(
+                Arc::as_ptr(e).cast::<u8>(),
+                std::mem::size_of::<CachedPartition>(),
+                usize::MAX,
+            );
         }
-        for (k, _) in batch {
-            let i = hash_of(table, k.token) as usize & mask;
-            if let Some(Some(e)) = self.buckets.get(i).map(|b| &b.entry) {
-                e.touch_content();
-            }
+        for e in entries() {
+            e.prefetch_content();
         }
     }
 
@@ -1334,7 +1331,14 @@ mod tests {
         let t = TableId(1);
         // Empty: every level returns at once.
         for level in 0..3 {
-            c.prefetch(&[(t, 5)], level);
+            c.prefetch(
+                &[crate::PrefetchKey {
+                    table: t,
+                    token: 5,
+                    read: true,
+                }],
+                level,
+            );
         }
         c.insert(t, &key(5, "a"), part(10));
         let mut wide = part(30);
@@ -1348,7 +1352,14 @@ mod tests {
         c.insert(t, &key(6, "w"), wide.clone());
         let before = c.stats();
         // Cached (encoded and decoded), absent, another table's, colliding tokens.
-        let keys = [(t, 5), (t, 6), (t, 7), (TableId(2), 5), (t, i64::MIN)];
+        let keys =
+            [(t, 5), (t, 6), (t, 7), (TableId(2), 5), (t, i64::MIN)].map(|(table, token)| {
+                crate::PrefetchKey {
+                    table,
+                    token,
+                    read: true,
+                }
+            });
         for level in 0..3 {
             c.prefetch(&keys, level);
         }

@@ -2050,12 +2050,12 @@ impl ShardStorage {
 
     /// Executes a read: merges memtables and the SSTables that may hold the data, and
     /// returns live data only.
-    /// Starts loading what reads and writes of the partitions `keys` (table, token) will
-    /// touch first: their row cache buckets, entries and content, and their memtable map
-    /// slots and leaves. One level at a time across the whole batch, so the cache misses
+    /// Starts loading what reads and writes of the partitions `keys` will touch first:
+    /// their memtable map slots and leaves, and for reads their row cache buckets, entries
+    /// and content. One level at a time across the whole batch, so the cache misses
     /// of all the keys overlap; the requests that follow then find those lines loaded.
     /// Hints only: nothing changes, and a key this shard does not hold costs a few loads.
-    pub fn prefetch(&self, keys: &[(TableId, i64)]) {
+    pub fn prefetch(&self, keys: &[crate::PrefetchKey]) {
         let Ok(inner) = self.inner.try_borrow() else {
             return;
         };
@@ -2065,7 +2065,7 @@ impl ShardStorage {
             if level == 2 {
                 break;
             }
-            for &(table, token) in keys {
+            for &crate::PrefetchKey { table, token, .. } in keys {
                 let t = match last {
                     Some((id, t)) if id == table => t,
                     _ => match inner.tables.get(&table) {
