@@ -1325,6 +1325,19 @@ mod tests {
     /// Defragmentation copies the encoded entries the allocator names into new
     /// allocations, leaves the rest (and decoded entries) where they are, and a read
     /// holding an old copy keeps it.
+    /// A partition of more rows than are cached encoded (so its entry is held decoded).
+    fn wide_part() -> PartitionUpdate {
+        let mut wide = part(30);
+        wide.rows = (0..ENCODED_ROWS_MAX as u8 + 2)
+            .map(|i| {
+                let mut r = part(30).rows.remove(0);
+                r.clustering = Clustering(vec![Bytes::from(vec![i])]);
+                r
+            })
+            .collect();
+        wide
+    }
+
     #[test]
     fn prefetch_changes_nothing() {
         let mut c = RowCache::new(1 << 20, 1 << 20);
@@ -1341,14 +1354,7 @@ mod tests {
             );
         }
         c.insert(t, &key(5, "a"), part(10));
-        let mut wide = part(30);
-        wide.rows = (0..ENCODED_ROWS_MAX as u8 + 2)
-            .map(|i| {
-                let mut r = part(30).rows.remove(0);
-                r.clustering = Clustering(vec![Bytes::from(vec![i])]);
-                r
-            })
-            .collect();
+        let wide = wide_part();
         c.insert(t, &key(6, "w"), wide.clone());
         let before = c.stats();
         // Cached (encoded and decoded), absent, another table's, colliding tokens.
@@ -1379,14 +1385,7 @@ mod tests {
         for i in 0..100 {
             c.insert(t, &key(i, &format!("k{i}")), part(20 + i as usize));
         }
-        let mut wide = part(30);
-        wide.rows = (0..ENCODED_ROWS_MAX as u8 + 2)
-            .map(|i| {
-                let mut r = part(30).rows.remove(0);
-                r.clustering = Clustering(vec![Bytes::from(vec![i])]);
-                r
-            })
-            .collect();
+        let wide = wide_part();
         c.insert(t, &key(500, "wide"), wide.clone());
         let before: Vec<_> = (0..100)
             .map(|i| c.get(t, &key(i, &format!("k{i}"))).expect("cached").clone())
