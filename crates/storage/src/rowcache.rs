@@ -363,6 +363,15 @@ impl CachedPartition {
             && newer(s.min_cell_timestamp)
     }
 
+    /// Prefetches the entry itself (its key, metadata and content pointer).
+    fn prefetch_entry(self: &Arc<Self>) {
+        crate::prefetch::lines(
+            Arc::as_ptr(self).cast::<u8>(),
+            std::mem::size_of::<CachedPartition>(),
+            usize::MAX,
+        );
+    }
+
     /// Prefetches the content's bytes (an encoded entry's first few lines; a decoded one's
     /// structure is a chain of pointers and is left alone).
     fn prefetch_content(&self) {
@@ -985,29 +994,41 @@ impl RowCache {
         if self.len == 0 {
             return;
         }
-        let mask = self.mask();
         for k in keys.iter().filter(|k| k.read) {
-            let h = hash_of(k.table, k.token);
-            let Some(b) = self.buckets.get(h as usize & mask) else {
-                continue;
-            };
-            if level == 0 {
-                crate::prefetch::line(b);
-                continue;
-            }
-            let Some(e) = b.entry.as_ref().filter(|_| b.hash & !REFERENCED == h) else {
-                continue;
-            };
-            if level == 1 {
-                crate::prefetch::lines(
-                    Arc::as_ptr(e).cast::<u8>(),
-                    std::mem::size_of::<CachedPartition>(),
-                    usize::MAX,
-                );
-            } else {
-                e.prefetch_content();
+            match level {
+                0 => {
+                    if let Some(b) = self.home_bucket(k.table, k.token) {
+                        crate::prefetch::line(b);
+                    }
+                }
+                1 => {
+                    if let Some(e) = self.home_entry(k.table, k.token) {
+                        e.prefetch_entry();
+                    }
+                }
+                _ => {
+                    if let Some(e) = self.home_entry(k.table, k.token) {
+                        e.prefetch_content();
+                    }
+                }
             }
         }
+    }
+
+    /// The bucket a key's hash points at (where its entry is unless it probed further).
+    #[inline]
+    fn home_bucket(&self, table: TableId, token: i64) -> Option<&Bucket> {
+        self.buckets
+            .get(hash_of(table, token) as usize & self.mask())
+    }
+
+    /// The entry in a key's home bucket when the stored hash matches (the entry of that
+    /// key or of one with the same hash); for prefetching, so the key is not compared.
+    #[inline]
+    fn home_entry(&self, table: TableId, token: i64) -> Option<&Arc<CachedPartition>> {
+        let h = hash_of(table, token);
+        let b = self.buckets.get(h as usize & self.mask())?;
+        b.entry.as_ref().filter(|_| b.hash & !REFERENCED == h)
     }
 
     /// Merges a flushed memtable into the entries of the partitions it holds, all at once
@@ -1100,9 +1121,8 @@ impl RowCache {
     /// reorder window filled.
     fn warm_for_merge(&self, table: TableId, batch: &[(&PartitionKey, &MemPartition)]) {
         use crate::prefetch::{line, lines};
-        let mask = self.mask();
         for (k, p) in batch {
-            if let Some(b) = self.buckets.get(hash_of(table, k.token) as usize & mask) {
+            if let Some(b) = self.home_bucket(table, k.token) {
                 line(b);
             }
             line(k.key.as_ptr());
@@ -1111,18 +1131,12 @@ impl RowCache {
             }
         }
         let entries = || {
-            batch.iter().filter_map(move |(k, _)| {
-                let h = hash_of(table, k.token);
-                let b = self.buckets.get(h as usize & mask)?;
-                b.entry.as_ref().filter(|_| b.hash & !REFERENCED == h)
-            })
+            batch
+                .iter()
+                .filter_map(|(k, _)| self.home_entry(table, k.token))
         };
         for e in entries() {
-            lines(
-                Arc::as_ptr(e).cast::<u8>(),
-                std::mem::size_of::<CachedPartition>(),
-                usize::MAX,
-            );
+            e.prefetch_entry();
         }
         for e in entries() {
             e.prefetch_content();

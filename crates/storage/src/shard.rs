@@ -2060,11 +2060,8 @@ impl ShardStorage {
             return;
         };
         let mut last: Option<(TableId, &TableState)> = None;
-        for level in 0..3u8 {
+        for level in 0..2 {
             inner.row_cache.prefetch(keys, level);
-            if level == 2 {
-                break;
-            }
             for &crate::PrefetchKey { table, token, .. } in keys {
                 let t = match last {
                     Some((id, t)) if id == table => t,
@@ -2079,6 +2076,7 @@ impl ShardStorage {
                 t.memtable.partitions.prefetch(token, level);
             }
         }
+        inner.row_cache.prefetch(keys, 2);
     }
 
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
