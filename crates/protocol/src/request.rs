@@ -11,7 +11,7 @@ use crate::envelope::{
     DEFAULT_MAX_FRAME_SIZE, Direction, Envelope, Flags, Opcode, ProtocolVersion,
 };
 use crate::error::DecodeError;
-use crate::wire::{PreparedId, Reader, ValueRef, Values, read_values};
+use crate::wire::{PreparedId, Reader, Values, read_values};
 
 /// Per-connection decoding settings, fixed after STARTUP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,31 +297,50 @@ fn attach_body(message: &mut RequestMessage, body: Bytes) {
     }
 }
 
-/// An EXECUTE's statement id and positional bound values, read without the rest of the
-/// request ([`peek_execute`]).
-#[derive(Debug, Clone)]
-pub struct ExecutePeek {
-    pub id: PreparedId,
-    pub values: Values,
+/// An EXECUTE read in place ([`peek_execute`]): the statement id and the positional bound
+/// values, nothing decoded or copied.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutePeek<'a> {
+    pub id: &'a [u8],
+    /// The `[value]`s, from the first one's length on.
+    values: &'a [u8],
+    count: usize,
 }
 
-impl ExecutePeek {
-    /// The `i`-th bound value; `None` past the values sent or for a null or unset value.
-    pub fn value(&self, i: usize) -> Option<&[u8]> {
-        match self.values.get(i)? {
-            ValueRef::Set(b) => Some(b),
-            ValueRef::Null | ValueRef::Unset => None,
+impl<'a> ExecutePeek<'a> {
+    /// The `i`-th bound value; `None` past the values sent, for a null or unset value, or
+    /// when the values are cut short.
+    pub fn value(&self, i: usize) -> Option<&'a [u8]> {
+        if i >= self.count {
+            return None;
         }
+        let mut rest = self.values;
+        for n in 0.. {
+            let (len, tail) = rest.split_first_chunk::<4>()?;
+            let len = i32::from_be_bytes(*len);
+            // Null (-1) and unset (-2) carry no bytes.
+            let size = usize::try_from(len).unwrap_or(0);
+            let bytes = tail.get(..size)?;
+            if n == i {
+                return (len >= 0).then_some(bytes);
+            }
+            rest = &tail[size..];
+        }
+        None
     }
 }
 
-/// Reads an EXECUTE envelope's statement id and bound values, skipping the rest of the
-/// request: for hints taken before requests run (which partitions a batch of them will
-/// touch). `None` for anything but a well-formed plain EXECUTE with positional values:
-/// another opcode, a compressed body (v3/v4), a custom payload, named values, or bytes
-/// cut short (the request's own decoding then reports what is wrong). `use_metadata_id`
-/// as in [`DecodeOptions`] (v5 always sends the result metadata id).
-pub fn peek_execute(env: &Envelope, use_metadata_id: bool) -> Option<ExecutePeek> {
+/// Reads an EXECUTE envelope's statement id and bound values in place, without decoding
+/// it: for hints taken before requests run (which partitions a batch of them will touch).
+/// `None` for anything but a plain EXECUTE with positional values: another opcode, a
+/// compressed body (v3/v4), a custom payload, named values, or bytes cut short (the
+/// request's own decoding then reports what is wrong). `use_metadata_id` as in
+/// [`DecodeOptions`] (v5 always sends the result metadata id).
+///
+/// It parses the slice itself rather than with [`Reader`] and `read_values`: those take
+/// the body by reference count and build a [`Values`], which measured 1.2% of a cached
+/// read's CPU against 0.2% for this (2026-11-27), on every EXECUTE.
+pub fn peek_execute(env: &Envelope, use_metadata_id: bool) -> Option<ExecutePeek<'_>> {
     use query_flags::*;
     if env.opcode != Opcode::Execute
         || env.flags.contains(Flags::CUSTOM_PAYLOAD)
@@ -329,22 +348,36 @@ pub fn peek_execute(env: &Envelope, use_metadata_id: bool) -> Option<ExecutePeek
     {
         return None;
     }
-    let mut r = Reader::new(env.body.clone());
-    let id = r.read_prepared_id().ok()?;
+    let short_bytes = |b: &[u8]| -> Option<(usize, usize)> {
+        let (len, _) = b.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        (b.len() >= 2 + len).then_some((2, len))
+    };
+    let body = &env.body[..];
+    let (at, len) = short_bytes(body)?;
+    let id = &body[at..at + len];
+    let mut rest = &body[at + len..];
     if env.version >= ProtocolVersion::V5 || use_metadata_id {
-        let n = r.read_u16().ok()?;
-        r.skip(usize::from(n)).ok()?;
+        let (at, len) = short_bytes(rest)?;
+        rest = &rest[at + len..];
     }
-    read_consistency(&mut r).ok()?;
-    let flags = read_flags(&mut r, env.version).ok()?;
+    // <consistency><flags>: flags are an [int] from v5, a [byte] before.
+    let (flags, rest) = if env.version >= ProtocolVersion::V5 {
+        let (f, r) = rest.get(2..)?.split_first_chunk::<4>()?;
+        (u32::from_be_bytes(*f), r)
+    } else {
+        let (f, r) = rest.get(2..)?.split_first()?;
+        (u32::from(*f), r)
+    };
     if flags & VALUES == 0 || flags & NAMES_FOR_VALUES != 0 {
         return None;
     }
-    let n = usize::from(r.read_u16().ok()?);
-    let allow_unset = env.version >= ProtocolVersion::V4;
-    let mut values = read_values(&mut r, n, allow_unset, |_| Ok(())).ok()?;
-    values.attach(r.into_body());
-    Some(ExecutePeek { id, values })
+    let (n, values) = rest.split_first_chunk::<2>()?;
+    Some(ExecutePeek {
+        id,
+        values,
+        count: usize::from(u16::from_be_bytes(*n)),
+    })
 }
 
 /// Decodes one request message body (no prefix, already decompressed).
@@ -573,7 +606,7 @@ mod tests {
 
     use super::*;
     use crate::compression::compress_body;
-    use crate::wire::Value;
+    use crate::wire::{Value, ValueRef};
 
     // ---- client-side encoders, written as a driver would -------------------------------
 
@@ -897,7 +930,7 @@ mod tests {
             match peek_execute(&e, use_metadata_id) {
                 Some(peek) => {
                     prop_assert!(values_sent && !named);
-                    prop_assert_eq!(&peek.id[..], &id[..]);
+                    prop_assert_eq!(peek.id, &id[..]);
                     for i in 0..=p.values.len() {
                         let want = match p.values.get(i) {
                             Some(ValueRef::Set(b)) => Some(b),
@@ -974,7 +1007,7 @@ mod tests {
         let plain = env(v4, 0, Opcode::Execute, b.clone());
         let peek = peek_execute(&plain, false).expect("a plain EXECUTE is read");
         assert_eq!(
-            (&peek.id[..], peek.value(0), peek.value(1)),
+            (peek.id, peek.value(0), peek.value(1)),
             (&b"id"[..], Some(&b"abc"[..]), None)
         );
         assert_eq!(peek.value(2), None);
@@ -986,9 +1019,10 @@ mod tests {
         ] {
             assert!(peek_execute(&env(v4, flags, op, b.clone()), false).is_none());
         }
-        // A value cut short: nothing (as the decoder refuses the request).
+        // A value cut short is not returned, nor are the ones after it.
         let cut = env(v4, 0, Opcode::Execute, BytesMut::from(&b[..b.len() - 6]));
-        assert!(peek_execute(&cut, false).is_none());
+        let peek = peek_execute(&cut, false).expect("header reads");
+        assert_eq!((peek.value(0), peek.value(1)), (None, None));
         // Truncated before the values: nothing.
         let short = BytesMut::from(&b[..6]);
         assert!(peek_execute(&env(v4, 0, Opcode::Execute, short), false).is_none());

@@ -61,7 +61,7 @@ impl Backend for LocalCoordinator {
             .iter()
             .filter_map(|env| {
                 let e = amphora_protocol::peek_execute(env, false)?;
-                c.partition_hint(&e.id, |i| e.value(i))
+                c.partition_hint(e.id, |i| e.value(i))
             })
             .collect();
         if !keys.is_empty() {
