@@ -118,6 +118,9 @@ async fn prepare(
             reason: e.to_string(),
         })?;
     p.set_consistency(driver_consistency(cl));
+    // Skip_metadata on EXECUTE, as cassandra-stress's Java driver sends it for every
+    // prepared statement with result metadata: rows come back without their column specs.
+    p.set_use_cached_result_metadata(true);
     Ok(p)
 }
 
