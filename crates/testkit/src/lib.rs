@@ -32,6 +32,25 @@ fn free_port() -> anyhow::Result<u16> {
 /// What the server's log says when a port it was given is already bound.
 const ADDR_IN_USE: &str = "Address already in use";
 
+/// What the server's log says when its REST API could not bind its port (not fatal).
+const API_NOT_STARTED: &str = "REST API not started";
+
+/// Whether an HTTP server answers on `addr` (any status: only the protocol is checked).
+fn answers_http(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+    if c.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    c.read_exact(&mut head).is_ok() && &head == b"HTTP/"
+}
+
 /// The last `n` lines of a server log (or why it could not be read), for error messages:
 /// CI keeps only the test's output, not the temporary directory.
 fn log_tail(path: &Path, n: usize) -> String {
@@ -144,11 +163,33 @@ impl TestNode {
         Ok(node)
     }
 
+    /// Waits until the node answers on its CQL port *and* its REST API answers HTTP.
+    ///
+    /// The server binds the REST API last and only logs a busy API port (it keeps
+    /// serving CQL), so a port taken since `free_port` found it would leave the test
+    /// talking to another process there (a nodetool test once got "invalid HTTP version"
+    /// from another node's CQL port). That start fails with [`ADDR_IN_USE`] and is retried.
     fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let start = Instant::now();
+        let log = self.data_dir.join("server.log");
+        let mut native_up = false;
         while start.elapsed() < timeout {
-            if TcpStream::connect(self.native).is_ok() {
-                return Ok(());
+            native_up = native_up || TcpStream::connect(self.native).is_ok();
+            if native_up {
+                // The log is read after the probe: an HTTP answer from another node's API
+                // on our port is then caught too (our failed bind is logged by then, unless
+                // the server stalled for the whole probe between its CQL and API binds).
+                let answered = answers_http(self.api);
+                if std::fs::read_to_string(&log).is_ok_and(|s| s.contains(API_NOT_STARTED)) {
+                    bail!(
+                        "the REST API did not start on {} ({ADDR_IN_USE}?); its last lines:\n{}",
+                        self.api,
+                        log_tail(&log, 5)
+                    );
+                }
+                if answered {
+                    return Ok(());
+                }
             }
             if let Some(c) = self.child.as_mut()
                 && let Some(status) = c.try_wait()?
@@ -162,7 +203,12 @@ impl TestNode {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        bail!("amphora did not open {} within {:?}", self.native, timeout)
+        bail!(
+            "amphora did not answer on {} (CQL) and {} (REST API) within {:?}",
+            self.native,
+            self.api,
+            timeout
+        )
     }
 
     /// SIGTERM and wait (clean shutdown: flush, close the commitlog).
@@ -230,5 +276,37 @@ impl Drop for TestNode {
         if self.owns_dir {
             let _ = std::fs::remove_dir_all(&self.data_dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A one-connection server on a free port that reads the request and sends `reply`.
+    fn serve_once(reply: &'static [u8]) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut buf = [0u8; 256];
+                let _ = c.read(&mut buf);
+                let _ = c.write_all(reply);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn the_readiness_probe_tells_http_from_other_protocols() {
+        assert!(answers_http(serve_once(b"HTTP/1.1 404 Not Found\r\n\r\n")));
+        // What a CQL port sends back to an HTTP request: a v4 ERROR frame.
+        assert!(!answers_http(serve_once(
+            b"\x84\x00\x00\x00\x00\x00\x00\x00\x06"
+        )));
+        // Nothing listening.
+        let port = free_port().expect("port");
+        assert!(!answers_http(SocketAddr::from(([127, 0, 0, 1], port))));
     }
 }
