@@ -316,13 +316,25 @@ class Cassandra(Server):
             raise RuntimeError(f"nodetool {' '.join(args)}: {r.stdout[-400:]} {r.stderr[-400:]}")
         return r.stdout
 
-def amphora_log_compaction(lines, ks, table):
-    """(milliseconds, line) of the last major compaction of ks.table in an Amphora log."""
+def amphora_log_compaction(lines, ks, table, inputs=None):
+    """(milliseconds, line) of the last major compaction of ks.table in an Amphora log.
+
+    Without a "(major)" line, the last compaction of all `inputs` SSTables into one: a major
+    compaction first waits for the running ones, so when the strategy had already started
+    merging every SSTable (STCS after the populate's flushes), that job is the whole work and
+    the major one finds a single SSTable left (Cassandra's figure is likewise its last
+    "Compacted" line, whatever started it)."""
+    def ms_of(line):
+        m = re.search(r" in (\d+) ms", line)
+        return (int(m.group(1)), line[line.find("compacted "):][:400]) if m else None
     for line in reversed(lines):
-        if f" of {ks}.{table} into " in line and "(major)" in line:
-            m = re.search(r" in (\d+) ms", line)
-            if m:
-                return int(m.group(1)), line[line.find("compacted "):][:400]
+        if f" of {ks}.{table} into " in line and "(major)" in line and ms_of(line):
+            return ms_of(line)
+    if inputs:
+        whole = f"compacted {inputs} SSTable(s) of {ks}.{table} into 1 ("
+        for line in reversed(lines):
+            if whole in line and ms_of(line):
+                return ms_of(line)
     return None
 
 
@@ -416,7 +428,7 @@ class Amphora(Server):
             lines = (self.raw / "amphora-server.log").read_text(errors="replace").splitlines()
         except OSError:
             lines = []
-        found = amphora_log_compaction(lines, ks, table)
+        found = amphora_log_compaction(lines, ks, table, res.get("sstables_before"))
         if found:
             ms, line = found
             res["server_log_seconds"] = ms / 1000

@@ -47,6 +47,15 @@ class Harness(unittest.TestCase):
         self.assertEqual(ms, 1970)
         self.assertTrue(line.startswith("compacted 4 SSTable(s) of keyspace1.standard1"))
         self.assertIsNone(harness.amphora_log_compaction(lines[:1], "keyspace1", "standard1"))
+        # No major line: the strategy's compaction of all the inputs into one counts, not a
+        # compaction of some of them.
+        self.assertIsNone(harness.amphora_log_compaction(lines[:1], "keyspace1", "standard1", 4))
+        self.assertEqual(
+            harness.amphora_log_compaction(lines[:1], "keyspace1", "standard1", 2)[0], 12)
+        strategy_all = [lines[1].replace("(major)", "(strategy)"), lines[2]]
+        self.assertEqual(
+            harness.amphora_log_compaction(strategy_all, "keyspace1", "standard1", 4)[0], 1970)
+        self.assertIsNone(harness.amphora_log_compaction(strategy_all, "keyspace1", "standard1"))
 
     def test_cpu_lists(self):
         self.assertEqual(harness.cpus("0"), [0])
