@@ -171,21 +171,11 @@ impl PartitionMap {
     /// token: level 0 its directory slot, 1 its leaf (the tokens a lookup or insert scans).
     pub(crate) fn prefetch(&self, token: i64, level: u8) {
         let u = biased(token);
-        let slot = slot_of(u, self.depth);
         if level == 0 {
-            if let Some(d) = self.dir.get(slot) {
-                crate::prefetch::line(d);
-            }
-        } else if let Some(leaf) = self
-            .dir
-            .get(slot)
-            .and_then(|&l| self.leaves.get(l as usize))
-        {
-            crate::prefetch::lines(
-                (leaf as *const Leaf).cast::<u8>(),
-                std::mem::size_of::<Leaf>(),
-                usize::MAX,
-            );
+            crate::prefetch::line(&self.dir[slot_of(u, self.depth)]);
+        } else {
+            let leaf: *const Leaf = &self.leaves[self.leaf_of(u)];
+            crate::prefetch::lines(leaf.cast::<u8>(), std::mem::size_of::<Leaf>(), usize::MAX);
         }
     }
 

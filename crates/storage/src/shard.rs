@@ -2048,8 +2048,6 @@ impl ShardStorage {
         self.inner.borrow().row_cache.stats()
     }
 
-    /// Executes a read: merges memtables and the SSTables that may hold the data, and
-    /// returns live data only.
     /// Starts loading what reads and writes of the partitions `keys` will touch first:
     /// their memtable map slots and leaves, and for reads their row cache buckets, entries
     /// and content. One level at a time across the whole batch, so the cache misses
@@ -2079,6 +2077,8 @@ impl ShardStorage {
         inner.row_cache.prefetch(keys, 2);
     }
 
+    /// Executes a read: merges memtables and the SSTables that may hold the data, and
+    /// returns live data only.
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
         self.poll_background();
         let mut inner = self.inner.borrow_mut();
