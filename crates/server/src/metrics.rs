@@ -437,6 +437,7 @@ fn render_histogram(
 ///   `amphora_compaction_manager_completed_compactions_total`,
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
+///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
 ///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
@@ -459,7 +460,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 22] = [
+    let shard_families: [Family<M>; 24] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -570,6 +571,18 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "gauge",
             "Commitlog segments on disk.",
             |m| m.commitlog_segments,
+        ),
+        (
+            "amphora_commitlog_spare_segments",
+            "gauge",
+            "Discarded commitlog segment files kept for reuse by new segments.",
+            |m| m.commitlog_spare_segments,
+        ),
+        (
+            "amphora_commitlog_reused_segments_total",
+            "counter",
+            "Commitlog segments that reused a discarded segment's file.",
+            |m| m.commitlog_reused_segments,
         ),
         (
             "amphora_commitlog_syncs_total",

@@ -28,7 +28,11 @@ use crate::config::{CommitFailurePolicy, SyncMode};
 use crate::error::{Result, StorageError};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"AMPHCLOG";
-pub const SEGMENT_VERSION: u32 = 1;
+/// Version 2 seeds each entry's checksum with the segment id and ends a closed segment
+/// with an end marker, so that a segment file can be reused (see `Commitlog::discard_before`):
+/// the previous use's entries past the end never validate. Version 1 segments are replayed
+/// as before.
+pub const SEGMENT_VERSION: u32 = 2;
 pub const SEGMENT_HEADER_BYTES: u64 = 24;
 pub const ENTRY_HEADER_BYTES: usize = 8;
 /// Size the entry buffer starts at and is shrunk back to after a larger group of writes.
@@ -65,14 +69,38 @@ fn parse_segment_name(name: &str) -> Option<u64> {
 }
 
 pub fn segment_header(id: u64) -> [u8; SEGMENT_HEADER_BYTES as usize] {
+    segment_header_of(id, SEGMENT_VERSION)
+}
+
+fn segment_header_of(id: u64, version: u32) -> [u8; SEGMENT_HEADER_BYTES as usize] {
     let mut h = [0u8; SEGMENT_HEADER_BYTES as usize];
     h[0..8].copy_from_slice(SEGMENT_MAGIC);
-    h[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[12..20].copy_from_slice(&id.to_le_bytes());
     let crc = crc32c::crc32c(&h[0..20]);
     h[20..24].copy_from_slice(&crc.to_le_bytes());
     h
 }
+
+/// The checksum seed of a segment's entries: version 2 checksums `id ‖ len ‖ payload`,
+/// version 1 `len ‖ payload` (seed 0).
+pub fn entry_seed(id: u64, version: u32) -> u32 {
+    if version >= 2 {
+        crc32c::crc32c(&id.to_le_bytes())
+    } else {
+        0
+    }
+}
+
+/// The checksum field of a version 2 segment's end marker (an entry header of length 0):
+/// what follows it in the file is left from the file's previous use.
+fn end_marker_crc(seed: u32) -> u32 {
+    // Never 0: a zero header is unwritten space.
+    crc32c::crc32c_append(seed, b"\0\0\0\0END").max(1)
+}
+
+/// Prefix of a reusable segment file's name (not a segment: replay ignores it).
+const SPARE_PREFIX: &str = "Spare-";
 
 // ---- entry payload encoding ----
 //
@@ -402,6 +430,8 @@ enum SyncMsg {
 
 struct Segment {
     id: u64,
+    /// [`entry_seed`] of this segment.
+    seed: u32,
     file: Arc<File>,
     path: PathBuf,
     /// Bytes handed to the OS.
@@ -440,6 +470,12 @@ pub struct Commitlog {
     /// entries while it keeps failing, so a full disk cannot grow the buffer (or the
     /// memtables) without limit.
     write_failed: bool,
+    /// Files of discarded segments kept for reuse (renamed `Spare-<n>.log`), newest last.
+    spares: Vec<PathBuf>,
+    /// Most segments, live and spare together, kept for reuse (0: none are).
+    reuse_limit: usize,
+    /// Rotations that reused a spare file.
+    pub reused_segments: u64,
 }
 
 impl Commitlog {
@@ -452,7 +488,9 @@ impl Commitlog {
         shard: u32,
     ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
-        let active = create_segment(dir, after_id + 1, true)?;
+        // Spare files of an earlier run are not reused: their pages may have left the cache.
+        delete_spares(dir);
+        let active = create_segment(dir, after_id + 1, true, None)?;
         let (sync_tx, sync_rx) = mpsc::channel();
         let (durable_tx, durable_rx) = watch::channel(Durable {
             pos: log_position(active.id, SEGMENT_HEADER_BYTES),
@@ -489,7 +527,21 @@ impl Commitlog {
             bytes_written: 0,
             writes: 0,
             write_failed: false,
+            spares: Vec::new(),
+            reuse_limit: 0,
+            reused_segments: 0,
         })
+    }
+
+    /// Lets discarded segment files be reused for new segments while the live and spare
+    /// segments together number at most `limit` (the shard passes its
+    /// `commitlog_total_space_bytes` in segments). Appending to a reused file overwrites
+    /// blocks already allocated, in pages usually still cached: the kernel's buffered
+    /// write skips allocating and zeroing page-cache pages and reserving delayed-allocation
+    /// blocks, and write-back allocates nothing (an appending `pwrite` cost ~3x one into a
+    /// written file here), and no segment is unlinked.
+    pub fn set_reuse_limit(&mut self, limit: usize) {
+        self.reuse_limit = limit;
     }
 
     pub fn mode(&self) -> SyncMode {
@@ -524,6 +576,11 @@ impl Commitlog {
 
     pub fn segment_count(&self) -> usize {
         self.closed.len() + 1
+    }
+
+    /// Discarded segment files kept for reuse.
+    pub fn spare_count(&self) -> usize {
+        self.spares.len()
     }
 
     /// `fdatasync`s of segment files completed so far: in `batch` and `group` modes, one
@@ -580,10 +637,10 @@ impl Commitlog {
         }
         let entry = &mut self.buf[start..start + entry_bytes];
         let len_le = (len as u32).to_le_bytes();
-        // crc32c(len ‖ payload) in one pass: the length is first put right before the
+        // crc32c(id ‖ len ‖ payload) in one pass: the length is first put right before the
         // payload, where the checksum then goes.
         entry[4..8].copy_from_slice(&len_le);
-        let crc = crc32c::crc32c(&entry[4..]);
+        let crc = crc32c::crc32c_append(self.active.seed, &entry[4..]);
         entry[0..4].copy_from_slice(&len_le);
         entry[4..8].copy_from_slice(&crc.to_le_bytes());
         self.used = start + entry_bytes;
@@ -596,7 +653,11 @@ impl Commitlog {
 
     fn rotate(&mut self) -> Result<()> {
         self.write_buffered()?;
-        let next = create_segment(&self.dir, self.active.id + 1, false)?;
+        self.write_end_marker()?;
+        let spare = self.spares.pop();
+        let reused = spare.is_some();
+        let next = create_segment(&self.dir, self.active.id + 1, false, spare)?;
+        self.reused_segments += u64::from(reused);
         let old = std::mem::replace(&mut self.active, next);
         self.written_back = SEGMENT_HEADER_BYTES;
         let end = log_position(old.id, old.written);
@@ -653,6 +714,20 @@ impl Commitlog {
         Ok(())
     }
 
+    /// Ends the active segment (version 2): replay stops there, before anything a reused
+    /// file holds from its previous use.
+    fn write_end_marker(&mut self) -> Result<()> {
+        let mut h = [0u8; ENTRY_HEADER_BYTES];
+        h[4..8].copy_from_slice(&end_marker_crc(self.active.seed).to_le_bytes());
+        if let Err(e) = self.active.file.write_all_at(&h, self.active.written) {
+            self.write_failed = true;
+            return Err(StorageError::io(&self.active.path, e));
+        }
+        self.active.written += ENTRY_HEADER_BYTES as u64;
+        self.bytes_written += ENTRY_HEADER_BYTES as u64;
+        Ok(())
+    }
+
     /// Position handed to the OS so far.
     pub fn written_position(&self) -> LogPosition {
         log_position(self.active.id, self.active.written)
@@ -677,24 +752,45 @@ impl Commitlog {
     /// Forgets closed segments older than `keep_from` (all their data is flushed) and
     /// returns their files, for the caller to delete ([`delete_segments`]) where a slow
     /// unlink blocks nobody.
+    ///
+    /// Up to the reuse limit ([`set_reuse_limit`](Self::set_reuse_limit)), a segment of
+    /// this log's format is kept instead, renamed out of the segments' names (a rename in
+    /// the directory; replay never reads it) for a later rotation to reuse.
     pub fn discard_before(&mut self, keep_from: u64) -> Vec<PathBuf> {
         let mut kept = Vec::with_capacity(self.closed.len());
         let mut gone = Vec::new();
         for (id, path, size) in self.closed.drain(..) {
             if id < keep_from {
                 self.closed_bytes -= size;
-                gone.push(path);
+                gone.push((id, path));
             } else {
                 kept.push((id, path, size));
             }
         }
         self.closed = kept;
-        gone
+        let mut delete = Vec::new();
+        for (id, path) in gone {
+            let live = self.closed.len() + 1;
+            let reusable = self.spares.len() + live < self.reuse_limit
+                && path
+                    .file_name()
+                    .is_some_and(|n| *n == *segment_file_name(id));
+            let spare = self.dir.join(format!("{SPARE_PREFIX}{id}.log"));
+            if reusable && fs::rename(&path, &spare).is_ok() {
+                self.spares.push(spare);
+            } else {
+                delete.push(path);
+            }
+        }
+        delete
     }
 
-    /// Writes out, syncs, and stops the sync thread.
+    /// Writes out, syncs, and stops the sync thread. The active segment gets its end
+    /// marker (a reused file's old entries follow it); spare files are deleted.
     pub fn shutdown(&mut self) -> Result<()> {
         self.write_out()?;
+        self.write_end_marker()?;
+        delete_segments(&std::mem::take(&mut self.spares));
         self.active
             .file
             .sync_data()
@@ -709,7 +805,10 @@ impl Commitlog {
 
 impl Drop for Commitlog {
     fn drop(&mut self) {
-        let _ = self.write_out();
+        if self.sync_thread.is_some() && self.write_out().is_ok() {
+            let _ = self.write_end_marker();
+        }
+        delete_segments(&std::mem::take(&mut self.spares));
         let _ = self.sync_tx.send(SyncMsg::Stop);
         if let Some(t) = self.sync_thread.take() {
             let _ = t.join();
@@ -720,15 +819,34 @@ impl Drop for Commitlog {
 /// Creates segment `id`. `sync_dir`: sync the directory entry now (at open); at rotation
 /// the sync thread does it (told by `SyncMsg::Active`) before it reports any entry of the
 /// new segment durable, so the shard thread never waits for a directory fsync.
-fn create_segment(dir: &Path, id: u64, sync_dir: bool) -> Result<Segment> {
+///
+/// `spare`: a discarded segment's file to reuse (renamed to the new segment's name; its
+/// old content stays past what is written, behind an end marker or failing the new id's
+/// checksums). Its pages are asked for in advance (`WILLNEED`), in case they left the
+/// cache, so that appends do not wait for reads. If the rename fails a new file is made.
+fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -> Result<Segment> {
     let path = dir.join(segment_file_name(id));
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| StorageError::io(&path, e))?;
+    let reused = spare.and_then(|s| match fs::rename(&s, &path) {
+        Ok(()) => OpenOptions::new().read(true).write(true).open(&path).ok(),
+        Err(e) => {
+            tracing::warn!("cannot reuse commitlog file {}: {e}", s.display());
+            let _ = fs::remove_file(&s);
+            None
+        }
+    });
+    let file = match reused {
+        Some(f) => {
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::WillNeed);
+            f
+        }
+        None => OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(&path, e))?,
+    };
     file.write_all_at(&segment_header(id), 0)
         .map_err(|e| StorageError::io(&path, e))?;
     // The new file's directory entry must survive a crash for replay to find it.
@@ -737,6 +855,7 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool) -> Result<Segment> {
     }
     Ok(Segment {
         id,
+        seed: entry_seed(id, SEGMENT_VERSION),
         file: Arc::new(file),
         path,
         written: SEGMENT_HEADER_BYTES,
@@ -1083,6 +1202,21 @@ pub fn delete_segments(paths: &[PathBuf]) {
     }
 }
 
+/// Deletes the spare segment files in `dir`.
+fn delete_spares(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(SPARE_PREFIX))
+        {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
     let rd = match fs::read_dir(dir) {
@@ -1129,7 +1263,11 @@ struct BadEntry {
 
 /// The entry at `pos`, if its checksum matches and its payload decodes: the mutation and
 /// where the next entry starts.
-fn entry_at(data: &Bytes, pos: usize) -> std::result::Result<(usize, Mutation), BadEntry> {
+fn entry_at(
+    data: &Bytes,
+    pos: usize,
+    seed: u32,
+) -> std::result::Result<(usize, Mutation), BadEntry> {
     let bad = |reason: String| BadEntry {
         reason,
         zero: false,
@@ -1151,7 +1289,7 @@ fn entry_at(data: &Bytes, pos: usize) -> std::result::Result<(usize, Mutation), 
             "entry of {len} bytes runs past the end of the file"
         )));
     };
-    let actual = crc32c::crc32c_append(crc32c::crc32c(&len.to_le_bytes()), payload);
+    let actual = crc32c::crc32c_append(crc32c::crc32c_append(seed, &len.to_le_bytes()), payload);
     if actual != crc {
         return Err(bad(format!(
             "checksum mismatch (stored {crc:#x}, computed {actual:#x})"
@@ -1167,15 +1305,26 @@ fn entry_at(data: &Bytes, pos: usize) -> std::result::Result<(usize, Mutation), 
 /// position is tried (an entry's length cannot be trusted once it is bad), cheapest checks
 /// first (a length that fits the file, the payload's format version byte), then the
 /// checksum and the decode.
-fn next_valid_entry(data: &Bytes, bad: usize) -> Option<usize> {
-    (bad + 1..data.len().saturating_sub(ENTRY_HEADER_BYTES)).find(|&pos| {
+fn next_valid_entry(data: &Bytes, bad: usize, seed: u32, version: u32) -> Option<usize> {
+    (bad + 1..=data.len().saturating_sub(ENTRY_HEADER_BYTES)).find(|&pos| {
+        if is_end_marker(data, pos, seed, version) {
+            return true;
+        }
         let h = &data[pos..pos + ENTRY_HEADER_BYTES];
         let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
         len > 0
             && len <= data.len() - pos - ENTRY_HEADER_BYTES
             && data[pos + ENTRY_HEADER_BYTES] == MUTATION_FORMAT_VERSION
-            && entry_at(data, pos).is_ok()
+            && entry_at(data, pos, seed).is_ok()
     })
+}
+
+/// Whether a version 2 segment's end marker is at `pos`.
+fn is_end_marker(data: &[u8], pos: usize, seed: u32, version: u32) -> bool {
+    version >= 2
+        && data.get(pos..pos + ENTRY_HEADER_BYTES).is_some_and(|h| {
+            h[..4] == [0; 4] && u32::from_le_bytes([h[4], h[5], h[6], h[7]]) == end_marker_crc(seed)
+        })
 }
 
 fn replay_impl(
@@ -1222,8 +1371,11 @@ fn replay_impl(
                 }
             }
         };
+        const VERSIONS: [u32; 2] = [SEGMENT_VERSION, 1];
         if data.len() < SEGMENT_HEADER_BYTES as usize
-            && data[..] == segment_header(id)[..data.len()]
+            && VERSIONS
+                .iter()
+                .any(|&v| data[..] == segment_header_of(id, v)[..data.len()])
         {
             // Creation was interrupted before the header was complete: no entries.
             if truncate_torn {
@@ -1235,9 +1387,13 @@ fn replay_impl(
             }
             continue;
         }
-        if data.len() < SEGMENT_HEADER_BYTES as usize
-            || data[..][..SEGMENT_HEADER_BYTES as usize] != segment_header(id)
-        {
+        let version = VERSIONS.into_iter().find(|&v| {
+            data.len() >= SEGMENT_HEADER_BYTES as usize
+                && data[..SEGMENT_HEADER_BYTES as usize] == segment_header_of(id, v)
+        });
+        let Some(version) = version else {
+            // (A reused file renamed to this segment's name before its new header was
+            // written, at a crash, holds another id's header.)
             if last {
                 torn_tail(&path, &data, 0, "bad segment header", truncate_torn, report);
             } else {
@@ -1245,10 +1401,15 @@ fn replay_impl(
             }
             out.push((id, path.clone(), data.len() as u64));
             continue;
-        }
+        };
+        let seed = entry_seed(id, version);
         let mut pos = SEGMENT_HEADER_BYTES as usize;
         while pos < data.len() {
-            let BadEntry { reason, zero } = match entry_at(&data, pos) {
+            if is_end_marker(&data, pos, seed, version) {
+                // What follows is a reused file's previous content.
+                break;
+            }
+            let BadEntry { reason, zero } = match entry_at(&data, pos, seed) {
                 Ok((end, mutation)) => {
                     apply(log_position(id, pos as u64), mutation);
                     pos = end;
@@ -1264,7 +1425,7 @@ fn replay_impl(
             let next = if last && zero {
                 None
             } else {
-                next_valid_entry(&data, pos)
+                next_valid_entry(&data, pos, seed, version)
             };
             match next {
                 None if last => {

@@ -61,6 +61,10 @@ pub struct StorageMetrics {
     pub pending_compactions: u64,
     pub commitlog_bytes: u64,
     pub commitlog_segments: u64,
+    /// Discarded segment files kept for reuse ([`Commitlog::set_reuse_limit`]).
+    pub commitlog_spare_segments: u64,
+    /// New segments that reused a discarded segment's file.
+    pub commitlog_reused_segments: u64,
     /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
     pub commitlog_syncs: u64,
     /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
@@ -554,6 +558,9 @@ impl ShardStorage {
             cfg.shard,
         )?;
         log.adopt_replayed(segs);
+        log.set_reuse_limit(
+            (cfg.commitlog_total_space_bytes / cfg.commitlog_segment_size_bytes.max(1)) as usize,
+        );
         let (results_tx, results_rx) = mpsc::channel();
         let results_pending = Arc::new(AtomicI64::new(0));
         let results_tx = ResultSender {
@@ -1941,6 +1948,8 @@ impl ShardStorage {
             .sum();
         m.commitlog_bytes = log.total_bytes();
         m.commitlog_segments = log.segment_count() as u64;
+        m.commitlog_spare_segments = log.spare_count() as u64;
+        m.commitlog_reused_segments = log.reused_segments;
         m.commitlog_syncs = log.syncs();
         m.commitlog_writes = log.writes;
         let rc = inner.row_cache.stats();

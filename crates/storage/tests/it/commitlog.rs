@@ -20,14 +20,24 @@ fn write(n: u32) -> Mutation {
     )
 }
 
-fn segments_on_disk(dir: &std::path::Path) -> usize {
+fn files_on_disk(dir: &std::path::Path, prefix: &str) -> usize {
     std::fs::read_dir(dir.join("commitlog"))
         .expect("commitlog dir")
         .filter(|e| {
-            e.as_ref()
-                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            e.as_ref().is_ok_and(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(prefix) && n.ends_with(".log")
+            })
         })
         .count()
+}
+
+fn segments_on_disk(dir: &std::path::Path) -> usize {
+    files_on_disk(dir, "CommitLog-")
+}
+
+fn spares_on_disk(dir: &std::path::Path) -> usize {
+    files_on_disk(dir, "Spare-")
 }
 
 fn open(cfg: StorageConfig) -> ShardStorage {
@@ -124,25 +134,96 @@ fn flushed_segments_are_deleted() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut cfg = config(dir.path());
     cfg.commitlog_segment_size_bytes = 64 << 10;
+    // At most 4 segments, live and spare: the rest of the discarded ones are deleted.
+    cfg.commitlog_total_space_bytes = 4 * (64 << 10);
     cfg.memtable_budget_bytes = 1 << 30;
     rt().block_on(async {
         let s = open(cfg);
-        // ~230 bytes per entry: 2,000 writes fill about seven 64 KiB segments.
-        for n in 0..2000 {
+        // ~230 bytes per entry: 1,000 writes fill about three and a half 64 KiB segments
+        // (just under the total space, which would force a flush).
+        for n in 0..1000 {
             s.apply(&write(n)).expect("apply").await.expect("ack");
         }
         let m = s.metrics();
-        assert!(m.commitlog_segments >= 5, "{m:?}");
+        assert!(m.commitlog_segments >= 3, "{m:?}");
         assert_eq!(segments_on_disk(dir.path()), m.commitlog_segments as usize);
         s.flush_all().await.expect("flush");
         let m = s.metrics();
         assert_eq!(m.commitlog_segments, 1, "{m:?}");
         assert_eq!(segments_on_disk(dir.path()), 1);
-        assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 2000);
+        assert_eq!(m.commitlog_spare_segments, 3, "{m:?}");
+        assert_eq!(spares_on_disk(dir.path()), 3);
+        assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 1000);
+        // A crash, leaving the spares on disk.
+        std::mem::forget(s);
     });
-    // Nothing is lost with them: a restart reads everything from the SSTable.
+    // Nothing is lost with them: a restart reads everything from the SSTable, and deletes
+    // the spares of the run before (their pages may have left the page cache).
+    let before = spare_names(dir.path());
+    assert_eq!(before.len(), 3);
     let s = open(config(dir.path()));
-    assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 2000);
+    assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 1000);
+    let after = spare_names(dir.path());
+    assert!(
+        before.iter().all(|n| !after.contains(n)),
+        "{before:?} {after:?}"
+    );
+}
+
+fn spare_names(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir.join("commitlog"))
+        .expect("commitlog dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("Spare-"))
+        .collect()
+}
+
+/// New segments reuse the files of discarded ones; the previous content left in them past
+/// the new entries (the tail of a longer use) is never replayed, after a clean shutdown
+/// or a crash, and what the reused segments hold is.
+#[test]
+fn reused_segment_files_replay_only_their_own_entries() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.commitlog_segment_size_bytes = 64 << 10;
+    cfg.memtable_budget_bytes = 1 << 30;
+    rt().block_on(async {
+        let s = open(cfg.clone());
+        // Old content: 1,500 writes of partitions 0..1500, flushed (their segments become
+        // spares), then overwritten in SSTables by nothing: a replay of a stale entry
+        // would show up as a partition >= 10_000 below.
+        for n in 0..1500 {
+            s.apply(&write(10_000 + n))
+                .expect("apply")
+                .await
+                .expect("ack");
+        }
+        s.flush_all().await.expect("flush");
+        let spares = s.metrics().commitlog_spare_segments;
+        assert!(spares >= 4, "{:?}", s.metrics());
+        s.truncate(amphora_types::schema::TableId(TABLE))
+            .expect("truncate");
+        // New content, shorter than the old: 700 writes, into reused files.
+        for n in 0..700 {
+            s.apply(&write(n)).expect("apply").await.expect("ack");
+        }
+        let m = s.metrics();
+        assert!(m.commitlog_reused_segments >= 2, "{m:?}");
+        // A crash: nothing more is written (no end marker on the active segment).
+        std::mem::forget(s);
+    });
+    let (s, report) = ShardStorage::open(cfg.clone(), vec![standard1(TABLE)]).expect("reopen");
+    let keys = read_all(&s, TABLE, 0).partitions.len();
+    assert_eq!(keys, 700, "{report:?}");
+    assert!(report.corrupt.is_empty(), "{report:?}");
+    drop(s);
+    // A clean restart after that: the same, with no torn tail.
+    let (s, report) = ShardStorage::open(cfg, vec![standard1(TABLE)]).expect("reopen");
+    assert_eq!(read_all(&s, TABLE, 0).partitions.len(), 700);
+    assert!(
+        report.corrupt.is_empty() && report.torn_tail.is_none(),
+        "{report:?}"
+    );
 }
 
 #[test]
