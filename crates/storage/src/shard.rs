@@ -1325,7 +1325,7 @@ impl ShardStorage {
                 if let Some(files) = deferred {
                     files();
                 }
-                commitlog::delete_segments(&segments);
+                segments.finish();
                 answer();
             }));
         }
@@ -1446,7 +1446,7 @@ impl ShardStorage {
     }
 
     /// Forgets the commitlog segments no table needs any more; returns their files.
-    fn discardable_segments(&self) -> Vec<PathBuf> {
+    fn discardable_segments(&self) -> commitlog::Retired {
         let oldest = {
             let inner = self.inner.borrow();
             inner
@@ -1462,7 +1462,7 @@ impl ShardStorage {
 
     /// Deletes the commitlog segments no table needs any more, here and now.
     fn discard_segments(&self) {
-        commitlog::delete_segments(&self.discardable_segments());
+        self.discardable_segments().finish();
     }
 
     /// Submits the strategy's next compaction (or a major one). Returns the job id.
