@@ -558,9 +558,12 @@ impl ShardStorage {
             cfg.shard,
         )?;
         log.adopt_replayed(segs);
-        log.set_reuse_limit(
-            (cfg.commitlog_total_space_bytes / cfg.commitlog_segment_size_bytes.max(1)) as usize,
-        );
+        if cfg.commitlog_reuse_segments {
+            log.set_reuse_limit(
+                (cfg.commitlog_total_space_bytes / cfg.commitlog_segment_size_bytes.max(1))
+                    as usize,
+            );
+        }
         let (results_tx, results_rx) = mpsc::channel();
         let results_pending = Arc::new(AtomicI64::new(0));
         let results_tx = ResultSender {

@@ -136,6 +136,7 @@ fn flushed_segments_are_deleted() {
     cfg.commitlog_segment_size_bytes = 64 << 10;
     // At most 4 segments, live and spare: the rest of the discarded ones are deleted.
     cfg.commitlog_total_space_bytes = 4 * (64 << 10);
+    cfg.commitlog_reuse_segments = true;
     cfg.memtable_budget_bytes = 1 << 30;
     rt().block_on(async {
         let s = open(cfg);
@@ -185,6 +186,7 @@ fn spare_names(dir: &std::path::Path) -> Vec<String> {
 fn reused_segment_files_replay_only_their_own_entries() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut cfg = config(dir.path());
+    cfg.commitlog_reuse_segments = true;
     cfg.commitlog_segment_size_bytes = 64 << 10;
     cfg.memtable_budget_bytes = 1 << 30;
     rt().block_on(async {

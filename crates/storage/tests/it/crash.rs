@@ -26,6 +26,7 @@ fn child_config(dir: &std::path::Path) -> StorageConfig {
     c.commitlog_sync = SyncMode::Batch { window_ms: 0 };
     c.memtable_budget_bytes = 256 << 10;
     c.commitlog_segment_size_bytes = 256 << 10;
+    c.commitlog_reuse_segments = true;
     c.auto_compaction = true;
     c
 }
