@@ -1359,9 +1359,9 @@ fn entry_at(
 /// position is tried (an entry's length cannot be trusted once it is bad), cheapest checks
 /// first (a length that fits the file, the payload's format version byte), then the
 /// checksum and the decode.
-fn next_valid_entry(data: &Bytes, bad: usize, seed: u32, version: u32) -> Option<usize> {
+fn next_valid_entry(data: &Bytes, bad: usize, seed: u32, end: Option<u32>) -> Option<usize> {
     (bad + 1..=data.len().saturating_sub(ENTRY_HEADER_BYTES)).find(|&pos| {
-        if is_end_marker(data, pos, seed, version) {
+        if is_end_marker(data, pos, end) {
             return true;
         }
         let h = &data[pos..pos + ENTRY_HEADER_BYTES];
@@ -1373,12 +1373,14 @@ fn next_valid_entry(data: &Bytes, bad: usize, seed: u32, version: u32) -> Option
     })
 }
 
-/// Whether a version 2 segment's end marker is at `pos`.
-fn is_end_marker(data: &[u8], pos: usize, seed: u32, version: u32) -> bool {
-    version >= 2
-        && data.get(pos..pos + ENTRY_HEADER_BYTES).is_some_and(|h| {
-            h[..4] == [0; 4] && u32::from_le_bytes([h[4], h[5], h[6], h[7]]) == end_marker_crc(seed)
+/// Whether the segment's end marker is at `pos`; `end`: the checksum field of the
+/// segment's end marker ([`end_marker_crc`]), None for a version 1 segment (none).
+fn is_end_marker(data: &[u8], pos: usize, end: Option<u32>) -> bool {
+    end.is_some_and(|end| {
+        data.get(pos..pos + ENTRY_HEADER_BYTES).is_some_and(|h| {
+            h[..4] == [0; 4] && u32::from_le_bytes([h[4], h[5], h[6], h[7]]) == end
         })
+    })
 }
 
 fn replay_impl(
@@ -1457,9 +1459,11 @@ fn replay_impl(
             continue;
         };
         let seed = entry_seed(id, version);
+        // Computed once: the resync scan below may test every offset of the file.
+        let end = (version >= 2).then(|| end_marker_crc(seed));
         let mut pos = SEGMENT_HEADER_BYTES as usize;
         while pos < data.len() {
-            if is_end_marker(&data, pos, seed, version) {
+            if is_end_marker(&data, pos, end) {
                 // What follows is a reused file's previous content.
                 break;
             }
@@ -1479,7 +1483,7 @@ fn replay_impl(
             let next = if last && zero {
                 None
             } else {
-                next_valid_entry(&data, pos, seed, version)
+                next_valid_entry(&data, pos, seed, end)
             };
             match next {
                 None if last => {
