@@ -491,7 +491,7 @@ impl Commitlog {
     ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         // Spare files of an earlier run are not reused: their pages may have left the cache.
-        delete_spares(dir);
+        delete_spare_files(dir);
         let active = create_segment(dir, after_id + 1, true, None)?;
         let (sync_tx, sync_rx) = mpsc::channel();
         let (durable_tx, durable_rx) = watch::channel(Durable {
@@ -1256,8 +1256,8 @@ impl Retired {
     }
 }
 
-/// Deletes the spare segment files in `dir`.
-fn delete_spares(dir: &Path) {
+/// Deletes the spare segment files in `dir` (those of an earlier run).
+fn delete_spare_files(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else {
         return;
     };

@@ -21,15 +21,16 @@ fn write(n: u32) -> Mutation {
 }
 
 fn files_on_disk(dir: &std::path::Path, prefix: &str) -> usize {
+    names_on_disk(dir, prefix).len()
+}
+
+/// The commitlog directory's `.log` files whose names start with `prefix`.
+fn names_on_disk(dir: &std::path::Path, prefix: &str) -> Vec<String> {
     std::fs::read_dir(dir.join("commitlog"))
         .expect("commitlog dir")
-        .filter(|e| {
-            e.as_ref().is_ok_and(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.starts_with(prefix) && n.ends_with(".log")
-            })
-        })
-        .count()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix) && n.ends_with(".log"))
+        .collect()
 }
 
 fn segments_on_disk(dir: &std::path::Path) -> usize {
@@ -172,11 +173,7 @@ fn flushed_segments_are_deleted() {
 }
 
 fn spare_names(dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_dir(dir.join("commitlog"))
-        .expect("commitlog dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("Spare-"))
-        .collect()
+    names_on_disk(dir, "Spare-")
 }
 
 /// New segments reuse the files of discarded ones; the previous content left in them past
