@@ -151,8 +151,10 @@ pub struct CachedPartition {
     content: Content,
 }
 
-/// Partitions a flush merge looks up between two [`RowCache::warm_for_merge`] passes.
-const MERGE_BATCH: usize = 32;
+/// Partitions a flush merge looks up between two [`RowCache::warm_for_merge`] passes
+/// (measured per flushed partition, uniform writes over 3M keys with a 445 MB cache:
+/// 530 ns at 32, 441 ns at 64).
+const MERGE_BATCH: usize = 64;
 
 /// Partitions of at most this many rows are cached encoded.
 const ENCODED_ROWS_MAX: usize = 4;
@@ -1113,33 +1115,35 @@ impl RowCache {
     }
 
     /// Prefetches what merging `batch` will read, one level of indirection at a time
-    /// across the whole batch (the memtable's key and row and the key map bucket, then the
-    /// cached entry, then its content), so the cache misses of different partitions overlap
-    /// instead of coming one after the other: a flush merge looks up partitions scattered
-    /// over the whole cache. Prefetch instructions, not loads, where the address is known:
+    /// across the whole batch (the key map buckets; then, for the keys whose bucket holds
+    /// an entry of their hash, the entry and the memtable's key and row; then the entry's
+    /// content), so the cache misses of different partitions overlap instead of coming one
+    /// after the other: a flush merge looks up partitions scattered over the whole cache.
+    /// Only partitions that are cached get their rows prefetched: most flushed partitions
+    /// are not, and prefetching their rows too (the former order) competed with the useful
+    /// lines (688 → 506 ns per flushed partition, measured in one process). Prefetch instructions, not loads, where the address is known:
     /// loads kept for their value (the former way) stalled the merge once the CPU's
     /// reorder window filled.
     fn warm_for_merge(&self, table: TableId, batch: &[(&PartitionKey, &MemPartition)]) {
         use crate::prefetch::{line, lines};
-        for (k, p) in batch {
+        for (k, _) in batch {
             if let Some(b) = self.home_bucket(table, k.token) {
                 line(b);
             }
-            line(k.key.as_ptr());
-            if let MemPartition::Single(enc) = p {
-                lines(enc.as_ptr(), enc.len(), PREFETCH_CONTENT_BYTES);
+        }
+        for (k, p) in batch {
+            if let Some(e) = self.home_entry(table, k.token) {
+                e.prefetch_entry();
+                line(k.key.as_ptr());
+                if let MemPartition::Single(enc) = p {
+                    lines(enc.as_ptr(), enc.len(), PREFETCH_CONTENT_BYTES);
+                }
             }
         }
-        let entries = || {
-            batch
-                .iter()
-                .filter_map(|(k, _)| self.home_entry(table, k.token))
-        };
-        for e in entries() {
-            e.prefetch_entry();
-        }
-        for e in entries() {
-            e.prefetch_content();
+        for (k, _) in batch {
+            if let Some(e) = self.home_entry(table, k.token) {
+                e.prefetch_content();
+            }
         }
     }
 
