@@ -1942,17 +1942,22 @@ mod tests {
             log.segment_count()
         );
         drop(log);
-        let mut replayed = Vec::new();
-        let mut report = ReplayReport::default();
-        replay(
-            dir.path(),
-            CommitFailurePolicy::Stop,
-            &mut report,
-            |_, m| replayed.push(m),
-        )
-        .expect("replay");
+        let (replayed, report) = replay_after(dir.path(), 0);
         assert_eq!(report.torn_tail, None);
         assert_eq!(replayed, written);
+    }
+
+    /// Replays `dir` (policy Stop): the mutations of the segments after `segment`.
+    fn replay_after(dir: &Path, segment: u64) -> (Vec<Mutation>, ReplayReport) {
+        let mut replayed = Vec::new();
+        let mut report = ReplayReport::default();
+        replay(dir, CommitFailurePolicy::Stop, &mut report, |pos, m| {
+            if segment_of(pos) > segment {
+                replayed.push(m)
+            }
+        })
+        .expect("replay");
+        (replayed, report)
     }
 
     #[test]
@@ -2030,19 +2035,7 @@ mod tests {
         assert!(log.active.reused && !last.is_multiple_of(4096));
         // A crash (no end marker): replay stops at the zeros.
         std::mem::forget(log);
-        let mut replayed = Vec::new();
-        let mut report = ReplayReport::default();
-        replay(
-            dir.path(),
-            CommitFailurePolicy::Stop,
-            &mut report,
-            |pos, m| {
-                if segment_of(pos) > first {
-                    replayed.push(m)
-                }
-            },
-        )
-        .expect("replay");
+        let (replayed, report) = replay_after(dir.path(), first);
         let tail = report.torn_tail.clone().expect("torn tail");
         assert_eq!(tail.offset, last);
         assert!(report.corrupt.is_empty(), "{report:?}");
