@@ -706,11 +706,8 @@ impl Commitlog {
             return Ok(());
         }
         let pending = &self.buf[..self.used];
-        let pad = match self.active.reused {
-            true => pad_to_block(self.active.written + self.used as u64),
-            false => 0,
-        };
-        if let Err(e) = write_padded_at(&self.active.file, pending, pad, self.active.written) {
+        let (file, at, reused) = (&self.active.file, self.active.written, self.active.reused);
+        if let Err(e) = write_at(file, pending, at, reused) {
             self.write_failed = true;
             return Err(StorageError::io(&self.active.path, e));
         }
@@ -872,12 +869,7 @@ fn create_segment(dir: &Path, id: u64, sync_dir: bool, spare: Option<PathBuf>) -
             .open(&path)
             .map_err(|e| StorageError::io(&path, e))?,
     };
-    let header = segment_header(id);
-    let pad = match is_reused {
-        true => pad_to_block(header.len() as u64),
-        false => 0,
-    };
-    write_padded_at(&file, &header, pad, 0).map_err(|e| StorageError::io(&path, e))?;
+    write_at(&file, &segment_header(id), 0, is_reused).map_err(|e| StorageError::io(&path, e))?;
     // The new file's directory entry must survive a crash for replay to find it.
     if sync_dir && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -909,9 +901,14 @@ fn pad_to_block(end: u64) -> usize {
     ((BLOCK_BYTES - end % BLOCK_BYTES) % BLOCK_BYTES) as usize
 }
 
-/// `data` then `pad` zero bytes at `offset`, in one `pwritev` when it writes them all.
-fn write_padded_at(file: &File, data: &[u8], pad: usize, offset: u64) -> std::io::Result<()> {
+/// Writes `data` at `offset`; into a `reused` file, followed by the zeros that fill its
+/// last block ([`pad_to_block`]), in one `pwritev` when it writes them all.
+fn write_at(file: &File, data: &[u8], offset: u64, reused: bool) -> std::io::Result<()> {
     static ZEROS: [u8; BLOCK_BYTES as usize] = [0; BLOCK_BYTES as usize];
+    let pad = match reused {
+        true => pad_to_block(offset + data.len() as u64),
+        false => 0,
+    };
     let zeros = &ZEROS[..pad.min(ZEROS.len())];
     if zeros.is_empty() {
         return file.write_all_at(data, offset);

@@ -1121,9 +1121,9 @@ impl RowCache {
     /// after the other: a flush merge looks up partitions scattered over the whole cache.
     /// Only partitions that are cached get their rows prefetched: most flushed partitions
     /// are not, and prefetching their rows too (the former order) competed with the useful
-    /// lines (688 → 506 ns per flushed partition, measured in one process). Prefetch instructions, not loads, where the address is known:
-    /// loads kept for their value (the former way) stalled the merge once the CPU's
-    /// reorder window filled.
+    /// lines (688 → 506 ns per flushed partition, measured in one process). Prefetch
+    /// instructions, not loads, where the address is known: loads kept for their value (the
+    /// former way) stalled the merge once the CPU's reorder window filled.
     fn warm_for_merge(&self, table: TableId, batch: &[(&PartitionKey, &MemPartition)]) {
         use crate::prefetch::{line, lines};
         for (k, _) in batch {
