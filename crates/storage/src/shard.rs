@@ -2220,13 +2220,21 @@ fn flush_memtable(
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();
+    // Three batches in a pipeline (see `FLUSH_BATCH`): the entries of `ahead` are being
+    // fetched, the keys and rows of `next`, and `batch` is encoded.
+    let mut ahead: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
+    let mut next: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     loop {
-        batch.clear();
-        batch.extend(parts.by_ref().take(FLUSH_BATCH));
-        if batch.is_empty() {
+        std::mem::swap(&mut batch, &mut next);
+        std::mem::swap(&mut next, &mut ahead);
+        ahead.clear();
+        ahead.extend(parts.by_ref().take(FLUSH_BATCH));
+        if batch.is_empty() && next.is_empty() && ahead.is_empty() {
             break;
         }
+        prefetch_entries(&ahead);
+        prefetch_contents(&next);
         warm_partitions(&batch);
         for &(k, p) in &batch {
             let appended = match p {
@@ -2266,15 +2274,41 @@ fn flush_memtable(
     w.finish(upper, 0)
 }
 
-/// Partitions a flush encodes between two [`warm_partitions`] passes.
-const FLUSH_BATCH: usize = 32;
+/// Partitions a flush encodes per step of its pipeline: while one batch is encoded, the
+/// keys and rows of the next are being fetched ([`prefetch_contents`]) and the map
+/// entries of the one after it ([`prefetch_entries`]), so the cache misses of a flush
+/// (memtable partitions are scattered in insertion order, a flush reads them in ring
+/// order) overlap the encoding instead of stalling it.
+const FLUSH_BATCH: usize = 16;
+
+/// Starts fetching the map entries (key and partition handles) of `batch`: their
+/// addresses are known without reading them.
+fn prefetch_entries(batch: &[(&PartitionKey, &MemPartition)]) {
+    for &(k, p) in batch {
+        crate::prefetch::line(k);
+        crate::prefetch::line(p);
+    }
+}
+
+/// Starts fetching what encoding `batch` reads first: each key's bytes, and a single-row
+/// partition's whole encoded row (a general partition's header only). Reads the entries,
+/// which [`prefetch_entries`] fetched a step earlier.
+fn prefetch_contents(batch: &[(&PartitionKey, &MemPartition)]) {
+    for &(k, p) in batch {
+        crate::prefetch::line(k.key.as_ptr());
+        match p {
+            MemPartition::Single(enc) => crate::prefetch::lines(enc.as_ptr(), enc.len(), 512),
+            MemPartition::General(g) => crate::prefetch::line(&**g),
+        }
+    }
+}
 
 /// Touches the memory the encoding of `batch` will read, one level of indirection at a
 /// time across the whole batch (key, partition, first row, its cells), so the cache
-/// misses of different partitions overlap instead of coming one after the other
-/// (memtable partitions are scattered in insertion order, a flush reads them in ring
-/// order). Single-row partitions are one contiguous encoded run: its first line is
-/// touched. Reads only; the results are discarded.
+/// misses of different partitions overlap instead of coming one after the other. The
+/// pipeline's prefetches have already fetched a single-row partition (one contiguous
+/// encoded run) and a general one's header; this reaches a general partition's rows and
+/// cells. Reads only; the results are discarded.
 fn warm_partitions(batch: &[(&PartitionKey, &MemPartition)]) {
     use crate::memtable::MemRows;
     use std::hint::black_box;
