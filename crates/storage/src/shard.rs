@@ -2220,20 +2220,23 @@ fn flush_memtable(
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();
-    // Three batches in a pipeline (see `FLUSH_BATCH`): the entries of `ahead` are being
-    // fetched, the keys and rows of `next`, and `batch` is encoded.
+    // Four batches in a pipeline (see `FLUSH_BATCH`): the map entries of `far` are being
+    // fetched, `ahead` waits for its entries, the keys and rows of `next` are being
+    // fetched, and `batch` is encoded.
+    let mut far: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut ahead: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut next: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     loop {
         std::mem::swap(&mut batch, &mut next);
         std::mem::swap(&mut next, &mut ahead);
-        ahead.clear();
-        ahead.extend(parts.by_ref().take(FLUSH_BATCH));
-        if batch.is_empty() && next.is_empty() && ahead.is_empty() {
+        std::mem::swap(&mut ahead, &mut far);
+        far.clear();
+        far.extend(parts.by_ref().take(FLUSH_BATCH));
+        if batch.is_empty() && next.is_empty() && ahead.is_empty() && far.is_empty() {
             break;
         }
-        prefetch_entries(&ahead);
+        prefetch_entries(&far);
         prefetch_contents(&next);
         warm_partitions(&batch);
         for &(k, p) in &batch {
@@ -2276,7 +2279,8 @@ fn flush_memtable(
 
 /// Partitions a flush encodes per step of its pipeline: while one batch is encoded, the
 /// keys and rows of the next are being fetched ([`prefetch_contents`]) and the map
-/// entries of the one after it ([`prefetch_entries`]), so the cache misses of a flush
+/// entries of the one after the following ([`prefetch_entries`]: two steps ahead, as one
+/// step left `prefetch_contents` waiting for them), so the cache misses of a flush
 /// (memtable partitions are scattered in insertion order, a flush reads them in ring
 /// order) overlap the encoding instead of stalling it.
 const FLUSH_BATCH: usize = 16;
@@ -2292,7 +2296,7 @@ fn prefetch_entries(batch: &[(&PartitionKey, &MemPartition)]) {
 
 /// Starts fetching what encoding `batch` reads first: each key's bytes, and a single-row
 /// partition's whole encoded row (a general partition's header only). Reads the entries,
-/// which [`prefetch_entries`] fetched a step earlier.
+/// which [`prefetch_entries`] fetched two steps earlier.
 fn prefetch_contents(batch: &[(&PartitionKey, &MemPartition)]) {
     for &(k, p) in batch {
         crate::prefetch::line(k.key.as_ptr());
