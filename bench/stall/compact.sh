@@ -21,15 +21,14 @@ for c in 0 1 2 3; do
 done
 sync; sleep 1
 disk() { awk -v d="$dev" '$3==d {print $6, $10}' /proc/diskstats; }
-threads() { for t in /proc/$P/task/*; do echo "$(cat "$t/comm")/${t##*/} $(awk '{print $14+$15}' "$t/stat")"; done | sort; }
-read -r r1 w1 <<< "$(disk)"; c1=$(threads)
+read -r r1 w1 <<< "$(disk)"; c1=$(thread_cpu)
 t1=$(date +%s.%N)
 nt compact keyspace1 standard1
 t2=$(date +%s.%N)
 read -r r2 w2 <<< "$(disk)"
 echo "$label: nodetool compact $(python3 -c "print(round($t2-$t1,2))") s;" \
   "disk ($dev) written $(( (w2-w1)/2048 )) MiB, read $(( (r2-r1)/2048 )) MiB"
-join <(echo "$c1") <(threads) | awk -v hz="$(getconf CLK_TCK)" \
+join <(echo "$c1") <(thread_cpu) | awk -v hz="$(getconf CLK_TCK)" \
   '$3>$2 {printf "  cpu %s %.2f s\n", $1, ($3-$2)/hz}'
 grep -o "compacted .*" "$OUT/server-$label.log" | tail -1
 kill "$P"; wait "$P" 2>/dev/null

@@ -19,12 +19,7 @@ done
 nt compact keyspace1 standard1 > /dev/null
 st read duration="${rsecs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
 echo "$label: reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
-threads() {
-  for t in /proc/$P/task/*; do
-    echo "$(tr ' ' _ < "$t/comm")/${t##*/} $(awk '{print $14+$15}' "$t/stat")"
-  done | sort
-}
-c1=$(threads); t0=$(awk '{print $14+$15}' "/proc/$P/stat"); f0=$(awk '{print $10}' "/proc/$P/stat")
+c1=$(thread_cpu); t0=$(awk '{print $14+$15}' "/proc/$P/stat"); f0=$(awk '{print $10}' "/proc/$P/stat")
 lc=$(wc -l < "$OUT/server-$label.log")
 if [[ -n "${PERF:-}" ]]; then
   # shellcheck disable=SC2086 # PERFG is a list of options
@@ -32,7 +27,7 @@ if [[ -n "${PERF:-}" ]]; then
   PS=$!
 fi
 st write duration="${wsecs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/w-$label.txt"
-t1=$(awk '{print $14+$15}' "/proc/$P/stat"); f1=$(awk '{print $10}' "/proc/$P/stat"); c2=$(threads)
+t1=$(awk '{print $14+$15}' "/proc/$P/stat"); f1=$(awk '{print $10}' "/proc/$P/stat"); c2=$(thread_cpu)
 [[ -n "${PERF:-}" ]] && wait "$PS"
 rate=$(grep "Op rate" "$OUT/w-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1 | tr -d ', op/s')
 hz=$(getconf CLK_TCK)
