@@ -47,6 +47,7 @@ MODES = {
         steps_pct=[10, 50, 90],  # fixed-rate steps, % of Cassandra's measured maximum
         step_s=10,
         own_max_pct=90,  # Amphora also at 90% of its own maximum (issue 7 target 2)
+        quiesce_timeout_s=300,  # longest wait for a quiet server before the fixed-rate steps
         rdw_s=15,  # reads during writes
         rdw_write_pct=25,  # writer rate, % of Cassandra's write maximum
         rdw_head_s=5,  # the writer runs alone this long before the reader starts
@@ -65,6 +66,7 @@ MODES = {
         steps_pct=[10, 25, 50, 75, 90],
         step_s=60,
         own_max_pct=90,
+        quiesce_timeout_s=1800,
         rdw_s=120,
         rdw_write_pct=25,
         rdw_head_s=60,
@@ -219,6 +221,26 @@ class Server:
             bytes_after=after.get("bytes"),
             mb_per_s=(before.get("bytes", 0) / 1e6 / secs) if secs > 0 else None,
         )
+
+    def quiesce(self, ks, timeout):
+        """Flushes `ks`, then waits until `nodetool compactionstats` shows no compaction running
+        or pending on two polls in a row (the seeds' read tests ran "after both finished their
+        compactions"). Returns the seconds it took and whether it got there within `timeout`."""
+        t0 = time.monotonic()
+        try:
+            self.flush(ks)
+            quiet = 0
+            while quiet < 2:
+                if time.monotonic() - t0 > timeout:
+                    return dict(status="timeout", seconds=time.monotonic() - t0)
+                time.sleep(2)
+                out = self.nodetool("compactionstats", timeout=120)
+                m = re.search(r"pending tasks\s*:?\s*(\d+)", out)
+                busy = m is None or int(m.group(1)) > 0 or "compaction type" in out.lower()
+                quiet = 0 if busy else quiet + 1
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            return dict(status="failed", reason=str(e)[:400], seconds=time.monotonic() - t0)
+        return dict(status="ok", seconds=time.monotonic() - t0)
 
     def sstables_per_read(self, ks, table):
         """SSTables touched per read from `nodetool tablehistograms` (recent-decaying histogram)."""
@@ -414,6 +436,11 @@ class Amphora(Server):
     def flush(self, ks):
         if self.has_nodetool():
             super().flush(ks)
+
+    def quiesce(self, ks, timeout):
+        if not self.has_nodetool():
+            return dict(status="skipped", reason="this amphora binary has no `amphora nodetool`")
+        return super().quiesce(ks, timeout)
 
     def major_compaction(self, ks, table):
         if not self.has_nodetool():
@@ -841,7 +868,14 @@ class Runner:
         out["own_max"] = own
         peer = self.peer_max or own  # fixed-rate steps are % of Cassandra's maximum
 
-        # 5. Fixed-rate steps, latency from each request's intended start.
+        # 5. Fixed-rate steps, latency from each request's intended start, on a quiet server:
+        #    the saturation writes leave a compaction backlog (Cassandra's is throttled to
+        #    64 MiB/s), and the seeds measured their read tests after the compactions had
+        #    finished (reads while compactions run are section 6's). The time each server
+        #    took to get quiet is recorded.
+        log(f"{self.s.name}: waiting for a quiet server (flush, no compactions)")
+        out["quiesce"] = self.s.quiesce("keyspace1", c["quiesce_timeout_s"])
+        log(f"  -> {out['quiesce']}")
         for op in ("read", "write"):
             base = peer.get(op)
             if not base:

@@ -451,6 +451,14 @@ def generate(out_dir, docs=True):
         L.append(f"Steps are % of Cassandra's measured {op} maximum ({fnum(base)} op/s), "
                  f"`-rate threads={cfg['threads']} fixed=R/s`, uniform over the populated range, "
                  f"{cfg['step_s']} s each; '90% own' is Amphora at 90% of its own maximum.\n")
+        if op == "read":
+            q = {k: (v.get("quiesce") or {}) for k, v in sysinfo.items()}
+            if any(q.values()):
+                L.append("Before the first step each server was flushed and left until no compaction "
+                         "ran or was pending (the seeds' read tests ran after the compactions "
+                         "finished; reads while they run are the reads-during-writes test): "
+                         + "; ".join(f"{k} {fnum(v.get('seconds'), ' s')} ({v.get('status', 'not run')})"
+                                     for k, v in q.items()) + ".\n")
         rows = []
         plot = {}
         for name, pair in steps:
@@ -601,6 +609,10 @@ def gaps_list(res, by):
         cp = info.get("compaction") or {}
         if cp.get("status") != "ok":
             gaps.append(f"{s} major compaction: {cp.get('status')}: {cp.get('reason', '')}")
+        q = info.get("quiesce")
+        if q and q.get("status") != "ok":
+            gaps.append(f"{s} not quiet before the fixed-rate steps: {q.get('status')} "
+                        f"after {fnum(q.get('seconds'), ' s')} {q.get('reason', '')}")
     for (scn, name), pair in by.items():
         for s, r in pair.items():
             if r.get("status") != "ok":

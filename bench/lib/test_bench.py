@@ -30,7 +30,58 @@ def run(system, scenario, name, rate, p99, **kw):
     return r
 
 
+class FakeServer(harness.Server):
+    """A server whose `nodetool compactionstats` prints the given outputs in turn."""
+
+    def __init__(self, outputs):
+        self.outputs = list(outputs)
+        self.calls = []
+
+    def nodetool(self, *args, timeout=3600):
+        self.calls.append(args)
+        if args[0] == "flush":
+            return ""
+        return self.outputs.pop(0)
+
+
+# `nodetool compactionstats` as Cassandra 5.0 prints it, busy then idle, and Amphora's.
+CASSANDRA_BUSY = """concurrent compactors              1
+pending tasks                      1
+keyspace1 standard1                1
+compactions completed              7
+
+id                                   compaction type keyspace  table     completed total     unit  progress
+1f1d2c50-ad7e-11f0-9a3a-6f2a4c9d1e11 Compaction      keyspace1 standard1 10485760  704643072 bytes 1.49%
+Active compaction remaining time :   0h00m10s
+"""
+CASSANDRA_IDLE = """concurrent compactors              1
+pending tasks                      0
+compactions completed              8
+compaction throughput (MiB/s)      64.0
+"""
+AMPHORA_IDLE = "pending tasks: 0\ncompactions completed: 3\ndata compacted: 0\n"
+
+
 class Harness(unittest.TestCase):
+    def test_quiesce_waits_for_two_quiet_polls(self):
+        sleep = harness.time.sleep
+        harness.time.sleep = lambda s: None
+        try:
+            s = FakeServer([CASSANDRA_BUSY, CASSANDRA_IDLE, CASSANDRA_BUSY, CASSANDRA_IDLE,
+                            AMPHORA_IDLE, "unused"])
+            q = s.quiesce("keyspace1", timeout=60)
+            self.assertEqual(q["status"], "ok")
+            self.assertEqual(s.calls[0], ("flush", "keyspace1"))
+            # busy, idle, busy (starts over), idle, idle: five polls.
+            self.assertEqual(len(s.calls), 6)
+            self.assertEqual(s.outputs, ["unused"])
+            # Unparseable output counts as busy; the timeout ends the wait.
+            s = FakeServer(["garbage"] * 1000)
+            q = s.quiesce("keyspace1", timeout=0)
+            self.assertEqual(q["status"], "timeout")
+        finally:
+            harness.time.sleep = sleep
+
     def test_compaction_time_from_an_amphora_log(self):
         lines = [
             "2026-11-27T07:00:00Z  INFO compacted 2 SSTable(s) of keyspace1.standard1 into 1 "
