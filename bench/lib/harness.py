@@ -869,10 +869,9 @@ class Runner:
         peer = self.peer_max or own  # fixed-rate steps are % of Cassandra's maximum
 
         # 5. Fixed-rate steps, latency from each request's intended start, on a quiet server:
-        #    the saturation writes leave a compaction backlog (Cassandra's is throttled to
-        #    64 MiB/s), and the seeds measured their read tests after the compactions had
-        #    finished (reads while compactions run are section 6's). The time each server
-        #    took to get quiet is recorded.
+        #    the saturation writes leave a compaction backlog, and the seeds measured their
+        #    read tests after the compactions had finished (reads while compactions run are
+        #    section 6's). The time each server took to get quiet is recorded.
         log(f"{self.s.name}: waiting for a quiet server (flush, no compactions)")
         out["quiesce"] = self.s.quiesce("keyspace1", c["quiesce_timeout_s"])
         log(f"  -> {out['quiesce']}")

@@ -4,6 +4,7 @@ import json
 import sys
 import tempfile
 import unittest
+from unittest import mock
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -63,24 +64,24 @@ AMPHORA_IDLE = "pending tasks: 0\ncompactions completed: 3\ndata compacted: 0\n"
 
 
 class Harness(unittest.TestCase):
+    @mock.patch.object(harness.time, "sleep", lambda s: None)
     def test_quiesce_waits_for_two_quiet_polls(self):
-        sleep = harness.time.sleep
-        harness.time.sleep = lambda s: None
-        try:
-            s = FakeServer([CASSANDRA_BUSY, CASSANDRA_IDLE, CASSANDRA_BUSY, CASSANDRA_IDLE,
-                            AMPHORA_IDLE, "unused"])
-            q = s.quiesce("keyspace1", timeout=60)
-            self.assertEqual(q["status"], "ok")
-            self.assertEqual(s.calls[0], ("flush", "keyspace1"))
-            # busy, idle, busy (starts over), idle, idle: five polls.
-            self.assertEqual(len(s.calls), 6)
-            self.assertEqual(s.outputs, ["unused"])
-            # Unparseable output counts as busy; the timeout ends the wait.
-            s = FakeServer(["garbage"] * 1000)
-            q = s.quiesce("keyspace1", timeout=0)
-            self.assertEqual(q["status"], "timeout")
-        finally:
-            harness.time.sleep = sleep
+        s = FakeServer([CASSANDRA_BUSY, CASSANDRA_IDLE, CASSANDRA_BUSY, CASSANDRA_IDLE,
+                        AMPHORA_IDLE, "unused"])
+        q = s.quiesce("keyspace1", timeout=60)
+        self.assertEqual(q["status"], "ok")
+        self.assertEqual(s.calls[0], ("flush", "keyspace1"))
+        # busy, idle, busy (starts over), idle, idle: five polls.
+        self.assertEqual(len(s.calls), 6)
+        self.assertEqual(s.outputs, ["unused"])
+        # Unparseable output counts as busy: two quiet polls must follow it.
+        s = FakeServer(["garbage", AMPHORA_IDLE, AMPHORA_IDLE, "unused"])
+        self.assertEqual(s.quiesce("keyspace1", timeout=60)["status"], "ok")
+        self.assertEqual(s.outputs, ["unused"])
+        # The timeout ends the wait.
+        s = FakeServer(["garbage"] * 1000)
+        q = s.quiesce("keyspace1", timeout=0)
+        self.assertEqual(q["status"], "timeout")
 
     def test_compaction_time_from_an_amphora_log(self):
         lines = [
