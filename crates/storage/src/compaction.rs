@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use amphora_types::codec::{self, SimpleRowSummary};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, apply_own_deletions,
-    merge_partition_updates,
+    merge_partition_updates_owned,
 };
 use amphora_types::schema::TableSchema;
 
@@ -1043,7 +1043,7 @@ fn compact_into_writer(
             if let Some((_, u)) = scanners[i].next_partition()? {
                 merged = Some(match merged {
                     None => u,
-                    Some(m) => merge_partition_updates(schema, &m, &u),
+                    Some(m) => merge_partition_updates_owned(schema, m, &u),
                 });
             }
         }
@@ -1286,7 +1286,7 @@ mod tests {
                 if let Some(u) = version(*n, g) {
                     w.append(k, &u).expect("append");
                     let m = match expected.remove(k) {
-                        Some(old) => merge_partition_updates(&schema, &old, &u),
+                        Some(old) => merge_partition_updates_owned(&schema, old, &u),
                         None => u,
                     };
                     expected.insert(k.clone(), m);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use amphora_types::data::{
     Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
-    Row, apply_own_deletions, max_deletion, merge_partition_updates,
+    Row, apply_own_deletions, max_deletion, merge_partition_updates_owned,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema};
 use bytes::Bytes;
@@ -313,7 +313,7 @@ pub(crate) fn slice_of(
 fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: PartitionUpdate) {
     *acc = Some(match acc.take() {
         None => u,
-        Some(a) => merge_partition_updates(schema, &a, &u),
+        Some(a) => merge_partition_updates_owned(schema, a, &u),
     });
 }
 

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use amphora_types::codec::{self, DecodeError, SimpleRowSummary};
 use amphora_types::data::{
     ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, merge_partition_updates,
+    merge_partition_updates_owned,
 };
 use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
@@ -404,6 +405,15 @@ impl CachedPartition {
                 let mut r = codec::Reader::new(Bytes::copy_from_slice(b));
                 codec::read_update_standalone(&mut r).map(Cow::Owned)
             }
+        }
+    }
+
+    /// Takes the data of a decoded entry, leaving it empty: only for an entry about to be
+    /// replaced or removed.
+    fn take_decoded(&mut self) -> Option<PartitionUpdate> {
+        match &mut self.content {
+            Content::Decoded(d) => Some(std::mem::take(&mut **d)),
+            Content::Encoded(_) => None,
         }
     }
 
@@ -1235,15 +1245,23 @@ impl RowCache {
         flushed: &PartitionUpdate,
         too_big: &mut Vec<PartitionKey>,
     ) {
-        let Some(Some(old)) = self.buckets.get(i).map(|b| &b.entry) else {
+        let Some(Some(old)) = self.buckets.get_mut(i).map(|b| &mut b.entry) else {
             return;
         };
         let old_cost = old.cost;
-        // An entry that does not decode (never expected) is dropped with the big ones.
-        let Ok(old_data) = old.data() else {
-            return too_big.push(key.clone());
+        // The rows of an entry no reader holds move into the merge instead of being
+        // copied (the entry, left empty, is replaced below or dropped as too big).
+        let merged = match Arc::get_mut(old).and_then(CachedPartition::take_decoded) {
+            Some(data) => merge_partition_updates_owned(schema, data, flushed),
+            None => {
+                // An entry that does not decode (never expected) is dropped with the big
+                // ones.
+                let Ok(old_data) = old.data() else {
+                    return too_big.push(key.clone());
+                };
+                merge_partition_updates(schema, &old_data, flushed)
+            }
         };
-        let merged = merge_partition_updates(schema, &old_data, flushed);
         let (entry, _) = CachedPartition::build(table, key, merged);
         if entry.cost > self.partition_max || entry.cost > self.capacity {
             return too_big.push(key.clone());

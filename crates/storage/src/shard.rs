@@ -22,7 +22,7 @@ use std::time::Duration;
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, CounterShard, Mutation,
     PartitionKey, PartitionUpdate, Row, apply_own_deletions, decode_counter_shards,
-    merge_partition_updates, normalize_range_tombstones,
+    merge_partition_updates_owned, normalize_range_tombstones,
 };
 use amphora_types::schema::{ColumnId, ColumnKind, TableId, TableSchema};
 use bytes::Bytes;
@@ -2361,7 +2361,7 @@ fn restrict(u: &mut PartitionUpdate, schema: &TableSchema, slices: &[ClusteringS
 fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: PartitionUpdate) {
     *acc = Some(match acc.take() {
         None => u,
-        Some(a) => merge_partition_updates(schema, &a, &u),
+        Some(a) => merge_partition_updates_owned(schema, a, &u),
     });
 }
 

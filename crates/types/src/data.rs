@@ -825,41 +825,97 @@ pub fn merge_partition_updates(
     a: &PartitionUpdate,
     b: &PartitionUpdate,
 ) -> PartitionUpdate {
+    merge_updates(
+        schema,
+        a.partition_deletion,
+        a.static_row.as_ref(),
+        &a.range_tombstones,
+        a.rows.iter(),
+        b,
+    )
+}
+
+/// [`merge_partition_updates`] taking `a` by value: its rows move into the result instead
+/// of being copied (a row cache entry merged with a flush, a memtable's rows merged with
+/// an SSTable's).
+pub fn merge_partition_updates_owned(
+    schema: &TableSchema,
+    a: PartitionUpdate,
+    b: &PartitionUpdate,
+) -> PartitionUpdate {
+    merge_updates(
+        schema,
+        a.partition_deletion,
+        a.static_row,
+        &a.range_tombstones,
+        a.rows.into_iter(),
+        b,
+    )
+}
+
+/// A row of the first input of [`merge_updates`]: borrowed (copied when it goes to the
+/// result unmerged) or owned (moved).
+trait RowIn {
+    fn row(&self) -> &Row;
+    fn into_row(self) -> Row;
+}
+
+impl RowIn for &Row {
+    fn row(&self) -> &Row {
+        self
+    }
+    fn into_row(self) -> Row {
+        self.clone()
+    }
+}
+
+impl RowIn for Row {
+    fn row(&self) -> &Row {
+        self
+    }
+    fn into_row(self) -> Row {
+        self
+    }
+}
+
+fn merge_updates<A: RowIn>(
+    schema: &TableSchema,
+    a_deletion: Option<DeletionTime>,
+    a_static: Option<A>,
+    a_range_tombstones: &[RangeTombstone],
+    a_rows: impl ExactSizeIterator<Item = A>,
+    b: &PartitionUpdate,
+) -> PartitionUpdate {
     let cmp = schema.clustering_comparator();
-    let partition_deletion = max_deletion(a.partition_deletion, b.partition_deletion);
-    let mut static_row = match (&a.static_row, &b.static_row) {
-        (Some(x), Some(y)) => Some(merge_rows(schema, x, y)),
-        (Some(x), None) => Some(x.clone()),
+    let partition_deletion = max_deletion(a_deletion, b.partition_deletion);
+    let mut static_row = match (a_static, &b.static_row) {
+        (Some(x), Some(y)) => Some(merge_rows(schema, x.row(), y)),
+        (Some(x), None) => Some(x.into_row()),
         (None, Some(y)) => Some(y.clone()),
         (None, None) => None,
     };
-    let mut all_rts = a.range_tombstones.clone();
+    let mut all_rts = a_range_tombstones.to_vec();
     all_rts.extend(b.range_tombstones.iter().cloned());
     let range_tombstones = normalize_range_tombstones(&cmp, &all_rts, partition_deletion);
-    let mut rows: Vec<Row> = Vec::with_capacity(a.rows.len() + b.rows.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.rows.len() || j < b.rows.len() {
-        let ord = match (a.rows.get(i), b.rows.get(j)) {
-            (Some(x), Some(y)) => cmp.compare(&x.clustering.0, &y.clustering.0),
+    let mut rows: Vec<Row> = Vec::with_capacity(a_rows.len() + b.rows.len());
+    let mut a_rows = a_rows.peekable();
+    let mut b_rows = b.rows.iter().peekable();
+    loop {
+        let ord = match (a_rows.peek(), b_rows.peek()) {
+            (Some(x), Some(y)) => cmp.compare(&x.row().clustering.0, &y.clustering.0),
             (Some(_), None) => Ordering::Less,
-            _ => Ordering::Greater,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => break,
         };
         let row = match ord {
-            Ordering::Less => {
-                i += 1;
-                a.rows[i - 1].clone()
-            }
-            Ordering::Greater => {
-                j += 1;
-                b.rows[j - 1].clone()
-            }
-            Ordering::Equal => {
-                i += 1;
-                j += 1;
-                merge_rows(schema, &a.rows[i - 1], &b.rows[j - 1])
-            }
+            Ordering::Less => a_rows.next().map(RowIn::into_row),
+            Ordering::Greater => b_rows.next().cloned(),
+            Ordering::Equal => match (a_rows.next(), b_rows.next()) {
+                (Some(x), Some(y)) => Some(merge_rows(schema, x.row(), y)),
+                _ => None,
+            },
         };
-        rows.push(row);
+        rows.extend(row);
     }
     apply_deletions(
         &cmp,
@@ -1363,6 +1419,13 @@ pub(crate) mod proptests {
             prop_assert_eq!(m(&a, &a), a.clone());
             prop_assert_eq!(m(&a, &b), m(&b, &a));
             prop_assert_eq!(m(&m(&a, &b), &c), m(&a, &m(&b, &c)));
+        }
+
+        #[test]
+        fn owned_merge_equals_borrowed_merge(a in update(), b in update()) {
+            let s = test_schema();
+            let want = merge_partition_updates(&s, &a, &b);
+            prop_assert_eq!(merge_partition_updates_owned(&s, a, &b), want);
         }
     }
 }
