@@ -12,10 +12,11 @@
 //!
 //! Responses leave in completion order. Small responses are gathered: once
 //! [`EAGER_FLUSH_BYTES`] or [`EAGER_FLUSH_RESPONSES`] (doubling within a burst) are queued
-//! the request that queued them writes them at once (one non-blocking write), and the writer task sends whatever is left when the shard's
-//! queue of ready tasks drains (or waits for the socket when it is full). Without the eager
-//! writes a burst of N requests read in one go is answered in one write after all N ran:
-//! client and server then take turns instead of working at the same time.
+//! the request that queued them writes them at once (one non-blocking write), and the
+//! writer task sends whatever is left when the shard's queue of ready tasks drains (or
+//! waits for the socket when it is full). Without the eager writes a burst of N requests
+//! read in one go is answered in one write after all N ran: client and server then take
+//! turns instead of working at the same time.
 //! Backpressure: the reader stops reading the socket while the connection or the shard is
 //! at its in-flight limit, or too many response bytes wait.
 //!
