@@ -162,6 +162,12 @@ impl Node {
         let background_nice = std::env::var("AMPHORA_BACKGROUND_NICE")
             .ok()
             .and_then(|v| v.parse::<i32>().ok());
+        let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok());
+        let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
         let mut tables: Vec<_> = schema.tables().cloned().collect();
         // The batchlog's hidden table exists on every node, outside the schema.
         tables.push(amphora_coordinator::batchlog::table());
@@ -183,6 +189,12 @@ impl Node {
                     scfg.commit_failure_policy = failure_policy;
                     if let Some(n) = background_nice {
                         scfg.background_nice = n;
+                    }
+                    if let Some(n) = flush_nice {
+                        scfg.flush_nice = n;
+                    }
+                    if let Some(us) = cache_update_pause_us {
+                        scfg.cache_update_pause = std::time::Duration::from_micros(us);
                     }
                     scfg.memtable_budget_bytes = memtable_budget;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))

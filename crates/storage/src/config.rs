@@ -73,9 +73,15 @@ pub enum CommitFailurePolicy {
     Ignore,
 }
 
-/// Default [`StorageConfig::background_nice`] (the shard thread's own priority; the node
-/// takes another from `AMPHORA_BACKGROUND_NICE` for experiments).
-pub const DEFAULT_BACKGROUND_NICE: i32 = 0;
+/// Default [`StorageConfig::background_nice`]: the lowest priority, so compaction runs in
+/// the time the shard thread leaves (the node takes another value from
+/// `AMPHORA_BACKGROUND_NICE` for experiments). Measured in docs/benchmarks.md ("Writes at
+/// 90% of the own maximum"): at nice 0 a compaction took half of the core from a shard
+/// writing at a fixed 160k/s and the write p99 grew to seconds.
+pub const DEFAULT_BACKGROUND_NICE: i32 = 19;
+
+/// Default [`StorageConfig::cache_update_pause`].
+pub const DEFAULT_CACHE_UPDATE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
@@ -114,9 +120,22 @@ pub struct StorageConfig {
     /// Nice value of the shard's compaction thread (0 = the shard thread's own priority).
     /// It shares the shard's core: a lower priority lets the scheduler preempt it as soon
     /// as the shard thread has a request, instead of time-slicing the core between them
-    /// (milliseconds of queueing for requests while a compaction runs). The flush thread
-    /// keeps the shard's priority: writes wait for flushes when memtables are full.
+    /// (a backlog of requests while a compaction runs). At 19 it gets ~1.5% of a core the
+    /// shard thread keeps busy: under such a load the backlog of compactions grows (as
+    /// Cassandra's pending compactions do) and is worked off when the shard has idle time.
+    /// A Linux thread cannot raise its priority again without privilege, so the backlog
+    /// controller's share ([`crate::compaction::BacklogController`]) only paces it below
+    /// that. The flush thread keeps the shard's priority by default ([`Self::flush_nice`]):
+    /// writes wait for flushes when memtables are full.
     pub background_nice: i32,
+    /// Nice value of the shard's flush thread (0 = the shard thread's own priority; the
+    /// node takes another from `AMPHORA_FLUSH_NICE` for experiments: at 19 the flush fell
+    /// behind a busy shard and writes waited for memory).
+    pub flush_nice: i32,
+    /// Pause between two slices of a flushed memtable's merge into the row cache while
+    /// requests keep the shard busy and memtables use under three quarters of their
+    /// budget (zero: one slice per scheduler turn, about half of a busy shard).
+    pub cache_update_pause: std::time::Duration,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -137,6 +156,8 @@ impl StorageConfig {
             row_cache_bytes: None,
             row_cache_partition_max_bytes: 1 << 20,
             background_nice: DEFAULT_BACKGROUND_NICE,
+            flush_nice: 0,
+            cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             clock: Clock::system(),
             before_flush: None,
         }
