@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# make bench's write path up to its "90% own" write step, with each server thread's CPU
+# every second: BIN LABEL RATE [SATSECS] [FIXSECS]
+# A one-shard server (CPU 0) gets 3M standard1 keys in 4 chunks of 750k with a flush after
+# each, a major compaction, 30 s of uniform reads at saturation (they fill the row cache),
+# SATSECS (60) of uniform writes at saturation (they leave a compaction backlog, as the
+# bench's saturation run does), then FIXSECS (60) of uniform writes at a fixed RATE/s from
+# `amphora stress` (CPU 1, 128 in flight, latency from intended start). Prints the fixed
+# run's rate and percentiles, each second's `kops/max ms`, the server threads' CPU ticks
+# over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has the per-second
+# thread ticks and the write memory waits. PERF=1 records the shard thread 20 s into the
+# fixed run (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bin=$1 label=$2 rate=$3 sats=${4:-60} fixs=${5:-60}
+start_server "$bin" "$label"
+for c in 0 1 2 3; do
+  st write n=750000 -rate threads=128 -pop seq=$((c*750000+1))..$(((c+1)*750000)) > /dev/null
+  nt flush > /dev/null
+done
+nt compact keyspace1 standard1 > /dev/null
+st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
+echo "$label: reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
+if [ "$sats" -gt 0 ]; then
+  st write duration="${sats}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/ws-$label.txt"
+  echo "$label: saturation writes $(grep "Op rate" "$OUT/ws-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
+fi
+lc=$(wc -l < "$OUT/server-$label.log")
+( st write duration="${fixs}s" no-warmup -rate threads=128 fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/wf-$label.txt" ) &
+sp=$!
+if [[ -n "${PERF:-}" ]]; then
+  shard_tid=$(grep -l "^shard-0" /proc/"$P"/task/*/comm | head -1 | cut -d/ -f5)
+  ( sleep 10; perf record -F 499 --call-graph dwarf,16384 -t "$shard_tid" \
+      -o "/dev/shm/fixedown-$label.data" -- sleep 20 > /dev/null 2>&1 ) &
+fi
+: > "$OUT/cpu-$label.txt"
+prev=$(thread_cpu 2>/dev/null)
+while kill -0 "$sp" 2>/dev/null; do
+  sleep 1
+  cur=$(thread_cpu 2>/dev/null)
+  waits=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_storage_write_memory_waits_total/ {s+=$2} END {print s+0}')
+  echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') waits=$waits" >> "$OUT/cpu-$label.txt"
+  prev=$cur
+done
+wait "$sp"
+echo "$label: $(grep -E "Op rate|99th|99.9th|Latency max" "$OUT/wf-$label.txt" | sed 's/ \[.*//; s/  */ /g' | paste -sd';')"
+echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] != "waits") {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+  END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
+tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
+kill "$P"; wait "$P" 2>/dev/null
