@@ -12,7 +12,7 @@ dev=$(lsblk -no pkname "$(findmnt -no source -T "$OUT")" 2>/dev/null | head -1)
 dev=${dev:-$(basename "$(findmnt -no source -T "$OUT")")}
 start_server "$bin" "$label"
 for c in 0 1 2 3; do
-  st write n=750000 -rate threads=128 -pop seq=$((c*750000+1))..$(((c+1)*750000)) > /dev/null
+  populate_chunk "$c"
   if [[ $c == 0 ]]; then
     "$cqlsh" 127.0.0.1 19600 -e "ALTER TABLE keyspace1.standard1 WITH compaction = \
       {'class': 'SizeTieredCompactionStrategy', 'min_threshold': 32}"

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 bin=$1 label=$2
 start_server "$bin" "$label"
 for c in 0 1 2 3; do
-  st write n=750000 -rate threads=128 -pop seq=$((c*750000+1))..$(((c+1)*750000)) > /dev/null
+  populate_chunk "$c"
   [ $c -lt 3 ] && nt flush > /dev/null
 done
 sleep 30

@@ -14,11 +14,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rate=$3 sats=${4:-60} fixs=${5:-60}
 start_server "$bin" "$label"
-for c in 0 1 2 3; do
-  st write n=750000 -rate threads=128 -pop seq=$((c*750000+1))..$(((c+1)*750000)) > /dev/null
-  nt flush > /dev/null
-done
-nt compact keyspace1 standard1 > /dev/null
+populate_compacted
 st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
 echo "$label: reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
 if [ "$sats" -gt 0 ]; then

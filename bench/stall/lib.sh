@@ -27,3 +27,18 @@ thread_cpu() {
     echo "$(tr ' ' _ < "$t/comm")/${t##*/} $(awk '{print $14+$15}' "$t/stat")"
   done | sort
 }
+
+# `populate_chunk C`: writes chunk C (0-3) of make bench's populate, keys C*750k+1..(C+1)*750k.
+populate_chunk() {
+  st write n=750000 -rate threads=128 -pop seq=$(($1 * 750000 + 1))..$((($1 + 1) * 750000)) > /dev/null
+}
+
+# `populate_compacted`: make bench's populate (3M standard1 keys in 4 chunks, a flush after
+# each), then its major compaction.
+populate_compacted() {
+  for c in 0 1 2 3; do
+    populate_chunk "$c"
+    nt flush > /dev/null
+  done
+  nt compact keyspace1 standard1 > /dev/null
+}
