@@ -463,8 +463,15 @@ impl CompactionShare {
     pub fn note_foreground(&self) {
         self.foreground.fetch_add(1, AtomicOrdering::Relaxed);
     }
-    pub(crate) fn foreground(&self) -> u64 {
+    fn foreground(&self) -> u64 {
         self.foreground.load(AtomicOrdering::Relaxed)
+    }
+    /// Whether foreground requests arrived since `seen` was last set; sets it.
+    pub(crate) fn busy_since(&self, seen: &mut u64) -> bool {
+        let fg = self.foreground();
+        let busy = fg != *seen;
+        *seen = fg;
+        busy
     }
 
     /// Runs `f` with this share throttling the compactions it runs on this thread.
@@ -551,9 +558,7 @@ fn throttle_point(weight: u32) {
         if worked < slice {
             return;
         }
-        let fg = t.share.foreground();
-        let busy = fg != t.foreground_seen;
-        t.foreground_seen = fg;
+        let busy = t.share.busy_since(&mut t.foreground_seen);
         let pause = throttle_pause(worked, t.share.get());
         if busy && !pause.is_zero() {
             std::thread::sleep(pause);

@@ -1097,7 +1097,11 @@ impl ShardStorage {
     pub fn run_background(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
-            let mut foreground_seen = me.inner.borrow().compaction_share.foreground();
+            let mut foreground_seen = 0;
+            me.inner
+                .borrow()
+                .compaction_share
+                .busy_since(&mut foreground_seen);
             loop {
                 if me.advance_cache_updates(CACHE_UPDATE_SLICE) {
                     // One slice per turn: requests run between slices (never inside
@@ -1106,15 +1110,13 @@ impl ShardStorage {
                     // slice waits a pause, so the update takes a small share of a busy
                     // shard instead of every other turn (a flush's update was a 0.5 s
                     // halving of the write rate; docs/benchmarks.md).
-                    let (fg, pause) = {
+                    let pause = {
                         let inner = me.inner.borrow();
-                        let fg = inner.compaction_share.foreground();
+                        let busy = inner.compaction_share.busy_since(&mut foreground_seen);
                         let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 4 * 3;
-                        (fg, fg != foreground_seen && roomy)
+                        (busy && roomy).then_some(inner.cfg.cache_update_pause)
                     };
-                    foreground_seen = fg;
-                    let wait = me.inner.borrow().cfg.cache_update_pause;
-                    if pause && !wait.is_zero() {
+                    if let Some(wait) = pause.filter(|w| !w.is_zero()) {
                         tokio::time::sleep(wait).await;
                     } else {
                         yield_once().await;
