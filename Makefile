@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DATA_DIR ?= ./data
 
-.PHONY: run build release test test-rust test-compat test-cql compat-cassandra lint fmt bench bench-quick bench-connection clean
+.PHONY: run build release test test-rust test-compat test-cql test-bench compat-cassandra lint fmt bench bench-quick bench-connection clean
 
 release:
 	$(CARGO) build --release -p amphora
@@ -45,8 +45,13 @@ compat-cassandra:
 	tests/compat/install.sh python
 	tests/cql/run.sh --cassandra --jobs 2 $(CQL_ARGS)
 
+# The benchmark harness's own tests (results parsing, the report, the quiet-server wait,
+# SCHED_FIFO for the isolated step): Python's standard library only.
+test-bench:
+	python3 -m unittest discover -s bench/lib
+
 # Everything CI checks: format, lints, unit + integration tests, real-client compatibility.
-test: lint test-rust test-compat test-cql
+test: lint test-rust test-compat test-cql test-bench
 
 bench-quick:
 	bench/run.sh quick

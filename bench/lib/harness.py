@@ -47,6 +47,9 @@ MODES = {
         steps_pct=[10, 50, 90],  # fixed-rate steps, % of Cassandra's measured maximum
         step_s=10,
         own_max_pct=90,  # Amphora also at 90% of its own maximum (issue 7 target 2)
+        # Amphora again at this step with its shard threads and the load generator at
+        # SCHED_FIFO 1 (root only): its own tail, apart from the host's (see `isolated_step`).
+        isolated_pct=50,
         quiesce_timeout_s=300,  # longest wait for a quiet server before the fixed-rate steps
         rdw_s=15,  # reads during writes
         rdw_write_pct=25,  # writer rate, % of Cassandra's write maximum
@@ -66,6 +69,7 @@ MODES = {
         steps_pct=[10, 25, 50, 75, 90],
         step_s=60,
         own_max_pct=90,
+        isolated_pct=50,
         quiesce_timeout_s=1800,
         rdw_s=120,
         rdw_write_pct=25,
@@ -154,6 +158,29 @@ def cpus(spec):
         a, _, b = part.partition("-")
         out += list(range(int(a), int(b or a) + 1))
     return out
+
+
+def set_fifo(pid, comm_prefix, on):
+    """Puts the threads of `pid` whose name starts with `comm_prefix` in SCHED_FIFO 1 (`on`)
+    or back in SCHED_OTHER (their nice is kept); returns how many were changed (0 without
+    the privilege)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    changed = 0
+    for t in tids:
+        try:
+            if not Path(f"/proc/{pid}/task/{t}/comm").read_text().startswith(comm_prefix):
+                continue
+            if on:
+                os.sched_setscheduler(int(t), os.SCHED_FIFO, os.sched_param(1))
+            else:
+                os.sched_setscheduler(int(t), os.SCHED_OTHER, os.sched_param(0))
+            changed += 1
+        except OSError:  # gone, or not permitted
+            continue
+    return changed
 
 
 def loadavg():
@@ -534,23 +561,27 @@ class Stress:
     def figures(js):
         return figures(js)
 
-    def cmd(self, server, tag, args):
+    def cmd(self, server, tag, args, prefix=()):
         return [
-            "taskset", "-c", self.cfg["client_cpus"], self.cfg["amphora"], "stress", *args,
+            *prefix, "taskset", "-c", self.cfg["client_cpus"], self.cfg["amphora"], "stress", *args,
             "-node", "127.0.0.1", "-port", f"native={server.port}",
             "-log", f"file={self.raw / (tag + '.log')}", f"hdrfile={self.raw / (tag + '.hdr')}",
             f"json={self.raw / (tag + '.json')}",
             "-graph", f"file={self.raw / (tag + '.html')}", f"title={tag}",
         ]
 
-    def spawn(self, server, tag, args):
+    def spawn(self, server, tag, args, prefix=()):
+        """Starts `amphora stress ARGS` on the client CPUs; `prefix` goes before the whole
+        command (`chrt -f 1` for the isolated step)."""
         jf = self.raw / (tag + ".json")
         if jf.exists():
             jf.unlink()
         out = open(self.raw / (tag + ".out"), "w")
-        p = subprocess.Popen(self.cmd(server, tag, args), stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(self.cmd(server, tag, args, prefix), stdout=out,
+                             stderr=subprocess.STDOUT)
         p._bench_out = out  # noqa: SLF001
         p._bench_tag = tag  # noqa: SLF001
+        p._bench_args = list(args)  # noqa: SLF001
         return p
 
     def collect(self, p, timeout):
@@ -562,7 +593,7 @@ class Stress:
             rc = "timeout"
         p._bench_out.close()
         tag = p._bench_tag
-        res = {"exit": rc, "args": p.args[4:]}
+        res = {"exit": rc, "args": p._bench_args}
         jf = self.raw / (tag + ".json")
         if jf.exists():
             try:
@@ -711,9 +742,11 @@ class Runner:
         self.runs = []
         self.t0 = time.monotonic()
 
-    def run(self, scenario, name, args, timeout, extra=None, concurrent=None, client=None):
+    def run(self, scenario, name, args, timeout, extra=None, concurrent=None, client=None,
+            client_prefix=()):
         """One load-generator run (plus, optionally, `concurrent` = (name, args) started
-        alongside); `client` is `amphora stress` unless given (latte)."""
+        alongside); `client` is `amphora stress` unless given (latte); `client_prefix` goes
+        before the `amphora stress` command."""
         client = client or self.stress
         tag = f"{self.s.name}-{scenario}-{name}".replace("/", "_").replace(" ", "_")
         log(f"{self.s.name}: {scenario} {name}: {client.name} {' '.join(args)}")
@@ -731,7 +764,8 @@ class Runner:
             time.sleep(concurrent[2])
             procs = [client.spawn(self.s, tag, args), bg]
         else:
-            procs = [client.spawn(self.s, tag, args)]
+            procs = [client.spawn(self.s, tag, args, client_prefix) if client_prefix
+                     else client.spawn(self.s, tag, args)]
         results = [client.collect(p, timeout) for p in procs]
         wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
@@ -807,6 +841,25 @@ class Runner:
 
     def sat_timeout(self, secs):
         return secs * 3 + 120
+
+    def isolated_step(self, op, label, args, extra):
+        """The fixed-rate step again, with the server's shard threads and the load generator
+        at SCHED_FIFO 1: nothing at a fair-class priority (this VM's agent runs at nice -10
+        and takes one of the two CPUs for 2-4 ms about once a second) can preempt them, so
+        the row shows the server's own tail apart from the host's. A diagnostic next to the
+        step, not issue 7's measurement; needs root (docs/benchmarks.md, "Fixed-rate p99.9:
+        the host's share")."""
+        if set_fifo(self.s.pid, "shard-", True) == 0:
+            log(f"{self.s.name}: no shard thread could be set to SCHED_FIFO (not root?): "
+                f"the isolated {op} step is skipped")
+            return
+        try:
+            self.run("fixed-" + op, f"{label} isolated", args,
+                     timeout=self.sat_timeout(self.cfg["step_s"]),
+                     extra={**extra, "isolated": "shard threads and load generator at SCHED_FIFO 1"},
+                     client_prefix=("chrt", "-f", "1"))
+        finally:
+            set_fifo(self.s.pid, "shard-", False)
 
     def all(self):
         c = self.cfg
@@ -884,11 +937,13 @@ class Runner:
             if self.peer_max and own.get(op):
                 steps.append((f"{c['own_max_pct']}% own", None, own[op] * c["own_max_pct"] / 100))
             for label, pct, target in steps:
-                self.run("fixed-" + op, label,
-                         [op, f"duration={c['step_s']}s", *self.common(), "-pop", uni,
-                          *self.rate(fixed=max(1, target))],
-                         timeout=self.sat_timeout(c["step_s"]),
-                         extra={"target_rate": target, "pct_of_peer": pct})
+                args = [op, f"duration={c['step_s']}s", *self.common(), "-pop", uni,
+                        *self.rate(fixed=max(1, target))]
+                extra = {"target_rate": target, "pct_of_peer": pct}
+                self.run("fixed-" + op, label, args, timeout=self.sat_timeout(c["step_s"]),
+                         extra=extra)
+                if pct is not None and pct == c.get("isolated_pct") and self.s.name == "amphora":
+                    self.isolated_step(op, label, args, extra)
 
         # 6. Reads during writes (the low-end-hardware seed): a fixed-rate writer over a tenth
         #    of the keys, started first, plus a latency-oriented reader (40 in flight) spread

@@ -450,7 +450,12 @@ def generate(out_dir, docs=True):
         base = (sysinfo.get("cassandra") or {}).get("own_max", {}).get(op)
         L.append(f"Steps are % of Cassandra's measured {op} maximum ({fnum(base)} op/s), "
                  f"`-rate threads={cfg['threads']} fixed=R/s`, uniform over the populated range, "
-                 f"{cfg['step_s']} s each; '90% own' is Amphora at 90% of its own maximum.\n")
+                 f"{cfg['step_s']} s each; '90% own' is Amphora at 90% of its own maximum"
+                 + (f"; '{cfg.get('isolated_pct')}% isolated' is Amphora again at that step with its "
+                    "shard threads and the load generator at SCHED_FIFO 1, out of reach of the "
+                    "host's fair-class threads (a diagnostic of the server's own tail, not a "
+                    "target's measurement)" if any("isolated" in n for n, _ in steps) else "")
+                 + ".\n")
         if op == "read":
             q = {k: (v.get("quiesce") or {}) for k, v in sysinfo.items()}
             if any(q.values()):
@@ -471,7 +476,7 @@ def generate(out_dir, docs=True):
             rows.append(row)
             for s in SYSTEMS:
                 r = pair.get(s)
-                if r and r.get("target_rate") and "own" not in name:
+                if r and r.get("target_rate") and "own" not in name and "isolated" not in name:
                     plot.setdefault(s, []).append((r["target_rate"], r))
         L.append(md_table(["step", "target op/s", "C op/s", "A op/s", "p50 ms C / A", "A/C",
                            "p90 ms C / A", "A/C", "p99 ms C / A", "A/C", "p99.9 ms C / A", "A/C",

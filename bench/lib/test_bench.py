@@ -1,8 +1,10 @@
 """Tests of the benchmark harness's pure parts: `python3 -m unittest discover -s bench/lib`."""
 
 import json
+import os
 import sys
 import tempfile
+import threading
 import unittest
 from unittest import mock
 import xml.etree.ElementTree as ET
@@ -177,6 +179,7 @@ class Report(unittest.TestCase):
                 runs += [run(s, "populate", "write", 1000 * k, 10 / k),
                          run(s, "saturation", "read-uniform", 2000 * k, 5 / k),
                          run(s, "fixed-read", "50%", 1000, 2 / k, target_rate=1000)]
+            runs.append(run("amphora", "fixed-read", "50% isolated", 1000, 0.1, target_rate=1000))
             runs.append(run("amphora", "iot", "10/90", 0, 0, status="failed", error="boom\nwhy"))
             cfg = dict(harness.MODES["quick"], mode="quick", heap="2G", smp=1, server_cpus="0",
                        client_cpus="1")
@@ -200,9 +203,42 @@ class Report(unittest.TestCase):
             self.assertIn("| throughput (op/s) | 2,000 | 8,000 | 4.00x |", md)
             self.assertIn("amphora iot 10/90: failed: why", md)
             self.assertTrue((d / "latency-vs-load-read.svg").exists())
+            self.assertIn("| 50% isolated | 1,000 | — | 1,000 |", md)
+            self.assertIn("'50% isolated' is Amphora again at that step", md)
             text = docs.read_text()
             self.assertEqual(text.count("<!-- entry "), 1)
             self.assertLess(text.index("<!-- entry "), text.index("## old entry"))
+
+
+class SetFifo(unittest.TestCase):
+    def test_only_the_named_threads_change_and_come_back(self):
+        stop = threading.Event()
+        ready = threading.Event()
+        tid = []
+
+        def body():
+            tid.append(threading.get_native_id())
+            Path(f"/proc/self/task/{tid[0]}/comm").write_text("benchfifo-t")
+            ready.set()
+            stop.wait(10)
+
+        t = threading.Thread(target=body)
+        t.start()
+        try:
+            ready.wait(10)
+            pid = os.getpid()
+            self.assertEqual(harness.set_fifo(pid, "no-such-thread", True), 0)
+            self.assertEqual(harness.set_fifo(2**22 + 12345, "", True), 0)  # no such process
+            changed = harness.set_fifo(pid, "benchfifo", True)
+            want = os.SCHED_FIFO if changed else os.SCHED_OTHER
+            self.assertEqual(changed, 1 if os.geteuid() == 0 else 0)
+            self.assertEqual(os.sched_getscheduler(tid[0]), want)
+            self.assertEqual(os.sched_getscheduler(0), os.SCHED_OTHER)  # the main thread
+            harness.set_fifo(pid, "benchfifo", False)
+            self.assertEqual(os.sched_getscheduler(tid[0]), os.SCHED_OTHER)
+        finally:
+            stop.set()
+            t.join()
 
 
 if __name__ == "__main__":
