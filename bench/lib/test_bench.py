@@ -211,6 +211,20 @@ class Report(unittest.TestCase):
 
 
 class SetFifo(unittest.TestCase):
+    def test_the_client_prefix_goes_first_and_the_args_are_kept(self):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = {"client_cpus": "1", "amphora": "/bin/true"}
+            st = harness.Stress(cfg, Path(d))
+            server = mock.Mock(port=9042)
+            cmd = st.cmd(server, "t", ["read", "n=1"], ("chrt", "-f", "1"))
+            self.assertEqual(cmd[:6], ["chrt", "-f", "1", "taskset", "-c", "1"])
+            self.assertEqual(cmd[6:10], ["/bin/true", "stress", "read", "n=1"])
+            self.assertEqual(st.cmd(server, "t", ["read"])[:3], ["taskset", "-c", "1"])
+            p = st.spawn(server, "t", ["read", "n=1"])
+            res = st.collect(p, 10)
+            self.assertEqual(res["args"], ["read", "n=1"])
+            self.assertIn("no JSON result", res["error"])
+
     def test_only_the_named_threads_change_and_come_back(self):
         stop = threading.Event()
         ready = threading.Event()

@@ -103,6 +103,36 @@ unsafe fn jemalloc_should_move(ptr: *const u8) -> bool {
     out.nfree * out.bin_nregs > out.bin_nfree * out.nregs
 }
 
+/// Binds the calling thread to a new jemalloc arena that never returns freed pages to the
+/// OS (`arenas.create`; `arena.<i>.dirty_decay_ms` and `muzzy_decay_ms` = -1; then
+/// `thread.arena`). On failure the thread keeps its arena and the reason is logged.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_keep_pages_on_this_thread() {
+    use tikv_jemalloc_ctl::raw;
+    // SAFETY: NUL-terminated control names, each read or written with the type jemalloc
+    // documents for it: `unsigned` for arenas.create and thread.arena, `ssize_t` for the
+    // decay times.
+    let bind = || -> Result<u32, String> {
+        let arena: u32 =
+            unsafe { raw::read(b"arenas.create\0") }.map_err(|e| format!("arenas.create: {e}"))?;
+        for what in ["dirty_decay_ms", "muzzy_decay_ms"] {
+            let name = format!("arena.{arena}.{what}\0");
+            unsafe { raw::write(name.as_bytes(), -1isize) }
+                .map_err(|e| format!("arena.{arena}.{what}: {e}"))?;
+        }
+        unsafe { raw::write(b"thread.arena\0", arena) }
+            .map_err(|e| format!("thread.arena: {e}"))?;
+        Ok(arena)
+    };
+    match bind() {
+        Ok(arena) => tracing::debug!(arena, "thread bound to an arena that keeps its pages"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot give this thread an arena that keeps its pages")
+        }
+    }
+}
+
 /// Returns the calling thread's jemalloc cache of free regions to their slabs
 /// (`thread.tcache.flush`).
 #[cfg(feature = "jemalloc")]
@@ -270,6 +300,7 @@ fn main() -> anyhow::Result<()> {
                     usage: jemalloc_usage,
                     should_move: jemalloc_should_move,
                     flush_thread_cache: jemalloc_flush_thread_cache,
+                    keep_pages_on_this_thread: jemalloc_keep_pages_on_this_thread,
                 });
             }
             server(a)
@@ -443,5 +474,34 @@ mod tests {
         // This test holds 1,250 + 10,000 boxes of 224 bytes and the 1 MiB vector.
         let usage = jemalloc_usage().expect("jemalloc's stats");
         assert!(usage.active >= usage.allocated && usage.allocated > 3_500_000);
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_shard_threads_arena_keeps_its_pages() {
+        use tikv_jemalloc_ctl::raw;
+        let (before, after, dirty, muzzy, default_dirty) = std::thread::spawn(|| {
+            // SAFETY: NUL-terminated names read with their documented types.
+            let read_arena =
+                || unsafe { raw::read::<u32>(b"thread.arena\0") }.expect("thread.arena");
+            let before = read_arena();
+            jemalloc_keep_pages_on_this_thread();
+            let after = read_arena();
+            let decay = |arena: u32, what: &str| {
+                let name = format!("arena.{arena}.{what}\0");
+                unsafe { raw::read::<isize>(name.as_bytes()) }.expect("decay")
+            };
+            let dirty = decay(after, "dirty_decay_ms");
+            let muzzy = decay(after, "muzzy_decay_ms");
+            (before, after, dirty, muzzy, decay(before, "dirty_decay_ms"))
+        })
+        .join()
+        .expect("thread");
+        assert_ne!(before, after, "the thread got a new arena");
+        assert_eq!((dirty, muzzy), (-1, -1));
+        assert!(
+            default_dirty >= 0,
+            "other arenas keep the default decay: {default_dirty}"
+        );
     }
 }

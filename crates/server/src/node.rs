@@ -165,6 +165,7 @@ impl Node {
         let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
             .ok()
             .and_then(|v| v.parse::<i32>().ok());
+        let keep_shard_pages = std::env::var("AMPHORA_SHARD_KEEP_PAGES").is_ok_and(|v| v == "1");
         let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
@@ -181,6 +182,12 @@ impl Node {
                 let data_dir = data_dir.clone();
                 let tables = tables.clone();
                 async move {
+                    // Experiment (off by default until its RSS is measured): this shard's
+                    // memory stays resident once touched, see
+                    // `AllocatorHooks::keep_pages_on_this_thread`.
+                    if keep_shard_pages && let Some(hooks) = amphora_storage::alloc::hooks() {
+                        (hooks.keep_pages_on_this_thread)();
+                    }
                     let mut scfg =
                         StorageConfig::new(data_dir.join(format!("shard-{shard}")), shard);
                     scfg.commitlog_sync = sync;

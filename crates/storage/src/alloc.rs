@@ -37,6 +37,13 @@ pub struct AllocatorHooks {
     /// allocations come from the slabs the allocator fills first, not from the places
     /// entries just left (jemalloc's `thread.tcache.flush`).
     pub flush_thread_cache: fn(),
+    /// Gives the calling thread an arena of its own that keeps the pages freed in it
+    /// instead of returning them to the OS after a while, so a memtable that follows a
+    /// flushed one reuses its pages rather than faulting fresh ones in (on a VM a 2 MiB
+    /// page's first touch can take milliseconds). Called once by each shard thread when
+    /// `AMPHORA_SHARD_KEEP_PAGES=1` (an experiment: RSS not yet measured); other threads
+    /// keep the allocator's default.
+    pub keep_pages_on_this_thread: fn(),
 }
 
 static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();
