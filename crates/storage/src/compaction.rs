@@ -463,7 +463,7 @@ impl CompactionShare {
     pub fn note_foreground(&self) {
         self.foreground.fetch_add(1, AtomicOrdering::Relaxed);
     }
-    fn foreground(&self) -> u64 {
+    pub(crate) fn foreground(&self) -> u64 {
         self.foreground.load(AtomicOrdering::Relaxed)
     }
     /// Whether foreground requests arrived since `seen` was last set; sets it.

@@ -1097,11 +1097,7 @@ impl ShardStorage {
     pub fn run_background(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
-            let mut foreground_seen = 0;
-            me.inner
-                .borrow()
-                .compaction_share
-                .busy_since(&mut foreground_seen);
+            let mut foreground_seen = me.inner.borrow().compaction_share.foreground();
             loop {
                 if me.advance_cache_updates(CACHE_UPDATE_SLICE) {
                     // One slice per turn: requests run between slices (never inside
