@@ -133,6 +133,40 @@ fn jemalloc_keep_pages_on_this_thread() {
     }
 }
 
+/// When the calling thread's arena holds more than `cap` bytes of freed pages it kept (see
+/// [`jemalloc_keep_pages_on_this_thread`]), returns them all to the OS (`arena.<i>.purge`)
+/// and says how many bytes that was; `Some(0)` when under the cap, `None` when jemalloc's
+/// figures are unavailable.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_trim_kept_pages(cap: u64) -> Option<u64> {
+    use tikv_jemalloc_ctl::raw;
+    // The per-arena figures are refreshed only when the epoch advances.
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    // SAFETY: NUL-terminated control names read with the types jemalloc documents for
+    // them: `unsigned` for thread.arena, `size_t` for arenas.page and the page count.
+    let arena: u32 = unsafe { raw::read(b"thread.arena\0") }.ok()?;
+    let page: usize = unsafe { raw::read(b"arenas.page\0") }.ok()?;
+    let name = format!("stats.arenas.{arena}.pdirty\0");
+    let pages: usize = unsafe { raw::read(name.as_bytes()) }.ok()?;
+    let dirty = (pages as u64).saturating_mul(page as u64);
+    if dirty <= cap {
+        return Some(0);
+    }
+    let purge = std::ffi::CString::new(format!("arena.{arena}.purge")).ok()?;
+    // SAFETY: a NUL-terminated name; the control takes and returns nothing.
+    let r = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            purge.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    (r == 0).then_some(dirty)
+}
+
 /// Returns the calling thread's jemalloc cache of free regions to their slabs
 /// (`thread.tcache.flush`).
 #[cfg(feature = "jemalloc")]
@@ -301,6 +335,7 @@ fn main() -> anyhow::Result<()> {
                     should_move: jemalloc_should_move,
                     flush_thread_cache: jemalloc_flush_thread_cache,
                     keep_pages_on_this_thread: jemalloc_keep_pages_on_this_thread,
+                    trim_kept_pages: jemalloc_trim_kept_pages,
                 });
             }
             server(a)
@@ -503,5 +538,37 @@ mod tests {
             default_dirty >= 0,
             "other arenas keep the default decay: {default_dirty}"
         );
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_compiled_in_allocator_options_are_in_effect() {
+        use tikv_jemalloc_ctl::raw;
+        // SAFETY: NUL-terminated option names read with their documented types (size_t,
+        // const char *).
+        let fit = unsafe { raw::read::<usize>(b"opt.lg_extent_max_active_fit\0") };
+        let thp = unsafe { raw::read_str(b"opt.thp\0") };
+        assert_eq!(fit.ok(), Some(20), "lg_extent_max_active_fit (.cargo/config.toml)");
+        assert_eq!(thp.ok(), Some(&b"always\0"[..]), "thp (.cargo/config.toml)");
+    }
+
+    #[test]
+    fn kept_pages_over_the_cap_go_back_to_the_os() {
+        let (under, over, after) = std::thread::spawn(|| {
+            jemalloc_keep_pages_on_this_thread();
+            // 64 MiB in 1 MiB pieces, touched, then freed: the arena keeps their pages.
+            let chunks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
+            drop(chunks);
+            let under = jemalloc_trim_kept_pages(1 << 30);
+            let over = jemalloc_trim_kept_pages(16 << 20);
+            let after = jemalloc_trim_kept_pages(1 << 20);
+            (under, over, after)
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(under, Some(0), "64 MiB kept is under a 1 GiB cap");
+        let over = over.expect("jemalloc's per-arena stats");
+        assert!(over >= 60 << 20, "returned {over} bytes");
+        assert_eq!(after, Some(0), "nothing left to return");
     }
 }

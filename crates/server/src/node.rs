@@ -165,7 +165,13 @@ impl Node {
         let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
             .ok()
             .and_then(|v| v.parse::<i32>().ok());
-        let keep_shard_pages = std::env::var("AMPHORA_SHARD_KEEP_PAGES").is_ok_and(|v| v == "1");
+        // On unless AMPHORA_SHARD_KEEP_PAGES=0 (an experiment knob, not a cassandra.yaml
+        // key); AMPHORA_SHARD_KEPT_PAGES_CAP_MB overrides the cap (the memtable budget).
+        let keep_shard_pages = std::env::var("AMPHORA_SHARD_KEEP_PAGES").map_or(true, |v| v != "0");
+        let kept_pages_cap = std::env::var("AMPHORA_SHARD_KEPT_PAGES_CAP_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|mb| mb << 20);
         let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
@@ -182,9 +188,8 @@ impl Node {
                 let data_dir = data_dir.clone();
                 let tables = tables.clone();
                 async move {
-                    // Experiment (off by default until its RSS is measured): this shard's
-                    // memory stays resident once touched, see
-                    // `AllocatorHooks::keep_pages_on_this_thread`.
+                    // This shard's freed memory stays resident, up to
+                    // `kept_pages_cap_bytes`: see `AllocatorHooks::keep_pages_on_this_thread`.
                     if keep_shard_pages && let Some(hooks) = amphora_storage::alloc::hooks() {
                         (hooks.keep_pages_on_this_thread)();
                     }
@@ -204,6 +209,10 @@ impl Node {
                         scfg.cache_update_pause = std::time::Duration::from_micros(us);
                     }
                     scfg.memtable_budget_bytes = memtable_budget;
+                    if keep_shard_pages {
+                        // What a memtable cycle reuses; more goes back to the OS.
+                        scfg.kept_pages_cap_bytes = Some(kept_pages_cap.unwrap_or(memtable_budget));
+                    }
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
                         .map(|_| ())
                         .map_err(|e| e.to_string());

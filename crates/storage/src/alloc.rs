@@ -40,10 +40,14 @@ pub struct AllocatorHooks {
     /// Gives the calling thread an arena of its own that keeps the pages freed in it
     /// instead of returning them to the OS after a while, so a memtable that follows a
     /// flushed one reuses its pages rather than faulting fresh ones in (on a VM a 2 MiB
-    /// page's first touch can take milliseconds). Called once by each shard thread when
-    /// `AMPHORA_SHARD_KEEP_PAGES=1` (an experiment: RSS not yet measured); other threads
-    /// keep the allocator's default.
+    /// page's first touch can take milliseconds). Called once by each shard thread unless
+    /// `AMPHORA_SHARD_KEEP_PAGES=0`; other threads keep the allocator's default. What is
+    /// kept is bounded by [`Self::trim_kept_pages`].
     pub keep_pages_on_this_thread: fn(),
+    /// When the calling thread's arena holds more than the given bytes of freed pages,
+    /// returns them all to the OS; the bytes returned (0 when under the cap), `None` when
+    /// the allocator cannot tell. Bounds what `keep_pages_on_this_thread` keeps.
+    pub trim_kept_pages: fn(u64) -> Option<u64>,
 }
 
 static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();

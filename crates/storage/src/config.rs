@@ -136,6 +136,11 @@ pub struct StorageConfig {
     /// requests keep the shard busy and memtables use under three quarters of their
     /// budget (zero: one slice per scheduler turn, about half of a busy shard).
     pub cache_update_pause: std::time::Duration,
+    /// Set when the shard thread's allocator arena keeps the pages freed in it
+    /// ([`crate::alloc::AllocatorHooks::keep_pages_on_this_thread`]): once more than these
+    /// bytes of freed pages sit in it, they all go back to the OS
+    /// ([`crate::alloc::AllocatorHooks::trim_kept_pages`], checked every 250 ms).
+    pub kept_pages_cap_bytes: Option<u64>,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -158,6 +163,7 @@ impl StorageConfig {
             background_nice: DEFAULT_BACKGROUND_NICE,
             flush_nice: 0,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
+            kept_pages_cap_bytes: None,
             clock: Clock::system(),
             before_flush: None,
         }

@@ -2053,6 +2053,13 @@ impl ShardStorage {
                     return;
                 }
                 wait = DEFRAG_CHECK;
+                let cap = me.inner.borrow().cfg.kept_pages_cap_bytes;
+                if let Some(cap) = cap
+                    && let Some(purged) = (hooks.trim_kept_pages)(cap)
+                    && purged > 0
+                {
+                    tracing::debug!(purged, cap, "returned the shard arena's kept pages");
+                }
                 let Some(u) = (hooks.usage)() else { continue };
                 let ep = match &mut episode {
                     Some(ep) if crate::alloc::still_fragmented(u) => ep,

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Where make bench's server RSS comes from: BIN LABEL [SECS]
+# A one-shard server (CPU 0, --memory 2G, the caller's environment: AMPHORA_* knobs and
+# _RJEM_MALLOC_CONF reach it) gets make bench's populate and major compaction, then SECS
+# (60) each of saturation reads, writes and mixed (uniform over 3M keys) and make bench's
+# IoT load (2M rows). After each phase: throughput, VmRSS / VmHWM, and jemalloc's
+# allocated / active / resident / retained from /metrics (MB).
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bin=$1 label=$2 secs=${3:-60}
+start_server "$bin" "$label"
+mem() {
+  local m
+  m=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_memory_allocator_(allocated|active|resident|retained)_bytes/ {
+    sub(/amphora_memory_allocator_/, "", $1); sub(/_bytes/, "", $1); printf "%s=%d ", $1, $2 / 1048576}')
+  echo "$(awk '/VmRSS|VmHWM/ {printf "%s%d ", $1, $2 / 1024}' /proc/"$P"/status)$m"
+}
+phase() { # phase NAME ARGS...: one stress run, its rate and the memory after it
+  local name=$1; shift
+  st "$@" > "$OUT/rss-$label-$name.txt"
+  echo "$label $name: $(grep "Op rate" "$OUT/rss-$label-$name.txt" | grep -oE "[0-9,]+ op/s" | head -1); $(mem)"
+}
+populate_compacted
+echo "$label populate: $(mem)"
+phase read read duration="${secs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)"
+phase write write duration="${secs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)"
+phase mixed mixed "ratio(write=1,read=1)" duration="${secs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)"
+phase iot user profile="$REPO/bench/profiles/iot.yaml" "ops(insert=1)" n=2000000 no-warmup -rate threads=128 -pop seq=1..20000 contents=SORTED -insert "visits=fixed(100)" -errors ignore
+sleep 15
+echo "$label idle 15 s: $(mem)"
+kill "$P"; wait "$P" 2>/dev/null
