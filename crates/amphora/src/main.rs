@@ -548,7 +548,11 @@ mod tests {
         // const char *).
         let fit = unsafe { raw::read::<usize>(b"opt.lg_extent_max_active_fit\0") };
         let thp = unsafe { raw::read_str(b"opt.thp\0") };
-        assert_eq!(fit.ok(), Some(20), "lg_extent_max_active_fit (.cargo/config.toml)");
+        assert_eq!(
+            fit.ok(),
+            Some(20),
+            "lg_extent_max_active_fit (.cargo/config.toml)"
+        );
         assert_eq!(thp.ok(), Some(&b"always\0"[..]), "thp (.cargo/config.toml)");
     }
 
