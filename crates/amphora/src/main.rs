@@ -154,35 +154,33 @@ fn jemalloc_trim_kept_pages(cap: u64) -> Option<u64> {
         return Some(0);
     }
     let purge = std::ffi::CString::new(format!("arena.{arena}.purge")).ok()?;
-    // SAFETY: a NUL-terminated name; the control takes and returns nothing.
+    jemalloc_run(&purge).then_some(dirty)
+}
+
+/// Runs a jemalloc control that takes and returns nothing (`thread.tcache.flush`,
+/// `arena.<i>.purge`); whether jemalloc accepted it.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_run(name: &std::ffi::CStr) -> bool {
+    // SAFETY: a NUL-terminated name; the control takes and returns nothing, so every
+    // pointer is null and every length 0.
     let r = unsafe {
         tikv_jemalloc_sys::mallctl(
-            purge.as_ptr(),
+            name.as_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             0,
         )
     };
-    (r == 0).then_some(dirty)
+    r == 0
 }
 
 /// Returns the calling thread's jemalloc cache of free regions to their slabs
 /// (`thread.tcache.flush`).
 #[cfg(feature = "jemalloc")]
-#[allow(unsafe_code)]
 fn jemalloc_flush_thread_cache() {
-    // SAFETY: a NUL-terminated name; the control takes and returns nothing, so every
-    // pointer is null and every length 0.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"thread.tcache.flush".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        );
-    }
+    jemalloc_run(c"thread.tcache.flush");
 }
 
 /// jemalloc's process-wide figures for `/metrics` (`amphora_memory_allocator_*_bytes`).

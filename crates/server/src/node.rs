@@ -165,13 +165,17 @@ impl Node {
         let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
             .ok()
             .and_then(|v| v.parse::<i32>().ok());
-        // On unless AMPHORA_SHARD_KEEP_PAGES=0 (an experiment knob, not a cassandra.yaml
-        // key); AMPHORA_SHARD_KEPT_PAGES_CAP_MB overrides the cap (the memtable budget).
-        let keep_shard_pages = std::env::var("AMPHORA_SHARD_KEEP_PAGES").map_or(true, |v| v != "0");
-        let kept_pages_cap = std::env::var("AMPHORA_SHARD_KEPT_PAGES_CAP_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|mb| mb << 20);
+        // Shard threads keep their freed pages up to the memtable budget (what a memtable
+        // cycle reuses) unless AMPHORA_SHARD_KEEP_PAGES=0; AMPHORA_SHARD_KEPT_PAGES_CAP_MB
+        // overrides the cap (experiment knobs, not cassandra.yaml keys).
+        let kept_pages_cap = std::env::var("AMPHORA_SHARD_KEEP_PAGES")
+            .map_or(true, |v| v != "0")
+            .then(|| {
+                std::env::var("AMPHORA_SHARD_KEPT_PAGES_CAP_MB")
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map_or(memtable_budget, |mb| mb << 20)
+            });
         let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
@@ -190,7 +194,9 @@ impl Node {
                 async move {
                     // This shard's freed memory stays resident, up to
                     // `kept_pages_cap_bytes`: see `AllocatorHooks::keep_pages_on_this_thread`.
-                    if keep_shard_pages && let Some(hooks) = amphora_storage::alloc::hooks() {
+                    if kept_pages_cap.is_some()
+                        && let Some(hooks) = amphora_storage::alloc::hooks()
+                    {
                         (hooks.keep_pages_on_this_thread)();
                     }
                     let mut scfg =
@@ -209,10 +215,7 @@ impl Node {
                         scfg.cache_update_pause = std::time::Duration::from_micros(us);
                     }
                     scfg.memtable_budget_bytes = memtable_budget;
-                    if keep_shard_pages {
-                        // What a memtable cycle reuses; more goes back to the OS.
-                        scfg.kept_pages_cap_bytes = Some(kept_pages_cap.unwrap_or(memtable_budget));
-                    }
+                    scfg.kept_pages_cap_bytes = kept_pages_cap;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
                         .map(|_| ())
                         .map_err(|e| e.to_string());

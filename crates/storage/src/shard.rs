@@ -2038,7 +2038,8 @@ impl ShardStorage {
     /// [`crate::alloc::fragmented`] and the row cache holds entries, a pass over the key
     /// map starts, one slice of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`], and goes on
     /// while [`crate::alloc::still_fragmented`] ([`DefragEpisode`] decides when to pause).
-    /// Returns after `shutdown`.
+    /// At each check it also bounds the freed pages the shard's arena keeps
+    /// ([`StorageConfig::kept_pages_cap_bytes`]). Returns after `shutdown`.
     pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
