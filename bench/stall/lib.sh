@@ -20,10 +20,11 @@ st() { taskset -c 1 "$S" stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
 
 nt() { "$S" nodetool -h 127.0.0.1 -p 19602 "$@"; }
 
-# `thread_cpu`: one line per thread of the server ($P), sorted: `comm/tid ticks` (utime +
-# stime in clock ticks; spaces in names become `_`), for `join`ing two snapshots.
+# `thread_cpu [PID]`: one line per thread of PID (default the server, $P), sorted:
+# `comm/tid ticks` (utime + stime in clock ticks; spaces in names become `_`), for `join`ing
+# two snapshots.
 thread_cpu() {
-  for t in /proc/$P/task/*; do
+  for t in /proc/${1:-$P}/task/*; do
     echo "$(tr ' ' _ < "$t/comm")/${t##*/} $(awk '{print $14+$15}' "$t/stat")"
   done | sort
 }

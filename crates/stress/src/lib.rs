@@ -43,7 +43,8 @@ pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// cassandra-stress's warm-up: at most 50,000 operations on at most 100 threads.
 pub const WARMUP_OPS_MAX: u64 = 50_000;
 pub const WARMUP_THREADS_MAX: usize = 100;
-/// Driver request timeout (cassandra-stress uses the Java driver's 12 s default).
+/// Request timeout (cassandra-stress uses the Java driver's 12 s default): the driver's for
+/// schema statements, the runner's watchdog for operations.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// Runs `amphora stress ARGS...` (cassandra-stress's command line) to completion.
@@ -60,10 +61,18 @@ pub fn run(args: Vec<String>) -> anyhow::Result<()> {
             return Err(e.into());
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    // On one CPU (make bench pins the client to one) a current-thread runtime: with a single
+    // worker the multi-thread scheduler left ~10% of the core idle at saturation and the
+    // current-thread one ran ~25% more reads per second (docs/benchmarks.md, session 29).
+    let one_cpu = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
+    let rt = if one_cpu {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()
+    .context("starting the tokio runtime")?;
     rt.block_on(run_async(settings, args))
 }
 
@@ -267,6 +276,7 @@ async fn drive<W: Workload>(
                 weights: weights.clone(),
                 seed: seed ^ 0x5eed,
                 precise_pacing: true,
+                op_timeout: Some(REQUEST_TIMEOUT),
             };
             let r = runner::run(w.clone(), names, &cfg, |_| {}).await;
             let t = r.total();
@@ -406,6 +416,7 @@ async fn measured<W: Workload>(
         weights: weights.to_vec(),
         seed,
         precise_pacing: true,
+        op_timeout: Some(REQUEST_TIMEOUT),
     };
     let start_wall = SystemTime::now();
     let hdr = match &settings.log.hdrfile {

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -58,6 +59,10 @@ pub struct RunConfig {
     /// Fixed rate only: pace with a dedicated OS thread on the kernel's high-resolution timer
     /// (real time; sub-100 µs lag) instead of tokio's millisecond timer (works with paused time).
     pub precise_pacing: bool,
+    /// An attempt still running after this long fails with a timeout (and is retried up to
+    /// `tries`). The runner's watchdog task enforces it, so the workload's requests need no
+    /// timer of their own (a driver's timeout registers one per request).
+    pub op_timeout: Option<Duration>,
 }
 
 /// Handed to the caller after each interval.
@@ -114,6 +119,96 @@ enum Pace {
     },
 }
 
+/// One worker's attempt in flight, as the watchdog sees it.
+struct Watch {
+    /// When the attempt started, in µs since the run's start plus one; 0 when the worker is
+    /// between attempts, [`Watch::EXPIRED`] once the watchdog timed the attempt out.
+    since_us: AtomicU64,
+    /// The worker's waker while its attempt waits, for the watchdog to wake it.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Watch {
+    const EXPIRED: u64 = u64::MAX;
+
+    fn new() -> Self {
+        Watch {
+            since_us: AtomicU64::new(0),
+            waker: Mutex::new(None),
+        }
+    }
+
+    fn expired(&self) -> bool {
+        self.since_us.load(Ordering::Acquire) == Self::EXPIRED
+    }
+
+    fn register(&self, w: &Waker) {
+        let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        if !slot.as_ref().is_some_and(|s| s.will_wake(w)) {
+            *slot = Some(w.clone());
+        }
+    }
+
+    /// Times the attempt that started at `since` out, unless it has ended meanwhile (the
+    /// worker changed `since_us`), and wakes its worker.
+    fn expire(&self, since: u64) {
+        if self
+            .since_us
+            .compare_exchange(since, Self::EXPIRED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            && let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take()
+        {
+            w.wake();
+        }
+    }
+}
+
+/// The watchdog of [`RunConfig::op_timeout`]: every `timeout / 8` (10–250 ms) it times out
+/// the attempts that have run for `timeout`. Runs until aborted.
+async fn watchdog(shared: Arc<Shared>, timeout: Duration) {
+    let tick = (timeout / 8).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let limit = timeout.as_micros() as u64;
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = shared.start.elapsed().as_micros() as u64 + 1;
+        for w in &shared.watches {
+            let since = w.since_us.load(Ordering::Acquire);
+            if since != 0 && since != Watch::EXPIRED && now.saturating_sub(since) >= limit {
+                w.expire(since);
+            }
+        }
+    }
+}
+
+/// Runs one attempt of `op` under `watch`: `None` if the watchdog timed it out first.
+async fn watched<T>(shared: &Shared, watch: &Watch, op: impl Future<Output = T>) -> Option<T> {
+    watch.since_us.store(
+        shared.start.elapsed().as_micros() as u64 + 1,
+        Ordering::Release,
+    );
+    let mut op = std::pin::pin!(op);
+    let out = std::future::poll_fn(|cx| {
+        if watch.expired() {
+            return Poll::Ready(None);
+        }
+        match op.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+            Poll::Pending => {
+                watch.register(cx.waker());
+                // Expired between the check above and the registration: nobody will wake us.
+                if watch.expired() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    })
+    .await;
+    watch.since_us.store(0, Ordering::Release);
+    out
+}
+
 struct Shared {
     current: Mutex<Vec<OpStats>>,
     /// Fixed rate: the client's start lag of every operation, in µs (see `RunResult`).
@@ -127,6 +222,8 @@ struct Shared {
     deadline: Option<Instant>,
     count: Option<u64>,
     pace: Pace,
+    /// One per worker ([`RunConfig::op_timeout`]).
+    watches: Vec<Watch>,
 }
 
 impl Shared {
@@ -261,7 +358,11 @@ pub async fn run<W: Workload>(
         deadline: cfg.duration.map(|d| start + d),
         count: cfg.count,
         pace,
+        watches: (0..cfg.threads.max(1)).map(|_| Watch::new()).collect(),
     });
+    let watchdog = cfg
+        .op_timeout
+        .map(|t| tokio::spawn(watchdog(shared.clone(), t)));
     if let Pace::Fixed {
         rate,
         gate: Some(gate),
@@ -277,6 +378,7 @@ pub async fn run<W: Workload>(
         let weights = weights.clone();
         let tries = cfg.tries.max(1);
         let ignore_errors = cfg.ignore_errors;
+        let (op_timeout, t_index) = (cfg.op_timeout, t);
         let mut rng = Rng::new(crate::distribution::mix64(cfg.seed ^ (t as u64 + 1)));
         set.spawn(async move {
             let total_weight: f64 = weights.iter().sum();
@@ -326,7 +428,19 @@ pub async fn run<W: Workload>(
                 let mut attempt = 0;
                 let outcome = loop {
                     attempt += 1;
-                    match workload.execute(op, &mut rng).await {
+                    let result = match op_timeout {
+                        None => workload.execute(op, &mut rng).await,
+                        Some(t) => watched(
+                            &shared,
+                            &shared.watches[t_index],
+                            workload.execute(op, &mut rng),
+                        )
+                        .await
+                        .unwrap_or_else(|| {
+                            Err(format!("operation timed out after {} ms", t.as_millis()))
+                        }),
+                    };
+                    match result {
                         Ok(done) => break Ok(done),
                         Err(e) if attempt >= tries => break Err(e),
                         Err(_) => {}
@@ -426,6 +540,9 @@ pub async fn run<W: Workload>(
     let end = Instant::now();
     // Ends the pacer thread if it is still releasing permits.
     shared.stop.store(true, Ordering::Relaxed);
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     emit(end, &mut last, &mut totals, &mut intervals, &mut rates);
     let aborted = shared
         .abort
@@ -492,6 +609,7 @@ mod tests {
             weights: vec![1.0],
             seed: 1,
             precise_pacing: false,
+            op_timeout: None,
         }
     }
 
@@ -617,6 +735,62 @@ mod tests {
         let r = run(Arc::new(Failing), &["WRITE".into()], &c, |_| {}).await;
         assert_eq!(r.aborted, None);
         assert_eq!(r.total().errors, 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hung_attempts_time_out_and_are_retried() {
+        // The first attempt never answers; every other takes 1 ms.
+        struct HangFirst(AtomicU64);
+        impl Workload for HangFirst {
+            async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Ok(OpDone {
+                    partitions: 1,
+                    rows: 1,
+                })
+            }
+        }
+        let mut c = cfg(RateMode::Unlimited, 10);
+        c.tries = 2;
+        c.op_timeout = Some(Duration::from_secs(1));
+        let w = Arc::new(HangFirst(AtomicU64::new(0)));
+        let r = run(w.clone(), &["READ".into()], &c, |_| {}).await;
+        assert_eq!(r.aborted, None);
+        let t = r.total();
+        assert_eq!((t.ops, t.errors), (10, 0));
+        assert_eq!(w.0.load(Ordering::Relaxed), 11, "one retry");
+        // The retried operation waited for its first attempt's timeout (1 s, checked every
+        // 125 ms); the others took 1 ms.
+        let l = t.latency();
+        assert!((1000.0..1200.0).contains(&l.max), "max {} ms", l.max);
+        assert_eq!(t.hist.count_between(2_000, u64::MAX), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operation_that_never_answers_fails_the_run_after_its_tries() {
+        struct Hang;
+        impl Workload for Hang {
+            async fn execute(&self, _op: usize, _rng: &mut Rng) -> Result<OpDone, String> {
+                std::future::pending().await
+            }
+        }
+        let mut c = cfg(RateMode::Unlimited, 10);
+        c.tries = 2;
+        c.op_timeout = Some(Duration::from_millis(800));
+        let r = run(Arc::new(Hang), &["WRITE".into()], &c, |_| {}).await;
+        assert_eq!(
+            r.aborted.as_deref(),
+            Some("operation timed out after 800 ms")
+        );
+        assert_eq!((r.total().ops, r.total().errors), (0, 1));
+        assert!(
+            (1600..2000).contains(&r.elapsed.as_millis()),
+            "two attempts of 0.8 s took {:?}",
+            r.elapsed
+        );
     }
 
     /// Records when each operation actually started (real time).

@@ -105,6 +105,10 @@ async fn schema_statement(session: &Session, cql: &str) -> Result<(), StressErro
     }
 }
 
+/// Prepares one of the run's operations. Its requests carry no driver timeout: the runner's
+/// watchdog times attempts out ([`crate::runner::RunConfig::op_timeout`]), and a driver
+/// timeout would register a timer for every request (~10% of the client's time at
+/// saturation with the session's multi-second timer on every request).
 async fn prepare(
     session: &Session,
     cql: &str,
@@ -118,6 +122,14 @@ async fn prepare(
             reason: e.to_string(),
         })?;
     p.set_consistency(driver_consistency(cl));
+    p.set_execution_profile_handle(Some(
+        session
+            .get_default_execution_profile_handle()
+            .pointee_to_builder()
+            .request_timeout(None)
+            .build()
+            .into_handle(),
+    ));
     // Skip_metadata on EXECUTE, as cassandra-stress's Java driver sends it for every
     // prepared statement with result metadata: rows come back without their column specs.
     p.set_use_cached_result_metadata(true);
