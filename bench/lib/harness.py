@@ -726,6 +726,9 @@ def figures(js):
                        iv.get("total", {}).get("latency_ms", {}).get("p99")]
                       for iv in js.get("intervals", [])],
         "aborted": js.get("aborted"),
+        # Fixed rate: how late the load generator itself started each operation (part of
+        # every latency above; all of it when the generator is the bottleneck).
+        "client_start_lag_ms": js.get("client_start_lag_ms"),
     }
     return out
 

@@ -473,6 +473,8 @@ def generate(out_dir, docs=True):
             for k in ("p50", "p90", "p99", "p999"):
                 row += [f"{fnum(lat(c, k))} / {fnum(lat(a, k))}", ratio(lat(a, k), lat(c, k))]
             row += [f"{fnum((c or {}).get('server_cpu_us_per_op'))} / {fnum((a or {}).get('server_cpu_us_per_op'))}"]
+            row += [" / ".join(fnum(((r or {}).get("client_start_lag_ms") or {}).get("p99"))
+                               for r in (c, a))]
             rows.append(row)
             for s in SYSTEMS:
                 r = pair.get(s)
@@ -480,7 +482,12 @@ def generate(out_dir, docs=True):
                     plot.setdefault(s, []).append((r["target_rate"], r))
         L.append(md_table(["step", "target op/s", "C op/s", "A op/s", "p50 ms C / A", "A/C",
                            "p90 ms C / A", "A/C", "p99 ms C / A", "A/C", "p99.9 ms C / A", "A/C",
-                           "µs/op C / A"], rows) + "\n")
+                           "µs/op C / A", "client start lag p99 ms C / A"], rows) + "\n")
+        L.append("'client start lag' is how late operations were handed to the driver (intended "
+                 f"start to `execute`): the wait for one of the {cfg['threads']} workers to be free "
+                 "plus the client's own scheduling. It is part of each latency; close to the p99, "
+                 "the tail is a backlog of operations that found no free worker. Server µs/op × "
+                 "op/s is the share of its core the server used.\n")
         for name, pair in steps:
             n = notes_for(pair)
             if n:

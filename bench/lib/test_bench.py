@@ -21,7 +21,8 @@ def stress_json(rate, p99, ops=("WRITE",)):
            "rows": 0, "row_rate": rate, "errors": 0, "latency_ms": lat}
     return {"elapsed_s": 10, "total": fig, "ops": [dict(fig, name=o) for o in ops],
             "intervals": [{"time_s": t, "total": dict(fig, op_rate=rate + t), "per_op": []}
-                          for t in (1.0, 2.0, 3.0, 3.01)], "aborted": None}
+                          for t in (1.0, 2.0, 3.0, 3.01)], "aborted": None,
+            "client_start_lag_ms": {k: v / 4 for k, v in lat.items()}}
 
 
 def run(system, scenario, name, rate, p99, **kw):
@@ -141,6 +142,7 @@ class Harness(unittest.TestCase):
         self.assertEqual(f["latency_ms"]["p999"], 10.0)
         self.assertEqual(set(f["per_op"]), {"WRITE", "READ"})
         self.assertEqual(f["intervals"][0], [1.0, 1001.0, 5.0])
+        self.assertEqual(f["client_start_lag_ms"]["p99"], 1.25)
 
     def test_proc_readers_on_self(self):
         import os
@@ -204,6 +206,8 @@ class Report(unittest.TestCase):
             self.assertIn("amphora iot 10/90: failed: why", md)
             self.assertTrue((d / "latency-vs-load-read.svg").exists())
             self.assertIn("| 50% isolated | 1,000 | — | 1,000 |", md)
+            # The client start lag's p99 (a quarter of the p99 in stress_json), C / A.
+            self.assertIn("| 10.0 / 10.0 | 0.500 / 0.125 |", md)
             self.assertIn("'50% isolated' is Amphora again at that step", md)
             text = docs.read_text()
             self.assertEqual(text.count("<!-- entry "), 1)

@@ -2,7 +2,7 @@
 # make bench's "90% own" read step with what the machine did each second: BIN LABEL RATE [SECS]
 # A one-shard server (CPU 0) gets 3M standard1 keys (populate_compacted), 90 s of uniform
 # reads at saturation (make bench's warm-up), then SECS (60) of uniform reads at a fixed
-# RATE/s from `amphora stress` (CPU 1, 128 in flight, latency from intended start).
+# RATE/s from `amphora stress` (CPU 1, THREADS (128) in flight, latency from intended start).
 # Prints each second's `kops/p99 ms/max ms`, and per second in $OUT/vm-LABEL.txt: the
 # server's and the client's (`c:`) threads' CPU ticks and the kernel's THP / khugepaged / compaction counters that
 # moved. PERF=1 records both CPUs (perf record -a, 999 Hz, kernel+user call chains) over
@@ -16,7 +16,7 @@ st read duration=90s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)"
 echo "$label: warm-up reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
 vm() { grep -E "^(thp_|compact_|pgmajfault|pgscan|pgsteal)" /proc/vmstat
   echo "collapsed $(cat /sys/kernel/mm/transparent_hugepage/khugepaged/pages_collapsed)"; }
-( st read duration="${secs}s" no-warmup -rate threads=128 fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/rf-$label.txt" ) &
+( st read duration="${secs}s" no-warmup -rate threads="${THREADS:-128}" fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/rf-$label.txt" ) &
 sp=$!
 sleep 0.5; cp=$(pgrep -f "stress read duration=${secs}s" | head -1)
 if [[ -n "${PERF:-}" ]]; then
