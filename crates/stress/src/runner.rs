@@ -15,9 +15,10 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -125,7 +126,7 @@ struct Watch {
     /// between attempts, [`Watch::EXPIRED`] once the watchdog timed the attempt out.
     since_us: AtomicU64,
     /// The worker's waker while its attempt waits, for the watchdog to wake it.
-    waker: Mutex<Option<Waker>>,
+    waker: AtomicWaker,
 }
 
 impl Watch {
@@ -134,19 +135,12 @@ impl Watch {
     fn new() -> Self {
         Watch {
             since_us: AtomicU64::new(0),
-            waker: Mutex::new(None),
+            waker: AtomicWaker::new(),
         }
     }
 
     fn expired(&self) -> bool {
         self.since_us.load(Ordering::Acquire) == Self::EXPIRED
-    }
-
-    fn register(&self, w: &Waker) {
-        let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
-        if !slot.as_ref().is_some_and(|s| s.will_wake(w)) {
-            *slot = Some(w.clone());
-        }
     }
 
     /// Times the attempt that started at `since` out, unless it has ended meanwhile (the
@@ -156,9 +150,8 @@ impl Watch {
             .since_us
             .compare_exchange(since, Self::EXPIRED, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
-            && let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take()
         {
-            w.wake();
+            self.waker.wake();
         }
     }
 }
@@ -194,7 +187,7 @@ async fn watched<T>(shared: &Shared, watch: &Watch, op: impl Future<Output = T>)
         match op.as_mut().poll(cx) {
             Poll::Ready(r) => Poll::Ready(Some(r)),
             Poll::Pending => {
-                watch.register(cx.waker());
+                watch.waker.register(cx.waker());
                 // Expired between the check above and the registration: nobody will wake us.
                 if watch.expired() {
                     Poll::Ready(None)
