@@ -214,6 +214,16 @@ def clean_intervals(iv):
     return iv
 
 
+def per_second_spread(r):
+    """p10 / p50 / p90 of a run's per-second op rates: how steady the pair's capacity was
+    (a fixed rate above the p10 finds the pair slower than asked for a tenth of the time)."""
+    rates = sorted(v for _, v, *_ in clean_intervals((r or {}).get("intervals") or []) if v is not None)
+    if len(rates) < 3:
+        return "—"
+    q = lambda f: rates[min(len(rates) - 1, int(f * len(rates)))]  # noqa: E731
+    return f"{fnum(q(0.1))} / {fnum(q(0.5))} / {fnum(q(0.9))}"
+
+
 def scenario_table(pair, op=None):
     """Rows: figure; columns: Cassandra, Amphora, Amphora/Cassandra."""
     c, a = pair.get("cassandra"), pair.get("amphora")
@@ -223,6 +233,8 @@ def scenario_table(pair, op=None):
         rows.append([label, fnum(fc, unit), fnum(fa, unit), ratio(fa, fc)])
 
     add("throughput (op/s)", rate(c, op), rate(a, op))
+    if op is None:
+        rows.append(["per-second op/s: p10 / p50 / p90", per_second_spread(c), per_second_spread(a), "—"])
     for k in ("p50", "p90", "p99", "p999", "max"):
         add(f"latency {PCT_LABEL[k]} (ms)", lat(c, k, op), lat(a, k, op))
     cpu = lambda r: r.get("server_cpu_us_per_op") if r and r.get("status") == "ok" else None  # noqa: E731
@@ -450,7 +462,9 @@ def generate(out_dir, docs=True):
         base = (sysinfo.get("cassandra") or {}).get("own_max", {}).get(op)
         L.append(f"Steps are % of Cassandra's measured {op} maximum ({fnum(base)} op/s), "
                  f"`-rate threads={cfg['threads']} fixed=R/s`, uniform over the populated range, "
-                 f"{cfg['step_s']} s each; '90% own' is Amphora at 90% of its own maximum"
+                 f"{cfg['step_s']} s each; '90% own' is Amphora at 90% of its own maximum (the mean of "
+                 "its saturation run; the saturation tables give that run's per-second spread: "
+                 "a target above its p10 asks more than the pair did in a tenth of its seconds)"
                  + (f"; '{cfg.get('isolated_pct')}% isolated' is Amphora again at that step with its "
                     "shard threads and the load generator at SCHED_FIFO 1, out of reach of the "
                     "host's fair-class threads (a diagnostic of the server's own tail, not a "

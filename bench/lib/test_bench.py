@@ -166,6 +166,12 @@ class Report(unittest.TestCase):
         self.assertEqual(len(report.clean_intervals(iv)), 3)
         self.assertEqual(len(report.clean_intervals(iv[:3])), 3)
 
+    def test_per_second_spread(self):
+        iv = [[float(t), float(v), 1] for t, v in enumerate([50, 10, 40, 20, 30, 90, 80, 70, 60, 100], 1)]
+        self.assertEqual(report.per_second_spread({"intervals": iv}), "20.0 / 60.0 / 100")
+        self.assertEqual(report.per_second_spread({"intervals": iv[:2]}), "—")
+        self.assertEqual(report.per_second_spread(None), "—")
+
     def test_svg_is_well_formed(self):
         for logy in (False, True):
             svg = report.svg_chart("t <&>", "x", "y", [("a", "#000", None, [(0, 1), (10, 100)]),
@@ -203,6 +209,9 @@ class Report(unittest.TestCase):
                 report.DOCS = old
             md = (d / "report.md").read_text()
             self.assertIn("| throughput (op/s) | 2,000 | 8,000 | 4.00x |", md)
+            # The fixture's seconds run at rate + 1, + 2, + 3 (the partial last one dropped).
+            self.assertIn("| per-second op/s: p10 / p50 / p90 | 2,001 / 2,002 / 2,003 | "
+                          "8,001 / 8,002 / 8,003 | — |", md)
             self.assertIn("amphora iot 10/90: failed: why", md)
             self.assertTrue((d / "latency-vs-load-read.svg").exists())
             self.assertIn("| 50% isolated | 1,000 | — | 1,000 |", md)
