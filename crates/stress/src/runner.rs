@@ -251,42 +251,81 @@ const PACER_MIN_SLEEP: Duration = Duration::from_micros(50);
 const PACER_BEHIND_PERMITS: usize = 256;
 const PACER_BEHIND_SLEEP: Duration = Duration::from_millis(1);
 
+/// What the pacer does next (see [`Release::step`]).
+enum Step {
+    /// Wait until this instant (the next operation's intended start).
+    Until(std::time::Instant),
+    /// Every permit of a counted run is out; wait for the workers to take their tickets.
+    Drain,
+    /// The run is over: close the gate.
+    Over,
+}
+
+/// The pacer's bookkeeping, shared by its two forms ([`spawn_pacer`], [`spin_pacer`]).
+struct Release {
+    start: std::time::Instant,
+    deadline: Option<std::time::Instant>,
+    rate: f64,
+    released: u64,
+}
+
+impl Release {
+    fn new(shared: &Shared, rate: f64) -> Self {
+        Release {
+            start: shared.start.into_std(),
+            deadline: shared.deadline.map(Instant::into_std),
+            rate,
+            released: 0,
+        }
+    }
+
+    /// Releases a permit for every operation whose intended start has passed.
+    fn step(&mut self, shared: &Shared, gate: &Semaphore) -> Step {
+        let now = std::time::Instant::now();
+        if shared.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| now >= d) {
+            return Step::Over;
+        }
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
+        // Operation k is due at k / rate: operations 0..=floor(elapsed * rate) are due.
+        let mut due = (elapsed * self.rate).floor() as u64 + 1;
+        if let Some(n) = shared.count {
+            due = due.min(n);
+        }
+        if due > self.released {
+            gate.add_permits((due - self.released) as usize);
+            self.released = due;
+        }
+        if shared.count.is_some_and(|n| self.released >= n) {
+            return if shared.issued.load(Ordering::Relaxed) >= self.released {
+                Step::Over
+            } else {
+                Step::Drain
+            };
+        }
+        Step::Until(self.start + Duration::from_secs_f64(self.released as f64 / self.rate))
+    }
+}
+
 /// Releases one permit on `gate` as each operation's intended start time passes, on its own OS
 /// thread (`std::thread::sleep` is nanosleep: microsecond precision, unlike tokio's 1 ms wheel).
-/// Closes the gate when the run is over so waiting workers end.
+/// Closes the gate when the run is over so waiting workers end. Used on a multi-thread
+/// runtime; a current-thread one gets [`spin_pacer`].
 fn spawn_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
-    let start = shared.start.into_std();
-    let deadline = shared.deadline.map(Instant::into_std);
     let (on_error, gate_on_error) = (shared.clone(), gate.clone());
     let spawned = std::thread::Builder::new()
         .name("stress-pacer".into())
         .spawn(move || {
-            let mut released: u64 = 0;
+            let mut pacer = Release::new(&shared, rate);
             loop {
                 shared.pacer_wakeups.fetch_add(1, Ordering::Relaxed);
-                let now = std::time::Instant::now();
-                if shared.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
-                    break;
-                }
-                let elapsed = now.saturating_duration_since(start).as_secs_f64();
-                // Operation k is due at k / rate: operations 0..=floor(elapsed * rate) are due.
-                let mut due = (elapsed * rate).floor() as u64 + 1;
-                if let Some(n) = shared.count {
-                    due = due.min(n);
-                }
-                if due > released {
-                    gate.add_permits((due - released) as usize);
-                    released = due;
-                }
-                if shared.count.is_some_and(|n| released >= n) {
-                    // Everything is released; wait for the workers to take their tickets.
-                    if shared.issued.load(Ordering::Relaxed) >= released {
-                        break;
+                let next = match pacer.step(&shared, &gate) {
+                    Step::Over => break,
+                    Step::Drain => {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
                     }
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-                let next = start + Duration::from_secs_f64(released as f64 / rate);
+                    Step::Until(next) => next,
+                };
                 let wait = next.saturating_duration_since(std::time::Instant::now());
                 let min = if gate.available_permits() >= PACER_BEHIND_PERMITS {
                     PACER_BEHIND_SLEEP
@@ -303,6 +342,27 @@ fn spawn_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
         on_error.stop.store(true, Ordering::Relaxed);
         gate_on_error.close();
     }
+}
+
+/// The pacer on a current-thread runtime (`amphora stress` uses one on a single CPU, as make
+/// bench pins it): a task that releases the due permits at every turn of the event loop and
+/// yields in between. While the task is runnable the loop polls for I/O (epoll with a zero
+/// timeout) instead of sleeping, so the client's thread never parks during a fixed-rate run:
+/// no wake-up per permit batch and no response waiting for a sleeping thread. The OS-thread
+/// pacer shared the client's only CPU with the runtime thread and cost two context switches
+/// per wake-up plus a futex wake of the parked runtime (docs/benchmarks.md, session 31).
+/// The price is a client CPU that is always busy, which on a CPU of its own takes nothing
+/// from the server. Closes the gate when the run is over.
+async fn spin_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
+    let mut pacer = Release::new(&shared, rate);
+    loop {
+        shared.pacer_wakeups.fetch_add(1, Ordering::Relaxed);
+        if let Step::Over = pacer.step(&shared, &gate) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    gate.close();
 }
 
 fn choose(weights: &[f64], total: f64, rng: &mut Rng) -> usize {
@@ -361,7 +421,12 @@ pub async fn run<W: Workload>(
         gate: Some(gate),
     } = &shared.pace
     {
-        spawn_pacer(shared.clone(), gate.clone(), *rate);
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        if flavor == tokio::runtime::RuntimeFlavor::CurrentThread {
+            tokio::spawn(spin_pacer(shared.clone(), gate.clone(), *rate));
+        } else {
+            spawn_pacer(shared.clone(), gate.clone(), *rate);
+        }
     }
     let weights = Arc::new(cfg.weights.clone());
     let mut set = JoinSet::new();
@@ -804,6 +869,25 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn precise_pacing_never_starts_early_and_runs_every_operation() {
+        let r = never_starts_early_and_runs_every_operation().await;
+        assert!(r.pacer_wakeups < 2_000, "{} pacer wake-ups", r.pacer_wakeups);
+    }
+
+    /// A current-thread runtime paces with [`spin_pacer`] instead of the OS thread.
+    #[tokio::test(flavor = "current_thread")]
+    async fn spin_pacing_never_starts_early_and_runs_every_operation() {
+        let r = never_starts_early_and_runs_every_operation().await;
+        // The OS-thread pacer wakes ~400 times in these 0.2 s (every 500 µs); the spinning
+        // task turns with every turn of the event loop.
+        assert!(r.pacer_wakeups >= 2_000, "{} pacer turns", r.pacer_wakeups);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn spin_pacing_stops_at_the_deadline_and_on_errors() {
+        stops_at_the_deadline_and_on_errors().await;
+    }
+
+    async fn never_starts_early_and_runs_every_operation() -> RunResult {
         let w = Arc::new(Stamps(Mutex::new(Vec::new())));
         let mut c = cfg(RateMode::Fixed(2000.0), 400);
         c.threads = 8;
@@ -822,6 +906,7 @@ mod tests {
                 "op {i} started early"
             );
         }
+        r
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -857,6 +942,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn precise_pacing_stops_at_the_deadline_and_on_errors() {
+        stops_at_the_deadline_and_on_errors().await;
+    }
+
+    async fn stops_at_the_deadline_and_on_errors() {
         let w = Arc::new(Stamps(Mutex::new(Vec::new())));
         let mut c = cfg(RateMode::Fixed(500.0), u64::MAX);
         c.count = None;
