@@ -17,6 +17,7 @@ pub mod distribution;
 pub mod error;
 pub mod generate;
 pub mod metrics;
+pub mod pipeline;
 pub mod profile;
 pub mod report;
 pub mod runner;
@@ -97,12 +98,32 @@ impl Output {
     }
 }
 
-async fn connect(settings: &Settings) -> Result<Session, StressError> {
-    let profile = ExecutionProfile::builder()
-        .consistency(workload::driver_consistency(settings.consistency))
-        .request_timeout(Some(REQUEST_TIMEOUT))
-        .build();
-    let nodes: Vec<String> = settings
+/// The lean connection of [`pipeline`] for the predefined commands against one node, unless
+/// `-mode driver`; `None` (the driver then carries every request) when it can not be opened.
+async fn pipelined_connection(settings: &Settings, out: &mut Output) -> Option<pipeline::Pipeline> {
+    if settings.driver_only {
+        return None;
+    }
+    let [node] = node_addresses(settings).try_into().ok()?;
+    match pipeline::Pipeline::connect(&node).await {
+        Ok(p) => {
+            out.line(&format!(
+                "Requests: one pipelined connection to {node} (-mode driver: the driver)"
+            ));
+            Some(p)
+        }
+        Err(e) => {
+            out.line(&format!(
+                "WARN: no pipelined connection ({e}); requests go through the driver"
+            ));
+            None
+        }
+    }
+}
+
+/// `host:port` of every `-node`.
+fn node_addresses(settings: &Settings) -> Vec<String> {
+    settings
         .nodes
         .iter()
         .map(|h| {
@@ -114,7 +135,15 @@ async fn connect(settings: &Settings) -> Result<Session, StressError> {
                 format!("{h}:{}", settings.port)
             }
         })
-        .collect();
+        .collect()
+}
+
+async fn connect(settings: &Settings) -> Result<Session, StressError> {
+    let profile = ExecutionProfile::builder()
+        .consistency(workload::driver_consistency(settings.consistency))
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        .build();
+    let nodes = node_addresses(settings);
     SessionBuilder::new()
         .known_nodes(&nodes)
         .default_execution_profile_handle(profile.into_handle())
@@ -217,12 +246,17 @@ async fn run_async(settings: Settings, args: Vec<String>) -> anyhow::Result<()> 
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    let pipe = match &settings.command {
+        Command::Single(_) | Command::Mixed(_) => pipelined_connection(&settings, &mut out).await,
+        Command::User { .. } => None,
+    };
     let mut log_line = |s: &str| out.line(s);
     match &settings.command {
         Command::Single(k) => {
             let ops = vec![*k];
             let w =
-                workload::Predefined::setup(session, &settings, ops.clone(), &mut log_line).await?;
+                workload::Predefined::setup(session, pipe, &settings, ops.clone(), &mut log_line)
+                    .await?;
             let names: Vec<String> = ops.iter().map(|k| k.name().to_string()).collect();
             drive(Arc::new(w), &names, vec![1.0], &settings, &args, &mut out).await
         }
@@ -230,7 +264,8 @@ async fn run_async(settings: Settings, args: Vec<String>) -> anyhow::Result<()> 
             let ops: Vec<OpKind> = ratio.iter().map(|(k, _)| *k).collect();
             let weights: Vec<f64> = ratio.iter().map(|(_, w)| *w).collect();
             let w =
-                workload::Predefined::setup(session, &settings, ops.clone(), &mut log_line).await?;
+                workload::Predefined::setup(session, pipe, &settings, ops.clone(), &mut log_line)
+                    .await?;
             let names: Vec<String> = ops.iter().map(|k| k.name().to_string()).collect();
             drive(Arc::new(w), &names, weights, &settings, &args, &mut out).await
         }

@@ -870,7 +870,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn precise_pacing_never_starts_early_and_runs_every_operation() {
         let r = never_starts_early_and_runs_every_operation().await;
-        assert!(r.pacer_wakeups < 2_000, "{} pacer wake-ups", r.pacer_wakeups);
+        assert!(
+            r.pacer_wakeups < 2_000,
+            "{} pacer wake-ups",
+            r.pacer_wakeups
+        );
     }
 
     /// A current-thread runtime paces with [`spin_pacer`] instead of the OS thread.

@@ -95,6 +95,21 @@ impl std::fmt::Display for Consistency {
 }
 
 impl Consistency {
+    /// The protocol's code of the level (spec §3, `[consistency]`).
+    pub fn wire_code(self) -> u16 {
+        match self {
+            Self::Any => 0x0000,
+            Self::One => 0x0001,
+            Self::Two => 0x0002,
+            Self::Three => 0x0003,
+            Self::Quorum => 0x0004,
+            Self::All => 0x0005,
+            Self::LocalQuorum => 0x0006,
+            Self::EachQuorum => 0x0007,
+            Self::LocalOne => 0x000A,
+        }
+    }
+
     fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_uppercase().as_str() {
             "ANY" => Self::Any,
@@ -254,6 +269,9 @@ pub struct Settings {
     pub graph: Option<Graph>,
     /// `add=DIST` for counter writes (default FIXED(1)).
     pub counter_add: Distribution,
+    /// `-mode driver`: every request through the driver session, never the pipelined
+    /// connection (crate::pipeline).
+    pub driver_only: bool,
     /// Everything else given (accepted, recorded in the settings dump).
     pub accepted: Vec<String>,
 }
@@ -312,7 +330,9 @@ Command parameters: n=N | duration=N[s|m|h] [cl=ONE|QUORUM|...] [no-warmup] [tri
 -rate                : threads=N [throttle=N/s | fixed=N/s | limit=N/s]
 -col                 : [size=DIST] [n=DIST] [names=a,b,...]
 -schema              : [replication(factor=N,strategy=S)] [keyspace=NAME] [compaction(strategy=X)] [compression=C]
--mode                : native cql3 [prepared] [protocolVersion=N] ... (accepted)
+-mode                : [driver] native cql3 [prepared] [protocolVersion=N] ... (accepted)
+                       (write/read/mixed against one node use a lean pipelined connection;
+                        driver: the driver session for every request)
 -node                : HOST[,HOST...]
 -port                : native=N | N   (jmx= and thrift= accepted)
 -errors              : [ignore] [retries=N]
@@ -627,9 +647,14 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
         }
     }
 
+    let mut driver_only = false;
     if let Some(p) = groups.remove("-mode") {
         for w in p {
             let lw = w.to_ascii_lowercase();
+            if lw == "driver" {
+                driver_only = true;
+                continue;
+            }
             let known = [
                 "native",
                 "cql3",
@@ -795,6 +820,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
         log,
         graph,
         counter_add: cmd.add,
+        driver_only,
         accepted,
     })
 }

@@ -119,6 +119,20 @@ fn stress(node: &Node, line: &str) -> serde_json::Value {
     serde_json::from_str(&text).expect("valid JSON")
 }
 
+/// Runs a stress command line that must fail an operation; the failure's reason.
+fn failure(node: &Node, line: &str) -> String {
+    let mut args = amphora_stress::settings::shell_words(line);
+    args.extend(["-node".into(), "127.0.0.1".into()]);
+    args.extend(["-port".into(), format!("native={}", node.port)]);
+    match amphora_stress::run(args) {
+        Ok(()) => panic!("{line}: no operation failed"),
+        Err(e) => match e.downcast_ref::<amphora_stress::StressError>() {
+            Some(amphora_stress::StressError::OperationFailed { reason, .. }) => reason.clone(),
+            _ => panic!("{line}: {e:#}"),
+        },
+    }
+}
+
 fn ops(v: &serde_json::Value) -> u64 {
     v["total"]["ops"].as_u64().unwrap_or(0)
 }
@@ -204,6 +218,34 @@ fn cassandra_stress_workloads_against_amphora() {
     assert_eq!(ops(&r), 2000, "{r}");
     assert_eq!(errors(&r), 0, "{r}");
     assert_eq!(rows(&r), 2000, "{r}");
+
+    // The same through the driver session (-mode driver) instead of the pipelined connection.
+    let r = stress(
+        &node,
+        "read n=500 no-warmup -pop seq=1..500 -rate threads=20 -mode driver",
+    );
+    assert_eq!((ops(&r), errors(&r), rows(&r)), (500, 0, 500), "{r}");
+    let w = stress(
+        &node,
+        "write n=500 no-warmup -pop seq=2001..2500 -rate threads=20 -mode driver",
+    );
+    assert_eq!((ops(&w), errors(&w)), (500, 0), "{w}");
+
+    // Reads validate what they get on both paths: cells of another size do not pass.
+    for mode in ["", "-mode driver"] {
+        let line = format!(
+            "read n=20 no-warmup -pop seq=1..20 -col size=FIXED(20) -rate threads=2 -errors retries=0 {mode}"
+        );
+        let reason = failure(&node, &line);
+        assert!(reason.contains("not validated"), "{line}: {reason}");
+    }
+    // A server error reaches the run as the error, on the pipelined path too: the keyspace
+    // has one replica, so TWO is unavailable.
+    let reason = failure(
+        &node,
+        "write n=20 no-warmup cl=TWO -rate threads=2 -errors retries=0",
+    );
+    assert!(reason.contains("0x1000"), "{reason}");
 
     // mixed, gaussian over the written range.
     let m = stress(
