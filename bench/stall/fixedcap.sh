@@ -3,7 +3,8 @@
 # A one-shard server (SERVER, CPU 0) gets 1M standard1 keys (flushed) and 30 s of uniform
 # reads at saturation (the row cache fills); then, ROUNDS times, each CLIENT binary's
 # `amphora stress` (CPU 1, 128 in flight) runs SECS of uniform reads at a fixed RATE/s.
-# Prints per run: the rate held, p99 / p99.9 from intended start, the client's CPU per read
+# PREFIX (e.g. `chrt -f 1`, as make bench's isolated step runs the client) goes before each
+# client command. Prints per run: the rate held, p99 / p99.9 from intended start, the client's CPU per read
 # (perf stat task-clock) and context switches per 1k reads, and the server's CPU ticks.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,7 +18,8 @@ for r in $(seq "$rounds"); do
   for c in "$@"; do
     o="$OUT/fixedcap-$r-$(basename "$c")"
     a=$(srv)
-    taskset -c 1 perf stat -x, -e task-clock,context-switches -o "$o.perf" \
+    # shellcheck disable=SC2086
+    ${PREFIX:-} taskset -c 1 perf stat -x, -e task-clock,context-switches -o "$o.perf" \
       "$c" stress read duration="${secs}s" no-warmup -rate threads=128 fixed="${rate}/s" \
       -pop "dist=UNIFORM(1..1000000)" -node 127.0.0.1 -port native=19600 > "$o.out" 2>&1
     b=$(srv)
