@@ -5,7 +5,8 @@
 //! Why: the driver costs ~4 µs of client CPU per read (its load-balancing plan, tracing
 //! spans, moves of large futures: `memmove` alone was 21% of the client's profile), more than
 //! the server spends. On one core the load generator then saturates first, and make bench
-//! measures the client (docs/benchmarks.md, session 31). cassandra-stress has the same kind
+//! measures the client (docs/benchmarks.md, "The load generator: a spinning pacer and a
+//! pipelined connection"). cassandra-stress has the same kind
 //! of shortcut (`-mode simplenative`). `-mode driver` turns this path off.
 //!
 //! How: every request appends its frame to a shared output buffer; a writer task sends
@@ -89,7 +90,8 @@ impl Shared {
     }
 }
 
-/// The answer to one request: the RESULT body, or the server's error as text.
+/// A RESULT answer's body (after any tracing id, warnings and custom payload); errors come
+/// back from [`Pipeline::execute`] as text instead.
 pub struct Answer {
     body: Bytes,
 }

@@ -357,7 +357,8 @@ const PACER_SPIN_AHEAD: Duration = Duration::from_micros(30);
 /// away it sleeps on a timerfd the runtime's epoll watches, until [`PACER_SPIN_AHEAD`] before
 /// the due time: at low rates a thread that never slept would lose its core in whole
 /// scheduler slices to anything else runnable there (and, under SCHED_FIFO, to the kernel's
-/// real-time throttling), which put 2–50 ms into the tails (docs/benchmarks.md, session 31).
+/// real-time throttling), which put 2–50 ms into the tails (docs/benchmarks.md, "The load
+/// generator: a spinning pacer and a pipelined connection").
 /// The OS-thread pacer shared the client's only CPU with the runtime thread and cost two
 /// context switches per wake-up plus a futex wake of the parked runtime. Closes the gate
 /// when the run is over.
