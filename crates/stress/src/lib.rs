@@ -100,8 +100,21 @@ impl Output {
 
 /// The lean connection of [`pipeline`] for the predefined commands against one node, unless
 /// `-mode driver`; `None` (the driver then carries every request) when it can not be opened.
-async fn pipelined_connection(settings: &Settings, out: &mut Output) -> Option<pipeline::Pipeline> {
+async fn pipelined_connection(
+    settings: &Settings,
+    session: &Session,
+    out: &mut Output,
+) -> Option<pipeline::Pipeline> {
     if settings.driver_only {
+        return None;
+    }
+    // A cluster behind the one `-node`: the driver spreads the requests over its nodes by
+    // token; one connection would make that node coordinate them all.
+    let nodes = session.get_cluster_state().get_nodes_info().len();
+    if nodes > 1 {
+        out.line(&format!(
+            "Requests: through the driver ({nodes} nodes in the cluster)"
+        ));
         return None;
     }
     let [node] = node_addresses(settings).try_into().ok()?;
@@ -247,7 +260,9 @@ async fn run_async(settings: Settings, args: Vec<String>) -> anyhow::Result<()> 
             .join(", ")
     ));
     let pipe = match &settings.command {
-        Command::Single(_) | Command::Mixed(_) => pipelined_connection(&settings, &mut out).await,
+        Command::Single(_) | Command::Mixed(_) => {
+            pipelined_connection(&settings, &session, &mut out).await
+        }
         Command::User { .. } => None,
     };
     let mut log_line = |s: &str| out.line(s);

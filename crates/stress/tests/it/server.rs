@@ -189,6 +189,8 @@ fn cassandra_stress_workloads_against_amphora() {
     assert_eq!(errors(&w), 0, "{w}");
     let log = std::fs::read_to_string(out.join("w.log")).expect("log file");
     assert!(log.contains("Op rate"), "{log}");
+    // One node: the requests went over the pipelined connection, not the driver.
+    assert!(log.contains("Requests: one pipelined connection"), "{log}");
     assert!(log.contains("total,"), "{log}");
     assert!(
         std::fs::metadata(out.join("w.hdr"))
