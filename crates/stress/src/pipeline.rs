@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use amphora_protocol::wire::Reader;
+use amphora_protocol::wire::{Reader, write_string_lossy};
 use amphora_protocol::{ColumnType, DEFAULT_MAX_FRAME_SIZE, Flags, Opcode, decode_envelope};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -122,10 +122,10 @@ impl Pipeline {
         tokio::spawn(reader(shared.clone(), r));
         let p = Pipeline { shared };
         // STARTUP {CQL_VERSION: 3.0.0}: a [string map] of one entry.
-        let mut body = Vec::with_capacity(32);
+        let mut body = BytesMut::with_capacity(32);
         body.extend_from_slice(&1u16.to_be_bytes());
-        put_string(&mut body, "CQL_VERSION");
-        put_string(&mut body, "3.0.0");
+        write_string_lossy(&mut body, "CQL_VERSION");
+        write_string_lossy(&mut body, "3.0.0");
         let (op, answer) = p.request(Opcode::Startup, &body).await?;
         match op {
             Opcode::Ready => Ok(p),
@@ -365,10 +365,10 @@ fn strip_prefix(flags: Flags, body: Bytes) -> Result<Bytes, String> {
 
 /// An ERROR body carrying `text` (code 0: server error), for answers that could not be read.
 fn error_body(text: &str) -> Bytes {
-    let mut b = Vec::with_capacity(6 + text.len());
+    let mut b = BytesMut::with_capacity(6 + text.len());
     b.extend_from_slice(&0i32.to_be_bytes());
-    put_string(&mut b, text);
-    Bytes::from(b)
+    write_string_lossy(&mut b, text);
+    b.freeze()
 }
 
 /// "server error 0xCODE: message" from an ERROR body.
@@ -378,11 +378,6 @@ fn error_text(body: Bytes) -> String {
         (Ok(code), Ok(msg)) => format!("server error 0x{code:04x}: {msg}"),
         _ => "server error (unreadable)".to_string(),
     }
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
 }
 
 impl Answer {
