@@ -6,7 +6,8 @@
 # SATSECS (60) of uniform writes at saturation (they leave a compaction backlog, as the
 # bench's saturation run does), then FIXSECS (60) of uniform writes at a fixed RATE/s from
 # `amphora stress` (CPU 1, 128 in flight, latency from intended start). Prints the fixed
-# run's rate and percentiles, each second's `kops/max ms`, the server threads' CPU ticks
+# run's rate and percentiles (RATE `auto`: 90% of that run's saturation rate, as make bench's
+# "90% own" step; it needs SATSECS > 0), each second's `kops/max ms`, the server threads' CPU ticks
 # over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has the per-second
 # thread ticks and the write memory waits. PERF=1 records the shard thread 20 s into the
 # fixed run (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
@@ -20,6 +21,10 @@ echo "$label: reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/
 if [ "$sats" -gt 0 ]; then
   st write duration="${sats}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/ws-$label.txt"
   echo "$label: saturation writes $(grep "Op rate" "$OUT/ws-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
+fi
+if [ "$rate" = auto ]; then
+  rate=$(grep "Op rate" "$OUT/ws-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1 | tr -d , | awk '{printf "%d", $1 * 0.9}')
+  echo "$label: fixed rate $rate/s"
 fi
 lc=$(wc -l < "$OUT/server-$label.log")
 ( st write duration="${fixs}s" no-warmup -rate threads=128 fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/wf-$label.txt" ) &
