@@ -9,7 +9,8 @@
 # run's rate and percentiles (RATE `auto`: 90% of that run's saturation rate, as make bench's
 # "90% own" step; it needs SATSECS > 0), each second's `kops/max ms`, the server threads' CPU ticks
 # over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has the per-second
-# thread ticks and the write memory waits. PERF=1 records the shard thread 20 s into the
+# thread ticks, then the write memory waits, the row cache's defragmentation moves and
+# evictions, and the memtable bytes (counters are totals since the start). PERF=1 records the shard thread 20 s into the
 # fixed run (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -39,14 +40,19 @@ prev=$(thread_cpu 2>/dev/null)
 while kill -0 "$sp" 2>/dev/null; do
   sleep 1
   cur=$(thread_cpu 2>/dev/null)
-  waits=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_storage_write_memory_waits_total/ {s+=$2} END {print s+0}')
-  echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') waits=$waits" >> "$OUT/cpu-$label.txt"
+  counters=$(curl -s 127.0.0.1:19603/metrics | awk '
+    /^amphora_storage_write_memory_waits_total/ {w += $2}
+    /^amphora_cache_row_defrag_moves_total/ {d += $2}
+    /^amphora_cache_row_evictions_total/ {e += $2}
+    /^amphora_memtables_real_dirty_memory/ {m += $2}
+    END {printf "waits=%d defrag=%d evict=%d memMB=%d", w, d, e, m / 1048576}')
+  echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') $counters" >> "$OUT/cpu-$label.txt"
   prev=$cur
 done
 wait "$sp"
 echo "$label: $(grep -E "Op rate|99th|99.9th|Latency max" "$OUT/wf-$label.txt" | sed 's/ \[.*//; s/  */ /g' | paste -sd';')"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
-awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] != "waits") {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
 tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
 kill "$P"; wait "$P" 2>/dev/null
