@@ -6,15 +6,19 @@
 # SATSECS (60) of uniform writes at saturation (they leave a compaction backlog, as the
 # bench's saturation run does), then FIXSECS (60) of uniform writes at a fixed RATE/s from
 # `amphora stress` (CPU 1, 128 in flight, latency from intended start). Prints the fixed
-# run's rate and percentiles (RATE `auto`: 90% of that run's saturation rate, as make bench's
-# "90% own" step; it needs SATSECS > 0), each second's `kops/max ms`, the server threads' CPU ticks
-# over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has the per-second
-# thread ticks, then the write memory waits, the row cache's defragmentation moves and
-# evictions, and the memtable bytes (counters are totals since the start). PERF=1 records the shard thread 20 s into the
-# fixed run (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
+# run's rate and percentiles (RATE `auto`: 90% of that run's saturation rate, as make
+# bench's "90% own" step; it needs SATSECS > 0), each second's `kops/max ms`, the server
+# threads' CPU ticks over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has
+# the per-second thread ticks, then the write memory waits, the row cache's
+# defragmentation moves and evictions, and the memtable MB (counters are totals since the
+# start). PERF=1 records the shard thread 20 s into the fixed run
+# (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rate=$3 sats=${4:-60} fixs=${5:-60}
+if [ "$rate" = auto ] && [ "$sats" -le 0 ]; then
+  echo "RATE auto needs a saturation run (SATSECS > 0)" >&2; exit 2
+fi
 start_server "$bin" "$label"
 populate_compacted
 st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
