@@ -4,8 +4,9 @@
 # reads at saturation (the row cache fills); then, ROUNDS times, each CLIENT binary's
 # `amphora stress` (CPU 1, 128 in flight) runs SECS of uniform reads at a fixed RATE/s.
 # PREFIX (e.g. `chrt -f 1`, as make bench's isolated step runs the client) goes before each
-# client command. Prints per run: the rate held, p99 / p99.9 from intended start, the client's CPU per read
-# (perf stat task-clock) and context switches per 1k reads, and the server's CPU ticks.
+# client command. Prints per run: the rate held, p99 / p99.9 from intended start, the
+# client's CPU per read (perf stat task-clock) and context switches per 1k reads, and the
+# server's CPU ticks.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 rate=$2 secs=$3 rounds=$4; shift 4

@@ -22,13 +22,15 @@ fi
 start_server "$bin" "$label"
 populate_compacted
 st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
-echo "$label: reads $(grep "Op rate" "$OUT/r-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
+# `op_rate FILE`: the "Op rate" of a stress output, as digits.
+op_rate() { grep "Op rate" "$1" | grep -oE "[0-9,]+ op/s" | head -1 | tr -dc 0-9; }
+echo "$label: reads $(op_rate "$OUT/r-$label.txt") op/s"
 if [ "$sats" -gt 0 ]; then
   st write duration="${sats}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/ws-$label.txt"
-  echo "$label: saturation writes $(grep "Op rate" "$OUT/ws-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1)"
+  echo "$label: saturation writes $(op_rate "$OUT/ws-$label.txt") op/s"
 fi
 if [ "$rate" = auto ]; then
-  rate=$(grep "Op rate" "$OUT/ws-$label.txt" | grep -oE "[0-9,]+ op/s" | head -1 | tr -d , | awk '{printf "%d", $1 * 0.9}')
+  rate=$(( $(op_rate "$OUT/ws-$label.txt") * 9 / 10 ))
   echo "$label: fixed rate $rate/s"
 fi
 lc=$(wc -l < "$OUT/server-$label.log")
