@@ -13,6 +13,10 @@ start_server() {
     --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
     --api-port 19602 --prometheus-port 19603 > "$OUT/server-$label.log" 2>&1 &
   P=$!
+  # Each run's data directory takes 0.1-8 GB (a populate and its compaction outputs): when
+  # the script exits, the server is stopped and the directory removed unless KEEP_DATA=1,
+  # so that a series of runs under new labels cannot fill the disk (one did, at ~78 GB).
+  [[ -n "${KEEP_DATA:-}" ]] || trap "kill $P 2>/dev/null; wait $P 2>/dev/null; rm -rf '$d'" EXIT
   for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
 }
 
