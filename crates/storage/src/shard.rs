@@ -1149,7 +1149,7 @@ impl ShardStorage {
 
     fn install_result(&self, r: BgResult) {
         let mut trigger_compaction = None;
-        // File deletions for the janitor; the job's waiters are answered after them.
+        // A compaction's input deletions, for the janitor after the job's waiters.
         let mut deferred: Option<Box<dyn FnOnce() + Send>> = None;
         // A flush whose waiters are answered when the row cache has taken it.
         let mut cache_update = false;
@@ -1335,17 +1335,21 @@ impl ShardStorage {
             }
         };
         // Unlinking segments took ~100 ms per flush under a compaction's writes: the
-        // janitor does it, with the inputs of a compaction, then answers the job's waiters.
+        // janitor does it, then answers the job's waiters (a flush's find the segments it
+        // freed gone). A compaction's waiters (`nodetool compact`) are answered once its
+        // outputs serve reads, as Cassandra answers once a compaction has committed: the
+        // janitor deletes the inputs and then the transaction log after that (the four
+        // inputs of make bench's major compaction, 684 MB, took 0.185 s to unlink).
         let segments = self.discardable_segments();
         if deferred.is_none() && segments.is_empty() {
             answer();
         } else {
             self.inner.borrow().janitor.submit(Box::new(move || {
+                segments.finish();
+                answer();
                 if let Some(files) = deferred {
                     files();
                 }
-                segments.finish();
-                answer();
             }));
         }
         self.refresh_compaction_share();
