@@ -22,8 +22,6 @@ fi
 start_server "$bin" "$label"
 populate_compacted
 st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
-# `op_rate FILE`: the "Op rate" of a stress output, as digits.
-op_rate() { grep "Op rate" "$1" | grep -oE "[0-9,]+ op/s" | head -1 | tr -dc 0-9; }
 echo "$label: reads $(op_rate "$OUT/r-$label.txt") op/s"
 if [ "$sats" -gt 0 ]; then
   st write duration="${sats}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/ws-$label.txt"
@@ -56,7 +54,7 @@ while kill -0 "$sp" 2>/dev/null; do
   prev=$cur
 done
 wait "$sp"
-echo "$label: $(grep -E "Op rate|99th|99.9th|Latency max" "$OUT/wf-$label.txt" | sed 's/ \[.*//; s/  */ /g' | paste -sd';')"
+echo "$label: $(latencies "$OUT/wf-$label.txt")"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
 awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"

@@ -24,6 +24,14 @@ st() { taskset -c 1 "$S" stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
 
 nt() { "$S" nodetool -h 127.0.0.1 -p 19602 "$@"; }
 
+# `op_rate FILE`: the "Op rate" of a stress output, as digits.
+op_rate() { grep "Op rate" "$1" | grep -oE "[0-9,]+ op/s" | head -1 | tr -dc 0-9; }
+
+# `latencies FILE`: a stress output's op rate, p99, p99.9 and max on one line.
+latencies() {
+  grep -E "Op rate|99th|99.9th|Latency max" "$1" | sed 's/ \[.*//; s/  */ /g' | paste -sd';'
+}
+
 # `thread_cpu [PID]`: one line per thread of PID (default the server, $P), sorted:
 # `comm/tid ticks` (utime + stime in clock ticks; spaces in names become `_`), for `join`ing
 # two snapshots.

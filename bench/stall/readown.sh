@@ -32,6 +32,6 @@ while kill -0 "$sp" 2>/dev/null; do
   prev=$cur; pvm=$cvm
 done
 wait "$sp"
-echo "$label: $(grep -E "Op rate|99th|99.9th|Latency max" "$OUT/rf-$label.txt" | sed 's/ \[.*//; s/  */ /g' | paste -sd';')"
+echo "$label: $(latencies "$OUT/rf-$label.txt")"
 echo "$label: per second kops/p99/max ms: $(grep -E '^total' "$OUT/rf-$label.txt" | awk -F, '{printf "%d/%.0f/%.0f ", $3/1000, $9, $11}')"
 kill "$P"; wait "$P" 2>/dev/null

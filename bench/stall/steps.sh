@@ -23,7 +23,7 @@ for step in "read $rrate" "write $wrate"; do
   f="$OUT/steps-f$op-$label.txt"
   t0=$(thp)
   st "$op" duration=30s no-warmup -rate threads=128 fixed="$rate/s" -pop "$u" > "$f"
-  echo "$label $op $rate/s: THP faults $(($(thp) - t0)); $(grep -E '99th|99.9th|Latency max' "$f" | sed 's/ \[.*//; s/  */ /g' | paste -sd';')"
+  echo "$label $op $rate/s: THP faults $(($(thp) - t0)); $(latencies "$f")"
   echo "  each second's max ms: $(grep -E '^total' "$f" | awk -F, '{printf "%.1f ", $11}')"
 done
 echo "$label: kept pages returned $(grep -c "returned the shard arena" "$OUT/server-$label.log") times"

@@ -26,6 +26,6 @@ for mode in saturation fixed; do
     n = $3; sub(/^(raw_)?syscalls:sys_enter_?/, "", n); if (n == "") n = "syscalls"
     printf "%s=%.0f ", n, $1 }')
   wait "$sp"
-  echo "$label $mode: $(grep -oE 'Op rate *: *[0-9,]+ op/s' "$OUT/sys-$label-$mode.txt" | tr -s ' ')"
+  echo "$label $mode: $(op_rate "$OUT/sys-$label-$mode.txt") op/s"
   echo "  over 10 s: $counts"
 done
