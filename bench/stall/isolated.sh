@@ -4,8 +4,11 @@
 #   none  - as `make bench` runs it (every thread SCHED_OTHER, nice as the server sets it);
 #   fifo  - every server thread and every load-generator thread at SCHED_FIFO 1, so that
 #           nothing at a fair-class priority (the VM agent at nice -10) can take their CPU;
-#   sfifo - only the server's threads; cfifo - only the load generator's.
-# Needs root (or RLIMIT_RTPRIO) for the fifo modes.
+#   sfifo - only the server's threads; cfifo - only the load generator's;
+#   nice  - the server's shard and flush threads and every load-generator thread at nice
+#           -20 (still SCHED_OTHER: above the VM agent's -10 in the fair class, with no
+#           real-time throttling); snice / cnice - only the server's / the load generator's.
+# Needs root (or RLIMIT_RTPRIO / RLIMIT_NICE) for the fifo and nice modes.
 #   bench/stall/isolated.sh BIN OP RATE SECS MODE...
 set -u
 # shellcheck source=lib.sh
@@ -18,6 +21,19 @@ policy() { # policy other|fifo PID: every thread of PID
   done
 }
 
+nice_of() { # nice_of N PID [COMM-PREFIX...]: the threads of PID (those named so) at nice N
+  local n=$1 pid=$2 t; shift 2
+  for t in /proc/"$pid"/task/*; do
+    if [ $# -gt 0 ]; then
+      local c ok=
+      c=$(cat "$t/comm" 2>/dev/null) || continue
+      for pre in "$@"; do [[ $c == "$pre"* ]] && ok=1; done
+      [ -n "$ok" ] || continue
+    fi
+    renice -n "$n" -p "${t##*/}" > /dev/null
+  done
+}
+
 start_server "$BIN" iso
 st write n=300000 -rate threads=128 > /dev/null
 st read duration=10s -rate threads=128 > /dev/null
@@ -25,12 +41,14 @@ n=0
 for mode in "$@"; do
   n=$((n + 1))
   case $mode in fifo | sfifo) policy fifo "$P" ;; *) policy other "$P" ;; esac
+  case $mode in nice | snice) nice_of -20 "$P" shard- flush- ;; *) nice_of 0 "$P" shard- flush- ;; esac
   st "$OP" duration="${SECS}s" -pop 'dist=UNIFORM(1..300000)' -rate threads=128 \
     fixed="${RATE}/s" > "$OUT/iso-$n-$mode-$OP.txt" &
   C=$!
   sleep 0.3
   case $mode in
     fifo | cfifo) for c in $(pgrep -f "stress $OP duration=${SECS}s"); do policy fifo "$c"; done ;;
+    nice | cnice) for c in $(pgrep -f "stress $OP duration=${SECS}s"); do nice_of -20 "$c"; done ;;
   esac
   wait $C
   echo "$mode: $(grep -E 'Latency (99th|99.9th|max)|start lag' "$OUT/iso-$n-$mode-$OP.txt" |

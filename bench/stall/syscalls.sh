@@ -4,7 +4,8 @@
 # A one-shard server (CPU 0) gets 750k standard1 keys and a flush, then `amphora stress`
 # (CPU 1, 128 in flight) runs 20 s of uniform writes at saturation and 20 s at RATE/s; 5 s
 # into each, `perf stat` counts 10 s of the shard thread's task-clock, context switches and
-# syscalls (all, and epoll_wait / recvfrom / sendto / pwritev / pwrite64 / futex). Prints
+# syscalls (all, and epoll_wait / recvfrom / sendto / pwritev / pwrite64 / futex /
+# clock_nanosleep: the idle naps). Prints
 # each run's rate and one line of counts. Needs perf with tracepoints (root).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -14,7 +15,7 @@ populate_chunk 0
 nt flush > /dev/null
 stid=$(grep -l "^shard-0" /proc/"$P"/task/*/comm | head -1 | cut -d/ -f5)
 events=raw_syscalls:sys_enter,context-switches,task-clock
-for s in epoll_wait recvfrom sendto pwritev pwrite64 futex; do events+=",syscalls:sys_enter_$s"; done
+for s in epoll_wait recvfrom sendto pwritev pwrite64 futex clock_nanosleep; do events+=",syscalls:sys_enter_$s"; done
 for mode in saturation fixed; do
   r="-rate threads=128"
   [ "$mode" = fixed ] && r+=" fixed=${rate}/s"
