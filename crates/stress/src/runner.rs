@@ -372,13 +372,21 @@ const PACER_SPIN_AHEAD: Duration = Duration::from_micros(30);
 async fn spin_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
     let mut pacer = Release::new(&shared, rate);
     let alarm = Alarm::new();
-    let realtime = this_thread_is_realtime();
+    // Read again every PACER_POLICY_RECHECK: a policy can be set from outside after the
+    // start (bench/stall/isolated.sh runs `chrt -p` on the running load generator).
+    let mut realtime = this_thread_is_realtime();
+    let mut policy_read = std::time::Instant::now();
     loop {
         shared.pacer_wakeups.fetch_add(1, Ordering::Relaxed);
         match pacer.step(&shared, &gate) {
             Step::Over => break,
             Step::Until(next) => {
-                let wait = next.saturating_duration_since(std::time::Instant::now());
+                let now = std::time::Instant::now();
+                if now.saturating_duration_since(policy_read) >= PACER_POLICY_RECHECK {
+                    realtime = this_thread_is_realtime();
+                    policy_read = now;
+                }
+                let wait = next.saturating_duration_since(now);
                 if let Some(a) = &alarm
                     && let Some(nap) = pacer_nap(wait, realtime)
                     && a.sleep(nap).await
@@ -392,6 +400,9 @@ async fn spin_pacer(shared: Arc<Shared>, gate: Arc<Semaphore>, rate: f64) {
     }
     gate.close();
 }
+
+/// How often the spinning pacer reads its thread's scheduling policy again.
+const PACER_POLICY_RECHECK: Duration = Duration::from_millis(100);
 
 /// Under a real-time policy the pacer sleeps when the next operation is further away than this.
 const PACER_RT_MIN_SLEEP: Duration = Duration::from_micros(10);
