@@ -24,7 +24,7 @@
 //! Idle naps (the opposite trade, for a shard that is nearly saturated by small batches):
 //! when a shard that has been busy more than [`NAP_BUSY_ABOVE`] of its time runs out of
 //! work after a short round (under [`NAP_ROUND_NAPS`] naps), it sleeps for the nap
-//! (`AMPHORA_IDLE_NAP_US`, [`set_idle_nap`]) before it waits in `epoll_wait`, so what
+//! (`AMPHORA_IDLE_NAP_US`) before it waits in `epoll_wait`, so what
 //! arrives meanwhile is read, run and answered in one round: one `recv`, one commitlog
 //! write-out and one `send` for several times the requests (like a NIC's interrupt
 //! coalescing). Each round's fixed cost (four syscalls, the loopback delivery of the answer)
@@ -107,18 +107,6 @@ pub fn note_io() {
     }
 }
 
-/// Nap length of shards started afterwards, in nanoseconds; 0 = never nap. See [`set_idle_nap`].
-static IDLE_NAP_NS: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the idle nap of shards started afterwards (see the crate docs, "Idle naps");
-/// `Duration::ZERO` turns naps off. `AMPHORA_IDLE_NAP_US` overrides it at [`start`].
-pub fn set_idle_nap(nap: Duration) {
-    IDLE_NAP_NS.store(
-        nap.as_nanos().min(u128::from(u64::MAX)) as u64,
-        Ordering::Relaxed,
-    );
-}
-
 /// A shard starts napping before it parks once it was busy more than this share of its time
 /// (its own work over its wall time, naps included, over roughly its last eight turns of
 /// parking), and stops once under [`NAP_BUSY_BELOW`].
@@ -133,11 +121,6 @@ pub const NAP_BUSY_BELOW: f64 = 0.3;
 /// cost saturation writes 26%).
 pub const NAP_ROUND_NAPS: u32 = 3;
 
-/// How many idle naps the calling shard thread took (0 off the shard threads or with naps off).
-pub fn idle_naps() -> u64 {
-    NAPPER.with(|n| n.borrow().naps)
-}
-
 /// Decides, each time the shard's event loop is about to park, whether it naps first.
 /// Busy time runs from an unpark to the next park; idle time (the nap included) from a park
 /// to the unpark. Both are kept as exponentially weighted sums (weight 7/8 for the past).
@@ -149,7 +132,6 @@ struct Napper {
     /// Busy plus idle plus nap time.
     wall_ns: f64,
     napping: bool,
-    naps: u64,
 }
 
 impl Napper {
@@ -161,7 +143,6 @@ impl Napper {
             busy_ns: 0.0,
             wall_ns: 0.0,
             napping: false,
-            naps: 0,
         }
     }
 
@@ -194,11 +175,7 @@ impl Napper {
             };
         // A long round carried many requests already (saturation, where a client waits for
         // the answers before it sends more): a nap after it would only idle.
-        let nap = self.napping && short_round;
-        if nap {
-            self.naps += 1;
-        }
-        nap.then_some(self.nap)
+        (self.napping && short_round).then_some(self.nap)
     }
 
     /// Unparked at `now`. The nap, if any, counts as idle time with the wait in `epoll_wait`:
@@ -364,11 +341,16 @@ where
     I: Fn(ShardId) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    let window = std::env::var("AMPHORA_IDLE_POLL_US")
+    let window = env_micros("AMPHORA_IDLE_POLL_US").unwrap_or_else(idle_poll);
+    start_with_idle_poll(cfg, window, init)
+}
+
+/// The environment variable `name` as a number of microseconds, if it is one.
+fn env_micros(name: &str) -> Option<Duration> {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or_else(idle_poll, Duration::from_micros);
-    start_with_idle_poll(cfg, window, init)
+        .map(Duration::from_micros)
 }
 
 /// [`start`] with an explicit idle-poll window (`Duration::ZERO`: the shards sleep in
@@ -398,13 +380,7 @@ where
     let shards = Shards {
         inboxes: Arc::new(senders),
     };
-    let nap = std::env::var("AMPHORA_IDLE_NAP_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or_else(
-            || Duration::from_nanos(IDLE_NAP_NS.load(Ordering::Relaxed)),
-            Duration::from_micros,
-        );
+    let nap = env_micros("AMPHORA_IDLE_NAP_US").unwrap_or(Duration::ZERO);
     let mut threads = Vec::with_capacity(nr as usize);
     for (i, mut rx) in receivers.into_iter().enumerate() {
         let shard = i as ShardId;
@@ -424,32 +400,22 @@ where
                 CURRENT_SHARD.with(|c| c.set(Some(shard)));
                 SHARDS.with(|s| *s.borrow_mut() = Some(shards_for_thread));
                 NAPPER.with(|n| n.borrow_mut().nap = nap);
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .on_thread_park(|| {
-                        // With naps off (the default) a park costs no clock read.
-                        let nap = NAPPER.with(|n| {
-                            let mut n = n.borrow_mut();
-                            if n.nap.is_zero() {
-                                None
-                            } else {
-                                n.before_park(Instant::now())
+                let mut builder = tokio::runtime::Builder::new_current_thread();
+                builder.enable_all();
+                if !nap.is_zero() {
+                    // Off (the default), a park runs no hook at all.
+                    builder
+                        .on_thread_park(|| {
+                            let nap = NAPPER.with(|n| n.borrow_mut().before_park(Instant::now()));
+                            if let Some(d) = nap {
+                                std::thread::sleep(d);
                             }
+                        })
+                        .on_thread_unpark(|| {
+                            NAPPER.with(|n| n.borrow_mut().after_unpark(Instant::now()));
                         });
-                        if let Some(d) = nap {
-                            std::thread::sleep(d);
-                        }
-                    })
-                    .on_thread_unpark(|| {
-                        NAPPER.with(|n| {
-                            let mut n = n.borrow_mut();
-                            if !n.nap.is_zero() {
-                                n.after_unpark(Instant::now());
-                            }
-                        });
-                    })
-                    .build()
-                {
+                }
+                let rt = match builder.build() {
                     Ok(rt) => rt,
                     Err(e) => {
                         tracing::error!(shard, error = %e, "cannot build shard event loop");
