@@ -732,35 +732,73 @@ impl CompactionTxn {
     }
 }
 
-/// Finishes or rolls back interrupted compactions in a table directory (see
-/// [`CompactionTxn`]). Runs before the SSTables are opened.
-pub fn recover_compactions(dir: &Path) {
+/// A transaction log's inputs, outputs and whether it committed.
+struct TxnLog {
+    inputs: Vec<u64>,
+    outputs: Vec<u64>,
+    committed: bool,
+}
+
+/// The transaction logs in a table directory, with their paths.
+fn txn_logs(dir: &Path) -> Vec<(PathBuf, TxnLog)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+        return Vec::new();
     };
+    let mut logs = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
         if !(name.starts_with("compaction-") && name.ends_with(".txn")) {
             continue;
         }
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let mut inputs = Vec::new();
-        let mut outputs = Vec::new();
-        let mut committed = false;
+        let mut log = TxnLog {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            committed: false,
+        };
         for l in text.lines() {
             let mut parts = l.split_whitespace();
             match parts.next() {
-                Some("inputs") => inputs.extend(parts.filter_map(|g| g.parse::<u64>().ok())),
-                Some("output") => outputs.extend(parts.filter_map(|g| g.parse::<u64>().ok())),
-                Some("commit") => committed = true,
+                Some("inputs") => log
+                    .inputs
+                    .extend(parts.filter_map(|g| g.parse::<u64>().ok())),
+                Some("output") => log
+                    .outputs
+                    .extend(parts.filter_map(|g| g.parse::<u64>().ok())),
+                Some("commit") => log.committed = true,
                 _ => {}
             }
         }
-        let victims = if committed { &inputs } else { &outputs };
+        logs.push((e.path(), log));
+    }
+    logs
+}
+
+/// Generations a committed compaction or rewrite replaced whose files may still be in the
+/// table directory: the shard deletes them after it installed the outputs (and answered
+/// the job's waiters), then the log. A scan of the directory for SSTables that are not in
+/// service skips them.
+pub fn retiring_generations(dir: &Path) -> Vec<u64> {
+    txn_logs(dir)
+        .into_iter()
+        .filter(|(_, l)| l.committed)
+        .flat_map(|(_, l)| l.inputs)
+        .collect()
+}
+
+/// Finishes or rolls back interrupted compactions in a table directory (see
+/// [`CompactionTxn`]). Runs before the SSTables are opened.
+pub fn recover_compactions(dir: &Path) {
+    for (path, log) in txn_logs(dir) {
+        let victims = if log.committed {
+            &log.inputs
+        } else {
+            &log.outputs
+        };
         tracing::warn!(
             "{}: {} interrupted compaction; deleting SSTables {victims:?}",
-            e.path().display(),
-            if committed {
+            path.display(),
+            if log.committed {
                 "finishing"
             } else {
                 "rolling back"
@@ -769,7 +807,7 @@ pub fn recover_compactions(dir: &Path) {
         for g in victims {
             crate::sstable::delete_generation(dir, *g);
         }
-        let _ = std::fs::remove_file(e.path());
+        let _ = std::fs::remove_file(&path);
     }
 }
 

@@ -1827,9 +1827,13 @@ impl ShardStorage {
             .collect();
         let mut offline = Vec::new();
         if out_of_service && let Ok(rd) = fs::read_dir(&t.dir) {
+            // Inputs of a committed compaction may not be deleted yet: they are not out of
+            // service, they are on their way out.
+            let retiring = crate::compaction::retiring_generations(&t.dir);
             for e in rd.flatten() {
                 if let Some(g) = parse_toc_name(&e.file_name().to_string_lossy())
                     && !t.sstables.iter().any(|s| s.generation == g)
+                    && !retiring.contains(&g)
                 {
                     offline.push(g);
                 }

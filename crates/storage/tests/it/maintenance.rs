@@ -486,6 +486,54 @@ fn scrub_leaves_an_sstable_it_cannot_open_in_place() {
 }
 
 #[test]
+fn scrub_leaves_the_inputs_of_a_committed_compaction_alone() {
+    // A compaction's waiters are answered once its outputs serve reads; the janitor
+    // deletes the inputs after that. Scrub's scan for SSTables out of service must not
+    // take such an input for one (it counted it unreadable under load, or could have
+    // copied its old content back in). Simulated: a copy of the live SSTable under a new
+    // generation, named as the input of a committed transaction log.
+    let d = tempfile::tempdir().expect("tmp");
+    let s = open(d.path());
+    fill(&s, 10, 10);
+    let data = s.sstable_paths(TableId(TABLE)).remove(0);
+    let dir = data.parent().expect("table dir").to_path_buf();
+    let name = data
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_string();
+    let live = name
+        .split('-')
+        .nth(1)
+        .and_then(|g| g.parse::<u64>().ok())
+        .expect("generation");
+    let gone = live + 1000;
+    for e in std::fs::read_dir(&dir).expect("dir").flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let prefix = format!("{}-{live}-", amphora_storage::sstable::FORMAT_PREFIX);
+        if let Some(component) = n.strip_prefix(&prefix) {
+            let to = format!(
+                "{}-{gone}-{component}",
+                amphora_storage::sstable::FORMAT_PREFIX
+            );
+            std::fs::copy(e.path(), dir.join(to)).expect("copy");
+        }
+    }
+    std::fs::write(
+        dir.join(format!("compaction-{gone}.txn")),
+        format!("inputs {gone}\noutput {live}\ncommit\n"),
+    )
+    .expect("txn log");
+    let r = rt()
+        .block_on(maintenance::scrub(&s, TableId(TABLE), false, &mut |_| {}))
+        .expect("scrub");
+    assert_eq!(r.sstables_unreadable, 0, "{r:?}");
+    assert_eq!(r.sstables_salvaged, 0, "{r:?}");
+    assert_eq!(r.sstables_in, 1, "{r:?}");
+    assert_eq!(values(&read_all(&s, TABLE, 0)).len(), 100);
+}
+
+#[test]
 fn scrub_skips_an_unreadable_index_block_and_keeps_an_sstable_it_cannot_index() {
     for (at_start, label) in [(false, "middle"), (true, "first")] {
         let d = tempfile::tempdir().expect("tmp");
