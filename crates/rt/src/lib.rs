@@ -30,11 +30,11 @@
 //! coalescing). Each round's fixed cost (four syscalls, the loopback delivery of the answer)
 //! is what makes a fixed rate near the maximum cost more CPU per request than saturation
 //! does. A lightly loaded shard never naps; a nap adds at most its length plus the kernel's
-//! timer slack (50 µs) to a request. Off by default: with 30 µs, 290,000 writes/s cost the
-//! shard 16% less CPU and saturation with 128 in flight was unchanged, but a closed-loop
-//! client with 32 requests in flight wrote 45% slower (each of its rounds waited for a nap),
-//! and the server cannot tell such a client from a fixed rate (docs/benchmarks.md, "Idle
-//! naps").
+//! timer slack (50 µs) to a request. A closed-loop client with few requests in flight is
+//! slowed down by naps (each of its rounds waits for one: with naps after every short
+//! round, 32 in flight wrote 45% slower), and nothing in a round tells it from a fixed
+//! rate, so a nap probe (`NapProbe`) keeps naps only while trying them shows the input
+//! rate unchanged. Off by default (docs/benchmarks.md, "Idle naps" and "The nap probe").
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -64,6 +64,8 @@ thread_local! {
     static SHARDS: std::cell::RefCell<Option<Shards>> = const { std::cell::RefCell::new(None) };
     /// Set by [`note_io`]; taken by the idle poller.
     static IO_SEEN: Cell<bool> = const { Cell::new(false) };
+    /// Bytes the transport read on this shard ([`note_io`]): what the nap probe compares.
+    static IO_BYTES: Cell<u64> = const { Cell::new(0) };
     /// The idle poller's waker while it sleeps (no recent I/O).
     static POLLER: RefCell<Option<Waker>> = const { RefCell::new(None) };
     /// Turns of the event loop the idle poller kept from sleeping (see [`idle_poll_turns`]).
@@ -97,10 +99,11 @@ pub fn idle_poll() -> Duration {
     Duration::from_nanos(IDLE_POLL_NS.load(Ordering::Relaxed))
 }
 
-/// Tells the calling shard's idle poller that input arrived (the transport calls it after
-/// each read that returned bytes). Cheap: a thread-local flag, plus a local wake-up when the
-/// poller was asleep. A no-op off the shard threads or with polling off.
-pub fn note_io() {
+/// Tells the calling shard's idle poller and nap probe that `bytes` of input arrived (the
+/// transport calls it after each read that returned bytes). Cheap: thread-local cells, plus
+/// a local wake-up when the poller was asleep.
+pub fn note_io(bytes: usize) {
+    IO_BYTES.with(|b| b.set(b.get().wrapping_add(bytes as u64)));
     IO_SEEN.with(|f| f.set(true));
     if let Some(w) = POLLER.with(|p| p.borrow_mut().take()) {
         w.wake();
@@ -121,6 +124,109 @@ pub const NAP_BUSY_BELOW: f64 = 0.3;
 /// cost saturation writes 26%).
 pub const NAP_ROUND_NAPS: u32 = 3;
 
+/// Length of each of a nap probe's three windows (`NapProbe`).
+pub const PROBE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Time from a nap probe's verdict to the next probe, at first; it doubles with each
+/// probe that confirms the verdict, up to [`PROBE_PERIOD_MAX`].
+pub const PROBE_PERIOD_MIN: Duration = Duration::from_secs(1);
+
+/// See [`PROBE_PERIOD_MIN`].
+pub const PROBE_PERIOD_MAX: Duration = Duration::from_secs(16);
+
+/// Naps stay allowed while the input rate with them is at least this share of the rate
+/// without them.
+pub const PROBE_KEEP: f64 = 0.95;
+
+/// Whether a busy shard's naps pay, found by trying. A nap cannot tell a client that sends
+/// at its own pace (a fixed rate: the nap only makes the rounds bigger, and the rate stays)
+/// from one that waits for its answers before it sends more (a closed loop with a few
+/// requests in flight: the nap delays the answers, so the rate falls). So while the shard
+/// would nap, every probe period it measures its input rate (bytes read) over three
+/// windows: as it is, with the other choice, and as it is again; it keeps naps only while
+/// the rate with them is at least [`PROBE_KEEP`] of the rate without (the two outer
+/// windows' mean, so that a rate that rises or falls steadily does not decide). It starts
+/// with naps not allowed.
+struct NapProbe {
+    allowed: bool,
+    period: Duration,
+    next: Option<Instant>,
+    /// The probe under way: its current window (0, 1: the trial, 2), that window's start
+    /// and the bytes read by then, and the rates of the windows before it.
+    window: Option<ProbeWindow>,
+}
+
+#[derive(Clone, Copy)]
+struct ProbeWindow {
+    index: u8,
+    start: Instant,
+    bytes: u64,
+    rates: [f64; 2],
+}
+
+impl NapProbe {
+    const fn new() -> Self {
+        NapProbe {
+            allowed: false,
+            period: PROBE_PERIOD_MIN,
+            next: None,
+            window: None,
+        }
+    }
+
+    /// Whether a nap is allowed now, for a shard that would nap (`wants`) and has read
+    /// `bytes` in all. A shard that would not nap ends any probe under way.
+    fn allows(&mut self, now: Instant, bytes: u64, wants: bool) -> bool {
+        if !wants {
+            self.window = None;
+            self.next = None;
+            return false;
+        }
+        let next = *self.next.get_or_insert(now + self.period);
+        let Some(mut w) = self.window else {
+            if now >= next {
+                self.window = Some(ProbeWindow {
+                    index: 0,
+                    start: now,
+                    bytes,
+                    rates: [0.0; 2],
+                });
+            }
+            return self.allowed;
+        };
+        let trial = |w: &ProbeWindow| (w.index == 1) != self.allowed;
+        let took = now.saturating_duration_since(w.start);
+        if took < PROBE_WINDOW {
+            return trial(&w);
+        }
+        let rate = bytes.wrapping_sub(w.bytes) as f64 / took.as_secs_f64();
+        if w.index < 2 {
+            w.rates[usize::from(w.index)] = rate;
+            w.index += 1;
+            w.start = now;
+            w.bytes = bytes;
+            self.window = Some(w);
+            return trial(&w);
+        }
+        let (tried, kept) = (w.rates[1], (w.rates[0] + rate) / 2.0);
+        let (with, without) = if self.allowed {
+            (kept, tried)
+        } else {
+            (tried, kept)
+        };
+        let verdict = with >= without * PROBE_KEEP;
+        self.period = if verdict == self.allowed {
+            (self.period * 2).min(PROBE_PERIOD_MAX)
+        } else {
+            PROBE_PERIOD_MIN
+        };
+        self.allowed = verdict;
+        self.window = None;
+        self.next = Some(now + self.period);
+        self.allowed
+    }
+}
+
 /// Decides, each time the shard's event loop is about to park, whether it naps first.
 /// Busy time runs from an unpark to the next park; idle time (the nap included) from a park
 /// to the unpark. Both are kept as exponentially weighted sums (weight 7/8 for the past).
@@ -132,6 +238,7 @@ struct Napper {
     /// Busy plus idle plus nap time.
     wall_ns: f64,
     napping: bool,
+    probe: NapProbe,
 }
 
 impl Napper {
@@ -143,6 +250,7 @@ impl Napper {
             busy_ns: 0.0,
             wall_ns: 0.0,
             napping: false,
+            probe: NapProbe::new(),
         }
     }
 
@@ -173,9 +281,12 @@ impl Napper {
             } else {
                 NAP_BUSY_ABOVE
             };
+        let allowed = self
+            .probe
+            .allows(now, IO_BYTES.with(|b| b.get()), self.napping);
         // A long round carried many requests already (saturation, where a client waits for
         // the answers before it sends more): a nap after it would only idle.
-        (self.napping && short_round).then_some(self.nap)
+        (allowed && short_round).then_some(self.nap)
     }
 
     /// Unparked at `now`. The nap, if any, counts as idle time with the wait in `epoll_wait`:
@@ -600,7 +711,7 @@ mod tests {
     async fn inputs(n: u32, gap: Duration, quiet: Duration) -> (u64, u64) {
         let t0 = idle_poll_turns();
         for _ in 0..n {
-            note_io();
+            note_io(1);
             let until = Instant::now() + gap;
             // Busy-wait on the loop (yielding), as requests would keep it busy.
             while Instant::now() < until {
@@ -661,6 +772,7 @@ mod tests {
             let got = ((t / gap).floor() - (picked / gap).floor()).clamp(1.0, SIM_INFLIGHT);
             picked = t;
             requests += got;
+            IO_BYTES.with(|b| b.set(b.get() + got as u64 * 100));
             t += fixed + per * got;
             if let Some(d) = n.before_park(at(t)) {
                 naps += 1;
@@ -673,6 +785,71 @@ mod tests {
     /// The load generator's requests in flight (make bench's 128).
     const SIM_INFLIGHT: f64 = 128.0;
 
+    /// Runs `secs` of a shard serving a closed-loop client with `inflight` requests: each
+    /// answer (sent at the end of its round) comes back as a new request `client` µs later;
+    /// requests cost `per` µs each plus `fixed` µs per round. Returns the naps and the
+    /// requests served.
+    fn simulate_closed(
+        n: &mut Napper,
+        inflight: usize,
+        per: f64,
+        fixed: f64,
+        client: f64,
+        secs: f64,
+    ) -> (u32, u64) {
+        let start = Instant::now();
+        let at = |us: f64| start + Duration::from_nanos((us * 1000.0) as u64);
+        let mut queue: Vec<f64> = vec![0.0; inflight];
+        let (mut t, mut naps, mut served) = (0.0f64, 0u32, 0u64);
+        while t < secs * 1e6 {
+            let next = queue.iter().copied().fold(f64::INFINITY, f64::min);
+            t = t.max(next);
+            n.after_unpark(at(t));
+            let got = queue.iter().filter(|&&a| a <= t).count();
+            queue.retain(|&a| a > t);
+            served += got as u64;
+            IO_BYTES.with(|b| b.set(b.get() + got as u64 * 100));
+            t += fixed + per * got as f64;
+            queue.extend(std::iter::repeat_n(t + client, got));
+            if let Some(d) = n.before_park(at(t)) {
+                naps += 1;
+                t += d.as_secs_f64() * 1e6;
+            }
+        }
+        (naps, served)
+    }
+
+    #[test]
+    fn naps_stop_when_they_slow_a_closed_loop_down() {
+        // 32 requests in flight, answered 20 µs before they come back: ~80% busy, rounds of
+        // ~80 µs, so a 30 µs nap after each one would cost about a tenth of the rate.
+        let mut off = Napper::off();
+        let (_, without) = simulate_closed(&mut off, 32, 2.3, 6.0, 20.0, 4.0);
+        let mut n = Napper::off();
+        n.nap = Duration::from_micros(30);
+        let (naps, with) = simulate_closed(&mut n, 32, 2.3, 6.0, 20.0, 4.0);
+        // Only the probes' trial windows napped (two in 4 s, at 1.1 and 3.3 s).
+        assert!(naps > 0, "never tried a nap");
+        assert!(
+            with as f64 >= without as f64 * 0.97,
+            "served {with} with naps against {without} without"
+        );
+        assert!(!n.probe.allowed, "naps still allowed");
+        // Answers that take the client 40 µs to turn around: a 30 µs nap ends before the
+        // next requests come, so it costs nothing and stays allowed.
+        let mut off = Napper::off();
+        let (_, without) = simulate_closed(&mut off, 32, 2.3, 6.0, 40.0, 4.0);
+        let mut n = Napper::off();
+        n.nap = Duration::from_micros(30);
+        let (naps, with) = simulate_closed(&mut n, 32, 2.3, 6.0, 40.0, 4.0);
+        assert!(n.probe.allowed, "naps that cost nothing were stopped");
+        assert!(naps > 10_000, "napped only {naps} times");
+        assert!(
+            with as f64 >= without as f64 * 0.99,
+            "served {with} against {without}"
+        );
+    }
+
     #[test]
     fn a_busy_shard_naps_and_a_light_one_does_not() {
         // Off: never naps.
@@ -680,8 +857,11 @@ mod tests {
         assert_eq!(simulate(&mut off, 3.2, 2.3, 6.0, 200).0, 0);
         let mut n = Napper::off();
         n.nap = Duration::from_micros(30);
-        // 312,000 requests/s at 2.3 µs each plus 6 µs a round: ~95% busy without naps. It
-        // naps, and its rounds carry many times the requests.
+        // 312,000 requests/s at 2.3 µs each plus 6 µs a round: ~95% busy without naps.
+        // Its first probe (after a second) finds the same rate with naps as without ...
+        simulate(&mut n, 3.2, 2.3, 6.0, 100_000);
+        assert!(n.probe.allowed, "a fixed rate's probe did not allow naps");
+        // ... and from then on it naps, and its rounds carry many times the requests.
         let (naps, per_round) = simulate(&mut n, 3.2, 2.3, 6.0, 200);
         // The rounds grow until one is over three naps long; the next (shorter) one naps again.
         assert!(

@@ -495,7 +495,7 @@ impl<B: Backend> Conn<B> {
                 _ = self.close.notify.notified() => return "close requested",
                 r = rd.read_buf(&mut rbuf) => match r {
                     Ok(0) => return "end of stream",
-                    Ok(_) => amphora_rt::note_io(),
+                    Ok(n) => amphora_rt::note_io(n),
                     Err(e) => {
                         tracing::debug!(error = %e, "transport: read failed");
                         return "read error";
