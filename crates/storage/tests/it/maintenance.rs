@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use amphora_storage::maintenance::{self, Granularity};
+use amphora_storage::sstable;
 use amphora_storage::{ShardStorage, StorageConfig};
 use amphora_types::data::{DeletionTime, Mutation, PartitionUpdate};
 use amphora_types::schema::{ClusteringOrder, TableId, TableSchema};
@@ -497,26 +498,16 @@ fn scrub_leaves_the_inputs_of_a_committed_compaction_alone() {
     fill(&s, 10, 10);
     let data = s.sstable_paths(TableId(TABLE)).remove(0);
     let dir = data.parent().expect("table dir").to_path_buf();
-    let name = data
+    let toc = data.to_string_lossy().replace("-Data.db", "-TOC.txt");
+    let live = Path::new(&toc)
         .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .to_string();
-    let live = name
-        .split('-')
-        .nth(1)
-        .and_then(|g| g.parse::<u64>().ok())
+        .and_then(|n| sstable::parse_toc_name(&n.to_string_lossy()))
         .expect("generation");
     let gone = live + 1000;
-    for e in std::fs::read_dir(&dir).expect("dir").flatten() {
-        let n = e.file_name().to_string_lossy().to_string();
-        let prefix = format!("{}-{live}-", amphora_storage::sstable::FORMAT_PREFIX);
-        if let Some(component) = n.strip_prefix(&prefix) {
-            let to = format!(
-                "{}-{gone}-{component}",
-                amphora_storage::sstable::FORMAT_PREFIX
-            );
-            std::fs::copy(e.path(), dir.join(to)).expect("copy");
+    for c in sstable::COMPONENTS.iter().chain(&["TOC.txt"]) {
+        let from = sstable::component_path(&dir, live, c);
+        if from.exists() {
+            std::fs::copy(from, sstable::component_path(&dir, gone, c)).expect("copy");
         }
     }
     std::fs::write(
