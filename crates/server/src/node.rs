@@ -176,6 +176,19 @@ impl Node {
                     .and_then(|v| v.parse::<u64>().ok())
                     .map_or(memtable_budget, |mb| mb << 20)
             });
+        // Kept pages also go back to the OS while the allocator's resident memory is above
+        // the node's memory plus an eighth (its budgets take fifteen sixteenths of it; the
+        // rest and the eighth are for what they do not count: indexes, filters, slack in
+        // the allocator's slabs). AMPHORA_RESIDENT_LIMIT_MB overrides it, 0 for none (an
+        // experiment knob, not a cassandra.yaml key).
+        let resident_limit = match std::env::var("AMPHORA_RESIDENT_LIMIT_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            Some(0) => None,
+            Some(mb) => Some(mb << 20),
+            None => Some(cfg.memory() + cfg.memory() / 8),
+        };
         let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
@@ -216,6 +229,7 @@ impl Node {
                     }
                     scfg.memtable_budget_bytes = memtable_budget;
                     scfg.kept_pages_cap_bytes = kept_pages_cap;
+                    scfg.resident_limit_bytes = resident_limit;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
                         .map(|_| ())
                         .map_err(|e| e.to_string());

@@ -44,11 +44,17 @@ pub struct AllocatorHooks {
     /// `AMPHORA_SHARD_KEEP_PAGES=0`; other threads keep the allocator's default. What is
     /// kept is bounded by [`Self::trim_kept_pages`].
     pub keep_pages_on_this_thread: fn(),
-    /// When the calling thread's arena holds more than the given bytes of freed pages,
-    /// returns them all to the OS; the bytes returned (0 when under the cap), `None` when
-    /// the allocator cannot tell. Bounds what `keep_pages_on_this_thread` keeps.
-    pub trim_kept_pages: fn(u64) -> Option<u64>,
+    /// When the calling thread's arena holds more than `cap` bytes of freed pages, or
+    /// holds some (at least [`KEPT_PAGES_MIN_TRIM`]) while the allocator's resident memory
+    /// (all arenas) is above `resident_limit`, returns them all to the OS; the bytes
+    /// returned (0 when neither holds), `None` when the allocator cannot tell. Bounds
+    /// what `keep_pages_on_this_thread` keeps.
+    pub trim_kept_pages: fn(cap: u64, resident_limit: u64) -> Option<u64>,
 }
+
+/// Kept pages below this are not returned for being over the resident limit (a purge of
+/// a few pages every check would cost syscalls and save nothing).
+pub const KEPT_PAGES_MIN_TRIM: u64 = 8 << 20;
 
 static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();
 

@@ -141,6 +141,11 @@ pub struct StorageConfig {
     /// bytes of freed pages sit in it, they all go back to the OS
     /// ([`crate::alloc::AllocatorHooks::trim_kept_pages`], checked every 250 ms).
     pub kept_pages_cap_bytes: Option<u64>,
+    /// With `kept_pages_cap_bytes`: the kept pages also go back to the OS whenever the
+    /// allocator's resident memory (the whole process) is above this, so they are kept
+    /// only while the node is within its memory (the node sets it to its memory plus an
+    /// eighth; `None`: no such limit).
+    pub resident_limit_bytes: Option<u64>,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -164,6 +169,7 @@ impl StorageConfig {
             flush_nice: 0,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,
+            resident_limit_bytes: None,
             clock: Clock::system(),
             before_flush: None,
         }

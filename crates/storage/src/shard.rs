@@ -2047,7 +2047,8 @@ impl ShardStorage {
     /// map starts, one slice of [`DEFRAG_SLICE`] entries every [`DEFRAG_TICK`], and goes on
     /// while [`crate::alloc::still_fragmented`] ([`DefragEpisode`] decides when to pause).
     /// At each check it also bounds the freed pages the shard's arena keeps
-    /// ([`StorageConfig::kept_pages_cap_bytes`]). Returns after `shutdown`.
+    /// ([`StorageConfig::kept_pages_cap_bytes`], [`StorageConfig::resident_limit_bytes`]).
+    /// Returns after `shutdown`.
     pub fn run_defrag(&self) -> impl Future<Output = ()> + 'static {
         let me = self.clone();
         async move {
@@ -2062,12 +2063,16 @@ impl ShardStorage {
                     return;
                 }
                 wait = DEFRAG_CHECK;
-                let cap = me.inner.borrow().cfg.kept_pages_cap_bytes;
+                let (cap, limit) = {
+                    let cfg = &me.inner.borrow().cfg;
+                    (cfg.kept_pages_cap_bytes, cfg.resident_limit_bytes)
+                };
+                let limit = limit.unwrap_or(u64::MAX);
                 if let Some(cap) = cap
-                    && let Some(purged) = (hooks.trim_kept_pages)(cap)
+                    && let Some(purged) = (hooks.trim_kept_pages)(cap, limit)
                     && purged > 0
                 {
-                    tracing::debug!(purged, cap, "returned the shard arena's kept pages");
+                    tracing::debug!(purged, cap, limit, "returned the shard arena's kept pages");
                 }
                 let Some(u) = (hooks.usage)() else { continue };
                 let ep = match &mut episode {
