@@ -2057,6 +2057,10 @@ impl ShardStorage {
             };
             let mut episode: Option<DefragEpisode> = None;
             let mut wait = DEFRAG_CHECK;
+            // Kept pages are bounded once per DEFRAG_CHECK, also while slices run every
+            // DEFRAG_TICK: over the resident limit a purge at every tick would hand pages
+            // back that the next slice faults in again.
+            let mut last_trim: Option<tokio::time::Instant> = None;
             loop {
                 tokio::time::sleep(wait).await;
                 if me.inner.borrow().closed {
@@ -2068,11 +2072,21 @@ impl ShardStorage {
                     (cfg.kept_pages_cap_bytes, cfg.resident_limit_bytes)
                 };
                 let limit = limit.unwrap_or(u64::MAX);
+                let now = tokio::time::Instant::now();
                 if let Some(cap) = cap
-                    && let Some(purged) = (hooks.trim_kept_pages)(cap, limit)
-                    && purged > 0
+                    && last_trim.is_none_or(|t| now.duration_since(t) >= DEFRAG_CHECK)
                 {
-                    tracing::debug!(purged, cap, limit, "returned the shard arena's kept pages");
+                    last_trim = Some(now);
+                    if let Some(purged) = (hooks.trim_kept_pages)(cap, limit)
+                        && purged > 0
+                    {
+                        tracing::debug!(
+                            purged,
+                            cap,
+                            limit,
+                            "returned the shard arena's kept pages"
+                        );
+                    }
                 }
                 let Some(u) = (hooks.usage)() else { continue };
                 let ep = match &mut episode {
