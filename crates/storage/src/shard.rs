@@ -185,6 +185,14 @@ impl DefragEpisode {
             0
         };
         let stalled = self.stalled >= 3;
+        tracing::debug!(
+            moved = self.moved,
+            examined = self.examined,
+            slack_at_start = self.pass_slack,
+            slack = slack,
+            backoff = few || stalled,
+            "row cache defragmentation pass done"
+        );
         *self = DefragEpisode {
             stalled: if stalled { 0 } else { self.stalled },
             ..DefragEpisode::new(slack)
@@ -2093,6 +2101,11 @@ impl ShardStorage {
                     Some(ep) if crate::alloc::still_fragmented(u) => ep,
                     _ if crate::alloc::fragmented(u) && !me.inner.borrow().row_cache.is_empty() => {
                         me.inner.borrow_mut().row_cache.restart_defrag();
+                        tracing::debug!(
+                            slack = crate::alloc::slack(u),
+                            allocated = u.allocated,
+                            "row cache defragmentation starts"
+                        );
                         episode.insert(DefragEpisode::new(crate::alloc::slack(u)))
                     }
                     _ => {
