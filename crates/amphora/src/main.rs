@@ -136,12 +136,12 @@ fn jemalloc_keep_pages_on_this_thread() {
 /// When the calling thread's arena holds more than `cap` bytes of freed pages it kept (see
 /// [`jemalloc_keep_pages_on_this_thread`]), or at least
 /// [`amphora_storage::alloc::KEPT_PAGES_MIN_TRIM`] while jemalloc's resident memory (all
-/// arenas) is above `resident_limit`, returns them all to the OS (`arena.<i>.purge`) and
+/// arenas) is above `resident_limit` (if any), returns them all to the OS (`arena.<i>.purge`) and
 /// says how many bytes that was; `Some(0)` when neither holds, `None` when jemalloc's
 /// figures are unavailable.
 #[cfg(feature = "jemalloc")]
 #[allow(unsafe_code)]
-fn jemalloc_trim_kept_pages(cap: u64, resident_limit: u64) -> Option<u64> {
+fn jemalloc_trim_kept_pages(cap: u64, resident_limit: Option<u64>) -> Option<u64> {
     use tikv_jemalloc_ctl::raw;
     // The per-arena figures are refreshed only when the epoch advances.
     tikv_jemalloc_ctl::epoch::advance().ok()?;
@@ -154,8 +154,9 @@ fn jemalloc_trim_kept_pages(cap: u64, resident_limit: u64) -> Option<u64> {
     let dirty = (pages as u64).saturating_mul(page as u64);
     let over_cap = dirty > cap;
     let over_limit = dirty >= amphora_storage::alloc::KEPT_PAGES_MIN_TRIM
-        && resident_limit < u64::MAX
-        && tikv_jemalloc_ctl::stats::resident::read().is_ok_and(|r| r as u64 > resident_limit);
+        && resident_limit.is_some_and(|limit| {
+            tikv_jemalloc_ctl::stats::resident::read().is_ok_and(|r| r as u64 > limit)
+        });
     if !over_cap && !over_limit {
         return Some(0);
     }
@@ -560,20 +561,24 @@ mod tests {
         assert_eq!(thp.ok(), Some(&b"always\0"[..]), "thp (.cargo/config.toml)");
     }
 
-    #[test]
-    fn kept_pages_over_the_cap_go_back_to_the_os() {
-        let (under, over, after) = std::thread::spawn(|| {
+    /// Keeps 64 MiB of freed pages on a new thread with its own arena, then makes the
+    /// trim calls `(cap, resident_limit)` in turn there; their results.
+    fn trims_after_keeping_64_mib(calls: [(u64, Option<u64>); 3]) -> [Option<u64>; 3] {
+        std::thread::spawn(move || {
             jemalloc_keep_pages_on_this_thread();
             // 64 MiB in 1 MiB pieces, touched, then freed: the arena keeps their pages.
             let chunks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
             drop(chunks);
-            let under = jemalloc_trim_kept_pages(1 << 30, u64::MAX);
-            let over = jemalloc_trim_kept_pages(16 << 20, u64::MAX);
-            let after = jemalloc_trim_kept_pages(1 << 20, u64::MAX);
-            (under, over, after)
+            calls.map(|(cap, limit)| jemalloc_trim_kept_pages(cap, limit))
         })
         .join()
-        .expect("thread");
+        .expect("thread")
+    }
+
+    #[test]
+    fn kept_pages_over_the_cap_go_back_to_the_os() {
+        let [under, over, after] =
+            trims_after_keeping_64_mib([(1 << 30, None), (16 << 20, None), (1 << 20, None)]);
         assert_eq!(under, Some(0), "64 MiB kept is under a 1 GiB cap");
         let over = over.expect("jemalloc's per-arena stats");
         assert!(over >= 60 << 20, "returned {over} bytes");
@@ -582,19 +587,12 @@ mod tests {
 
     #[test]
     fn kept_pages_go_back_to_the_os_while_resident_memory_is_over_the_limit() {
-        let (within, over, after) = std::thread::spawn(|| {
-            jemalloc_keep_pages_on_this_thread();
-            // 64 MiB kept, well under a 1 GiB cap.
-            let chunks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
-            drop(chunks);
-            let within = jemalloc_trim_kept_pages(1 << 30, u64::MAX - 1);
-            // Any process has more than 1 MiB resident.
-            let over = jemalloc_trim_kept_pages(1 << 30, 1 << 20);
-            let after = jemalloc_trim_kept_pages(1 << 30, 1 << 20);
-            (within, over, after)
-        })
-        .join()
-        .expect("thread");
+        // Well under a 1 GiB cap; any process has more than 1 MiB resident.
+        let [within, over, after] = trims_after_keeping_64_mib([
+            (1 << 30, Some(u64::MAX)),
+            (1 << 30, Some(1 << 20)),
+            (1 << 30, Some(1 << 20)),
+        ]);
         assert_eq!(within, Some(0), "under the cap and the resident limit");
         let over = over.expect("jemalloc's per-arena stats");
         assert!(over >= 60 << 20, "returned {over} bytes");

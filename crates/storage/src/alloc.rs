@@ -46,10 +46,10 @@ pub struct AllocatorHooks {
     pub keep_pages_on_this_thread: fn(),
     /// When the calling thread's arena holds more than `cap` bytes of freed pages, or
     /// holds some (at least [`KEPT_PAGES_MIN_TRIM`]) while the allocator's resident memory
-    /// (all arenas) is above `resident_limit`, returns them all to the OS; the bytes
+    /// (all arenas) is above `resident_limit` (if any), returns them all to the OS; the bytes
     /// returned (0 when neither holds), `None` when the allocator cannot tell. Bounds
     /// what `keep_pages_on_this_thread` keeps.
-    pub trim_kept_pages: fn(cap: u64, resident_limit: u64) -> Option<u64>,
+    pub trim_kept_pages: fn(cap: u64, resident_limit: Option<u64>) -> Option<u64>,
 }
 
 /// Kept pages below this are not returned for being over the resident limit (a purge of

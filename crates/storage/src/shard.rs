@@ -2079,7 +2079,6 @@ impl ShardStorage {
                     let cfg = &me.inner.borrow().cfg;
                     (cfg.kept_pages_cap_bytes, cfg.resident_limit_bytes)
                 };
-                let limit = limit.unwrap_or(u64::MAX);
                 let now = tokio::time::Instant::now();
                 if let Some(cap) = cap
                     && last_trim.is_none_or(|t| now.duration_since(t) >= DEFRAG_CHECK)
@@ -2091,7 +2090,7 @@ impl ShardStorage {
                         tracing::debug!(
                             purged,
                             cap,
-                            limit,
+                            ?limit,
                             "returned the shard arena's kept pages"
                         );
                     }
