@@ -25,6 +25,8 @@ pub enum NodeError {
     Invalid(String),
     #[error("shard {shard} failed to start: {message}")]
     Shard { shard: u32, message: String },
+    #[error("starting the CQL transport: {0}")]
+    Transport(std::io::Error),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -290,10 +292,7 @@ impl Node {
             ..TransportConfig::default()
         };
         let listeners = transport::start_listeners(tcfg.clone(), runtime.shards().clone())
-            .map_err(|source| NodeError::Listen {
-                addr: SocketAddr::new(cfg.listen_address, native_port),
-                source,
-            })?;
+            .map_err(NodeError::Transport)?;
         let (native_addr, shard_aware_addr) =
             (listeners.native_addr(), listeners.shard_aware_addr());
         let listeners = Arc::new(crate::api::NativeTransport::new(

@@ -53,10 +53,17 @@ fn answers_http(addr: SocketAddr) -> bool {
 
 /// The last `n` lines of a server log (or why it could not be read), for error messages:
 /// CI keeps only the test's output, not the temporary directory.
+///
+/// A failed start ends the log with the error and then, when `RUST_BACKTRACE` is set (CI
+/// sets it), its stack backtrace: the lines from `Stack backtrace:` on are left out, so the
+/// tail holds the error itself (and the retry on [`ADDR_IN_USE`] can see it).
 fn log_tail(path: &Path, n: usize) -> String {
     match std::fs::read_to_string(path) {
         Ok(s) => {
-            let lines: Vec<&str> = s.lines().collect();
+            let lines: Vec<&str> = s
+                .lines()
+                .take_while(|l| l.trim_end() != "Stack backtrace:")
+                .collect();
             lines[lines.len().saturating_sub(n)..].join("\n")
         }
         Err(e) => format!("(unreadable: {e})"),
@@ -308,5 +315,28 @@ mod tests {
         // Nothing listening.
         let port = free_port().expect("port");
         assert!(!answers_http(SocketAddr::from(([127, 0, 0, 1], port))));
+    }
+
+    #[test]
+    fn a_failed_starts_log_tail_holds_the_error_not_its_backtrace() {
+        let dir = std::env::temp_dir().join(format!("amphora-testkit-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = dir.join("server.log");
+        let mut text = String::from(
+            "INFO storage opened\nError: starting the node\n\nCaused by:\n    \
+             starting the CQL transport: cannot listen on 127.0.0.1:9042: \
+             Address already in use (os error 98)\n\nStack backtrace:\n",
+        );
+        for i in 0..40 {
+            text.push_str(&format!(
+                "  {i}: some::frame\n             at src/x.rs:{i}:1\n"
+            ));
+        }
+        std::fs::write(&log, text).expect("write log");
+        let tail = log_tail(&log, 20);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+        assert!(tail.contains(ADDR_IN_USE), "{tail}");
+        assert!(tail.starts_with("INFO storage opened"), "{tail}");
+        assert!(!tail.contains("some::frame"), "{tail}");
     }
 }
