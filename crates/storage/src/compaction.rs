@@ -1014,9 +1014,7 @@ fn compact_into_writer(
 ) -> Result<Vec<SSTableReader>> {
     let mut scanners: Vec<Scanner<'_>> = Vec::with_capacity(inputs.len());
     for s in inputs {
-        let mut sc = s.scan_from(i64::MIN, None, false)?;
-        sc.read_ahead();
-        scanners.push(sc);
+        scanners.push(s.scan_from(i64::MIN, None, false)?);
     }
     let raw_sources: Vec<RawSource<'_>> = inputs.iter().map(|s| RawSource::of(&s.stats)).collect();
     let upper = inputs

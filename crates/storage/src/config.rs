@@ -80,9 +80,6 @@ pub enum CommitFailurePolicy {
 /// writing at a fixed 160k/s and the write p99 grew to seconds.
 pub const DEFAULT_BACKGROUND_NICE: i32 = 19;
 
-/// Default nice value of the flush thread (see [`StorageConfig::flush_nice`]).
-pub const DEFAULT_FLUSH_NICE: i32 = 5;
-
 /// Default [`StorageConfig::cache_update_pause`].
 pub const DEFAULT_CACHE_UPDATE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -128,17 +125,12 @@ pub struct StorageConfig {
     /// Cassandra's pending compactions do) and is worked off when the shard has idle time.
     /// A Linux thread cannot raise its priority again without privilege, so the backlog
     /// controller's share ([`crate::compaction::BacklogController`]) only paces it below
-    /// that. The flush thread runs a little below the shard ([`Self::flush_nice`]): writes
-    /// wait for flushes when memtables are full.
+    /// that. The flush thread keeps the shard's priority by default ([`Self::flush_nice`]):
+    /// writes wait for flushes when memtables are full.
     pub background_nice: i32,
     /// Nice value of the shard's flush thread (0 = the shard thread's own priority; the
-    /// node takes another from `AMPHORA_FLUSH_NICE` for experiments). At 5 (the default)
-    /// it gets about a quarter of a core the shard thread keeps busy, so a flush spreads
-    /// over about a second instead of halving the shard's share for half of one: writes at
-    /// 90% of the saturation rate had p99 26–35 ms against 104–126 ms at 0, and no write
-    /// waited for memory (docs/benchmarks.md, "Flushes straight to the disk"). That needs
-    /// the flush's direct Data.db: with the copy into the page cache a flush cost twice the
-    /// CPU, and at 5 writes waited for memory. At 19 the flush fell behind a busy shard.
+    /// node takes another from `AMPHORA_FLUSH_NICE` for experiments: at 19 the flush fell
+    /// behind a busy shard and writes waited for memory).
     pub flush_nice: i32,
     /// Pause between two slices of a flushed memtable's merge into the row cache while
     /// requests keep the shard busy and memtables use under three quarters of their
@@ -174,7 +166,7 @@ impl StorageConfig {
             row_cache_bytes: None,
             row_cache_partition_max_bytes: 1 << 20,
             background_nice: DEFAULT_BACKGROUND_NICE,
-            flush_nice: DEFAULT_FLUSH_NICE,
+            flush_nice: 0,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,
             resident_limit_bytes: None,

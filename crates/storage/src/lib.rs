@@ -28,7 +28,6 @@ pub mod partmap;
 mod prefetch;
 pub use prefetch::PrefetchKey;
 pub mod read;
-pub mod readahead;
 pub mod rowcache;
 pub mod shard;
 pub mod sstable;

@@ -2279,10 +2279,7 @@ fn flush_memtable(
     mem: &Memtable,
     upper: LogPosition,
 ) -> Result<Option<SSTableReader>> {
-    // Data.db straight to the disk, as compaction outputs: copying it into the page cache
-    // was 63% of the flush thread's CPU at the "90% own" write rate (docs/benchmarks.md,
-    // "Flushes straight to the disk"); compactions read it back with O_DIRECT too.
-    let mut w = SSTableWriter::new_direct(dir, generation, &mem.schema)?;
+    let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();

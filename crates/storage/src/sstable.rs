@@ -1507,29 +1507,18 @@ impl SSTableReader {
     /// holding the body (without the checksum). Returns the chunk's file offset and its
     /// uncompressed length.
     fn read_chunk_raw(&self, i: usize, raw: &mut Vec<u8>) -> Result<(u64, usize)> {
-        let (start, end) = self.chunk_bounds(i)?;
+        let (Some(&start), Some(&end)) = (self.chunk_offsets.get(i), self.chunk_offsets.get(i + 1))
+        else {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                0,
+                format!("chunk {i} out of range"),
+            ));
+        };
         raw.resize((end - start) as usize, 0);
         self.data
             .read_exact_at(raw, start)
             .map_err(|e| StorageError::io(&self.data_path, e))?;
-        self.check_chunk(i, start, raw)
-    }
-
-    /// Where chunk `i`'s stored bytes (with their checksum) are in Data.db.
-    fn chunk_bounds(&self, i: usize) -> Result<(u64, u64)> {
-        match (self.chunk_offsets.get(i), self.chunk_offsets.get(i + 1)) {
-            (Some(&start), Some(&end)) if start <= end => Ok((start, end)),
-            _ => Err(StorageError::corrupt(
-                &self.data_path,
-                0,
-                format!("chunk {i} out of range"),
-            )),
-        }
-    }
-
-    /// Verifies the checksum of chunk `i`'s stored bytes `raw` (read from `start`) and
-    /// leaves `raw` holding the body; returns `start` and the uncompressed length.
-    fn check_chunk(&self, i: usize, start: u64, raw: &mut Vec<u8>) -> Result<(u64, usize)> {
         if raw.len() < 4 {
             return Err(StorageError::corrupt(
                 &self.data_path,
@@ -1581,50 +1570,6 @@ impl SSTableReader {
         need: usize,
     ) -> Result<usize> {
         let (start, ulen) = self.read_chunk_raw(i, raw)?;
-        self.decode_chunk(i, start, ulen, raw, out, need)
-    }
-
-    /// Reads and verifies chunk `i` into `out` as [`read_chunk_into`](Self::read_chunk_into)
-    /// does, its stored bytes taken from `ahead` (read ahead with O_DIRECT); from the file
-    /// itself when `ahead` cannot serve them.
-    fn read_chunk_ahead(
-        &self,
-        i: usize,
-        ahead: &mut crate::readahead::ReadAhead,
-        raw: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let (start, end) = self.chunk_bounds(i)?;
-        raw.clear();
-        let served = ahead
-            .copy(start, end, raw)
-            .map_err(|e| StorageError::io(&self.data_path, e))?;
-        if !served || raw.len() as u64 != end - start {
-            return self.read_chunk_into(i, raw, out);
-        }
-        let (start, ulen) = self.check_chunk(i, start, raw)?;
-        let n = self.decode_chunk(i, start, ulen, raw, out, usize::MAX)?;
-        if n != out.len() {
-            return Err(StorageError::corrupt(
-                &self.data_path,
-                start,
-                format!("chunk {i} has {n} bytes, expected {}", out.len()),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Decompresses at least the first `need` bytes of chunk `i`'s verified body `raw`
-    /// (stored at `start`, `ulen` bytes uncompressed) into `out`; returns how many.
-    fn decode_chunk(
-        &self,
-        i: usize,
-        start: u64,
-        ulen: usize,
-        raw: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-        need: usize,
-    ) -> Result<usize> {
         match self.compressor {
             Compressor::None => {
                 std::mem::swap(raw, out);
@@ -2184,8 +2129,6 @@ pub struct Scanner<'a> {
     /// Where [`load_current_raw`](Self::load_current_raw) left the current partition's
     /// bytes: a range of `chunk_data`, or (None) all of `scratch`.
     raw_at: Option<(usize, usize)>,
-    /// Data.db read ahead with O_DIRECT (see [`read_ahead`](Self::read_ahead)).
-    ahead: Option<crate::readahead::ReadAhead>,
 }
 
 impl<'a> Scanner<'a> {
@@ -2203,29 +2146,7 @@ impl<'a> Scanner<'a> {
             chunk_raw: Vec::new(),
             scratch: Vec::new(),
             raw_at: Some((0, 0)),
-            ahead: None,
         }
-    }
-
-    /// From here on, reads Data.db ahead of the scan with O_DIRECT, on a thread of its own
-    /// (see [`crate::readahead`]): for a scan that reads the whole SSTable once, as a
-    /// compaction does. Without O_DIRECT (tmpfs) the scan reads as before.
-    pub fn read_ahead(&mut self) -> &mut Self {
-        if self.ahead.is_some() {
-            return self;
-        }
-        let sst = self.sst;
-        let from = match &self.current {
-            Some((_, e)) => {
-                let i = (e.position / sst.chunk_bytes.max(1)) as usize;
-                sst.chunk_offsets.get(i).copied().unwrap_or(0)
-            }
-            None => 0,
-        };
-        let end = sst.chunk_offsets.last().copied().unwrap_or(0);
-        self.ahead = crate::readahead::reopen_direct(&sst.data)
-            .and_then(|f| crate::readahead::ReadAhead::start(f, from, end).ok());
-        self
     }
 
     fn load_block(&mut self) -> Result<()> {
@@ -2302,12 +2223,6 @@ impl<'a> Scanner<'a> {
         Ok(self.current.as_ref().map(|e| &e.0))
     }
 
-    /// The next index entry, loaded and not consumed.
-    fn current_entry(&mut self) -> Result<Option<IndexEntry>> {
-        self.peek_key()?;
-        Ok(self.current.as_ref().map(|e| e.1))
-    }
-
     /// Consumes the next index entry.
     fn take_entry(&mut self) -> Result<Option<(PartitionKey, IndexEntry)>> {
         self.peek_key()?;
@@ -2315,27 +2230,6 @@ impl<'a> Scanner<'a> {
     }
 
     pub fn next_partition(&mut self) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
-        if self.ahead.is_some() {
-            // Through the scanner's chunk, which the read-ahead fills.
-            let Some(position) = self.current_entry()?.map(|e| e.position) else {
-                return Ok(None);
-            };
-            let loaded = self.load_current_raw();
-            let Some((k, _)) = self.current.take() else {
-                return Ok(None);
-            };
-            loaded?;
-            let bytes = Bytes::copy_from_slice(self.current_raw());
-            let (k2, u) = decode_partition(&self.sst.data_path, bytes, position)?;
-            if k2 != k {
-                return Err(StorageError::corrupt(
-                    &self.sst.data_path,
-                    position,
-                    "index and data disagree on the key",
-                ));
-            }
-            return Ok(Some((k, u)));
-        }
         let Some((k, e)) = self.take_entry()? else {
             return Ok(None);
         };
@@ -2412,12 +2306,7 @@ impl<'a> Scanner<'a> {
         for i in first..=last {
             if self.chunk != Some(i) {
                 self.chunk = None;
-                match &mut self.ahead {
-                    Some(a) => {
-                        sst.read_chunk_ahead(i, a, &mut self.chunk_raw, &mut self.chunk_data)?
-                    }
-                    None => sst.read_chunk_into(i, &mut self.chunk_raw, &mut self.chunk_data)?,
-                }
+                sst.read_chunk_into(i, &mut self.chunk_raw, &mut self.chunk_data)?;
                 self.chunk = Some(i);
             }
             let c = &self.chunk_data;
