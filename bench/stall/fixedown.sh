@@ -12,7 +12,8 @@
 # the per-second thread ticks, then the write memory waits, the row cache's
 # defragmentation moves and evictions, and the memtable MB (counters are totals since the
 # start). PERF=1 records the shard thread 20 s into the fixed run
-# (/dev/shm/fixedown-LABEL.data, dwarf call graphs).
+# (/dev/shm/fixedown-LABEL.data, dwarf call graphs); PERF_THREAD names another thread
+# to record instead (its comm, e.g. flush-0).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rate=$3 sats=${4:-60} fixs=${5:-60}
@@ -35,8 +36,11 @@ lc=$(wc -l < "$OUT/server-$label.log")
 ( st write duration="${fixs}s" no-warmup -rate threads=128 fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/wf-$label.txt" ) &
 sp=$!
 if [[ -n "${PERF:-}" ]]; then
-  shard_tid=$(grep -l "^shard-0" /proc/"$P"/task/*/comm | head -1 | cut -d/ -f5)
-  ( sleep 10; perf record -F 499 --call-graph dwarf,16384 -t "$shard_tid" \
+  # Several threads can share a name (each storage has its flush worker): the busiest
+  # one, 10 s into the run, is recorded.
+  ( sleep 10
+    shard_tid=$(thread_cpu | awk -v n="${PERF_THREAD:-shard-0}" '{split($1, a, "/")} a[1] == n && $2 >= m {m = $2; t = a[2]} END {print t}')
+    perf record -F 499 --call-graph dwarf,16384 -t "$shard_tid" \
       -o "/dev/shm/fixedown-$label.data" -- sleep 20 > /dev/null 2>&1 ) &
 fi
 : > "$OUT/cpu-$label.txt"
