@@ -157,6 +157,9 @@ pub struct CachedPartition {
 /// 530 ns at 32, 441 ns at 64).
 const MERGE_BATCH: usize = 64;
 
+/// How many slots a [`RowCache::defrag_slice`] walks between looks at the clock.
+pub const SLICE_CLOCK_STRIDE: usize = 32;
+
 /// Partitions of at most this many rows are cached encoded.
 const ENCODED_ROWS_MAX: usize = 4;
 
@@ -923,24 +926,33 @@ impl RowCache {
     }
 
     /// Goes on round the key map until it has looked at `budget` encoded entries, walked
-    /// eight times `budget` slots or reached the map's end, copying each entry for which `should_move` holds of its
-    /// allocation or its data's into new allocations (a read holding the old copy keeps
-    /// it). The old copies are freed only after every new one is allocated, so a new copy
-    /// never takes the place an old one just left. `should_move` is only given addresses
-    /// inside live allocations (an entry's, and its non-empty data's). An empty map counts
-    /// as a whole pass. See [`crate::alloc`].
+    /// eight times `budget` slots, reached the map's end or passed `deadline` (checked every
+    /// [`SLICE_CLOCK_STRIDE`] slots and after every move), copying each entry for which `should_move` holds of
+    /// its allocation or its data's into new allocations (a read holding the old copy
+    /// keeps it). The old copies are freed only after every new one is allocated, so a new
+    /// copy never takes the place an old one just left. `should_move` is only given
+    /// addresses inside live allocations (an entry's, and its non-empty data's). An empty
+    /// map counts as a whole pass. See [`crate::alloc`].
     pub fn defrag_slice(
         &mut self,
         budget: usize,
+        deadline: Option<std::time::Instant>,
         mut should_move: impl FnMut(*const u8) -> bool,
     ) -> DefragSlice {
         let n = self.buckets.len();
         let mut out = DefragSlice::default();
         let mut old = Vec::new();
         let mut walk = budget.saturating_mul(8);
+        let mut walked = 0usize;
         out.wrapped = n == 0;
         while out.examined < budget && walk > 0 && !out.wrapped {
             walk -= 1;
+            walked += 1;
+            if walked.is_multiple_of(SLICE_CLOCK_STRIDE)
+                && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                break;
+            }
             let i = self.defrag_cursor & (n - 1);
             self.defrag_cursor = (i + 1) & (n - 1);
             out.wrapped = self.defrag_cursor == 0;
@@ -960,6 +972,11 @@ impl RowCache {
             if let Some(copy) = e.relocated() {
                 old.push(b.entry.replace(Arc::new(copy)));
                 out.moved += 1;
+                // A move can take 100 µs where the host backs the new copy's memory
+                // lazily: the clock is read after each.
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    break;
+                }
             }
         }
         drop(old);
@@ -1415,6 +1432,35 @@ mod tests {
     }
 
     #[test]
+    fn a_defrag_slice_past_its_deadline_stops_after_one_move() {
+        let mut c = RowCache::new(1 << 24, 1 << 20);
+        let t = TableId(1);
+        for i in 0..1000 {
+            c.insert(t, &key(i, &format!("k{i}")), part(20));
+        }
+        let past = Some(std::time::Instant::now());
+        let mut seen = 0;
+        let mut slices = 0;
+        loop {
+            let s = c.defrag_slice(usize::MAX, past, |_| true);
+            // The clock is read after every move: one at most.
+            assert!(s.examined <= 1, "{s:?}");
+            assert_eq!(s.moved, s.examined);
+            seen += s.examined;
+            slices += 1;
+            if s.wrapped {
+                break;
+            }
+        }
+        // Still one whole pass, over many slices; every entry still there.
+        assert_eq!(seen, 1000);
+        assert!(slices >= 1000, "{slices}");
+        for i in 0..1000 {
+            assert!(c.get(t, &key(i, &format!("k{i}"))).is_some(), "{i}");
+        }
+    }
+
+    #[test]
     fn defrag_moves_the_entries_named_and_keeps_their_content() {
         let mut c = RowCache::new(1 << 24, 1 << 20);
         let t = TableId(1);
@@ -1429,11 +1475,11 @@ mod tests {
         let wide_before = c.get(t, &key(500, "wide")).expect("cached").clone();
         let bytes = c.stats().bytes;
         // Nothing named: nothing moves; a pass looks at every encoded entry once.
-        let pass = c.defrag_slice(usize::MAX, |_| false);
+        let pass = c.defrag_slice(usize::MAX, None, |_| false);
         assert_eq!((pass.examined, pass.moved, pass.wrapped), (100, 0, true));
         let mut seen = 0;
         loop {
-            let s = c.defrag_slice(7, |_| false);
+            let s = c.defrag_slice(7, None, |_| false);
             assert!(s.examined <= 7);
             seen += s.examined;
             if s.wrapped {
@@ -1447,7 +1493,7 @@ mod tests {
             .step_by(2)
             .map(|e| Arc::as_ptr(e) as usize)
             .collect();
-        let moved = c.defrag_slice(usize::MAX, |p| even.contains(&(p as usize)));
+        let moved = c.defrag_slice(usize::MAX, None, |p| even.contains(&(p as usize)));
         assert_eq!(moved.moved, 50);
         for (i, old) in before.iter().enumerate() {
             let now = c.get(t, &key(i as i64, &format!("k{i}"))).expect("cached");
@@ -1456,7 +1502,7 @@ mod tests {
             assert_eq!(data_of(old), part(20 + i));
         }
         // Everything named: every encoded entry moves, the decoded one stays.
-        let moved = c.defrag_slice(usize::MAX, |_| true);
+        let moved = c.defrag_slice(usize::MAX, None, |_| true);
         assert_eq!(moved.moved, 100);
         assert!(Arc::ptr_eq(
             c.get(t, &key(500, "wide")).expect("cached"),

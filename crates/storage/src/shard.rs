@@ -127,8 +127,15 @@ struct CacheUpdate {
 }
 
 /// Partitions of a flushed memtable merged into the row cache per slice (~1 ms: a merge
-/// into a cached entry costs a few µs).
+/// into a cached entry costs a few µs), unless [`SHARD_SLICE_TIME`] runs out first.
 const CACHE_UPDATE_SLICE: usize = 256;
+/// Partitions merged between looks at the clock within a cache update slice.
+const CACHE_UPDATE_STEP: usize = 16;
+/// The longest a slice of background work on the shard (a cache update's, a
+/// defragmentation's) runs before requests get their turn. Both were sized by count to take
+/// about a millisecond; a count cannot know what the memory costs (a flush's install, with
+/// its first cache update slice, held the shard 24-37 ms in make bench on the Intel VM).
+const SHARD_SLICE_TIME: Duration = Duration::from_micros(500);
 
 /// Row cache entries one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
 /// about a millisecond of the shard when most of them move. At one slice per
@@ -1143,19 +1150,32 @@ impl ShardStorage {
             BgResult::Flushed { .. } => "flush",
             BgResult::Compacted { .. } => "compaction",
         };
-        self.install_result(r);
+        let phases = self.install_result(r);
         let took = started.elapsed();
         if took >= SLOW_INSTALL {
             // Everything else on this shard waited as long.
+            let [set, segments, compaction, cache] = phases.map(|d| d.as_secs_f64() * 1e3);
             tracing::warn!(
                 shard = self.inner.borrow().cfg.shard,
-                "installing a {what} result held the shard for {} ms",
+                "installing a {what} result held the shard for {} ms (SSTable set \
+                 {set:.1} ms, commitlog segments {segments:.1} ms, next compaction \
+                 {compaction:.1} ms, row cache slice {cache:.1} ms)",
                 took.as_millis()
             );
         }
     }
 
-    fn install_result(&self, r: BgResult) {
+    /// Installs `r`; returns how long its phases took (the SSTable set's update, the
+    /// commitlog segments' release, the next compaction's choice, the first row cache
+    /// slice), for the slow install warning.
+    fn install_result(&self, r: BgResult) -> [Duration; 4] {
+        let mut clock = std::time::Instant::now();
+        let mut phases = [Duration::ZERO; 4];
+        let mut lap = |i: usize| {
+            let now = std::time::Instant::now();
+            phases[i] = now - clock;
+            clock = now;
+        };
         let mut trigger_compaction = None;
         // A compaction's input deletions, for the janitor after the job's waiters.
         let mut deferred: Option<Box<dyn FnOnce() + Send>> = None;
@@ -1329,6 +1349,7 @@ impl ShardStorage {
                 }
             }
         };
+        lap(0);
         let waiters = if cache_update && res.is_ok() {
             Vec::new()
         } else {
@@ -1360,18 +1381,22 @@ impl ShardStorage {
                 }
             }));
         }
+        lap(1);
         self.refresh_compaction_share();
         if let Some(t) = trigger_compaction
             && self.inner.borrow().cfg.auto_compaction
         {
             let _ = self.start_compaction(t, false);
         }
+        lap(2);
         if cache_update {
             // Done at once when the cache holds nothing of the table; else one slice here
             // and the rest between requests (`run_background`, or the flush's waiter).
             self.advance_cache_updates(CACHE_UPDATE_SLICE);
             self.inner.borrow().notify.notify_one();
         }
+        lap(3);
+        phases
     }
 
     /// Whether flushed memtables are still being merged into the row cache.
@@ -1384,6 +1409,8 @@ impl ShardStorage {
     /// taken leaves `flushing`, frees its memory and answers its flush's waiters.
     /// Returns whether work is left.
     fn advance_cache_updates(&self, mut budget: usize) -> bool {
+        // Bounded by time as well as by count (see SHARD_SLICE_TIME).
+        let deadline = std::time::Instant::now() + SHARD_SLICE_TIME;
         loop {
             let finished = {
                 let mut inner = self.inner.borrow_mut();
@@ -1406,13 +1433,15 @@ impl ShardStorage {
                             &schema,
                             &mem,
                             &mut u.done_up_to,
-                            budget,
+                            budget.min(CACHE_UPDATE_STEP),
                         );
                         budget = budget.saturating_sub(used);
                         if done {
                             inner.cache_updates.pop_front().map(|u| (u, true))
-                        } else {
+                        } else if budget == 0 || std::time::Instant::now() >= deadline {
                             None
+                        } else {
+                            continue;
                         }
                     }
                 }
@@ -1422,7 +1451,7 @@ impl ShardStorage {
                 Some((u, false)) => self.answer(u.job, Ok(())),
                 None => return true,
             }
-            if budget == 0 {
+            if budget == 0 || std::time::Instant::now() >= deadline {
                 return self.cache_update_pending();
             }
         }
@@ -2043,10 +2072,19 @@ impl ShardStorage {
                 (hooks.should_move)(p)
             }
         };
-        self.inner
-            .borrow_mut()
-            .row_cache
-            .defrag_slice(budget, should_move)
+        let started = std::time::Instant::now();
+        let slice = self.inner.borrow_mut().row_cache.defrag_slice(
+            budget,
+            Some(started + SHARD_SLICE_TIME),
+            should_move,
+        );
+        tracing::trace!(
+            examined = slice.examined,
+            moved = slice.moved,
+            us = started.elapsed().as_micros() as u64,
+            "row cache defragmentation slice"
+        );
+        slice
     }
 
     /// Runs on the shard (spawn it with `spawn_local`) while the allocator's hooks are
