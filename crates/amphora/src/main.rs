@@ -164,6 +164,70 @@ fn jemalloc_trim_kept_pages(cap: u64, resident_limit: Option<u64>) -> Option<u64
     jemalloc_run(&purge).then_some(dirty)
 }
 
+/// The calling thread's jemalloc arena (`thread.arena`).
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_this_threads_arena() -> Option<u32> {
+    // SAFETY: a NUL-terminated control name read with the type jemalloc documents for it
+    // (`unsigned`).
+    unsafe { tikv_jemalloc_ctl::raw::read(b"thread.arena\0") }.ok()
+}
+
+/// Freed pages arena `arena` keeps (`stats.arenas.<i>.pdirty` pages) and jemalloc's
+/// resident bytes (all arenas), in bytes; `None` when jemalloc cannot tell.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_kept_pages(arena: u32) -> Option<amphora_storage::alloc::KeptPages> {
+    use tikv_jemalloc_ctl::raw;
+    // The per-arena figures are refreshed only when the epoch advances.
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    // SAFETY: NUL-terminated control names read with the types jemalloc documents for
+    // them: `size_t` for arenas.page and the page count.
+    let page: usize = unsafe { raw::read(b"arenas.page\0") }.ok()?;
+    let name = format!("stats.arenas.{arena}.pdirty\0");
+    let pages: usize = unsafe { raw::read(name.as_bytes()) }.ok()?;
+    Some(amphora_storage::alloc::KeptPages {
+        kept: (pages as u64).saturating_mul(page as u64),
+        resident: tikv_jemalloc_ctl::stats::resident::read().ok()? as u64,
+    })
+}
+
+/// Faults about `bytes` of memory in for arena `arena` on the calling thread and hands it
+/// back to that arena, which keeps it (see [`jemalloc_keep_pages_on_this_thread`]): 2 MiB
+/// allocations, every 4 KiB page written, then all freed. Returns the bytes faulted. Not
+/// aligned to 2 MiB: jemalloc makes an aligned allocation by trimming a larger one, and the
+/// trimmed ends, never touched, went to the arena's freed pages too, where the shard's next
+/// allocations found them first (and faulted them in itself).
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
+fn jemalloc_prefault(arena: u32, bytes: u64) -> u64 {
+    use tikv_jemalloc_sys::{MALLOCX_ARENA, MALLOCX_TCACHE_NONE, dallocx, mallocx};
+    const CHUNK: usize = 2 << 20;
+    let flags = MALLOCX_ARENA(arena as usize) | MALLOCX_TCACHE_NONE;
+    let chunks = usize::try_from(bytes).unwrap_or(usize::MAX).div_ceil(CHUNK);
+    let mut held = Vec::with_capacity(chunks);
+    for _ in 0..chunks {
+        // SAFETY: a non-zero size and flags built with jemalloc's own constructors.
+        let p = unsafe { mallocx(CHUNK, flags) }.cast::<u8>();
+        if p.is_null() {
+            break;
+        }
+        for off in (0..CHUNK).step_by(4096) {
+            // SAFETY: `off` < CHUNK, inside the allocation just made; a volatile write so
+            // the touch is not optimised away.
+            unsafe { p.add(off).write_volatile(0) };
+        }
+        held.push(p);
+    }
+    let faulted = (held.len() * CHUNK) as u64;
+    for p in held {
+        // SAFETY: `p` came from `mallocx` above and is freed once; freed without the
+        // thread cache, so the pages go straight back to their arena.
+        unsafe { dallocx(p.cast(), MALLOCX_TCACHE_NONE) };
+    }
+    faulted
+}
+
 /// Runs a jemalloc control that takes and returns nothing (`thread.tcache.flush`,
 /// `arena.<i>.purge`); whether jemalloc accepted it.
 #[cfg(feature = "jemalloc")]
@@ -341,6 +405,9 @@ fn main() -> anyhow::Result<()> {
                     flush_thread_cache: jemalloc_flush_thread_cache,
                     keep_pages_on_this_thread: jemalloc_keep_pages_on_this_thread,
                     trim_kept_pages: jemalloc_trim_kept_pages,
+                    this_threads_arena: jemalloc_this_threads_arena,
+                    kept_pages: jemalloc_kept_pages,
+                    prefault: jemalloc_prefault,
                 });
             }
             server(a)
@@ -542,6 +609,74 @@ mod tests {
         assert!(
             default_dirty >= 0,
             "other arenas keep the default decay: {default_dirty}"
+        );
+    }
+
+    /// Minor page faults of the calling thread so far (`/proc/thread-self/stat`).
+    fn thread_minor_faults() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+        let after_comm = stat.rsplit_once(')').expect("comm").1;
+        // Fields after the command: state, ppid, pgrp, session, tty, tpgid, flags, minflt.
+        after_comm
+            .split_whitespace()
+            .nth(7)
+            .and_then(|f| f.parse().ok())
+            .expect("minflt")
+    }
+
+    /// A thread with an arena that keeps its pages allocates 24 MiB in 256 KiB pieces (a
+    /// memtable's chunk size) and writes them; returns its page faults meanwhile.
+    /// With `prefault`, another thread first faults `PREFAULT_RESERVE` in for its arena.
+    fn faults_of_allocating(prefault: bool) -> u64 {
+        let (arena_tx, arena_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            jemalloc_keep_pages_on_this_thread();
+            arena_tx
+                .send(jemalloc_this_threads_arena().expect("arena"))
+                .expect("send");
+            go_rx.recv().expect("go");
+            let mut held = Vec::with_capacity(96);
+            let before = thread_minor_faults();
+            for _ in 0..(24 << 20) / (256 << 10) {
+                // Not `vec![0; n]`: jemalloc zeroes a recycled extent for a zeroed
+                // allocation by handing its pages back to the OS, which faults them again
+                // (the memtable's allocations are not zeroed).
+                let mut v = Vec::<u8>::with_capacity(256 << 10);
+                v.resize(256 << 10, 1);
+                held.push(v);
+            }
+            let faults = thread_minor_faults() - before;
+            drop(held);
+            faults
+        });
+        let arena = arena_rx.recv().expect("arena");
+        if prefault {
+            let faulted = std::thread::spawn(move || {
+                jemalloc_prefault(arena, 2 * amphora_storage::alloc::PREFAULT_RESERVE)
+            })
+            .join()
+            .expect("prefault");
+            assert_eq!(faulted, 2 * amphora_storage::alloc::PREFAULT_RESERVE);
+            let kept = jemalloc_kept_pages(arena).expect("kept");
+            assert!(kept.kept >= faulted, "{kept:?}");
+        }
+        go_tx.send(()).expect("go");
+        t.join().expect("thread")
+    }
+
+    #[test]
+    fn pages_faulted_in_for_an_arena_serve_its_threads_allocations_without_faults() {
+        let cold = faults_of_allocating(false);
+        let warm = faults_of_allocating(true);
+        // Huge pages or not, a cold arena faults (12 times for 24 MiB in 2 MiB pages, 6,144
+        // in 4 KiB ones; ~1,400 here, a mix); one topped up beforehand serves the memory
+        // already in, but for its first piece or two (a new arena's own first extent: 74
+        // faults here, each a 4 KiB page).
+        assert!(cold >= 8, "cold {cold}");
+        assert!(
+            warm * 10 < cold && warm <= 2 * 65,
+            "warm {warm} (cold {cold})"
         );
     }
 

@@ -50,6 +50,46 @@ pub struct AllocatorHooks {
     /// returned (0 when neither holds), `None` when the allocator cannot tell. Bounds
     /// what `keep_pages_on_this_thread` keeps.
     pub trim_kept_pages: fn(cap: u64, resident_limit: Option<u64>) -> Option<u64>,
+    /// The calling thread's arena, for [`Self::kept_pages`] and [`Self::prefault`] from
+    /// other threads; `None` when the allocator cannot tell.
+    pub this_threads_arena: fn() -> Option<u32>,
+    /// What an arena keeps, and the allocator's resident memory.
+    pub kept_pages: fn(arena: u32) -> Option<KeptPages>,
+    /// Faults about `bytes` of fresh memory in on the calling thread and hands it to
+    /// `arena`, which keeps it for its own thread's next allocations; returns the bytes
+    /// faulted. A shard's memtable growing into memory never touched before cost the
+    /// shard thread 6-7 ms per 2 MiB page on this project's VMs (the host backs a page
+    /// on its first touch); a background thread doing it ahead takes that off the
+    /// shard ([`PREFAULT_RESERVE`]).
+    pub prefault: fn(arena: u32, bytes: u64) -> u64,
+}
+
+/// An arena's kept (freed, still resident) pages and the allocator's resident memory, in
+/// bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptPages {
+    pub kept: u64,
+    pub resident: u64,
+}
+
+/// Kept pages a shard's arena is topped up to by faulting memory in off the shard
+/// ([`AllocatorHooks::prefault`]): a few seconds of a memtable's growth at a moderate
+/// write rate. Only while the allocator's resident memory stays this much below the
+/// resident limit as well, so the reserve never pushes it over (where kept pages are
+/// returned to the OS).
+pub const PREFAULT_RESERVE: u64 = 16 << 20;
+
+/// How much memory to fault in for an arena keeping `k.kept` bytes, with the allocator
+/// resident at `k.resident` under `resident_limit`: enough to bring the kept pages to
+/// [`PREFAULT_RESERVE`], within the room below the limit less a reserve's margin; 0 when
+/// that is under 2 MiB (a huge page).
+pub fn prefault_wanted(k: KeptPages, resident_limit: Option<u64>) -> u64 {
+    let room = resident_limit.map_or(u64::MAX, |l| {
+        l.saturating_sub(k.resident)
+            .saturating_sub(PREFAULT_RESERVE)
+    });
+    let want = PREFAULT_RESERVE.saturating_sub(k.kept).min(room);
+    if want < 2 << 20 { 0 } else { want }
 }
 
 /// Kept pages below this are not returned for being over the resident limit (a purge of
@@ -89,6 +129,35 @@ pub fn slack(u: AllocatorUsage) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prefault_tops_the_kept_pages_up_within_the_resident_limit() {
+        let mb = 1u64 << 20;
+        let k = |kept, resident| KeptPages { kept, resident };
+        // Nothing kept, far below the limit: the whole reserve.
+        assert_eq!(
+            prefault_wanted(k(0, 500 * mb), Some(2000 * mb)),
+            PREFAULT_RESERVE
+        );
+        assert_eq!(prefault_wanted(k(0, 500 * mb), None), PREFAULT_RESERVE);
+        // Part kept: the rest of it.
+        assert_eq!(
+            prefault_wanted(k(10 * mb, 0), None),
+            PREFAULT_RESERVE - 10 * mb
+        );
+        // Less than a huge page missing: nothing.
+        assert_eq!(prefault_wanted(k(PREFAULT_RESERVE - mb, 0), None), 0);
+        assert_eq!(prefault_wanted(k(PREFAULT_RESERVE, 0), None), 0);
+        // Near the limit: only the room left below it less a reserve's margin.
+        let limit = 2000 * mb;
+        let near = limit - PREFAULT_RESERVE - 4 * mb;
+        assert_eq!(prefault_wanted(k(0, near), Some(limit)), 4 * mb);
+        assert_eq!(
+            prefault_wanted(k(0, limit - PREFAULT_RESERVE), Some(limit)),
+            0
+        );
+        assert_eq!(prefault_wanted(k(0, limit + mb), Some(limit)), 0);
+    }
 
     #[test]
     fn slack_above_a_sixteenth_and_64_mib_is_fragmentation() {

@@ -15,7 +15,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -374,6 +374,8 @@ struct Inner {
     /// File work that may block for long on a busy disk (an fsync waits for the journal,
     /// unlinking a large SSTable frees its extents): never on the shard thread.
     janitor: Worker,
+    /// Faults memory in for the shard's arena ahead of its use (`run_defrag`).
+    prefaulter: Worker,
     /// Serializes writes of replay-position files (janitor and TRUNCATE).
     replay_lock: Arc<std::sync::Mutex<()>>,
     /// Flushed memtables the row cache has yet to take, oldest first.
@@ -617,6 +619,7 @@ impl ShardStorage {
             flusher: Worker::start(format!("flush-{shard}"), flush_nice)?,
             compactor: Worker::start(format!("compaction-{shard}"), nice)?,
             janitor: Worker::start(format!("janitor-{shard}"), 0)?,
+            prefaulter: Worker::start(format!("prefault-{shard}"), nice)?,
             replay_lock: Arc::new(std::sync::Mutex::new(())),
             cache_updates: std::collections::VecDeque::new(),
             closed: false,
@@ -2107,6 +2110,10 @@ impl ShardStorage {
             // DEFRAG_TICK: over the resident limit a purge at every tick would hand pages
             // back that the next slice faults in again.
             let mut last_trim: Option<tokio::time::Instant> = None;
+            // This thread's arena, topped up with pages faulted in off the shard while it
+            // keeps its pages (`crate::alloc::PREFAULT_RESERVE`).
+            let arena = (hooks.this_threads_arena)();
+            let prefaulting = Arc::new(AtomicBool::new(false));
             loop {
                 tokio::time::sleep(wait).await;
                 if me.inner.borrow().closed {
@@ -2131,6 +2138,27 @@ impl ShardStorage {
                             ?limit,
                             "returned the shard arena's kept pages"
                         );
+                    }
+                    if let Some(arena) = arena
+                        && !prefaulting.load(AtomicOrdering::Acquire)
+                        && let Some(kept) = (hooks.kept_pages)(arena)
+                    {
+                        let want = crate::alloc::prefault_wanted(kept, limit);
+                        if want > 0 {
+                            prefaulting.store(true, AtomicOrdering::Release);
+                            let (done, prefault) = (prefaulting.clone(), hooks.prefault);
+                            me.inner.borrow().prefaulter.submit(Box::new(move || {
+                                let faulted = prefault(arena, want);
+                                tracing::trace!(
+                                    arena,
+                                    kept = kept.kept,
+                                    resident = kept.resident,
+                                    faulted,
+                                    "faulted pages in for the shard"
+                                );
+                                done.store(false, AtomicOrdering::Release);
+                            }));
+                        }
                     }
                 }
                 let Some(u) = (hooks.usage)() else { continue };
