@@ -191,6 +191,9 @@ impl Node {
             Some(mb) => Some(mb << 20),
             None => Some(cfg.memory() + cfg.memory() / 8),
         };
+        // AMPHORA_SHARD_PREFAULT=0: no pages faulted in ahead of the shard (an experiment
+        // knob, not a cassandra.yaml key).
+        let prefault = std::env::var("AMPHORA_SHARD_PREFAULT").map_or(true, |v| v != "0");
         let cache_update_pause_us = std::env::var("AMPHORA_CACHE_UPDATE_PAUSE_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
@@ -232,6 +235,7 @@ impl Node {
                     scfg.memtable_budget_bytes = memtable_budget;
                     scfg.kept_pages_cap_bytes = kept_pages_cap;
                     scfg.resident_limit_bytes = resident_limit;
+                    scfg.prefault = prefault;
                     let r = amphora_replica::init_shard(scfg, tables, u128::from_be_bytes(host_id))
                         .map(|_| ())
                         .map_err(|e| e.to_string());

@@ -146,6 +146,9 @@ pub struct StorageConfig {
     /// only while the node is within its memory (the node sets it to its memory plus an
     /// eighth; `None`: no such limit).
     pub resident_limit_bytes: Option<u64>,
+    /// With `kept_pages_cap_bytes`: keep [`crate::alloc::PREFAULT_RESERVE`] of kept pages
+    /// faulted in ahead of the shard's use ([`crate::alloc::AllocatorHooks::prefault`]).
+    pub prefault: bool,
     pub clock: Clock,
     pub before_flush: Option<FlushHook>,
 }
@@ -170,6 +173,7 @@ impl StorageConfig {
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,
             resident_limit_bytes: None,
+            prefault: true,
             clock: Clock::system(),
             before_flush: None,
         }

@@ -2112,7 +2112,13 @@ impl ShardStorage {
             let mut last_trim: Option<tokio::time::Instant> = None;
             // This thread's arena, topped up with pages faulted in off the shard while it
             // keeps its pages (`crate::alloc::PREFAULT_RESERVE`).
-            let arena = (hooks.this_threads_arena)();
+            let arena = me
+                .inner
+                .borrow()
+                .cfg
+                .prefault
+                .then(|| (hooks.this_threads_arena)())
+                .flatten();
             let prefaulting = Arc::new(AtomicBool::new(false));
             loop {
                 tokio::time::sleep(wait).await;
