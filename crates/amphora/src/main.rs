@@ -140,28 +140,17 @@ fn jemalloc_keep_pages_on_this_thread() {
 /// says how many bytes that was; `Some(0)` when neither holds, `None` when jemalloc's
 /// figures are unavailable.
 #[cfg(feature = "jemalloc")]
-#[allow(unsafe_code)]
 fn jemalloc_trim_kept_pages(cap: u64, resident_limit: Option<u64>) -> Option<u64> {
-    use tikv_jemalloc_ctl::raw;
-    // The per-arena figures are refreshed only when the epoch advances.
-    tikv_jemalloc_ctl::epoch::advance().ok()?;
-    // SAFETY: NUL-terminated control names read with the types jemalloc documents for
-    // them: `unsigned` for thread.arena, `size_t` for arenas.page and the page count.
-    let arena: u32 = unsafe { raw::read(b"thread.arena\0") }.ok()?;
-    let page: usize = unsafe { raw::read(b"arenas.page\0") }.ok()?;
-    let name = format!("stats.arenas.{arena}.pdirty\0");
-    let pages: usize = unsafe { raw::read(name.as_bytes()) }.ok()?;
-    let dirty = (pages as u64).saturating_mul(page as u64);
-    let over_cap = dirty > cap;
-    let over_limit = dirty >= amphora_storage::alloc::KEPT_PAGES_MIN_TRIM
-        && resident_limit.is_some_and(|limit| {
-            tikv_jemalloc_ctl::stats::resident::read().is_ok_and(|r| r as u64 > limit)
-        });
+    let arena = jemalloc_this_threads_arena()?;
+    let k = jemalloc_kept_pages(arena)?;
+    let over_cap = k.kept > cap;
+    let over_limit = k.kept >= amphora_storage::alloc::KEPT_PAGES_MIN_TRIM
+        && resident_limit.is_some_and(|limit| k.resident > limit);
     if !over_cap && !over_limit {
         return Some(0);
     }
     let purge = std::ffi::CString::new(format!("arena.{arena}.purge")).ok()?;
-    jemalloc_run(&purge).then_some(dirty)
+    jemalloc_run(&purge).then_some(k.kept)
 }
 
 /// The calling thread's jemalloc arena (`thread.arena`).
