@@ -23,6 +23,9 @@ phase() { # phase NAME ARGS...: one stress run, its rate and the memory after it
   st "$@" > "$OUT/rss-$label-$name.txt"
   echo "$label $name: $(grep "Op rate" "$OUT/rss-$label-$name.txt" | grep -oE "[0-9,]+ op/s" | head -1); $(mem)"
 }
+# Every 5 ms (on CPU 1): VmRSS in MB whenever it moved by 8 MB or a second passed, to catch
+# the sub-second bursts that set VmHWM ($OUT/rss-LABEL-fast.txt).
+taskset -c 1 python3 "$REPO/bench/stall/rsssamp.py" "$P" > "$OUT/rss-$label-fast.txt" &
 populate_compacted
 echo "$label populate: $(mem)"
 phase read read duration="${secs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)"
@@ -41,7 +44,7 @@ sampler > "$OUT/rss-$label-iot9010-mem.txt" &
 sp=$!
 phase iot9010 user profile="$REPO/bench/profiles/iot.yaml" "ops(insert=9,query_by_machine_id=1)" duration="${secs}s" no-warmup -rate threads=128 -pop seq=1..20000 contents=SORTED -insert "visits=fixed(100)" -errors ignore
 kill "$sp"
-echo "$label iot9010 highest VmRSS sample: $(sort -t' ' -k2.7 -n "$OUT/rss-$label-iot9010-mem.txt" | tail -1)"
+echo "$label iot9010 highest VmRSS sample: $(sort -t' ' -k3.7 -n "$OUT/rss-$label-iot9010-mem.txt" | tail -1)"
 sleep 15
 echo "$label idle 15 s: $(mem)"
 kill "$P"; wait "$P" 2>/dev/null
