@@ -622,6 +622,8 @@ pub struct DefragSlice {
     pub moved: usize,
     /// The slice reached the key map's end (the next one starts a new pass).
     pub wrapped: bool,
+    /// The slice stopped at its deadline, before its budget.
+    pub cut: bool,
 }
 
 /// Set in a bucket's `hash` while its entry is referenced (CLOCK).
@@ -951,6 +953,7 @@ impl RowCache {
             if walked.is_multiple_of(SLICE_CLOCK_STRIDE)
                 && deadline.is_some_and(|d| std::time::Instant::now() >= d)
             {
+                out.cut = true;
                 break;
             }
             let i = self.defrag_cursor & (n - 1);
@@ -975,6 +978,7 @@ impl RowCache {
                 // A move can take 100 µs where the host backs the new copy's memory
                 // lazily: the clock is read after each.
                 if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    out.cut = out.examined < budget;
                     break;
                 }
             }
@@ -1446,6 +1450,8 @@ mod tests {
             // The clock is read after every move: one at most.
             assert!(s.examined <= 1, "{s:?}");
             assert_eq!(s.moved, s.examined);
+            // Stopped by the deadline, not by the budget (the last one may end the pass).
+            assert!(s.cut || s.wrapped, "{s:?}");
             seen += s.examined;
             slices += 1;
             if s.wrapped {
@@ -1455,6 +1461,9 @@ mod tests {
         // Still one whole pass, over many slices; every entry still there.
         assert_eq!(seen, 1000);
         assert!(slices >= 1000, "{slices}");
+        // Without a deadline the budget ends a slice, which is then not cut.
+        let s = c.defrag_slice(10, None, |_| true);
+        assert_eq!((s.examined, s.cut), (10, false));
         for i in 0..1000 {
             assert!(c.get(t, &key(i, &format!("k{i}"))).is_some(), "{i}");
         }
