@@ -24,7 +24,7 @@ phase() { # phase NAME ARGS...: one stress run, its rate and the memory after it
   echo "$label $name: $(grep "Op rate" "$OUT/rss-$label-$name.txt" | grep -oE "[0-9,]+ op/s" | head -1); $(mem)"
 }
 # Every 5 ms (on CPU 1): VmRSS in MB whenever it moved by 8 MB or a second passed, to catch
-# the sub-second bursts that set VmHWM ($OUT/rss-LABEL-fast.txt).
+# when and for how long RSS stays near VmHWM ($OUT/rss-LABEL-fast.txt).
 taskset -c 1 python3 "$REPO/bench/stall/rsssamp.py" "$P" > "$OUT/rss-$label-fast.txt" &
 populate_compacted
 echo "$label populate: $(mem)"

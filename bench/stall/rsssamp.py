@@ -1,5 +1,5 @@
 # VmRSS of PID every PERIOD s (0.005): a line "HH:MM:SS.mmm MB" whenever it moved by 8 MB
-# or a second passed. Used by rss.sh to catch the sub-second bursts that set VmHWM.
+# or a second passed. Used by rss.sh to see when, and for how long, RSS stays near VmHWM.
 import sys, time, os
 pid = sys.argv[1]; period = float(sys.argv[2]) if len(sys.argv) > 2 else 0.005
 pg = os.sysconf("SC_PAGE_SIZE") / 1048576
