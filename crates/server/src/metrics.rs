@@ -440,7 +440,7 @@ fn render_histogram(
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
-///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total` / `_defrag_evictions_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
+///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
 ///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
 ///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
@@ -609,7 +609,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
         }
     }
-    let row_families: [Family<amphora_storage::StorageMetrics>; 9] = [
+    let row_families: [Family<amphora_storage::StorageMetrics>; 8] = [
         (
             "amphora_cache_row_hits_total",
             "counter",
@@ -645,12 +645,6 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Cached partitions copied out of sparsely used allocator slabs (fragmentation).",
             |m| m.row_cache_defrag_moves,
-        ),
-        (
-            "amphora_cache_row_defrag_evictions_total",
-            "counter",
-            "Cold cached partitions dropped from sparsely used allocator slabs while the node was over its memory.",
-            |m| m.row_cache_defrag_evictions,
         ),
         (
             "amphora_cache_row_bytes",
