@@ -59,9 +59,6 @@ pub struct RowCacheStats {
     pub flush_replacements: u64,
     /// Entries copied out of sparsely used allocator slabs ([`RowCache::defrag_slice`]).
     pub defrag_moves: u64,
-    /// Cold entries dropped from sparsely used allocator slabs, where the node was over
-    /// its memory ([`RowCache::defrag_slice`] with `evict_cold`).
-    pub defrag_evictions: u64,
     pub partitions: u64,
     pub bytes: u64,
     pub capacity: u64,
@@ -623,8 +620,6 @@ pub struct DefragSlice {
     /// Encoded entries looked at.
     pub examined: usize,
     pub moved: usize,
-    /// Cold entries dropped instead of moved (`evict_cold`).
-    pub evicted: usize,
     /// The slice reached the key map's end (the next one starts a new pass).
     pub wrapped: bool,
     /// The slice stopped at its deadline, before its budget.
@@ -687,7 +682,6 @@ pub struct RowCache {
     /// Where [`defrag_slice`](Self::defrag_slice) goes on.
     defrag_cursor: usize,
     defrag_moves: u64,
-    defrag_evictions: u64,
 }
 
 impl RowCache {
@@ -710,7 +704,6 @@ impl RowCache {
             flush_replacements: 0,
             defrag_cursor: 0,
             defrag_moves: 0,
-            defrag_evictions: 0,
         }
     }
 
@@ -727,7 +720,6 @@ impl RowCache {
             invalidations: self.invalidations,
             flush_replacements: self.flush_replacements,
             defrag_moves: self.defrag_moves,
-            defrag_evictions: self.defrag_evictions,
             partitions: self.len as u64,
             bytes: self.bytes as u64,
             capacity: self.capacity as u64,
@@ -942,15 +934,11 @@ impl RowCache {
     /// keeps it). The old copies are freed only after every new one is allocated, so a new
     /// copy never takes the place an old one just left. `should_move` is only given
     /// addresses inside live allocations (an entry's, and its non-empty data's). An empty
-    /// map counts as a whole pass. With `evict_cold` (the node is over its memory), such
-    /// an entry whose CLOCK reference bit is clear is dropped instead of copied: that
-    /// empties its slab without taking new memory, where a copy needs a free place in a
-    /// fuller slab or a fresh page. See [`crate::alloc`].
+    /// map counts as a whole pass. See [`crate::alloc`].
     pub fn defrag_slice(
         &mut self,
         budget: usize,
         deadline: Option<std::time::Instant>,
-        evict_cold: bool,
         mut should_move: impl FnMut(*const u8) -> bool,
     ) -> DefragSlice {
         let n = self.buckets.len();
@@ -984,13 +972,6 @@ impl RowCache {
             {
                 continue;
             }
-            if evict_cold && b.hash & REFERENCED == 0 {
-                // The entry that backward-shift deletion moves into bucket `i` (if any)
-                // is behind the cursor: it waits for the next pass.
-                old.push(self.remove_at(i));
-                out.evicted += 1;
-                continue;
-            }
             if let Some(copy) = e.relocated() {
                 old.push(b.entry.replace(Arc::new(copy)));
                 out.moved += 1;
@@ -1004,7 +985,6 @@ impl RowCache {
         }
         drop(old);
         self.defrag_moves += out.moved as u64;
-        self.defrag_evictions += out.evicted as u64;
         out
     }
 
@@ -1466,7 +1446,7 @@ mod tests {
         let mut seen = 0;
         let mut slices = 0;
         loop {
-            let s = c.defrag_slice(usize::MAX, past, false, |_| true);
+            let s = c.defrag_slice(usize::MAX, past, |_| true);
             // The clock is read after every move: one at most.
             assert!(s.examined <= 1, "{s:?}");
             assert_eq!(s.moved, s.examined);
@@ -1482,7 +1462,7 @@ mod tests {
         assert_eq!(seen, 1000);
         assert!(slices >= 1000, "{slices}");
         // Without a deadline the budget ends a slice, which is then not cut.
-        let s = c.defrag_slice(10, None, false, |_| true);
+        let s = c.defrag_slice(10, None, |_| true);
         assert_eq!((s.examined, s.cut), (10, false));
         for i in 0..1000 {
             assert!(c.get(t, &key(i, &format!("k{i}"))).is_some(), "{i}");
@@ -1504,11 +1484,11 @@ mod tests {
         let wide_before = c.get(t, &key(500, "wide")).expect("cached").clone();
         let bytes = c.stats().bytes;
         // Nothing named: nothing moves; a pass looks at every encoded entry once.
-        let pass = c.defrag_slice(usize::MAX, None, false, |_| false);
+        let pass = c.defrag_slice(usize::MAX, None, |_| false);
         assert_eq!((pass.examined, pass.moved, pass.wrapped), (100, 0, true));
         let mut seen = 0;
         loop {
-            let s = c.defrag_slice(7, None, false, |_| false);
+            let s = c.defrag_slice(7, None, |_| false);
             assert!(s.examined <= 7);
             seen += s.examined;
             if s.wrapped {
@@ -1522,7 +1502,7 @@ mod tests {
             .step_by(2)
             .map(|e| Arc::as_ptr(e) as usize)
             .collect();
-        let moved = c.defrag_slice(usize::MAX, None, false, |p| even.contains(&(p as usize)));
+        let moved = c.defrag_slice(usize::MAX, None, |p| even.contains(&(p as usize)));
         assert_eq!(moved.moved, 50);
         for (i, old) in before.iter().enumerate() {
             let now = c.get(t, &key(i as i64, &format!("k{i}"))).expect("cached");
@@ -1531,7 +1511,7 @@ mod tests {
             assert_eq!(data_of(old), part(20 + i));
         }
         // Everything named: every encoded entry moves, the decoded one stays.
-        let moved = c.defrag_slice(usize::MAX, None, false, |_| true);
+        let moved = c.defrag_slice(usize::MAX, None, |_| true);
         assert_eq!(moved.moved, 100);
         assert!(Arc::ptr_eq(
             c.get(t, &key(500, "wide")).expect("cached"),
@@ -1540,76 +1520,6 @@ mod tests {
         assert_eq!(c.stats().bytes, bytes);
         assert_eq!(c.stats().defrag_moves, 150);
         assert_eq!(c.stats().partitions, 101);
-    }
-
-    #[test]
-    fn defrag_over_memory_drops_cold_entries_and_moves_referenced_ones() {
-        let mut c = RowCache::new(1 << 24, 1 << 20);
-        let t = TableId(1);
-        let k = |i: i64| key(i, &format!("k{i}"));
-        for i in 0..200 {
-            c.insert(t, &k(i), part(20 + i as usize));
-        }
-        // Entries 0..100 are read (their reference bits set); 100..200 are cold.
-        let before: Vec<_> = (0..200)
-            .map(|i| {
-                if i < 100 {
-                    c.get(t, &k(i)).expect("cached").clone()
-                } else {
-                    let i = c.find(t, &k(i)).expect("cached");
-                    c.buckets[i].entry.clone().expect("an entry")
-                }
-            })
-            .collect();
-        let bytes = c.stats().bytes;
-        // Only the entries whose allocation is named are candidates: cold ones among the
-        // others stay where they are.
-        let named: std::collections::HashSet<usize> = before
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % 4 != 3)
-            .map(|(_, e)| Arc::as_ptr(e) as usize)
-            .collect();
-        let should = |p: *const u8| named.contains(&(p as usize));
-        // An entry shifted back into an emptied bucket waits for the next pass.
-        let (mut moved, mut evicted) = (0, 0);
-        loop {
-            let s = c.defrag_slice(usize::MAX, None, true, should);
-            assert!(s.wrapped);
-            moved += s.moved;
-            evicted += s.evicted;
-            if s.evicted == 0 {
-                break;
-            }
-        }
-        let cold_named = (100..200).filter(|i| i % 4 != 3).count();
-        assert_eq!(evicted, cold_named);
-        assert!(moved >= 75, "{moved}");
-        let mut freed = 0;
-        for (i, old) in before.iter().enumerate() {
-            let i64i = i as i64;
-            let now = c.find(t, &k(i64i)).and_then(|b| c.buckets[b].entry.clone());
-            match now {
-                None => {
-                    assert!(i >= 100 && i % 4 != 3, "{i} dropped");
-                    freed += old.cost;
-                }
-                Some(now) => {
-                    // Read entries that were named moved; the rest stayed put.
-                    assert_eq!(Arc::ptr_eq(&now, old), i >= 100 || i % 4 == 3, "{i}");
-                    assert_eq!(data_of(&now), part(20 + i), "{i}");
-                }
-            }
-            // A read holding a dropped or moved entry keeps its content.
-            assert_eq!(data_of(old), part(20 + i));
-        }
-        let s = c.stats();
-        assert_eq!(s.bytes, bytes - freed as u64);
-        assert_eq!(s.partitions, 200 - cold_named as u64);
-        assert_eq!(s.defrag_evictions, cold_named as u64);
-        // Without `evict_cold` nothing more is dropped.
-        let s = c.defrag_slice(usize::MAX, None, false, |_| true);
-        assert_eq!((s.evicted, s.moved), (0, 200 - cold_named));
     }
 
     #[test]

@@ -83,7 +83,6 @@ pub struct StorageMetrics {
     pub row_cache_evictions: u64,
     pub row_cache_flush_replacements: u64,
     pub row_cache_defrag_moves: u64,
-    pub row_cache_defrag_evictions: u64,
     pub row_cache_bytes: u64,
     pub row_cache_partitions: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -199,7 +198,7 @@ impl DefragEpisode {
 
     /// The pause after `slice`, the allocator's slack being `slack` before it.
     fn after(&mut self, slice: DefragSlice, slack: u64) -> Duration {
-        self.moved += slice.moved + slice.evicted;
+        self.moved += slice.moved;
         self.examined += slice.examined;
         if !slice.wrapped {
             return Self::tick(slice);
@@ -2045,7 +2044,6 @@ impl ShardStorage {
         m.row_cache_evictions = rc.evictions;
         m.row_cache_flush_replacements = rc.flush_replacements;
         m.row_cache_defrag_moves = rc.defrag_moves;
-        m.row_cache_defrag_evictions = rc.defrag_evictions;
         m.row_cache_bytes = rc.bytes;
         m.row_cache_partitions = rc.partitions;
         m
@@ -2084,14 +2082,8 @@ impl ShardStorage {
     }
 
     /// One slice of the row cache's defragmentation ([`crate::alloc`]): looks at up to
-    /// `budget` encoded entries and moves those that sit in sparsely used slabs, or with
-    /// `evict_cold` drops those of them that are cold (see [`RowCache::defrag_slice`]).
-    fn defrag_row_cache(
-        &self,
-        hooks: &crate::alloc::AllocatorHooks,
-        budget: usize,
-        evict_cold: bool,
-    ) -> DefragSlice {
+    /// `budget` encoded entries and moves those that sit in sparsely used slabs.
+    fn defrag_row_cache(&self, hooks: &crate::alloc::AllocatorHooks, budget: usize) -> DefragSlice {
         (hooks.flush_thread_cache)();
         let should_move = |p: *const u8| {
             // SAFETY: `defrag_slice` passes only addresses inside live allocations (an
@@ -2105,13 +2097,11 @@ impl ShardStorage {
         let slice = self.inner.borrow_mut().row_cache.defrag_slice(
             budget,
             Some(started + SHARD_SLICE_TIME),
-            evict_cold,
             should_move,
         );
         tracing::trace!(
             examined = slice.examined,
             moved = slice.moved,
-            evicted = slice.evicted,
             us = started.elapsed().as_micros() as u64,
             "row cache defragmentation slice"
         );
@@ -2212,12 +2202,7 @@ impl ShardStorage {
                         continue;
                     }
                 };
-                // Over the resident limit the node is over its memory: cold entries in
-                // sparse slabs are dropped rather than copied, so their slabs empty
-                // without new pages (the IoT mixes' churn had active pages 736 MB above
-                // the allocations while the copies went on).
-                let evict_cold = limit.is_some_and(|l| u.active > l);
-                let slice = me.defrag_row_cache(hooks, DEFRAG_SLICE, evict_cold);
+                let slice = me.defrag_row_cache(hooks, DEFRAG_SLICE);
                 wait = ep.after(slice, crate::alloc::slack(u));
             }
         }
@@ -2690,7 +2675,6 @@ mod tests {
         DefragSlice {
             examined,
             moved,
-            evicted: 0,
             wrapped,
             cut: false,
         }
@@ -2830,19 +2814,6 @@ mod tests {
         assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_TICK);
         assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_TICK);
         assert_eq!(e.after(slice(100, 50, true), 950), DEFRAG_BACKOFF);
-        // Entries dropped (over the node's memory) count as moved: a pass that dropped
-        // enough is useful.
-        let mut e = DefragEpisode::new(1000);
-        let dropped = DefragSlice {
-            evicted: 5,
-            ..slice(100, 0, true)
-        };
-        assert_eq!(e.after(dropped, 900), DEFRAG_TICK);
-        let few = DefragSlice {
-            evicted: 0,
-            ..slice(1000, 0, true)
-        };
-        assert_eq!(e.after(few, 800), DEFRAG_BACKOFF);
     }
 
     #[test]
