@@ -96,6 +96,28 @@ pub fn prefault_wanted(k: KeptPages, resident_limit: Option<u64>) -> u64 {
 /// a few pages every check would cost syscalls and save nothing).
 pub const KEPT_PAGES_MIN_TRIM: u64 = 8 << 20;
 
+/// What an allocation of `n` bytes takes: jemalloc's size class (8, multiples of 16 up to
+/// 128, then four classes per doubling), the binary's allocator. glibc's chunks (`n` + 8
+/// rounded up to 16, at least 32) can be up to 16 bytes larger for small sizes, so a build
+/// with the system allocator under-accounts a little. The caches and memtables account
+/// their memory with it (their budgets are what the allocator gives them).
+pub const fn alloc_size(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=8 => 8,
+        9..=128 => n.next_multiple_of(16),
+        _ => {
+            let below = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+            n.next_multiple_of(below / 4)
+        }
+    }
+}
+
+/// What a vector's buffer takes.
+pub fn vec_bytes<T>(v: &Vec<T>) -> usize {
+    alloc_size(v.capacity() * std::mem::size_of::<T>())
+}
+
 static HOOKS: OnceLock<AllocatorHooks> = OnceLock::new();
 
 /// Registers the allocator's hooks; only the first registration counts.

@@ -40,6 +40,63 @@ pub use error::StorageError;
 pub use read::{PartitionData, PartitionRange, ReadCommand, ReadResult};
 pub use shard::{RewriteInput, RewriteWork, ShardStorage, StorageMetrics, TableStats};
 
+/// The unit tests' allocator: the system's, counting what each thread holds (requests
+/// rounded to jemalloc's size classes, as the accounting assumes), so a test can compare
+/// a structure's accounted bytes with what it took.
+#[cfg(test)]
+#[allow(unsafe_code)]
+pub(crate) mod counting_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    use crate::alloc::alloc_size;
+
+    thread_local! {
+        static HELD: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn add(n: isize) {
+        // During a thread's teardown the counter may be gone: that thread is not measured.
+        let _ = HELD.try_with(|h| h.set(h.get() + n));
+    }
+
+    pub struct Counting;
+
+    // SAFETY: every call goes to `System` unchanged; the counter is a thread-local `Cell`
+    // that never allocates.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(alloc_size(layout.size()) as isize);
+            // SAFETY: the caller's contract is `System`'s.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            add(alloc_size(layout.size()) as isize);
+            // SAFETY: as above.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(alloc_size(layout.size()) as isize));
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            add(alloc_size(new_size) as isize - alloc_size(layout.size()) as isize);
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    /// Bytes the calling thread allocated and has not freed (frees of other threads'
+    /// allocations count against the freeing thread).
+    pub fn held() -> isize {
+        HELD.with(Cell::get)
+    }
+}
+
 #[cfg(test)]
 mod test_support {
     use amphora_types::CqlType;

@@ -44,6 +44,7 @@ use amphora_types::data::{
 use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
+use crate::alloc::{alloc_size, vec_bytes};
 use crate::memtable::{MemPartition, Memtable, single_standalone, single_summary};
 
 /// Counters and size of a [`RowCache`].
@@ -494,27 +495,6 @@ const ENTRY_OVERHEAD: usize = std::mem::size_of::<CachedPartition>()
 /// The allocator's bytes around one allocation (an estimate: jemalloc rounds each up to
 /// its size class, glibc adds a header and rounds to 16).
 const ALLOC_OVERHEAD: usize = 16;
-
-/// What an allocation of `n` bytes takes: jemalloc's size class (8, multiples of 16 up to
-/// 128, then four classes per doubling), the binary's allocator. glibc's chunks (`n` + 8
-/// rounded up to 16, at least 32) can be up to 16 bytes larger for small sizes, so a build
-/// with the system allocator under-accounts a little.
-fn alloc_size(n: usize) -> usize {
-    match n {
-        0 => 0,
-        1..=8 => 8,
-        9..=128 => n.next_multiple_of(16),
-        _ => {
-            let below = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
-            n.next_multiple_of(below / 4)
-        }
-    }
-}
-
-/// What a vector's buffer takes.
-fn vec_bytes<T>(v: &Vec<T>) -> usize {
-    alloc_size(v.capacity() * std::mem::size_of::<T>())
-}
 
 /// The bytes a decoded entry's data takes from the allocator: its box, every vector at
 /// its capacity, and the one buffer [`compact`] put its byte strings in (with the shared
