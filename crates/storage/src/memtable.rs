@@ -81,9 +81,10 @@ const LARGE_ROW_BYTES: usize =
     alloc_size(16 + 11 * std::mem::size_of::<(ClusteringKey, Row)>()) / 6 * 7 / 6;
 
 /// What a row's own allocations take: its clustering and cell vectors at their
-/// capacities. Its values are in the memtable's arena (counted there) and the row itself
-/// in its container (a vector or a B-tree leaf).
-fn row_heap_bytes(r: &Row) -> usize {
+/// capacities, not its values (in a memtable they are in the arena, counted there; the
+/// row cache counts them in its entry's value buffer) nor the row itself (in its
+/// container: a vector or a B-tree leaf).
+pub(crate) fn row_heap_bytes(r: &Row) -> usize {
     let mut n = vec_bytes(&r.clustering.0) + vec_bytes(&r.cells);
     for (_, d) in &r.cells {
         if let ColumnData::Complex { cells, .. } = d {

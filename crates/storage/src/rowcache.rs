@@ -45,7 +45,7 @@ use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
 use crate::alloc::{alloc_size, vec_bytes};
-use crate::memtable::{MemPartition, Memtable, single_standalone, single_summary};
+use crate::memtable::{MemPartition, Memtable, row_heap_bytes, single_standalone, single_summary};
 
 /// Counters and size of a [`RowCache`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -505,20 +505,16 @@ fn decoded_bytes(d: &PartitionUpdate) -> usize {
     let mut values = 0;
     let mut row = |r: &Row| {
         values += r.clustering.0.iter().map(Bytes::len).sum::<usize>();
-        let mut n = vec_bytes(&r.clustering.0) + vec_bytes(&r.cells);
         for (_, c) in &r.cells {
-            match c {
-                ColumnData::Simple(c) => values += c.value.len(),
-                ColumnData::Complex { cells, .. } => {
-                    n += vec_bytes(cells);
-                    values += cells
-                        .iter()
-                        .map(|(p, c)| p.len() + c.value.len())
-                        .sum::<usize>();
-                }
-            }
+            values += match c {
+                ColumnData::Simple(c) => c.value.len(),
+                ColumnData::Complex { cells, .. } => cells
+                    .iter()
+                    .map(|(p, c)| p.len() + c.value.len())
+                    .sum::<usize>(),
+            };
         }
-        n
+        row_heap_bytes(r)
     };
     let mut n = alloc_size(std::mem::size_of::<PartitionUpdate>()) + vec_bytes(&d.rows);
     n += d.static_row.as_ref().map_or(0, &mut row);
