@@ -675,7 +675,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         (
             "amphora_cache_block_misses_total",
             "counter",
-            "Reads of an SSTable chunk or index block that went to the file.",
+            "Reads of an SSTable chunk or index block that went to the file and filled the block cache (a row cache fill reads a chunk it does not find without caching it, and does not count it).",
             |c| c.misses,
         ),
         (

@@ -36,7 +36,9 @@ struct Slot {
     referenced: bool,
 }
 
-/// Hit/miss/size counters of a [`BlockCache`].
+/// Hit/miss/size counters of a [`BlockCache`]. A miss is a lookup of a block that was
+/// then read and cached; row cache fills only peek for data chunks (they read the chunks
+/// they do not find without caching them), which counts their hits alone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BlockCacheStats {
     pub hits: u64,
@@ -148,6 +150,24 @@ impl BlockCache {
         }
     }
 
+    /// The cached block if there is one, marked recently used and counted as a hit. A block
+    /// that is not cached is not counted as a miss: the caller reads it without caching it
+    /// (a row cache fill), so the misses count the reads that fill this cache.
+    pub fn peek(&mut self, reader: u64, kind: BlockKind, index: u64) -> Option<&Bytes> {
+        if self.capacity == 0 {
+            return None;
+        }
+        let key = Key {
+            reader,
+            kind,
+            index,
+        };
+        let slot = self.map.get(&key).and_then(|&i| self.slots.get_mut(i))?;
+        slot.referenced = true;
+        self.hits += 1;
+        Some(&slot.data)
+    }
+
     /// Caches a block (replacing an entry with the same key), evicting as needed. A block
     /// larger than the whole capacity is not cached.
     pub fn insert(&mut self, reader: u64, kind: BlockKind, index: u64, data: Bytes) {
@@ -231,6 +251,11 @@ mod tests {
         let s = c.stats();
         assert_eq!((s.hits, s.misses, s.entries), (1, 3, 1));
         assert_eq!(s.bytes, (100 + ENTRY_OVERHEAD) as u64);
+        // A peek counts its hits, not its misses.
+        assert_eq!(c.peek(1, BlockKind::DataChunk, 7), Some(&block(100, 1)));
+        assert_eq!(c.peek(1, BlockKind::DataChunk, 9), None);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses, s.entries), (2, 3, 1));
     }
 
     #[test]

@@ -321,7 +321,9 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 /// newest data is older than a partition tombstone already found (`floor` starts with the
 /// memtables' one, or None) cannot contribute and is not read. `slices`: keep only the
 /// rows within them (None = the whole partition). `detach`: decode each partition from a
-/// copy of its bytes (values that keep no data chunk alive, for the row cache).
+/// copy of its bytes (values that keep no data chunk alive, for the row cache), with the
+/// row cache's partition limit: partitions up to it do not add their chunks to the block
+/// cache ([`SSTableReader::get_detached_with`]).
 fn read_sstables(
     t: &TableSources<'_, impl Iterator>,
     key: &PartitionKey,
@@ -329,7 +331,7 @@ fn read_sstables(
     mut floor: Option<DeletionTime>,
     cache: &mut BlockCache,
     sstables_read: &mut u32,
-    detach: bool,
+    detach: Option<u64>,
 ) -> Result<Option<PartitionUpdate>> {
     // One SSTable (the common case after compaction) needs no sorted copy of the set.
     let (single, mut sorted);
@@ -370,8 +372,8 @@ fn read_sstables(
             continue;
         }
         *sstables_read += 1;
-        let found = if detach {
-            s.get_detached_with(key, Some(&mut *cache))?
+        let found = if let Some(limit) = detach {
+            s.get_detached_with(key, Some(&mut *cache), limit)?
         } else {
             s.get_with(key, Some(&mut *cache))?
         };
@@ -461,7 +463,7 @@ pub(crate) fn read_single<'a>(
             mem_deletion,
             block_cache,
             &mut sstables_read,
-            false,
+            None,
         )?;
         if let Some(u) = found {
             merge_into(schema, &mut acc, u);
@@ -489,8 +491,9 @@ pub(crate) fn read_single<'a>(
                 // Detached: every value is a slice of a copy of its partition's bytes, so
                 // what this read returns pins no block cache chunk (the cache entry copies
                 // again: into its encoding, or into one buffer of its own when decoded).
+                let limit = Some(row_cache.partition_max());
                 let mut full =
-                    read_sstables(&t, key, None, None, block_cache, &mut sstables_read, true)?
+                    read_sstables(&t, key, None, None, block_cache, &mut sstables_read, limit)?
                         .unwrap_or_default();
                 // One SSTable with nothing shadowed is canonical already.
                 if sstables_read > 1 || has_deletions(&full) {

@@ -702,6 +702,12 @@ impl RowCache {
         }
     }
 
+    /// The largest entry the cache holds, in bytes (the partition limit or the whole
+    /// capacity, whichever is smaller).
+    pub fn partition_max(&self) -> u64 {
+        self.partition_max.min(self.capacity) as u64
+    }
+
     /// Whether an entry of `cost` bytes is too big to cache: over the partition limit or
     /// the whole capacity.
     fn over_limits(&self, cost: usize) -> bool {
