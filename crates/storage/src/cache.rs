@@ -132,22 +132,11 @@ impl BlockCache {
         if self.capacity == 0 {
             return None;
         }
-        let key = Key {
-            reader,
-            kind,
-            index,
-        };
-        match self.map.get(&key).and_then(|&i| self.slots.get_mut(i)) {
-            Some(slot) => {
-                slot.referenced = true;
-                self.hits += 1;
-                Some(slot.data.clone())
-            }
-            None => {
-                self.misses += 1;
-                None
-            }
+        let found = self.peek(reader, kind, index).cloned();
+        if found.is_none() {
+            self.misses += 1;
         }
+        found
     }
 
     /// The cached block if there is one, marked recently used and counted as a hit. A block

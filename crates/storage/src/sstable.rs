@@ -1601,8 +1601,9 @@ impl SSTableReader {
         }
     }
 
-    /// Reads `len` bytes of the uncompressed stream at `pos`.
-    fn read_range(&self, pos: u64, len: u64, cache: Option<&mut BlockCache>) -> Result<Bytes> {
+    /// The first and last chunk holding bytes `pos..pos + len` of the uncompressed stream,
+    /// or an error when they extend past its end.
+    fn chunk_span(&self, pos: u64, len: u64) -> Result<(usize, usize)> {
         if pos
             .checked_add(len)
             .is_none_or(|end| end > self.uncompressed_len)
@@ -1615,9 +1616,15 @@ impl SSTableReader {
         }
         let first = (pos / self.chunk_bytes) as usize;
         let last = ((pos + len).saturating_sub(1) / self.chunk_bytes) as usize;
+        Ok((first, last))
+    }
+
+    /// Reads `len` bytes of the uncompressed stream at `pos`.
+    fn read_range(&self, pos: u64, len: u64, cache: Option<&mut BlockCache>) -> Result<Bytes> {
         let Some(cache) = cache else {
             return self.read_range_detached(pos, len, None);
         };
+        let (first, last) = self.chunk_span(pos, len)?;
         if first == last {
             let c = self.chunk(first, cache)?;
             let off = (pos - first as u64 * self.chunk_bytes) as usize;
@@ -1650,18 +1657,7 @@ impl SSTableReader {
         len: u64,
         mut cache: Option<&mut BlockCache>,
     ) -> Result<Bytes> {
-        if pos
-            .checked_add(len)
-            .is_none_or(|end| end > self.uncompressed_len)
-        {
-            return Err(StorageError::corrupt(
-                &self.data_path,
-                pos,
-                "partition extends past the end of the data",
-            ));
-        }
-        let first = (pos / self.chunk_bytes) as usize;
-        let last = ((pos + len).saturating_sub(1) / self.chunk_bytes) as usize;
+        let (first, last) = self.chunk_span(pos, len)?;
         let mut out = Vec::with_capacity(len as usize);
         for i in first..=last {
             let cstart = i as u64 * self.chunk_bytes;
