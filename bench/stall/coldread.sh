@@ -5,7 +5,9 @@
 # page cache) and serves SECS of saturation reads, uniform over the 3M keys, from CPU 1.
 # Prints each run's rate, the server's CPU per read, its disk reads and the caches' counters.
 # MEM (default 2G) is the servers' --memory: 256M gives a row cache of ~1/6 of the data,
-# so most reads miss it for the whole run.
+# so most reads miss it for the whole run. EVICT=1 drops the page cache before each run
+# (`drop_caches`, needs root), so every miss also waits for the disk; the per-second rates
+# (kreads/s) are then printed too.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 secs=$1 rounds=$2; shift 2
@@ -24,6 +26,7 @@ for r in $(seq "$rounds"); do
   fi
   for b in "${order[@]}"; do
     rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
+    if [[ -n "${EVICT:-}" ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
     taskset -c 0 "$b" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
       --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
       --api-port 19602 --prometheus-port 19603 > "$OUT/server-coldread.log" 2>&1 &
@@ -37,7 +40,10 @@ for r in $(seq "$rounds"); do
     ops=$(op_rate "$OUT/coldread.txt")
     echo "round $r $(basename "$b"): $ops reads/s, server $(awk -v t=$((t1 - t0)) -v o="$ops" -v s="$secs" \
       'BEGIN {printf "%.1f", t * 10000 / (o * s)}') us/read, disk $(((io1 - io0) >> 20)) MB; $(curl -s 127.0.0.1:19603/metrics |
-      awk '/^amphora_cache_(row|block)_(hits|misses)_total/ {sub(/amphora_cache_/, "", $1); sub(/_total.*/, "", $1); printf "%s=%d ", $1, $2}')"
+      awk '/^amphora_(cache_(row|block)_(hits|misses)|storage_read_disk_waits)_total/ {sub(/amphora_(cache|storage)_/, "", $1); sub(/_total.*/, "", $1); printf "%s=%d ", $1, $2}')"
+    if [[ -n "${EVICT:-}" ]]; then
+      echo "  per second: $(grep -E '^total' "$OUT/coldread.txt" | awk -F, '{printf "%.1f ", $3/1000}')"
+    fi
     kill "$P"; wait "$P" 2>/dev/null
   done
 done

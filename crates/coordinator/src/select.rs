@@ -1031,10 +1031,10 @@ pub(crate) async fn read_on(
     // On this shard the read runs at once, with no `on_shard` future (which would hold
     // the command) inside this one: every future above it copies it when it starts.
     let r = if amphora_rt::current_shard() == Some(shard) {
-        read_here(&cmd)
+        read_here(&cmd).await
     } else {
         Box::pin(crate::exec::on_shard(inner, shard, move || async move {
-            read_here(&cmd)
+            read_here(&cmd).await
         }))
         .await?
     };
@@ -1049,11 +1049,12 @@ pub(crate) async fn read_on(
     })
 }
 
-/// A single-partition read on the calling shard's replica.
-fn read_here(cmd: &ReadCommand) -> Result<amphora_storage::ReadResult, String> {
+/// A single-partition read on the calling shard's replica; the shard goes on serving
+/// other requests while the read waits for the disk.
+async fn read_here(cmd: &ReadCommand) -> Result<amphora_storage::ReadResult, String> {
     let db = amphora_replica::local().map_err(|e| e.to_string())?;
     amphora_trace::event(|| "Executing single-partition query".into());
-    let r = db.read(cmd).map_err(|e| e.to_string());
+    let r = db.read_async(cmd).await.map_err(|e| e.to_string());
     if let Ok(r) = &r {
         amphora_trace::event(|| {
             format!(

@@ -28,6 +28,12 @@ use amphora_types::data::{
 };
 use amphora_types::schema::{ColumnId, TableId, TableSchema};
 
+/// Disk waits a read takes ([`ShardDb::read_async`]) before it reads blocking: each wait
+/// brings in what one attempt missed (an index block or a chunk per SSTable), so a
+/// partition in several SSTables may need several; more means the page cache drops the
+/// bytes between the wait and the next attempt.
+pub const MAX_DISK_WAITS: usize = 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
     #[error("shard {0} has no database (not initialised or shut down)")]
@@ -319,15 +325,68 @@ impl ShardDb {
         self.storage.prefetch(keys);
     }
 
+    /// Reads, blocking the shard while the disk delivers whatever the page cache does not
+    /// hold. Requests use [`Self::read_async`]; this is for internal reads (schema, batch
+    /// log, index and view maintenance) that cannot wait.
     pub fn read(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
+        self.sample_read(cmd);
+        let started = std::time::Instant::now();
+        let r = self.storage.read(cmd);
+        self.count_read(cmd, started, r)
+    }
+
+    /// [`Self::read`] without blocking the shard on the disk: a read that needs SSTable
+    /// bytes outside the page cache hands them to a helper thread and waits for it while
+    /// the shard runs other requests, then runs again (amphora_storage::diskwait). A read
+    /// served from memory and the page cache (nearly all of them) completes in the first
+    /// poll, with no allocation. After [`MAX_DISK_WAITS`] waits (the page cache losing
+    /// the bytes again each time) it reads blocking.
+    pub async fn read_async(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
+        self.sample_read(cmd);
+        let started = std::time::Instant::now();
+        match self.storage.try_read(cmd) {
+            Err(StorageError::WouldBlock(w)) => {
+                Box::pin(self.read_after_waits(cmd, *w, started)).await
+            }
+            r => self.count_read(cmd, started, r),
+        }
+    }
+
+    async fn read_after_waits(
+        &self,
+        cmd: &ReadCommand,
+        mut wait: amphora_storage::diskwait::DiskWait,
+        started: std::time::Instant,
+    ) -> Result<ReadResult, ReplicaError> {
+        for _ in 0..MAX_DISK_WAITS {
+            amphora_trace::event(|| format!("Waiting for the disk: {}", wait.path().display()));
+            if let Err(e) = wait.fault_in().await {
+                return self.count_read(cmd, started, Err(e));
+            }
+            match self.storage.try_read(cmd) {
+                Err(StorageError::WouldBlock(w)) => wait = *w,
+                r => return self.count_read(cmd, started, r),
+            }
+        }
+        let r = self.storage.read(cmd);
+        self.count_read(cmd, started, r)
+    }
+
+    fn sample_read(&self, cmd: &ReadCommand) {
         if self.sampling.get()
             && let amphora_storage::PartitionRange::Single(k) = &cmd.partitions
             && let Some(s) = self.sampler.borrow_mut().as_mut()
         {
             s.record_read(cmd.table, &k.key);
         }
-        let started = std::time::Instant::now();
-        let r = self.storage.read(cmd);
+    }
+
+    fn count_read(
+        &self,
+        cmd: &ReadCommand,
+        started: std::time::Instant,
+        r: Result<ReadResult, StorageError>,
+    ) -> Result<ReadResult, ReplicaError> {
         let us = started.elapsed().as_micros() as u64;
         let mut c = self.table_counters.borrow_mut();
         let t = c.entry(cmd.table).or_default();

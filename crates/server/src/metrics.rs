@@ -460,7 +460,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 24] = [
+    let shard_families: [Family<M>; 25] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -559,6 +559,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Writes that waited for a flush because memtables were over budget.",
             |m| m.write_memory_waits,
+        ),
+        (
+            "amphora_storage_read_disk_waits_total",
+            "counter",
+            "Reads that needed SSTable bytes outside the page cache: the shard served other requests while a helper thread read them from the disk, then ran the read again.",
+            |m| m.disk_waits,
         ),
         (
             "amphora_commitlog_disk_total_bytes",

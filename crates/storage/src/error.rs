@@ -52,6 +52,11 @@ pub enum StorageError {
         budget_bytes: u64,
         cause: String,
     },
+    /// A read inside [`crate::diskwait::without_waiting`] needs bytes that are not in the
+    /// page cache: run the wait ([`crate::diskwait::DiskWait::fault_in`]), then the read
+    /// again. Never returned outside that scope.
+    #[error("read would wait for the disk ({})", .0.path().display())]
+    WouldBlock(Box<crate::diskwait::DiskWait>),
 }
 
 impl StorageError {

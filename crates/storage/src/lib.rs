@@ -20,6 +20,7 @@ pub mod cache;
 pub mod commitlog;
 pub mod compaction;
 pub mod config;
+pub mod diskwait;
 pub mod error;
 pub mod lz4;
 pub mod maintenance;

@@ -70,6 +70,9 @@ pub struct StorageMetrics {
     /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
     pub commitlog_writes: u64,
     pub corrupt_sstables: u64,
+    /// Reads that found bytes they needed outside the page cache and went back to the
+    /// event loop while a helper thread read them ([`ShardStorage::try_read`]).
+    pub disk_waits: u64,
     pub background_errors: u64,
     /// Writes that waited in `admit` for a flush to free memtable memory.
     pub write_memory_waits: u64,
@@ -2240,6 +2243,21 @@ impl ShardStorage {
             }
         }
         inner.row_cache.prefetch(keys, 2);
+    }
+
+    /// [`Self::read`] without waiting for the disk: when the read needs bytes that are not
+    /// in the page cache it stops, changing nothing, and returns
+    /// [`StorageError::WouldBlock`]; the caller runs the wait off the shard
+    /// ([`crate::diskwait::DiskWait::fault_in`]) and calls again (see [`crate::diskwait`]).
+    pub fn try_read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
+        let r = crate::diskwait::without_waiting(|| self.read(cmd));
+        if let Err(StorageError::WouldBlock(_)) = &r {
+            let mut inner = self.inner.borrow_mut();
+            // Counted once, when it is run again.
+            inner.metrics.reads -= 1;
+            inner.metrics.disk_waits += 1;
+        }
+        r
     }
 
     /// Executes a read: merges memtables and the SSTables that may hold the data, and

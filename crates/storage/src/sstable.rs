@@ -1524,9 +1524,7 @@ impl SSTableReader {
             ));
         };
         raw.resize((end - start) as usize, 0);
-        self.data
-            .read_exact_at(raw, start)
-            .map_err(|e| StorageError::io(&self.data_path, e))?;
+        crate::diskwait::read_exact_at(&self.data, &self.data_path, raw, start)?;
         if raw.len() < 4 {
             return Err(StorageError::corrupt(
                 &self.data_path,
@@ -1819,9 +1817,7 @@ impl SSTableReader {
             ));
         }
         buf.resize(s.len as usize, 0);
-        self.index
-            .read_exact_at(buf, s.offset)
-            .map_err(|e| StorageError::io(&self.index_path, e))?;
+        crate::diskwait::read_exact_at(&self.index, &self.index_path, buf, s.offset)?;
         if check_crc(&self.index_path, buf).is_err() {
             self.quarantined.store(true, AtomicOrdering::Relaxed);
             return Err(StorageError::corrupt(

@@ -1,0 +1,160 @@
+//! `ShardDb::read_async`: a read whose SSTable bytes are not in the page cache waits for
+//! them off the shard and runs again, and returns what a blocking read returns.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use amphora_storage::{PartitionRange, ReadCommand, StorageConfig};
+use amphora_types::CqlType;
+use amphora_types::data::{
+    Cell, Clustering, ColumnData, Mutation, PartitionKey, PartitionUpdate, Row,
+};
+use amphora_types::schema::{
+    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
+};
+use bytes::Bytes;
+
+const TABLE: u128 = 9;
+const KEYS: usize = 3000;
+
+fn column(name: &str, kind: ColumnKind) -> ColumnDef {
+    ColumnDef {
+        name: name.into(),
+        ty: CqlType::Blob,
+        kind,
+        position: 0,
+        order: ClusteringOrder::Asc,
+    }
+}
+
+fn table() -> Arc<TableSchema> {
+    Arc::new(TableSchema::new(
+        TableId(TABLE),
+        "ks",
+        "t",
+        vec![
+            column("key", ColumnKind::PartitionKey),
+            column("v", ColumnKind::Regular),
+        ],
+        TableOptions::default(),
+    ))
+}
+
+fn key(n: usize) -> PartitionKey {
+    PartitionKey::new(Bytes::from(format!("key-{n}")))
+}
+
+fn value(n: usize) -> Bytes {
+    Bytes::from(format!("{n}-").repeat(200))
+}
+
+fn write(n: usize) -> Mutation {
+    Mutation {
+        table: TableId(TABLE),
+        key: key(n),
+        update: PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: vec![(1, ColumnData::Simple(Cell::live(1, value(n))))],
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+fn read(n: usize) -> ReadCommand {
+    ReadCommand::new(TableId(TABLE), PartitionRange::Single(key(n)), 0)
+}
+
+/// The value a read returned for its one partition's one row.
+fn value_of(r: &amphora_storage::ReadResult) -> Option<Bytes> {
+    let p = r.partitions.first()?;
+    let row = p.rows.first()?;
+    match &row.cells.first()?.1 {
+        ColumnData::Simple(c) => Some(c.value.clone()),
+        _ => None,
+    }
+}
+
+/// Drops every file under `dir` from the page cache (they are clean: flushed and synced).
+fn evict(dir: &std::path::Path) {
+    for e in std::fs::read_dir(dir).expect("dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            evict(&p);
+        } else if let Ok(f) = std::fs::File::open(&p) {
+            // SAFETY: advice on an open descriptor; no memory is involved.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(rc, 0, "fadvise {}", p.display());
+        }
+    }
+}
+
+#[test]
+fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = StorageConfig::new(dir.path(), 0);
+    cfg.auto_compaction = false;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let db = amphora_replica::init_shard(cfg, vec![table()], 1).expect("open");
+        for n in 0..KEYS {
+            db.apply(write(n)).await.expect("applied");
+        }
+        db.flush_all().await.expect("flush");
+        // One key stays in the memtable only.
+        db.apply(write(KEYS)).await.expect("applied");
+        // Just written, the files are in the page cache: no read waits.
+        for n in (1..KEYS).step_by(61) {
+            let r = db.read_async(&read(n)).await.expect("read");
+            assert_eq!(value_of(&r), Some(value(n)));
+        }
+        assert_eq!(db.storage().metrics().disk_waits, 0);
+        evict(dir.path());
+
+        // Many reads at once, as a shard serves them: every one completes with its data.
+        let mut tasks = Vec::new();
+        for n in (0..=KEYS).step_by(7) {
+            let db = db.clone();
+            tasks.push(tokio::task::spawn_local(async move {
+                let r = db.read_async(&read(n)).await.expect("read");
+                (n, value_of(&r))
+            }));
+        }
+        for t in tasks {
+            let (n, v) = t.await.expect("task");
+            assert_eq!(v, Some(value(n)), "key {n}");
+        }
+        let m = db.storage().metrics();
+        assert!(m.disk_waits > 0, "no read waited for the disk: {m:?}");
+        let counters = db.table_counters();
+        let t = counters.get(&TableId(TABLE)).expect("the table's counters");
+        // A read that waited is counted once, as one read.
+        let reads = (1..KEYS).step_by(61).count() + (0..=KEYS).step_by(7).count();
+        assert_eq!(t.reads, reads as u64);
+        assert_eq!(t.read_errors, 0);
+
+        // Each read returns what the blocking read returns, evicted or not, and a key that
+        // is absent reads as absent.
+        evict(dir.path());
+        for n in [1, 2, 500, 2999, KEYS, KEYS + 1] {
+            let waited = db.read_async(&read(n)).await.expect("read");
+            let blocking = db.read(&read(n)).expect("read");
+            // (The second read finds the row cache filled by the first: compare the data.)
+            assert_eq!(waited.partitions, blocking.partitions, "key {n}");
+        }
+        assert_eq!(
+            value_of(&db.read_async(&read(KEYS + 1)).await.expect("read")),
+            None
+        );
+
+        amphora_replica::uninstall();
+    });
+}

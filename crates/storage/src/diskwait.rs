@@ -1,0 +1,194 @@
+//! Reads that do not make the shard wait for the disk.
+//!
+//! A shard serves every request of its core from one thread, so a synchronous `pread` that
+//! misses the page cache stops all of them for the disk's latency (100 µs to milliseconds),
+//! even those the row cache or the memtables would answer at once. Inside
+//! [`without_waiting`], the SSTable reader's reads ask the kernel for cached pages only
+//! (`preadv2` with `RWF_NOWAIT`): a read the page cache can serve costs what it did, and one
+//! that would wait returns [`StorageError::WouldBlock`] with a [`DiskWait`] naming the
+//! bytes. The caller then hands the wait to a helper thread ([`DiskWait::fault_in`], which
+//! reads those bytes and so brings them into the page cache), serves other requests
+//! meanwhile, and runs the read again. A read left half done has changed nothing (the row
+//! and block caches are filled only from complete reads), so starting it over is safe.
+//!
+//! Outside [`without_waiting`] (compaction, flush, startup, tools) reads block as before.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StorageError};
+
+thread_local! {
+    static NOWAIT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with this thread's SSTable reads limited to the page cache: a read that would
+/// wait for the disk fails with [`StorageError::WouldBlock`] instead.
+pub fn without_waiting<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NOWAIT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(NOWAIT.with(|c| c.replace(true)));
+    f()
+}
+
+/// Bytes a read needs that are not in the page cache: what a helper thread reads so that
+/// the read, run again, finds them there.
+#[derive(Debug)]
+pub struct DiskWait {
+    file: File,
+    path: PathBuf,
+    offset: u64,
+    len: usize,
+}
+
+impl DiskWait {
+    /// The file the read waits for.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the bytes on this thread, blocking until the disk has delivered them (they are
+    /// then in the page cache). For a helper thread: [`Self::fault_in`].
+    pub fn wait(&self) -> Result<()> {
+        let mut buf = vec![0u8; self.len];
+        self.file
+            .read_exact_at(&mut buf, self.offset)
+            .map_err(|e| StorageError::io(&self.path, e))
+    }
+
+    /// [`Self::wait`] on the runtime's blocking pool: the calling task waits, its thread
+    /// goes on running others.
+    pub async fn fault_in(self) -> Result<()> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || self.wait())
+            .await
+            .map_err(|e| StorageError::io(&path, std::io::Error::other(e.to_string())))?
+    }
+}
+
+/// `read_exact_at` for the SSTable reader: blocking, or from the page cache only inside
+/// [`without_waiting`].
+pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    if !NOWAIT.with(|c| c.get()) {
+        return file
+            .read_exact_at(buf, offset)
+            .map_err(|e| StorageError::io(path, e));
+    }
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let at = offset + done as u64;
+        // SAFETY: `iov` points at `rest`, writable for its length, for the whole call; the
+        // descriptor is `file`'s, open while it is borrowed.
+        #[allow(unsafe_code)]
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                at as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        if n == 0 {
+            return Err(StorageError::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file ends before the read",
+                ),
+            ));
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => {
+                let file = file.try_clone().map_err(|e| StorageError::io(path, e))?;
+                return Err(StorageError::WouldBlock(Box::new(DiskWait {
+                    file,
+                    path: path.to_path_buf(),
+                    offset: at,
+                    len: buf.len() - done,
+                })));
+            }
+            // A file system without non-blocking buffered reads: read as before.
+            Some(libc::EOPNOTSUPP) => {
+                return file
+                    .read_exact_at(&mut buf[done..], at)
+                    .map_err(|e| StorageError::io(path, e));
+            }
+            _ => return Err(StorageError::io(path, err)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Drops the file's clean pages from the page cache.
+    fn evict(f: &File) {
+        // SAFETY: advice on an open descriptor; no memory is involved.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+    }
+
+    #[test]
+    fn cached_bytes_read_without_waiting_and_evicted_ones_wait() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut f = File::create(&path).expect("create");
+        f.write_all(&data).expect("write");
+        f.sync_all().expect("sync");
+        let f = File::open(&path).expect("open");
+        let mut buf = vec![0u8; 16 * 1024];
+        // Cached (just written): served at once, in and outside the scope.
+        without_waiting(|| read_exact_at(&f, &path, &mut buf, 4096)).expect("cached read");
+        assert_eq!(buf, data[4096..4096 + 16 * 1024]);
+        // Evicted (written back by the fsync, so clean): the read names what it waits for.
+        evict(&f);
+        let err = without_waiting(|| read_exact_at(&f, &path, &mut buf, 100_000))
+            .expect_err("an evicted page must not be read without waiting");
+        let StorageError::WouldBlock(w) = err else {
+            panic!("expected WouldBlock, got {err}");
+        };
+        assert_eq!(
+            (w.offset, w.len, w.path()),
+            (100_000, 16 * 1024, path.as_path())
+        );
+        // Waiting brings the bytes in; the read then succeeds without waiting.
+        w.wait().expect("wait");
+        buf.fill(0);
+        without_waiting(|| read_exact_at(&f, &path, &mut buf, 100_000)).expect("after the wait");
+        assert_eq!(buf, data[100_000..100_000 + 16 * 1024]);
+        // Outside the scope, reads block as before, and the scope does not leak.
+        evict(&f);
+        read_exact_at(&f, &path, &mut buf, 200_000).expect("blocking read");
+        assert_eq!(buf, data[200_000..200_000 + 16 * 1024]);
+        // Past the end of the file: an error, not a wait.
+        let e = without_waiting(|| read_exact_at(&f, &path, &mut buf, 250_000)).expect_err("eof");
+        assert!(matches!(
+            e,
+            StorageError::Io { .. } | StorageError::WouldBlock(_)
+        ));
+    }
+}
