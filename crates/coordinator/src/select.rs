@@ -655,7 +655,7 @@ async fn select_general(
                 let trace = trace.clone();
                 amphora_trace::scope(trace, format!("shard {shard}"), async move {
                     let db = amphora_replica::local().map_err(|e| e.to_string())?;
-                    let r = db.read(&cmd).map_err(|e| e.to_string());
+                    let r = db.read_async(&cmd).await.map_err(|e| e.to_string());
                     if let Ok(r) = &r {
                         amphora_trace::event(|| {
                             format!(

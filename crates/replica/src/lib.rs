@@ -28,11 +28,15 @@ use amphora_types::data::{
 };
 use amphora_types::schema::{ColumnId, TableId, TableSchema};
 
-/// Disk waits a read takes ([`ShardDb::read_async`]) before it reads blocking: each wait
-/// brings in what one attempt missed (an index block or a chunk per SSTable), so a
-/// partition in several SSTables may need several; more means the page cache drops the
-/// bytes between the wait and the next attempt.
+/// Disk waits a single-partition read takes ([`ShardDb::read_async`]) before it reads
+/// blocking: each wait brings in what one attempt missed (an index block or a chunk per
+/// SSTable), so a partition in several SSTables may need several; more means the page
+/// cache drops the bytes between the wait and the next attempt.
 pub const MAX_DISK_WAITS: usize = 16;
+
+/// Disk waits a range read (a page of a scan) takes before it reads blocking: each brings
+/// in a window of [`amphora_storage::shard::SCAN_WAIT_BYTES`] of one file.
+pub const MAX_SCAN_DISK_WAITS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
@@ -339,8 +343,8 @@ impl ShardDb {
     /// bytes outside the page cache hands them to a helper thread and waits for it while
     /// the shard runs other requests, then runs again (amphora_storage::diskwait). A read
     /// served from memory and the page cache (nearly all of them) completes in the first
-    /// poll, with no allocation. After [`MAX_DISK_WAITS`] waits (the page cache losing
-    /// the bytes again each time) it reads blocking.
+    /// poll, with no allocation. After [`MAX_DISK_WAITS`] waits ([`MAX_SCAN_DISK_WAITS`]
+    /// for a range; the page cache losing the bytes again each time) it reads blocking.
     pub async fn read_async(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
         self.sample_read(cmd);
         let started = std::time::Instant::now();
@@ -358,7 +362,11 @@ impl ShardDb {
         mut wait: amphora_storage::diskwait::DiskWait,
         started: std::time::Instant,
     ) -> Result<ReadResult, ReplicaError> {
-        for _ in 0..MAX_DISK_WAITS {
+        let waits = match cmd.partitions {
+            amphora_storage::PartitionRange::Single(_) => MAX_DISK_WAITS,
+            amphora_storage::PartitionRange::TokenRange { .. } => MAX_SCAN_DISK_WAITS,
+        };
+        for _ in 0..waits {
             amphora_trace::event(|| format!("Waiting for the disk: {}", wait.path().display()));
             if let Err(e) = wait.fault_in().await {
                 return self.count_read(cmd, started, Err(e));

@@ -155,6 +155,29 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
             None
         );
 
+        // A scan of evicted files waits for windows of them, and returns every partition.
+        evict(dir.path());
+        let before = db.storage().metrics().disk_waits;
+        let all = ReadCommand::new(TableId(TABLE), PartitionRange::all(), 0);
+        let scanned = db.read_async(&all).await.expect("scan");
+        let waits = db.storage().metrics().disk_waits - before;
+        assert!(waits > 0, "the scan never waited");
+        // A window per wait, not a chunk (~2 MB of data: over 100 chunks of 16 KiB).
+        assert!(waits <= 8, "the scan waited {waits} times");
+        assert_eq!(scanned.partitions.len(), KEYS + 1);
+        assert_eq!(scanned.partitions, db.read(&all).expect("scan").partitions);
+        for p in &scanned.partitions {
+            let n: usize = std::str::from_utf8(&p.key.key["key-".len()..])
+                .expect("utf8")
+                .parse()
+                .expect("number");
+            let v = match &p.rows.first().expect("row").cells.first().expect("cell").1 {
+                ColumnData::Simple(c) => c.value.clone(),
+                _ => panic!("not a simple cell"),
+            };
+            assert_eq!(v, value(n), "key {n}");
+        }
+
         amphora_replica::uninstall();
     });
 }

@@ -54,13 +54,30 @@ impl DiskWait {
         &self.path
     }
 
+    /// Makes the wait read at least `bytes` from its offset (up to the end of the file): a
+    /// scan, which reads on from there, then finds a whole window cached, not one chunk.
+    pub fn widen(&mut self, bytes: usize) {
+        self.len = self.len.max(bytes);
+    }
+
     /// Reads the bytes on this thread, blocking until the disk has delivered them (they are
     /// then in the page cache). For a helper thread: [`Self::fault_in`].
     pub fn wait(&self) -> Result<()> {
         let mut buf = vec![0u8; self.len];
-        self.file
-            .read_exact_at(&mut buf, self.offset)
-            .map_err(|e| StorageError::io(&self.path, e))
+        let mut done = 0;
+        while done < buf.len() {
+            match self
+                .file
+                .read_at(&mut buf[done..], self.offset + done as u64)
+            {
+                // The end of the file (a widened wait).
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(StorageError::io(&self.path, e)),
+            }
+        }
+        Ok(())
     }
 
     /// [`Self::wait`] on the runtime's blocking pool: the calling task waits, its thread

@@ -43,6 +43,9 @@ use crate::read::{
 use crate::rowcache::{DefragSlice, RowCache, RowCacheStats};
 use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
 
+/// What a range read that stopped for the disk waits for ([`ShardStorage::try_read`]).
+pub const SCAN_WAIT_BYTES: usize = 1 << 20;
+
 /// Counters for nodetool/metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StorageMetrics {
@@ -2250,8 +2253,13 @@ impl ShardStorage {
     /// [`StorageError::WouldBlock`]; the caller runs the wait off the shard
     /// ([`crate::diskwait::DiskWait::fault_in`]) and calls again (see [`crate::diskwait`]).
     pub fn try_read(&self, cmd: &ReadCommand) -> Result<ReadResult> {
-        let r = crate::diskwait::without_waiting(|| self.read(cmd));
-        if let Err(StorageError::WouldBlock(_)) = &r {
+        let mut r = crate::diskwait::without_waiting(|| self.read(cmd));
+        if let Err(StorageError::WouldBlock(w)) = &mut r {
+            if let PartitionRange::TokenRange { .. } = cmd.partitions {
+                // A scan goes on reading where it stopped: wait for a window, not a chunk,
+                // or each of its chunks would cost a wait and a restart of the page.
+                w.widen(SCAN_WAIT_BYTES);
+            }
             let mut inner = self.inner.borrow_mut();
             // Counted once, when it is run again.
             inner.metrics.reads -= 1;
