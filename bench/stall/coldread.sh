@@ -5,9 +5,9 @@
 # page cache) and serves SECS of saturation reads, uniform over the 3M keys, from CPU 1.
 # Prints each run's rate, the server's CPU per read, its disk reads and the caches' counters.
 # MEM (default 2G) is the servers' --memory: 256M gives a row cache of ~1/6 of the data,
-# so most reads miss it for the whole run. EVICT=1 drops the page cache before each run
-# (`drop_caches`, needs root), so every miss also waits for the disk; the per-second rates
-# (kreads/s) are then printed too.
+# so most reads miss it for the whole run. EVICT=1 drops the data files from the page cache
+# once the server is up (`evict_files`), so every miss also waits for the disk; the
+# per-second rates (kreads/s) are then printed too.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 secs=$1 rounds=$2; shift 2
@@ -26,12 +26,12 @@ for r in $(seq "$rounds"); do
   fi
   for b in "${order[@]}"; do
     rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
-    if [[ -n "${EVICT:-}" ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
     taskset -c 0 "$b" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
       --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
       --api-port 19602 --prometheus-port 19603 > "$OUT/server-coldread.log" 2>&1 &
     P=$!
     for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
+    if [[ -n "${EVICT:-}" ]]; then evict_files "$run"; fi
     io0=$(awk '/read_bytes/ {print $2}' /proc/$P/io)
     t0=$(awk '{print $14+$15}' /proc/$P/stat)
     st read duration="${secs}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/coldread.txt"

@@ -55,3 +55,17 @@ populate_compacted() {
   done
   nt compact keyspace1 standard1 > /dev/null
 }
+
+# `evict_files DIR`: drops the files under DIR from the page cache (POSIX_FADV_DONTNEED;
+# clean pages only, so sync first). Unlike `drop_caches` it leaves the binaries' pages
+# alone: a dropped client or server binary faults its code in from the disk for seconds.
+evict_files() {
+  python3 - "$1" <<'PY'
+import os, sys
+for root, _, files in os.walk(sys.argv[1]):
+    for f in files:
+        fd = os.open(os.path.join(root, f), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+PY
+}
