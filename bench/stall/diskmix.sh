@@ -4,7 +4,7 @@
 # BIN in turn (order alternating) starts on a fresh copy of that data, reads keys 1..50k
 # once (they are then in the row cache), drops the data files from the page cache
 # (`evict_files`), and runs two `amphora stress` clients at once on CPU 1 for SECS:
-#   hot:  a fixed 5,000 reads/s (16 in flight) of keys 1..50k: row cache hits, which never
+#   hot:  a fixed 5,000 reads/s (HOT_THREADS, 16, in flight) of keys 1..50k: row cache hits, which never
 #         touch the disk;
 #   cold: saturation reads (128 in flight) of the other 2.95M keys, whose chunks and index
 #         blocks the page cache does not hold at first.
@@ -40,7 +40,7 @@ for r in $(seq "$rounds"); do
     for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
     st read n=50000 no-warmup -rate threads=128 -pop seq=1..50000 > /dev/null
     sync; evict_files "$run"
-    st read duration="${secs}s" no-warmup -rate threads=16 fixed=5000/s \
+    st read duration="${secs}s" no-warmup -rate threads="${HOT_THREADS:-16}" fixed=5000/s \
       -pop "dist=UNIFORM(1..50000)" > "$OUT/diskmix-hot.txt" &
     h=$!
     st read duration="${secs}s" no-warmup -rate threads=128 \
