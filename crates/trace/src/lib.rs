@@ -530,8 +530,12 @@ mod tests {
 
     /// Requests are timed with the coarse clock: work well past the threshold is reported
     /// slow, work well under it is not, and with the log off nothing is timed.
+    /// The slow-query threshold is process-wide: the tests that set it take turns.
+    static THRESHOLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn slow_queries_are_timed_with_the_coarse_clock() {
+        let _turn = THRESHOLD.lock().unwrap_or_else(|p| p.into_inner());
         set_slow_query_threshold(Duration::from_millis(20));
         let started = slow_timer();
         assert!(started.is_some());
@@ -579,6 +583,7 @@ mod tests {
 
     #[test]
     fn slow_queries_are_logged_above_the_threshold_only() {
+        let _turn = THRESHOLD.lock().unwrap_or_else(|p| p.into_inner());
         set_slow_query_threshold(Duration::from_millis(100));
         assert!(!check_slow(Duration::from_millis(99), || "fast".into()));
         assert!(check_slow(Duration::from_millis(150), || "slow".into()));
