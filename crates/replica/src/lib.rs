@@ -260,8 +260,6 @@ impl ShardDb {
     }
 
     async fn apply_counter_inner(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
-        // Before the read: nothing may await between the read and the write.
-        self.storage.admit().await?;
         let mut cmd = ReadCommand::new(
             u.table,
             amphora_storage::PartitionRange::Single(u.key.clone()),
@@ -272,7 +270,21 @@ impl ShardDb {
             end: amphora_types::data::ClusteringBound::inclusive(u.clustering.0.clone()),
         }];
         cmd.now_seconds = i32::MAX - 1;
-        let current = self.storage.read(&cmd)?;
+        // Nothing may await between the read that succeeds and the write. A read that would
+        // wait for the disk has read nothing: wait for its bytes off the shard, then admit
+        // and read again (admitting first each time, as that may await too).
+        let mut waits = 0;
+        let current = loop {
+            self.storage.admit().await?;
+            match self.storage.try_read(&cmd) {
+                Err(StorageError::WouldBlock(w)) if waits < MAX_DISK_WAITS => {
+                    waits += 1;
+                    w.fault_in().await?;
+                }
+                Err(StorageError::WouldBlock(_)) => break self.storage.read(&cmd)?,
+                r => break r?,
+            }
+        };
         let row = current.partitions.first().and_then(|p| {
             if u.is_static {
                 p.static_row.clone()

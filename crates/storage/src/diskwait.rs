@@ -143,8 +143,10 @@ pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u6
                     len: buf.len() - done,
                 })));
             }
-            // A file system without non-blocking buffered reads: read as before.
-            Some(libc::EOPNOTSUPP) => {
+            // A file system without non-blocking buffered reads (EOPNOTSUPP), or a kernel
+            // without `RWF_NOWAIT` (EINVAL): read as before, which reports its own error
+            // if the arguments were at fault.
+            Some(libc::EOPNOTSUPP | libc::EINVAL) => {
                 return file
                     .read_exact_at(&mut buf[done..], at)
                     .map_err(|e| StorageError::io(path, e));
