@@ -2,42 +2,22 @@
 //! budget, and waits for a flush (in its own future) when they do not. Either way every
 //! acknowledged write reads back, and the table's counters count each one.
 
+mod common;
+
 use std::sync::Arc;
 
 use amphora_storage::config::FlushHook;
 use amphora_storage::{PartitionRange, ReadCommand, StorageConfig};
-use amphora_types::CqlType;
 use amphora_types::data::{
     Cell, Clustering, ColumnData, Mutation, PartitionKey, PartitionUpdate, Row,
 };
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
+use amphora_types::schema::{TableId, TableSchema};
 use bytes::Bytes;
 
 const TABLE: u128 = 7;
 
-fn column(name: &str, kind: ColumnKind) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    }
-}
-
 fn table() -> Arc<TableSchema> {
-    Arc::new(TableSchema::new(
-        TableId(TABLE),
-        "ks",
-        "t",
-        vec![
-            column("key", ColumnKind::PartitionKey),
-            column("v", ColumnKind::Regular),
-        ],
-        TableOptions::default(),
-    ))
+    common::key_value_table(TABLE)
 }
 
 fn write(k: &str, size: usize) -> Mutation {

@@ -1,6 +1,8 @@
 //! `ShardDb::read_async`: a read whose SSTable bytes are not in the page cache waits for
 //! them off the shard and runs again, and returns what a blocking read returns.
 
+mod common;
+
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
@@ -9,47 +11,26 @@ use amphora_types::CqlType;
 use amphora_types::data::{
     Cell, Clustering, ColumnData, Mutation, PartitionKey, PartitionUpdate, Row,
 };
-use amphora_types::schema::{
-    ClusteringOrder, ColumnDef, ColumnKind, TableId, TableOptions, TableSchema,
-};
+use amphora_types::schema::{ColumnKind, TableId, TableOptions, TableSchema};
 use bytes::Bytes;
 
 const TABLE: u128 = 9;
 const KEYS: usize = 3000;
 
-fn column(name: &str, kind: ColumnKind) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty: CqlType::Blob,
-        kind,
-        position: 0,
-        order: ClusteringOrder::Asc,
-    }
-}
-
 fn table() -> Arc<TableSchema> {
-    Arc::new(TableSchema::new(
-        TableId(TABLE),
-        "ks",
-        "t",
-        vec![
-            column("key", ColumnKind::PartitionKey),
-            column("v", ColumnKind::Regular),
-        ],
-        TableOptions::default(),
-    ))
+    common::key_value_table(TABLE)
 }
 
 const COUNTERS: u128 = 10;
 
 fn counter_table() -> Arc<TableSchema> {
-    let mut c = column("c", ColumnKind::Regular);
+    let mut c = common::column("c", ColumnKind::Regular);
     c.ty = CqlType::Counter;
     Arc::new(TableSchema::new(
         TableId(COUNTERS),
         "ks",
         "counters",
-        vec![column("key", ColumnKind::PartitionKey), c],
+        vec![common::column("key", ColumnKind::PartitionKey), c],
         TableOptions::default(),
     ))
 }
