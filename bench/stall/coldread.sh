@@ -7,30 +7,17 @@
 # MEM (default 2G) is the servers' --memory: 256M gives a row cache of ~1/6 of the data,
 # so most reads miss it for the whole run. EVICT=1 drops the data files from the page cache
 # once the server is up (`evict_files`), so every miss also waits for the disk; the
-# per-second rates (kreads/s) are then printed too.
+# per-second rates (kreads/s) are then printed too. POP=DIR reuses a populated data
+# directory (kept) instead of populating.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 secs=$1 rounds=$2; shift 2
 bins=("$@")
-pop="$OUT/coldread-pop" run="$OUT/coldread-run"
-KEEP_DATA=1 start_server "${bins[0]}" coldread-pop
-populate_compacted
-nt flush > /dev/null
-kill "$P"; wait "$P" 2>/dev/null
-rm -rf "$pop"; mv "$OUT/data-coldread-pop" "$pop"
-trap 'kill $P 2>/dev/null; rm -rf "$pop" "$run"' EXIT
+populated_once coldread "${bins[0]}"
 for r in $(seq "$rounds"); do
-  order=("${bins[@]}")
-  if (( r % 2 == 0 )); then
-    for ((i = 0, j = ${#bins[@]} - 1; i < ${#bins[@]}; i++, j--)); do order[i]=${bins[j]}; done
-  fi
+  mapfile -t order < <(round_order "$r" "${bins[@]}")
   for b in "${order[@]}"; do
-    rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
-    taskset -c 0 "$b" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
-      --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
-      --api-port 19602 --prometheus-port 19603 > "$OUT/server-coldread.log" 2>&1 &
-    P=$!
-    for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
+    start_on_copy "$b" "$OUT/server-coldread.log"
     if [[ -n "${EVICT:-}" ]]; then evict_files "$run"; fi
     io0=$(awk '/read_bytes/ {print $2}' /proc/$P/io)
     t0=$(awk '{print $14+$15}' /proc/$P/stat)

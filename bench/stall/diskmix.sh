@@ -15,29 +15,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 secs=$1 rounds=$2; shift 2
 bins=("$@")
 # POP=DIR reuses a populated data directory (kept) instead of populating.
-pop="${POP:-$OUT/diskmix-pop}" run="$OUT/diskmix-run"
-if [[ -z "${POP:-}" ]]; then
-  KEEP_DATA=1 start_server "${bins[0]}" diskmix-pop
-  populate_compacted
-  nt flush > /dev/null
-  kill "$P"; wait "$P" 2>/dev/null
-  rm -rf "$pop"; mv "$OUT/data-diskmix-pop" "$pop"
-  trap 'kill $P 2>/dev/null; rm -rf "$pop" "$run"' EXIT
-else
-  trap 'kill $P 2>/dev/null; rm -rf "$run"' EXIT
-fi
+populated_once diskmix "${bins[0]}"
 for r in $(seq "$rounds"); do
-  order=("${bins[@]}")
-  if (( r % 2 == 0 )); then
-    for ((i = 0, j = ${#bins[@]} - 1; i < ${#bins[@]}; i++, j--)); do order[i]=${bins[j]}; done
-  fi
+  mapfile -t order < <(round_order "$r" "${bins[@]}")
   for b in "${order[@]}"; do
-    rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
-    taskset -c 0 "$b" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
-      --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
-      --api-port 19602 --prometheus-port 19603 > "$OUT/server-diskmix.log" 2>&1 &
-    P=$!
-    for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
+    start_on_copy "$b" "$OUT/server-diskmix.log"
     st read n=50000 no-warmup -rate threads=128 -pop seq=1..50000 > /dev/null
     sync; evict_files "$run"
     st read duration="${secs}s" no-warmup -rate threads="${HOT_THREADS:-16}" fixed=5000/s \

@@ -69,3 +69,38 @@ for root, _, files in os.walk(sys.argv[1]):
         os.close(fd)
 PY
 }
+
+# `populated_once NAME BIN`: make bench's populate and major compaction once, with BIN, into
+# $OUT/NAME-pop (or POP=DIR, an existing one, kept); sets $pop and $run ($OUT/NAME-run, a
+# copy per server run) and removes both (not POP) when the script exits.
+populated_once() {
+  pop="${POP:-$OUT/$1-pop}" run="$OUT/$1-run"
+  if [[ -z "${POP:-}" ]]; then
+    KEEP_DATA=1 start_server "$2" "$1-pop"
+    populate_compacted
+    nt flush > /dev/null
+    kill "$P"; wait "$P" 2>/dev/null
+    rm -rf "$pop"; mv "$OUT/data-$1-pop" "$pop"
+    trap 'kill $P 2>/dev/null; rm -rf "$pop" "$run"' EXIT
+  else
+    trap 'kill $P 2>/dev/null; rm -rf "$run"' EXIT
+  fi
+}
+
+# `round_order R BIN...`: the binaries in the order round R runs them (reversed every other
+# round, so that neither always runs first), one per line.
+round_order() {
+  local r=$1; shift
+  if (( r % 2 == 0 )); then printf '%s\n' "$@" | tac; else printf '%s\n' "$@"; fi
+}
+
+# `start_on_copy BIN LOG`: a fresh copy of $pop in $run, and BIN serving it (one shard on
+# CPU 0, --memory $MEM or 2G, pid in $P) once its CQL port answers.
+start_on_copy() {
+  rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
+  taskset -c 0 "$1" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
+    --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
+    --api-port 19602 --prometheus-port 19603 > "$2" 2>&1 &
+  P=$!
+  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
+}
