@@ -831,7 +831,7 @@ pub fn merge_partition_updates(
         a.static_row.as_ref(),
         &a.range_tombstones,
         a.rows.iter(),
-        b,
+        UpdateView::of(b),
     )
 }
 
@@ -842,6 +842,46 @@ pub fn merge_partition_updates_owned(
     schema: &TableSchema,
     a: PartitionUpdate,
     b: &PartitionUpdate,
+) -> PartitionUpdate {
+    merge_updates(
+        schema,
+        a.partition_deletion,
+        a.static_row,
+        &a.range_tombstones,
+        a.rows.into_iter(),
+        UpdateView::of(b),
+    )
+}
+
+/// A partition update's parts, borrowed from wherever they are held (a memtable's
+/// partition), as the second input of [`merge_partition_updates_owned_view`]: the merge
+/// copies only the rows it keeps, instead of the caller first copying them all into a
+/// [`PartitionUpdate`].
+pub struct UpdateView<'a, I> {
+    pub partition_deletion: Option<DeletionTime>,
+    pub static_row: Option<&'a Row>,
+    pub range_tombstones: &'a [RangeTombstone],
+    /// Sorted by clustering, without duplicates.
+    pub rows: I,
+}
+
+impl<'a> UpdateView<'a, std::slice::Iter<'a, Row>> {
+    pub fn of(u: &'a PartitionUpdate) -> Self {
+        UpdateView {
+            partition_deletion: u.partition_deletion,
+            static_row: u.static_row.as_ref(),
+            range_tombstones: &u.range_tombstones,
+            rows: u.rows.iter(),
+        }
+    }
+}
+
+/// [`merge_partition_updates_owned`] with the second input borrowed in parts: what a
+/// flush merges into a row cache entry, straight from the memtable's rows.
+pub fn merge_partition_updates_owned_view<'b>(
+    schema: &TableSchema,
+    a: PartitionUpdate,
+    b: UpdateView<'b, impl Iterator<Item = &'b Row>>,
 ) -> PartitionUpdate {
     merge_updates(
         schema,
@@ -878,17 +918,17 @@ impl RowIn for Row {
     }
 }
 
-fn merge_updates<A: RowIn>(
+fn merge_updates<'b, A: RowIn>(
     schema: &TableSchema,
     a_deletion: Option<DeletionTime>,
     a_static: Option<A>,
     a_range_tombstones: &[RangeTombstone],
     a_rows: impl ExactSizeIterator<Item = A>,
-    b: &PartitionUpdate,
+    b: UpdateView<'b, impl Iterator<Item = &'b Row>>,
 ) -> PartitionUpdate {
     let cmp = schema.clustering_comparator();
     let partition_deletion = max_deletion(a_deletion, b.partition_deletion);
-    let mut static_row = match (a_static, &b.static_row) {
+    let mut static_row = match (a_static, b.static_row) {
         (Some(x), Some(y)) => Some(merge_rows(schema, x.row(), y)),
         (Some(x), None) => Some(x.into_row()),
         (None, Some(y)) => Some(y.clone()),
@@ -897,9 +937,9 @@ fn merge_updates<A: RowIn>(
     let mut all_rts = a_range_tombstones.to_vec();
     all_rts.extend(b.range_tombstones.iter().cloned());
     let range_tombstones = normalize_range_tombstones(&cmp, &all_rts, partition_deletion);
-    let mut rows: Vec<Row> = Vec::with_capacity(a_rows.len() + b.rows.len());
+    let mut b_rows = b.rows.peekable();
+    let mut rows: Vec<Row> = Vec::with_capacity(a_rows.len() + b_rows.size_hint().0);
     let mut a_rows = a_rows.peekable();
-    let mut b_rows = b.rows.iter().peekable();
     loop {
         let ord = match (a_rows.peek(), b_rows.peek()) {
             (Some(x), Some(y)) => cmp.compare(&x.row().clustering.0, &y.clustering.0),
