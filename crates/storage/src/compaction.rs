@@ -524,9 +524,22 @@ const THROTTLE_CHECK_EVERY: u32 = 64;
 /// the compaction thread runs at a lower priority on the shard's core
 /// ([`crate::StorageConfig::background_nice`]), so a slice of wall time while the shard is
 /// busy holds only a fraction of a slice of work.
+///
+/// Read through glibc, not rustix, whose own vDSO parse kills the process under valgrind
+/// (see `amphora_trace::coarse_now`).
 fn thread_cpu() -> std::time::Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the duration of the call. On failure
+    // (never, for this clock) `t` stays zero and the throttle sees no work done.
+    #[allow(unsafe_code)]
+    let _ = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    std::time::Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 thread_local! {
