@@ -11,6 +11,7 @@ set -u
 source "$(dirname "$0")/lib.sh"
 BIN=$1; L=$2; MIX=${3:-query_by_machine_id=1}
 IOT_PARTITIONS=${IOT_PARTITIONS:-1000}; N=${N:-8000}
+port_free || exit 1
 d="$OUT/data-$L"; rm -rf "$d"; mkdir -p "$d"
 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$OUT/cg-$L.%p" \
   "$BIN" server --data-dir "$d" --smp 1 --no-pin --memory "${MEM:-2G}" \

@@ -6,8 +6,19 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
 S=$REPO/target/release/amphora
 
+# `port_free`: fails (with a message) while something answers on the CQL port: a server
+# left over from an earlier run would otherwise serve the new run's load while the new
+# server fails to bind (one session measured a stale, warmed-up server that way).
+port_free() {
+  if (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null; then
+    echo "port 19600 is taken (a server left over?): $(pgrep -af 'server --data-dir' | head -3)" >&2
+    return 1
+  fi
+}
+
 start_server() {
   local bin=$1 label=$2 d="$OUT/data-$2"
+  port_free || exit 1
   rm -rf "$d"; mkdir -p "$d"
   taskset -c 0 "$bin" server --data-dir "$d" --smp 1 --memory 2G ${CFG:+--config "$CFG"} \
     --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
@@ -97,6 +108,7 @@ round_order() {
 # `start_on_copy BIN LOG`: a fresh copy of $pop in $run, and BIN serving it (one shard on
 # CPU 0, --memory $MEM or 2G, pid in $P) once its CQL port answers.
 start_on_copy() {
+  port_free || exit 1
   rm -rf "$run"; cp -a "$pop" "$run"; sync; sleep 1
   taskset -c 0 "$1" server --data-dir "$run" --smp 1 --memory "${MEM:-2G}" \
     --native-transport-port 19600 --native-shard-aware-transport-port 19601 \
