@@ -742,6 +742,32 @@ pub fn merge_rows(schema: &TableSchema, a: &Row, b: &Row) -> Row {
     row
 }
 
+/// [`merge_rows`] taking `a` by value: when both rows hold the same columns (a row
+/// overwritten whole, the common case), the merged cells replace `a`'s in place, so its
+/// clustering and cell vector are reused instead of copied and dropped.
+pub fn merge_rows_into(schema: &TableSchema, mut a: Row, b: &Row) -> Row {
+    let same_columns = a.cells.len() == b.cells.len()
+        && a.cells.iter().zip(&b.cells).all(|(x, y)| x.0 == y.0);
+    if !same_columns {
+        return merge_rows(schema, &a, b);
+    }
+    let deletion = max_deletion(a.deletion, b.deletion);
+    a.marker = match (a.marker, b.marker) {
+        (Some(x), Some(y)) => Some(LivenessInfo::reconcile(x, y)),
+        (x, None) => x,
+        (None, y) => y,
+    };
+    for (x, y) in a.cells.iter_mut().zip(&b.cells) {
+        x.1 = merge_column_data(schema, x.0, &x.1, &y.1);
+    }
+    a.deletion = None;
+    if let Some(d) = deletion {
+        a.shadow(d);
+        a.deletion = Some(d);
+    }
+    a
+}
+
 /// Normalizes range tombstones into sorted, non-overlapping ranges (each point covered by
 /// the greatest deletion among the inputs), dropping ranges shadowed by `floor`.
 pub fn normalize_range_tombstones(
@@ -898,6 +924,8 @@ pub fn merge_partition_updates_owned_view<'b>(
 trait RowIn {
     fn row(&self) -> &Row;
     fn into_row(self) -> Row;
+    /// This row merged with `b` ([`merge_rows`]).
+    fn merged_with(self, schema: &TableSchema, b: &Row) -> Row;
 }
 
 impl RowIn for &Row {
@@ -907,6 +935,9 @@ impl RowIn for &Row {
     fn into_row(self) -> Row {
         self.clone()
     }
+    fn merged_with(self, schema: &TableSchema, b: &Row) -> Row {
+        merge_rows(schema, self, b)
+    }
 }
 
 impl RowIn for Row {
@@ -915,6 +946,9 @@ impl RowIn for Row {
     }
     fn into_row(self) -> Row {
         self
+    }
+    fn merged_with(self, schema: &TableSchema, b: &Row) -> Row {
+        merge_rows_into(schema, self, b)
     }
 }
 
@@ -929,7 +963,7 @@ fn merge_updates<'b, A: RowIn>(
     let cmp = schema.clustering_comparator();
     let partition_deletion = max_deletion(a_deletion, b.partition_deletion);
     let mut static_row = match (a_static, b.static_row) {
-        (Some(x), Some(y)) => Some(merge_rows(schema, x.row(), y)),
+        (Some(x), Some(y)) => Some(x.merged_with(schema, y)),
         (Some(x), None) => Some(x.into_row()),
         (None, Some(y)) => Some(y.clone()),
         (None, None) => None,
@@ -951,7 +985,7 @@ fn merge_updates<'b, A: RowIn>(
             Ordering::Less => a_rows.next().map(RowIn::into_row),
             Ordering::Greater => b_rows.next().cloned(),
             Ordering::Equal => match (a_rows.next(), b_rows.next()) {
-                (Some(x), Some(y)) => Some(merge_rows(schema, x.row(), y)),
+                (Some(x), Some(y)) => Some(x.merged_with(schema, y)),
                 _ => None,
             },
         };
@@ -1465,7 +1499,20 @@ pub(crate) mod proptests {
         fn owned_merge_equals_borrowed_merge(a in update(), b in update()) {
             let s = test_schema();
             let want = merge_partition_updates(&s, &a, &b);
-            prop_assert_eq!(merge_partition_updates_owned(&s, a, &b), want);
+            prop_assert_eq!(merge_partition_updates_owned(&s, a.clone(), &b), want.clone());
+            prop_assert_eq!(merge_partition_updates_owned_view(&s, a, UpdateView::of(&b)), want);
+        }
+
+        /// Merging in place (same columns: the cells replaced in `a`'s vector) or not
+        /// gives what the borrowed merge gives.
+        #[test]
+        fn rows_merged_in_place_equal_the_borrowed_merge(
+            a in prop_oneof![simple_row(), row(false)],
+            b in prop_oneof![simple_row(), row(false)],
+        ) {
+            let s = test_schema();
+            let want = merge_rows(&s, &a, &b);
+            prop_assert_eq!(merge_rows_into(&s, a, &b), want);
         }
     }
 }
