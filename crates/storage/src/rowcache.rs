@@ -38,8 +38,8 @@ use std::sync::Arc;
 
 use amphora_types::codec::{self, DecodeError, SimpleRowSummary};
 use amphora_types::data::{
-    ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, UpdateView,
-    merge_partition_updates, merge_partition_updates_owned, merge_partition_updates_owned_view,
+    ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, UpdateView, merge_partition_updates,
+    merge_partition_updates_owned, merge_partition_updates_owned_view,
 };
 use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
@@ -2071,12 +2071,18 @@ mod tests {
             ],
             TableOptions::default(),
         ));
-        let (s_id, v_id) = (schema.column("s").expect("s").0, schema.column("v").expect("v").0);
+        let (s_id, v_id) = (
+            schema.column("s").expect("s").0,
+            schema.column("v").expect("v").0,
+        );
         let row = |c: u8, ts: i64, v: u8| Row {
             clustering: Clustering(vec![Bytes::from(vec![c])]),
             marker: None,
             deletion: None,
-            cells: vec![(v_id, ColumnData::Simple(Cell::live(ts, Bytes::from(vec![v; 8]))))],
+            cells: vec![(
+                v_id,
+                ColumnData::Simple(Cell::live(ts, Bytes::from(vec![v; 8]))),
+            )],
         };
         let cached = PartitionUpdate {
             rows: (0..8).map(|c| row(c, 1, c)).collect(),
@@ -2087,7 +2093,10 @@ mod tests {
                 clustering: Clustering::empty(),
                 marker: None,
                 deletion: None,
-                cells: vec![(s_id, ColumnData::Simple(Cell::live(2, Bytes::from_static(b"s"))))],
+                cells: vec![(
+                    s_id,
+                    ColumnData::Simple(Cell::live(2, Bytes::from_static(b"s"))),
+                )],
             }),
             rows: vec![row(3, 2, 33), row(10, 2, 100)],
             range_tombstones: vec![RangeTombstone {
@@ -2113,7 +2122,10 @@ mod tests {
             );
             let mut mem = Memtable::new(schema.clone());
             mem.apply(&k, &flushed, None);
-            assert!(matches!(mem.partitions.get(&k), Some(MemPartition::General(_))));
+            assert!(matches!(
+                mem.partitions.get(&k),
+                Some(MemPartition::General(_))
+            ));
             c.merge_flushed(t, &schema, &mem);
             assert_eq!(c.get(t, &k).map(data_of), Some(want.clone()), "held {held}");
             // Accounted as the merge of a copied update (the former way) accounts it.

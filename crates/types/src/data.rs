@@ -746,8 +746,8 @@ pub fn merge_rows(schema: &TableSchema, a: &Row, b: &Row) -> Row {
 /// overwritten whole, the common case), the merged cells replace `a`'s in place, so its
 /// clustering and cell vector are reused instead of copied and dropped.
 pub fn merge_rows_into(schema: &TableSchema, mut a: Row, b: &Row) -> Row {
-    let same_columns = a.cells.len() == b.cells.len()
-        && a.cells.iter().zip(&b.cells).all(|(x, y)| x.0 == y.0);
+    let same_columns =
+        a.cells.len() == b.cells.len() && a.cells.iter().zip(&b.cells).all(|(x, y)| x.0 == y.0);
     if !same_columns {
         return merge_rows(schema, &a, b);
     }
