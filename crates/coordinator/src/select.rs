@@ -152,16 +152,22 @@ pub struct SelectPlan {
     pub point: Option<PointRead>,
 }
 
-/// `SELECT <plain selectors> FROM t WHERE pk1 = ? AND pk2 = ? [LIMIT n]`: one `=` per
-/// partition-key column and nothing else (no clustering or regular restriction, DISTINCT,
+/// `SELECT <plain selectors> FROM t WHERE pk1 = ? AND pk2 = ? [AND ck1 > ? [AND ck1 <= ?]]
+/// [LIMIT n]`: one `=` per partition-key column, at most one lower and one upper bound
+/// (`>`, `>=`, `<`, `<=`) on the first clustering column (a time series' "since" and
+/// "until"), and nothing else (no other clustering or regular restriction, DISTINCT,
 /// ORDER BY, GROUP BY, aggregate, PER PARTITION LIMIT or JSON). For that shape every
-/// check the general path makes passes, the read is one whole partition, and no row needs
-/// filtering, so EXECUTE only evaluates the key terms, reads and projects.
+/// check the general path makes passes, the read is one clustering slice of one
+/// partition, and no row needs filtering, so EXECUTE only evaluates the key and bound
+/// terms, reads and projects.
 #[derive(Debug)]
 pub struct PointRead {
     /// For each partition-key column in key order: the index of its relation in the WHERE
     /// clause.
     pub pk_relations: Vec<usize>,
+    /// The first clustering column's lower and upper bound: (relation index, inclusive).
+    pub ck_lower: Option<(usize, bool)>,
+    pub ck_upper: Option<(usize, bool)>,
 }
 
 impl PointRead {
@@ -172,25 +178,101 @@ impl PointRead {
             || !s.group_by.is_empty()
             || s.per_partition_limit.is_some()
             || is_aggregate(items)
-            || s.where_clause.len() != t.partition_key.len()
         {
             return None;
         }
         let mut pk_relations = vec![usize::MAX; t.partition_key.len()];
+        let (mut ck_lower, mut ck_upper) = (None, None);
         for (i, rel) in s.where_clause.iter().enumerate() {
-            let (ast::RelationTarget::Column(c), ast::Operator::Eq, ast::RelationValue::Single(_)) =
-                (&rel.target, rel.op, &rel.value)
+            let (ast::RelationTarget::Column(c), ast::RelationValue::Single(_)) =
+                (&rel.target, &rel.value)
             else {
                 return None;
             };
             let (_, def) = t.column(&c.name)?;
-            let slot = pk_relations.get_mut(def.position as usize)?;
-            if def.kind != ColumnKind::PartitionKey || *slot != usize::MAX {
+            match (def.kind, rel.op) {
+                (ColumnKind::PartitionKey, ast::Operator::Eq) => {
+                    let slot = pk_relations.get_mut(def.position as usize)?;
+                    if *slot != usize::MAX {
+                        return None;
+                    }
+                    *slot = i;
+                }
+                (ColumnKind::Clustering, op) if def.position == 0 => {
+                    let (slot, inclusive) = match op {
+                        ast::Operator::Gt => (&mut ck_lower, false),
+                        ast::Operator::Gte => (&mut ck_lower, true),
+                        ast::Operator::Lt => (&mut ck_upper, false),
+                        ast::Operator::Lte => (&mut ck_upper, true),
+                        _ => return None,
+                    };
+                    // Two bounds on one side: the general path answers with its error.
+                    if slot.replace((i, inclusive)).is_some() {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        if pk_relations.contains(&usize::MAX) {
+            return None;
+        }
+        if (ck_lower.is_some() || ck_upper.is_some()) && selects_only_static(t, s) {
+            // Cassandra refuses clustering restrictions then (`check_selection_rules`).
+            return None;
+        }
+        Some(PointRead {
+            pk_relations,
+            ck_lower,
+            ck_upper,
+        })
+    }
+
+    /// Whether the read is restricted to a clustering slice.
+    pub fn has_slice(&self) -> bool {
+        self.ck_lower.is_some() || self.ck_upper.is_some()
+    }
+
+    /// The read's clustering slices from the bound terms (empty: the whole partition);
+    /// None when a bound does not evaluate to a valid non-empty value (the general path
+    /// then answers, with its error where there is one).
+    pub fn slices(
+        &self,
+        t: &TableSchema,
+        s: &ast::SelectStatement,
+        ctx: &EvalCtx<'_>,
+    ) -> Option<Vec<amphora_types::data::ClusteringSlice>> {
+        use amphora_types::data::{ClusteringBound, ClusteringSlice};
+        if !self.has_slice() {
+            return Some(Vec::new());
+        }
+        let def = &t.columns[*t.clustering_key.first()? as usize];
+        let bound = |b: Option<(usize, bool)>| -> Option<ClusteringBound> {
+            let Some((rel, inclusive)) = b else {
+                return Some(ClusteringBound::unbounded());
+            };
+            let ast::RelationValue::Single(e) = &s.where_clause.get(rel)?.value else {
+                return None;
+            };
+            let v = crate::values::eval_set(e, &def.ty, ctx, &def.name).ok()?;
+            if v.is_empty() {
                 return None;
             }
-            *slot = i;
-        }
-        Some(PointRead { pk_relations })
+            Some(if inclusive {
+                ClusteringBound::inclusive(vec![v])
+            } else {
+                ClusteringBound::exclusive(vec![v])
+            })
+        };
+        let (lower, upper) = (bound(self.ck_lower)?, bound(self.ck_upper)?);
+        // A slice runs in the column's stored order: a DESC column starts at its upper
+        // bound (as `Restrictions::slices`).
+        let (start, end) = if def.order == amphora_types::schema::ClusteringOrder::Desc {
+            (upper, lower)
+        } else {
+            (lower, upper)
+        };
+        Some(vec![ClusteringSlice { start, end }])
     }
 
     /// The partition key from the bound terms; None when a term does not evaluate to a
@@ -355,9 +437,10 @@ pub async fn run_select(
         if let Some(point) = &plan.point
             && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
             && let Some(key) = point.key(&plan.table, s, &ctx)
+            && let Some(slices) = point.slices(&plan.table, s, &ctx)
             && let Ok(limit) = int_of(&s.limit, &ctx, "[limit]")
         {
-            return read_point(inner, &plan, key, limit, &ctx, opts).await;
+            return read_point(inner, &plan, key, slices, limit, &ctx, opts).await;
         }
     }
     // Boxed: the general path's state (restrictions, index and range reads) stays out of
@@ -852,10 +935,14 @@ async fn read_point(
     inner: &Rc<Inner>,
     plan: &SelectPlan,
     key: PartitionKey,
+    slices: Vec<amphora_types::data::ClusteringSlice>,
     limit: Option<u32>,
     ctx: &EvalCtx<'_>,
     opts: &QueryOptions,
 ) -> Result<QueryResult, QueryError> {
+    // A partition holding only static data yields its static row alone unless the read
+    // restricts the clustering (as the general path).
+    let clustering_restricted = !slices.is_empty();
     let table = &plan.table;
     let remaining = limit.unwrap_or(u32::MAX);
     let page_size = opts.page_size.filter(|p| *p > 0).map(|p| p as u32);
@@ -865,6 +952,7 @@ async fn read_point(
     let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
     let mut cmd = ReadCommand::new(table.id, PartitionRange::Single(key), now_seconds);
     cmd.row_limit = page;
+    cmd.slices = slices;
     let res = read_on(inner, shard, cmd).await?;
     let mut exhausted = res.exhausted;
     let width = plan.items.len();
@@ -881,8 +969,10 @@ async fn read_point(
     let mut last: Option<(&PartitionData, Option<&Row>)> = None;
     let empty_clustering_row = Row::new(Clustering::empty());
     'outer: for p in &res.partitions {
-        let static_only =
-            p.rows.is_empty() && p.static_row.is_some() && !table.clustering_key.is_empty();
+        let static_only = p.rows.is_empty()
+            && p.static_row.is_some()
+            && !clustering_restricted
+            && !table.clustering_key.is_empty();
         let partition_rows: &[Row] = if static_only {
             std::slice::from_ref(&empty_clustering_row)
         } else {
@@ -927,6 +1017,27 @@ async fn read_point(
         paging_state,
         no_metadata: opts.skip_metadata,
     }))
+}
+
+/// Whether the selection names only columns, with a static one among them and otherwise
+/// only partition-key ones (Cassandra then refuses clustering restrictions).
+fn selects_only_static(t: &TableSchema, s: &ast::SelectStatement) -> bool {
+    let ast::Selection::List(sel) = &s.selection else {
+        return false;
+    };
+    let mut kinds = Vec::with_capacity(sel.len());
+    for it in sel {
+        let ast::Expr::Column(c) = &it.expr else {
+            return false;
+        };
+        if let Some((_, d)) = t.column(&c.name) {
+            kinds.push(d.kind);
+        }
+    }
+    kinds.contains(&ColumnKind::Static)
+        && kinds
+            .iter()
+            .all(|k| matches!(k, ColumnKind::Static | ColumnKind::PartitionKey))
 }
 
 /// Cassandra's rules tying the selection to DISTINCT, PER PARTITION LIMIT and clustering

@@ -284,6 +284,57 @@ def test_prepared_select_star_sees_added_column(cluster, session, keyspace):
         assert row.k == 1 and row.a == 10
 
 
+def test_prepared_time_slices_of_a_partition(session, keyspace):
+    """Time-series reads: `pk = ? AND time >|>=|<|<= ?` prepared (the server's fast path
+    for one clustering slice) return what Cassandra returns, on a DESC clustering column,
+    with LIMIT, paging, a static column and a partition holding only static data."""
+    t = f"{keyspace}.ts_slices"
+    session.execute(f"CREATE TABLE {t} (m int, time bigint, s text static, v int, "
+                    f"PRIMARY KEY (m, time)) WITH CLUSTERING ORDER BY (time DESC)")
+    ins = session.prepare(f"INSERT INTO {t} (m, time, v) VALUES (?, ?, ?)")
+    for time in range(20):
+        session.execute(ins, [1, time, time * 10])
+    session.execute(f"UPDATE {t} SET s = 'st' WHERE m = 1")
+    session.execute(f"UPDATE {t} SET s = 'only' WHERE m = 2")
+    cases = [
+        ("time >= ?", [15], lambda x: x >= 15),
+        ("time > ?", [15], lambda x: x > 15),
+        ("time < ?", [3], lambda x: x < 3),
+        ("time <= ?", [3], lambda x: x <= 3),
+        ("time > ? AND time <= ?", [4, 9], lambda x: 4 < x <= 9),
+        ("time >= ? AND time < ?", [9, 4], lambda x: False),
+    ]
+    for where, args, keep in cases:
+        want = [x for x in range(19, -1, -1) if keep(x)]
+        sel = session.prepare(f"SELECT time, v, s FROM {t} WHERE m = ? AND {where}")
+        rows = list(session.execute(sel, [1, *args]))
+        assert [r.time for r in rows] == want, where
+        assert all(r.v == r.time * 10 and r.s == "st" for r in rows), where
+        # The same query with literals (not prepared) agrees.
+        lit = where
+        for a in args:
+            lit = lit.replace("?", str(a), 1)
+        plain = [r.time for r in session.execute(f"SELECT time FROM {t} WHERE m = 1 AND {lit}")]
+        assert plain == want, where
+        # Only static data: no row once the clustering is restricted.
+        assert list(session.execute(sel, [2, *args])) == [], where
+    # LIMIT, as the IoT profile's query_by_machine_id.
+    lim = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ? LIMIT ?")
+    assert [r.time for r in session.execute(lim, [1, 5, 3])] == [19, 18, 17]
+    # Pages of 4 over 12 rows resume inside the slice.
+    paged = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ?")
+    paged.fetch_size = 4
+    rs = session.execute(paged, [1, 8])
+    assert [r.time for r in rs.current_rows] == [19, 18, 17, 16] and rs.has_more_pages
+    assert [r.time for r in session.execute(paged, [1, 8])] == list(range(19, 7, -1))
+    # Without a clustering restriction the static-only partition is one row.
+    whole = session.prepare(f"SELECT s FROM {t} WHERE m = ?")
+    assert [r.s for r in session.execute(whole, [2])] == ["only"]
+    # Selecting only static columns with a clustering restriction is refused.
+    with pytest.raises(InvalidRequest):
+        session.execute(session.prepare(f"SELECT s FROM {t} WHERE m = ? AND time > ?"), [1, 3])
+
+
 # ---------------------------------------------------------------------------------------
 # Paging
 
