@@ -869,14 +869,7 @@ pub fn merge_partition_updates_owned(
     a: PartitionUpdate,
     b: &PartitionUpdate,
 ) -> PartitionUpdate {
-    merge_updates(
-        schema,
-        a.partition_deletion,
-        a.static_row,
-        &a.range_tombstones,
-        a.rows.into_iter(),
-        UpdateView::of(b),
-    )
+    merge_partition_updates_owned_view(schema, a, UpdateView::of(b))
 }
 
 /// A partition update's parts, borrowed from wherever they are held (a memtable's
