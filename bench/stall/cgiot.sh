@@ -5,6 +5,8 @@
 # run $N (default 8000) operations of MIX (default query_by_machine_id=1) and dump.
 # Prints Ir / operations. MEM (default 2G) is the server's --memory: a small one (256M)
 # makes a write-heavy MIX flush, so the count includes flushes and their row cache merges.
+# PROFILE (default bench/profiles/iot.yaml) names another profile with the same table and
+# query_by_machine_id (bench/stall/iot-latest.yaml adds query_latest: LIMIT 10, no slice).
 #   OUT=/tmp/cg bench/stall/cgiot.sh BIN LABEL [MIX]
 set -u
 # shellcheck source=lib.sh
@@ -20,7 +22,7 @@ valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$OUT/cg-$L.%p" \
 P=$!
 trap 'kill $P 2>/dev/null; wait $P 2>/dev/null; rm -rf "$d"' EXIT
 for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.5; done
-PROF=$REPO/bench/profiles/iot.yaml
+PROF=${PROFILE:-$REPO/bench/profiles/iot.yaml}
 IOT=(-pop "seq=1..$IOT_PARTITIONS" contents=SORTED -insert 'visits=fixed(100)' -errors ignore)
 st user profile="$PROF" 'ops(insert=1)' n=$((IOT_PARTITIONS * 100)) no-warmup cl=ONE -rate threads=128 "${IOT[@]}" | grep "Op rate"
 st user profile="$PROF" 'ops(query_by_machine_id=1)' n=$((N / 4)) no-warmup cl=ONE -rate threads=128 "${IOT[@]}" | grep "Op rate"

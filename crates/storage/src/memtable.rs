@@ -231,6 +231,14 @@ impl MemPartition {
         decode_single(enc)
     }
 
+    /// The partition's deletion, if any.
+    pub fn deletion(&self) -> Option<DeletionTime> {
+        match self {
+            MemPartition::Single(_) => None,
+            MemPartition::General(g) => g.deletion,
+        }
+    }
+
     /// The partition in the general shape (a single row is decoded).
     pub fn to_general(&self) -> GeneralPartition {
         match self {
@@ -624,42 +632,67 @@ impl Memtable {
     }
 
     pub fn to_update(&self, p: &MemPartition, slices: &[ClusteringSlice]) -> PartitionUpdate {
+        self.to_update_capped(p, slices, usize::MAX).0
+    }
+
+    /// [`Self::to_update`] with at most `cap` rows (in clustering order, within `slices`),
+    /// and all of the partition's tombstones and its static row. The second value is the
+    /// clustering of the last row taken when rows within `slices` were left out (None when
+    /// every one of them is in the update): the update is the partition's exact content up
+    /// to and including that clustering. `cap` is at least 1.
+    pub fn to_update_capped(
+        &self,
+        p: &MemPartition,
+        slices: &[ClusteringSlice],
+        cap: usize,
+    ) -> (PartitionUpdate, Option<Clustering>) {
         let p = match p {
             MemPartition::Single(enc) => {
+                // One row: within any cap.
                 let row = decode_single(enc);
                 let keep = slices.is_empty()
                     || slices
                         .iter()
                         .any(|s| s.contains(&self.cmp, &row.clustering));
-                return PartitionUpdate {
+                let update = PartitionUpdate {
                     rows: if keep { vec![row] } else { Vec::new() },
                     ..Default::default()
                 };
+                return (update, None);
             }
             MemPartition::General(g) => g,
         };
-        let rows = if slices.is_empty() {
-            p.rows.iter().cloned().collect()
+        let mut rows = Vec::new();
+        let mut cut = None;
+        if slices.is_empty() {
+            let mut it = p.rows.iter();
+            rows.extend(it.by_ref().take(cap).cloned());
+            if it.next().is_some() {
+                cut = rows.last().map(|r: &Row| r.clustering.clone());
+            }
         } else {
-            let mut out = Vec::new();
-            for s in slices {
+            'slices: for s in slices {
                 for r in p.rows.iter_from(&self.cmp, &s.start.prefix) {
                     if !self.cmp.before_end(&r.clustering, &s.end) {
                         break;
                     }
                     if self.cmp.after_start(&r.clustering, &s.start) {
-                        out.push(r.clone());
+                        if rows.len() == cap {
+                            cut = rows.last().map(|r: &Row| r.clustering.clone());
+                            break 'slices;
+                        }
+                        rows.push(r.clone());
                     }
                 }
             }
-            out
-        };
-        PartitionUpdate {
+        }
+        let update = PartitionUpdate {
             partition_deletion: p.deletion,
             static_row: p.static_row.clone(),
             rows,
             range_tombstones: p.range_tombstones.clone(),
-        }
+        };
+        (update, cut)
     }
 
     /// Partitions in ring order within the given bounds.

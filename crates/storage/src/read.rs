@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::cache::BlockCache;
 use crate::error::{Result, StorageError};
-use crate::memtable::Memtable;
+use crate::memtable::{MemPartition, Memtable};
 #[path = "read_rows.rs"]
 mod read_rows;
 use crate::rowcache::{CachedPartition, RowCache};
@@ -279,6 +279,37 @@ pub(crate) struct TableSources<'a, M> {
     pub sstables: &'a [Arc<SSTableReader>],
 }
 
+/// [`slice_of`] with at most `cap` rows (`cap` at least 1; one slice at most, or every
+/// row), and the clustering of the last row taken when rows within the slice were left
+/// out: the update is `u`'s exact content up to and including that clustering.
+pub(crate) fn slice_of_capped(
+    u: &PartitionUpdate,
+    slices: &[ClusteringSlice],
+    cmp: &ClusteringComparator,
+    cap: usize,
+) -> (PartitionUpdate, Option<Clustering>) {
+    let (from, to) = match slices {
+        _ if cap == usize::MAX => return (slice_of(u, slices, cmp), None),
+        [] => (0, u.rows.len()),
+        [s] => slice_run(&u.rows, s, cmp),
+        _ => return (slice_of(u, slices, cmp), None),
+    };
+    let end = to.min(from.saturating_add(cap));
+    let rows = u.rows.get(from..end).unwrap_or_default().to_vec();
+    let cut = if end < to {
+        rows.last().map(|r| r.clustering.clone())
+    } else {
+        None
+    };
+    let update = PartitionUpdate {
+        partition_deletion: u.partition_deletion,
+        static_row: u.static_row.clone(),
+        rows,
+        range_tombstones: u.range_tombstones.clone(),
+    };
+    (update, cut)
+}
+
 /// The rows of `u` within `slices` (empty = all), with all of its tombstones and static row.
 pub(crate) fn slice_of(
     u: &PartitionUpdate,
@@ -435,28 +466,31 @@ pub(crate) fn read_single<'a>(
     block_cache: &mut BlockCache,
     row_cache: &mut RowCache,
 ) -> Result<ReadResult> {
-    let schema = t.schema;
-    let mut acc: Option<PartitionUpdate> = None;
-    let (mut memtables, mut in_memtables) = (0, 0);
-    let mut mem_deletion = None;
+    // The memtables holding the partition, newest first.
+    let mut held: Vec<(&Memtable, &MemPartition)> = Vec::new();
+    let mut memtables = 0;
     for m in t.memtables.by_ref() {
         memtables += 1;
-        if let Some(u) = m.get(key, &cmd.slices) {
-            in_memtables += 1;
-            mem_deletion = max_deletion(mem_deletion, u.partition_deletion);
-            merge_into(schema, &mut acc, u);
+        if let Some(p) = m.partitions.get(key) {
+            held.push((m, p));
         }
     }
     amphora_trace::event(|| {
         format!(
-            "Merging memtable contents ({in_memtables} of {memtables} memtables hold the partition)"
+            "Merging memtable contents ({} of {memtables} memtables hold the partition)",
+            held.len()
         )
     });
     let mut sstables_read = 0;
-    // False while `acc` may still hold data its own tombstones shadow.
-    let mut canonical = false;
+    // The SSTable side: the partition's row cache entry, or (without the cache) what the
+    // SSTables hold within the slices.
+    let mut cached = None;
+    let mut from_sstables = None;
     if !row_cache.enabled() || t.sstables.is_empty() {
-        let found = read_sstables(
+        let mem_deletion = held
+            .iter()
+            .fold(None, |d, (_, p)| max_deletion(d, p.deletion()));
+        from_sstables = read_sstables(
             &t,
             key,
             Some(&cmd.slices),
@@ -465,9 +499,6 @@ pub(crate) fn read_single<'a>(
             &mut sstables_read,
             None,
         )?;
-        if let Some(u) = found {
-            merge_into(schema, &mut acc, u);
-        }
     } else {
         let hit = match row_cache.get(t.table, key) {
             Some(entry) => {
@@ -475,7 +506,7 @@ pub(crate) fn read_single<'a>(
                 // Decided on the borrowed entry: its reference count (a locked add, which
                 // waits for every load before it) is touched only once all of the fields
                 // the read needs are on their way.
-                if acc.is_none()
+                if held.is_empty()
                     && let Some(r) = read_cached(t.cmp, entry, key, cmd, sstables_read)
                 {
                     return Ok(r);
@@ -484,7 +515,7 @@ pub(crate) fn read_single<'a>(
             }
             None => None,
         };
-        let entry = match hit {
+        cached = Some(match hit {
             Some(entry) => entry,
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
@@ -497,28 +528,129 @@ pub(crate) fn read_single<'a>(
                         .unwrap_or_default();
                 // One SSTable with nothing shadowed is canonical already.
                 if sstables_read > 1 || has_deletions(&full) {
-                    apply_own_deletions(schema, &mut full);
+                    apply_own_deletions(t.schema, &mut full);
                 }
                 let entry = row_cache.insert(t.table, key, full).0;
-                if acc.is_none()
+                if held.is_empty()
                     && let Some(r) = read_cached(t.cmp, &entry, key, cmd, sstables_read)
                 {
                     return Ok(r);
                 }
                 entry
             }
-        };
-        let data = entry
-            .data()
-            .map_err(|e| StorageError::corrupt("row cache", e.offset as u64, e.reason))?;
-        let part = slice_of(&data, &cmd.slices, t.cmp);
-        if !part.is_empty() {
-            // Entries are canonical, and so is what merging produces.
-            canonical = true;
-            merge_into(schema, &mut acc, part);
-        }
+        });
     }
-    Ok(result_of(schema, key, acc, canonical, cmd, sstables_read))
+    let sources = Sources {
+        schema: t.schema,
+        cmp: t.cmp,
+        held: &held,
+        cached: cached.as_deref(),
+    };
+    // What the SSTables gave without the cache is merged whole (it is not read twice).
+    let cap = match from_sstables {
+        Some(_) => usize::MAX,
+        None => row_cap(cmd, key),
+    };
+    if cap != usize::MAX
+        && let Some(r) = sources.merge(key, cmd, cap, None, sstables_read)?
+    {
+        return Ok(r);
+    }
+    let r = sources.merge(key, cmd, usize::MAX, from_sstables, sstables_read)?;
+    Ok(r.unwrap_or_default())
+}
+
+/// How many rows a single-partition read merges from each of its sources: one more than
+/// it can return (enough to know whether more follow), for a read in clustering order with
+/// a row or per-partition limit, at most one slice and no resumption inside the partition;
+/// otherwise all (`usize::MAX`).
+fn row_cap(cmd: &ReadCommand, key: &PartitionKey) -> usize {
+    let resumes = matches!(&cmd.start_after, Some((k, Some(_))) if k == key);
+    if cmd.reversed || cmd.slices.len() > 1 || resumes {
+        return usize::MAX;
+    }
+    let l = limit(cmd.row_limit).min(limit(cmd.per_partition_limit));
+    usize::try_from(l.saturating_add(1)).unwrap_or(usize::MAX)
+}
+
+/// A single-partition read's sources once found: the memtables holding the partition
+/// (newest first) and its row cache entry.
+struct Sources<'a> {
+    schema: &'a TableSchema,
+    cmp: &'a ClusteringComparator,
+    held: &'a [(&'a Memtable, &'a MemPartition)],
+    cached: Option<&'a CachedPartition>,
+}
+
+impl Sources<'_> {
+    /// Merges at most `cap` rows of each source (within the read's slice, in clustering
+    /// order; every tombstone and static row whole) with `from_sstables`, and builds the
+    /// read's result. A source with more rows than `cap` makes the merge exact only up to
+    /// its last row taken (the cutoff): rows after the earliest cutoff are dropped, and
+    /// the result stands only if a limit ended it before those rows ran out (the full
+    /// merge would have stopped at the same row). Otherwise None: read with no cap.
+    fn merge(
+        &self,
+        key: &PartitionKey,
+        cmd: &ReadCommand,
+        cap: usize,
+        from_sstables: Option<PartitionUpdate>,
+        sstables_read: u32,
+    ) -> Result<Option<ReadResult>> {
+        let (schema, cmp) = (self.schema, self.cmp);
+        let mut acc = None;
+        let mut cutoff: Option<Clustering> = None;
+        let mut lower = |cut: Option<Clustering>| {
+            if let Some(c) = cut
+                && cutoff
+                    .as_ref()
+                    .is_none_or(|o| cmp.compare(&c.0, &o.0).is_lt())
+            {
+                cutoff = Some(c);
+            }
+        };
+        for (m, p) in self.held {
+            let (u, cut) = m.to_update_capped(p, &cmd.slices, cap);
+            lower(cut);
+            merge_into(schema, &mut acc, u);
+        }
+        // False while `acc` may still hold data its own tombstones shadow.
+        let mut canonical = false;
+        if let Some(entry) = self.cached {
+            let data = entry
+                .data()
+                .map_err(|e| StorageError::corrupt("row cache", e.offset as u64, e.reason))?;
+            let (part, cut) = slice_of_capped(&data, &cmd.slices, cmp, cap);
+            lower(cut);
+            if !part.is_empty() {
+                // Entries are canonical, and so is what merging produces.
+                canonical = true;
+                merge_into(schema, &mut acc, part);
+            }
+        }
+        if let Some(u) = from_sstables {
+            merge_into(schema, &mut acc, u);
+        }
+        let Some(c) = cutoff else {
+            return Ok(Some(result_of(
+                schema,
+                key,
+                acc,
+                canonical,
+                cmd,
+                sstables_read,
+            )));
+        };
+        let mut merged = acc.unwrap_or_default();
+        let keep = merged
+            .rows
+            .partition_point(|r| cmp.compare(&r.clustering.0, &c.0).is_le());
+        merged.rows.truncate(keep);
+        let r = result_of(schema, key, Some(merged), canonical, cmd, sstables_read);
+        let rows = r.partitions.first().map_or(0, |p| p.rows.len());
+        let limited = !r.exhausted || rows as u64 >= limit(cmd.per_partition_limit);
+        Ok(limited.then_some(r))
+    }
 }
 
 /// Whether a partition holds deletions that may shadow some of its own data (a partition
@@ -778,7 +910,7 @@ pub(crate) fn in_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::data::{Cell, ClusteringBound, LivenessInfo, LocalTime};
+    use amphora_types::data::{Cell, ClusteringBound, LivenessInfo, LocalTime, RangeTombstone};
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -1083,6 +1215,116 @@ mod tests {
             );
         }
         assert!(shared > 2_000 && fallback > 2_000, "{shared} {fallback}");
+    }
+
+    /// A random partition update of rows among clusterings 0..12 (sometimes a static row,
+    /// a partition deletion, range tombstones), timestamps from `ts`.
+    fn random_update(rng: &mut Rng, now: i32, ts: i64) -> PartitionUpdate {
+        let mut u = PartitionUpdate::default();
+        let dense = rng.below(100);
+        for c in 0..12 {
+            if rng.chance(dense) {
+                let mut r = random_row(rng, ck(c), now);
+                if let Some(m) = &mut r.marker {
+                    m.timestamp += ts;
+                }
+                u.rows.push(r);
+            }
+        }
+        if rng.chance(15) {
+            u.static_row = Some(random_row(rng, Clustering::empty(), now));
+        }
+        if rng.chance(5) {
+            u.partition_deletion = Some(DeletionTime {
+                marked_for_delete_at: 3 + ts,
+                local_deletion_time: (now - 50).into(),
+            });
+        }
+        for _ in 0..rng.below(3).saturating_sub(1) {
+            let (a, z) = (rng.below(12), rng.below(12));
+            u.range_tombstones.push(RangeTombstone {
+                start: ClusteringBound::inclusive(ck(a.min(z)).0),
+                end: ClusteringBound::inclusive(ck(a.max(z)).0),
+                deletion: DeletionTime {
+                    marked_for_delete_at: 4 + ts,
+                    local_deletion_time: (now - 20).into(),
+                },
+            });
+        }
+        u
+    }
+
+    /// A single-partition read that merges only each source's first rows (a row or
+    /// per-partition limit) gives exactly what the uncapped merge gives, whenever it gives
+    /// an answer; and it does answer in most reads whose sources it cut.
+    #[test]
+    fn capped_merges_match_the_full_merge() {
+        let schema = Arc::new(clustered());
+        let cmp = schema.clustering_comparator();
+        let key = PartitionKey::new(b("k"));
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        let mut rng = Rng(seed);
+        let (mut answered, mut declined, mut uncapped) = (0, 0, 0);
+        for case in 0..20_000 {
+            let now = 1000;
+            // Up to two memtables holding the partition (the newer one writes later).
+            let mut mems = Vec::new();
+            for ts in [20, 10] {
+                let mut m = Memtable::new(schema.clone());
+                if rng.chance(70) {
+                    m.apply(&key, &random_update(&mut rng, now, ts), None);
+                }
+                mems.push(m);
+            }
+            let held: Vec<(&Memtable, &MemPartition)> = mems
+                .iter()
+                .filter_map(|m| m.partitions.get(&key).map(|p| (m, p)))
+                .collect();
+            let entry = rng.chance(70).then(|| {
+                let mut u = random_update(&mut rng, now, 0);
+                apply_own_deletions(&schema, &mut u);
+                if rng.chance(50) {
+                    CachedPartition::new(u)
+                } else {
+                    CachedPartition::new_encoded(u)
+                }
+            });
+            let sources = Sources {
+                schema: &schema,
+                cmp: &cmp,
+                held: &held,
+                cached: entry.as_ref(),
+            };
+            let read_now = now - 3 + rng.below(6) as i32;
+            let cmd = random_command(&mut rng, &key, read_now);
+            let cap = row_cap(&cmd, &key);
+            let want = sources
+                .merge(&key, &cmd, usize::MAX, None, 1)
+                .expect("merge");
+            let want = want.expect("an uncapped merge always answers");
+            if cap == usize::MAX {
+                uncapped += 1;
+                continue;
+            }
+            match sources.merge(&key, &cmd, cap, None, 1).expect("merge") {
+                Some(got) => {
+                    answered += 1;
+                    let mem: Vec<_> = held.iter().map(|(m, p)| m.to_update(p, &[])).collect();
+                    assert_eq!(
+                        got, want,
+                        "seed {seed} case {case}: {cmd:?}\n{mem:?}\n{entry:?}"
+                    );
+                }
+                None => declined += 1,
+            }
+        }
+        assert!(
+            answered > 5_000 && declined > 20 && uncapped > 2_000,
+            "seed {seed}: {answered} {declined} {uncapped}"
+        );
     }
 
     #[test]
