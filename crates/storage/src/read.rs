@@ -466,8 +466,9 @@ pub(crate) fn read_single<'a>(
     block_cache: &mut BlockCache,
     row_cache: &mut RowCache,
 ) -> Result<ReadResult> {
-    // The memtables holding the partition, newest first.
-    let mut held: Vec<(&Memtable, &MemPartition)> = Vec::new();
+    // The memtables holding the partition, newest first (rarely more than two: the active
+    // one and one being flushed).
+    let mut held: smallvec::SmallVec<[(&Memtable, &MemPartition); 2]> = smallvec::SmallVec::new();
     let mut memtables = 0;
     for m in t.memtables.by_ref() {
         memtables += 1;
