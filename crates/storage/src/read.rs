@@ -8,7 +8,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use amphora_types::data::{
-    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
     Row, apply_own_deletions, max_deletion, merge_partition_updates_owned,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema};
@@ -550,7 +550,7 @@ pub(crate) fn read_single<'a>(
     // What the SSTables gave without the cache is merged whole (it is not read twice).
     let cap = match from_sstables {
         Some(_) => usize::MAX,
-        None => row_cap(cmd, key),
+        None => row_cap(cmd),
     };
     if cap != usize::MAX
         && let Some(r) = sources.merge(key, cmd, cap, None, sstables_read)?
@@ -563,11 +563,9 @@ pub(crate) fn read_single<'a>(
 
 /// How many rows a single-partition read merges from each of its sources: one more than
 /// it can return (enough to know whether more follow), for a read in clustering order with
-/// a row or per-partition limit, at most one slice and no resumption inside the partition;
-/// otherwise all (`usize::MAX`).
-fn row_cap(cmd: &ReadCommand, key: &PartitionKey) -> usize {
-    let resumes = matches!(&cmd.start_after, Some((k, Some(_))) if k == key);
-    if cmd.reversed || cmd.slices.len() > 1 || resumes {
+/// a row or per-partition limit and at most one slice; otherwise all (`usize::MAX`).
+fn row_cap(cmd: &ReadCommand) -> usize {
+    if cmd.reversed || cmd.slices.len() > 1 {
         return usize::MAX;
     }
     let l = limit(cmd.row_limit).min(limit(cmd.per_partition_limit));
@@ -599,6 +597,24 @@ impl Sources<'_> {
         sstables_read: u32,
     ) -> Result<Option<ReadResult>> {
         let (schema, cmp) = (self.schema, self.cmp);
+        // A capped read resuming inside the partition (the next page of it) copies from
+        // the row after the last one returned: its slice starts there.
+        let resumed;
+        let slices: &[ClusteringSlice] = match &cmd.start_after {
+            Some((k, Some(after))) if k == key && cap != usize::MAX => {
+                let mut s = cmd
+                    .slices
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(ClusteringSlice::all);
+                if cmp.after_start(after, &s.start) {
+                    s.start = ClusteringBound::exclusive(after.0.clone());
+                }
+                resumed = [s];
+                &resumed
+            }
+            _ => &cmd.slices,
+        };
         let mut acc = None;
         let mut cutoff: Option<Clustering> = None;
         let mut lower = |cut: Option<Clustering>| {
@@ -611,7 +627,7 @@ impl Sources<'_> {
             }
         };
         for (m, p) in self.held {
-            let (u, cut) = m.to_update_capped(p, &cmd.slices, cap);
+            let (u, cut) = m.to_update_capped(p, slices, cap);
             lower(cut);
             merge_into(schema, &mut acc, u);
         }
@@ -621,7 +637,7 @@ impl Sources<'_> {
             let data = entry
                 .data()
                 .map_err(|e| StorageError::corrupt("row cache", e.offset as u64, e.reason))?;
-            let (part, cut) = slice_of_capped(&data, &cmd.slices, cmp, cap);
+            let (part, cut) = slice_of_capped(&data, slices, cmp, cap);
             lower(cut);
             if !part.is_empty() {
                 // Entries are canonical, and so is what merging produces.
@@ -911,7 +927,7 @@ pub(crate) fn in_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::data::{Cell, ClusteringBound, LivenessInfo, LocalTime, RangeTombstone};
+    use amphora_types::data::{Cell, LivenessInfo, LocalTime, RangeTombstone};
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -1301,7 +1317,7 @@ mod tests {
             };
             let read_now = now - 3 + rng.below(6) as i32;
             let cmd = random_command(&mut rng, &key, read_now);
-            let cap = row_cap(&cmd, &key);
+            let cap = row_cap(&cmd);
             let want = sources
                 .merge(&key, &cmd, usize::MAX, None, 1)
                 .expect("merge");
