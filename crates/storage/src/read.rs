@@ -8,8 +8,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use amphora_types::data::{
-    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
-    Row, apply_own_deletions, max_deletion, merge_partition_updates_owned,
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey,
+    PartitionUpdate, Row, apply_own_deletions, max_deletion, merge_partition_updates_owned,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema};
 use bytes::Bytes;
@@ -1284,7 +1284,7 @@ mod tests {
             .map_or(1, |d| d.as_nanos() as u64)
             | 1;
         let mut rng = Rng(seed);
-        let (mut answered, mut declined, mut uncapped) = (0, 0, 0);
+        let (mut answered, mut declined, mut uncapped, mut resumed) = (0, 0, 0, 0);
         for case in 0..20_000 {
             let now = 1000;
             // Up to two memtables holding the partition (the newer one writes later).
@@ -1329,6 +1329,8 @@ mod tests {
             match sources.merge(&key, &cmd, cap, None, 1).expect("merge") {
                 Some(got) => {
                     answered += 1;
+                    resumed +=
+                        usize::from(matches!(&cmd.start_after, Some((k, Some(_))) if *k == key));
                     let mem: Vec<_> = held.iter().map(|(m, p)| m.to_update(p, &[])).collect();
                     assert_eq!(
                         got, want,
@@ -1339,8 +1341,8 @@ mod tests {
             }
         }
         assert!(
-            answered > 5_000 && declined > 20 && uncapped > 2_000,
-            "seed {seed}: {answered} {declined} {uncapped}"
+            answered > 5_000 && declined > 20 && uncapped > 2_000 && resumed > 1_000,
+            "seed {seed}: {answered} {declined} {uncapped} {resumed}"
         );
     }
 
