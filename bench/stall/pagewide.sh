@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Paging through one wide partition held in the memtable: BIN LABEL [ROWS]
+# A one-shard server (CPU 0) gets ROWS (200000) rows of one partition from the Python
+# driver (tests/compat/.venv-datastax, made by `make test`), then the whole partition is
+# read twice with a prepared SELECT at 5,000 rows a page; prints each round's seconds.
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bin=$1 label=$2 rows=${3:-200000}
+start_server "$bin" "$label"
+"$REPO/tests/compat/.venv-datastax/bin/python" - "$label" "$rows" <<'PY'
+import sys, time
+from cassandra.cluster import Cluster
+from cassandra.concurrent import execute_concurrent_with_args
+label, rows = sys.argv[1], int(sys.argv[2])
+s = Cluster(['127.0.0.1'], port=19600).connect()
+s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
+s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))")
+ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
+execute_concurrent_with_args(s, ins, [(i,) for i in range(rows)], concurrency=128)
+sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0")
+sel.fetch_size = 5000
+for rnd in range(2):
+    t = time.time()
+    n = sum(1 for _ in s.execute(sel))
+    print(f"{label} round {rnd}: {n} rows in {time.time() - t:.2f} s")
+PY
