@@ -355,6 +355,7 @@ impl ClusteringComparator {
     }
 
     /// Compares a full clustering with a bound position.
+    #[inline]
     pub fn compare_to_position(&self, c: &[Bytes], pos: (&[Bytes], BoundSide)) -> Ordering {
         for (i, (x, y)) in c.iter().zip(pos.0.iter()).enumerate() {
             let o = self.compare_component(i, x, y);
@@ -373,11 +374,13 @@ impl ClusteringComparator {
     }
 
     /// Whether a clustering is at or after a start bound.
+    #[inline]
     pub fn after_start(&self, c: &Clustering, start: &ClusteringBound) -> bool {
         self.compare_to_position(&c.0, start.start_position()) == Ordering::Greater
     }
 
     /// Whether a clustering is at or before an end bound.
+    #[inline]
     pub fn before_end(&self, c: &Clustering, end: &ClusteringBound) -> bool {
         self.compare_to_position(&c.0, end.end_position()) == Ordering::Less
     }
