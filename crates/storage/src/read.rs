@@ -301,13 +301,7 @@ pub(crate) fn slice_of_capped(
     } else {
         None
     };
-    let update = PartitionUpdate {
-        partition_deletion: u.partition_deletion,
-        static_row: u.static_row.clone(),
-        rows,
-        range_tombstones: u.range_tombstones.clone(),
-    };
-    (update, cut)
+    (with_rows(u, rows), cut)
 }
 
 /// The rows of `u` within `slices` (empty = all), with all of its tombstones and static row.
@@ -333,6 +327,11 @@ pub(crate) fn slice_of(
         }
         rows
     };
+    with_rows(u, rows)
+}
+
+/// `rows` with all of `u`'s tombstones and its static row.
+fn with_rows(u: &PartitionUpdate, rows: Vec<Row>) -> PartitionUpdate {
     PartitionUpdate {
         partition_deletion: u.partition_deletion,
         static_row: u.static_row.clone(),
@@ -1010,6 +1009,14 @@ mod tests {
     /// A small xorshift generator: the seed is printed on failure.
     struct Rng(u64);
     impl Rng {
+        /// Seeded from the clock; the seed is returned for failure messages.
+        fn from_clock() -> (Rng, u64) {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1;
+            (Rng(seed), seed)
+        }
         fn next(&mut self) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
@@ -1160,11 +1167,7 @@ mod tests {
         let schema = clustered();
         let cmp = schema.clustering_comparator();
         let key = PartitionKey::new(b("k"));
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            | 1;
-        let mut rng = Rng(seed);
+        let (mut rng, seed) = Rng::from_clock();
         let (mut shared, mut fallback) = (0, 0);
         for case in 0..20_000 {
             let now = 1000;
@@ -1279,11 +1282,7 @@ mod tests {
         let schema = Arc::new(clustered());
         let cmp = schema.clustering_comparator();
         let key = PartitionKey::new(b("k"));
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            | 1;
-        let mut rng = Rng(seed);
+        let (mut rng, seed) = Rng::from_clock();
         let (mut answered, mut declined, mut uncapped, mut resumed) = (0, 0, 0, 0);
         for case in 0..20_000 {
             let now = 1000;
