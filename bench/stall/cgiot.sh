@@ -6,7 +6,8 @@
 # Prints Ir / operations. MEM (default 2G) is the server's --memory: a small one (256M)
 # makes a write-heavy MIX flush, so the count includes flushes and their row cache merges.
 # PROFILE (default bench/profiles/iot.yaml) names another profile with the same table and
-# query_by_machine_id (bench/stall/iot-latest.yaml adds query_latest: LIMIT 10, no slice).
+# query_by_machine_id (bench/stall/iot-latest.yaml adds query_latest: LIMIT 10, no slice;
+# query_oldest: the same in reverse clustering order).
 #   OUT=/tmp/cg bench/stall/cgiot.sh BIN LABEL [MIX]
 set -u
 # shellcheck source=lib.sh

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use amphora_types::codec;
 use amphora_types::data::{
-    Cell, Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
-    RangeTombstone, Row, max_deletion, merge_column_data, merge_rows, reconcile_cells,
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey,
+    PartitionUpdate, RangeTombstone, Row, max_deletion, merge_column_data, merge_rows,
+    reconcile_cells,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableSchema};
 use bytes::{Bytes, BytesMut};
@@ -180,6 +181,39 @@ impl MemRows {
         match self {
             MemRows::Small(v) => Box::new(v.iter()),
             MemRows::Large(m) => Box::new(m.values()),
+        }
+    }
+
+    /// Rows at or before the slice end `end`, the last one first.
+    pub fn iter_rev_to<'a>(
+        &'a self,
+        cmp: &Arc<ClusteringComparator>,
+        end: &ClusteringBound,
+    ) -> Box<dyn Iterator<Item = &'a Row> + 'a> {
+        match self {
+            MemRows::Small(v) => {
+                let i = v.partition_point(|x| cmp.before_end(&x.clustering, end));
+                Box::new(v[..i].iter().rev())
+            }
+            MemRows::Large(m) if end.prefix.0.is_empty() => Box::new(m.values().rev()),
+            MemRows::Large(m) => {
+                // Rows that extend the end's prefix sort after it, so the tree's own bounds
+                // cannot name the end: find the first row past it (at most the rows that
+                // share a partial prefix are walked), and go back from there.
+                let k = ClusteringKey::new(end.prefix.clone(), cmp.clone());
+                let past = m
+                    .range((Bound::Included(&k), Bound::Unbounded))
+                    .find(|(_, r)| !cmp.before_end(&r.clustering, end))
+                    .map(|(k, _)| k);
+                match past {
+                    Some(p) => Box::new(
+                        m.range((Bound::Unbounded, Bound::Excluded(p)))
+                            .rev()
+                            .map(|(_, r)| r),
+                    ),
+                    None => Box::new(m.values().rev()),
+                }
+            }
         }
     }
 
@@ -632,19 +666,22 @@ impl Memtable {
     }
 
     pub fn to_update(&self, p: &MemPartition, slices: &[ClusteringSlice]) -> PartitionUpdate {
-        self.to_update_capped(p, slices, usize::MAX).0
+        self.to_update_capped(p, slices, usize::MAX, false).0
     }
 
-    /// [`Self::to_update`] with at most `cap` rows (in clustering order, within `slices`),
-    /// and all of the partition's tombstones and its static row. The second value is the
-    /// clustering of the last row taken when rows within `slices` were left out (None when
-    /// every one of them is in the update): the update is the partition's exact content up
-    /// to and including that clustering. `cap` is at least 1.
+    /// [`Self::to_update`] with at most `cap` rows within `slices` (the first ones, or the
+    /// last ones when `from_end`), and all of the partition's tombstones and its static
+    /// row. The second value is the clustering of the last row taken (the first one in
+    /// clustering order when `from_end`) when rows within `slices` were left out (None
+    /// when every one of them is in the update): the update is the partition's exact
+    /// content up to and including that clustering (from it on when `from_end`). `cap` is
+    /// at least 1; `slices` are sorted and disjoint.
     pub fn to_update_capped(
         &self,
         p: &MemPartition,
         slices: &[ClusteringSlice],
         cap: usize,
+        from_end: bool,
     ) -> (PartitionUpdate, Option<Clustering>) {
         let p = match p {
             MemPartition::Single(enc) => {
@@ -662,9 +699,30 @@ impl Memtable {
             }
             MemPartition::General(g) => g,
         };
-        let mut rows = Vec::new();
+        // A cap is small (a limit): room for it up front, not a growth per row.
+        let mut rows = if cap == usize::MAX {
+            Vec::new()
+        } else {
+            Vec::with_capacity(cap.min(p.rows.len()))
+        };
         let mut cut = None;
-        if slices.is_empty() {
+        if from_end {
+            let all = [ClusteringSlice::all()];
+            let slices = if slices.is_empty() { &all[..] } else { slices };
+            'rev: for s in slices.iter().rev() {
+                for r in p.rows.iter_rev_to(&self.cmp, &s.end) {
+                    if !self.cmp.after_start(&r.clustering, &s.start) {
+                        break;
+                    }
+                    if rows.len() == cap {
+                        cut = rows.last().map(|r: &Row| r.clustering.clone());
+                        break 'rev;
+                    }
+                    rows.push(r.clone());
+                }
+            }
+            rows.reverse();
+        } else if slices.is_empty() {
             let mut it = p.rows.iter();
             rows.extend(it.by_ref().take(cap).cloned());
             if it.next().is_some() {
@@ -932,7 +990,116 @@ mod tests {
         }
     }
 
+    /// pk blob, a int, b int DESC, v blob: a two-column clustering, for partial prefixes.
+    fn two_column_schema() -> Arc<TableSchema> {
+        let cd = |n: &str, ty, kind, order| ColumnDef {
+            name: n.into(),
+            ty,
+            kind,
+            position: 0,
+            order,
+        };
+        Arc::new(TableSchema::new(
+            TableId(8),
+            "ks",
+            "t2",
+            vec![
+                cd(
+                    "pk",
+                    CqlType::Blob,
+                    ColumnKind::PartitionKey,
+                    ClusteringOrder::Asc,
+                ),
+                cd(
+                    "a",
+                    CqlType::Int,
+                    ColumnKind::Clustering,
+                    ClusteringOrder::Asc,
+                ),
+                cd(
+                    "b",
+                    CqlType::Int,
+                    ColumnKind::Clustering,
+                    ClusteringOrder::Desc,
+                ),
+                cd(
+                    "v",
+                    CqlType::Blob,
+                    ColumnKind::Regular,
+                    ClusteringOrder::Asc,
+                ),
+            ],
+            TableOptions::default(),
+        ))
+    }
+
+    fn bound() -> impl Strategy<Value = ClusteringBound> {
+        (0usize..3, 0i32..6, 0i32..6, any::<bool>()).prop_map(|(len, a, b, inclusive)| {
+            ClusteringBound {
+                prefix: Clustering([int(a), int(b)][..len].to_vec()),
+                inclusive: inclusive || len == 0,
+            }
+        })
+    }
+
     proptest! {
+        /// The last rows of a partition within a slice, taken from its end (a reversed
+        /// read's cap), are the slice's rows in reverse, for vector and B-tree partitions
+        /// and for ends with a full, partial or empty prefix.
+        #[test]
+        fn rows_from_the_end_are_the_slice_reversed(
+            cks in prop::collection::btree_set((0i32..6, 0i32..6), 0..36),
+            start in bound(),
+            end in bound(),
+            cap in 1usize..8,
+        ) {
+            let schema = two_column_schema();
+            let cmp = Arc::new(schema.clustering_comparator());
+            let mut m = Memtable::new(schema);
+            m.single_rows = false;
+            let key = PartitionKey::new(Bytes::from_static(b"k"));
+            let u = PartitionUpdate {
+                rows: cks
+                    .iter()
+                    .map(|&(a, b)| Row {
+                        clustering: Clustering(vec![int(a), int(b)]),
+                        marker: Some(LivenessInfo::new(1)),
+                        deletion: None,
+                        cells: vec![(3, ColumnData::Simple(Cell::live(1, int(a * 10 + b))))],
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            m.apply(&key, &u, None);
+            let Some(MemPartition::General(p)) = m.partitions.get(&key) else {
+                return Ok(());
+            };
+            prop_assert_eq!(p.rows.len() > SMALL_ROWS_MAX, cks.len() > SMALL_ROWS_MAX);
+            let slice = ClusteringSlice { start: start.clone(), end: end.clone() };
+            let want: Vec<&Row> = p
+                .rows
+                .iter()
+                .filter(|r| cmp.before_end(&r.clustering, &end))
+                .collect();
+            let got: Vec<&Row> = p.rows.iter_rev_to(&cmp, &end).collect();
+            prop_assert_eq!(got, want.iter().rev().copied().collect::<Vec<_>>());
+            let within: Vec<Row> = p
+                .rows
+                .iter()
+                .filter(|r| slice.contains(&cmp, &r.clustering))
+                .cloned()
+                .collect();
+            let (capped, cut) = m.to_update_capped(
+                m.partitions.get(&key).expect("held"),
+                std::slice::from_ref(&slice),
+                cap,
+                true,
+            );
+            let first = within.len().saturating_sub(cap);
+            prop_assert_eq!(&capped.rows[..], &within[first..]);
+            prop_assert_eq!(cut, (first > 0).then(|| within[first].clustering.clone()));
+        }
+
         /// Single-row partitions kept encoded read back exactly as the general shape
         /// does, through overwrites, clustering changes and every other kind of update.
         #[test]

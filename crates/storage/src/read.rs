@@ -279,14 +279,17 @@ pub(crate) struct TableSources<'a, M> {
     pub sstables: &'a [Arc<SSTableReader>],
 }
 
-/// [`slice_of`] with at most `cap` rows (`cap` at least 1; one slice at most, or every
-/// row), and the clustering of the last row taken when rows within the slice were left
-/// out: the update is `u`'s exact content up to and including that clustering.
+/// [`slice_of`] with at most `cap` rows (the first ones, or the last ones when
+/// `from_end`; `cap` at least 1; one slice at most, or every row), and the clustering of
+/// the last row taken (the first one in clustering order when `from_end`) when rows within
+/// the slice were left out: the update is `u`'s exact content up to and including that
+/// clustering (from it on when `from_end`).
 pub(crate) fn slice_of_capped(
     u: &PartitionUpdate,
     slices: &[ClusteringSlice],
     cmp: &ClusteringComparator,
     cap: usize,
+    from_end: bool,
 ) -> (PartitionUpdate, Option<Clustering>) {
     let (from, to) = match slices {
         _ if cap == usize::MAX => return (slice_of(u, slices, cmp), None),
@@ -294,13 +297,17 @@ pub(crate) fn slice_of_capped(
         [s] => slice_run(&u.rows, s, cmp),
         _ => return (slice_of(u, slices, cmp), None),
     };
-    let end = to.min(from.saturating_add(cap));
-    let rows = u.rows.get(from..end).unwrap_or_default().to_vec();
-    let cut = if end < to {
-        rows.last().map(|r| r.clustering.clone())
+    let (from, to, cut_at) = if from_end {
+        let first = from.max(to.saturating_sub(cap));
+        (first, to, (first > from).then_some(first))
     } else {
-        None
+        let end = to.min(from.saturating_add(cap));
+        (from, end, (end < to).then(|| end.wrapping_sub(1)))
     };
+    let rows = u.rows.get(from..to).unwrap_or_default().to_vec();
+    let cut = cut_at
+        .and_then(|i| u.rows.get(i))
+        .map(|r| r.clustering.clone());
     (with_rows(u, rows), cut)
 }
 
@@ -561,10 +568,11 @@ pub(crate) fn read_single<'a>(
 }
 
 /// How many rows a single-partition read merges from each of its sources: one more than
-/// it can return (enough to know whether more follow), for a read in clustering order with
-/// a row or per-partition limit and at most one slice; otherwise all (`usize::MAX`).
+/// it can return (enough to know whether more follow), for a read with a row or
+/// per-partition limit and at most one slice; otherwise all (`usize::MAX`). A reversed
+/// read takes each source's last rows.
 fn row_cap(cmd: &ReadCommand) -> usize {
-    if cmd.reversed || cmd.slices.len() > 1 {
+    if cmd.slices.len() > 1 {
         return usize::MAX;
     }
     let l = limit(cmd.row_limit).min(limit(cmd.per_partition_limit));
@@ -581,11 +589,12 @@ struct Sources<'a> {
 }
 
 impl Sources<'_> {
-    /// Merges at most `cap` rows of each source (within the read's slice, in clustering
-    /// order; every tombstone and static row whole) with `from_sstables`, and builds the
-    /// read's result. A source with more rows than `cap` makes the merge exact only up to
-    /// its last row taken (the cutoff): rows after the earliest cutoff are dropped, and
-    /// the result stands only if a limit ended it before those rows ran out (the full
+    /// Merges at most `cap` rows of each source (within the read's slice, the first ones
+    /// in the read's order: the last in clustering order for a reversed read; every
+    /// tombstone and static row whole) with `from_sstables`, and builds the read's result.
+    /// A source with more rows than `cap` makes the merge exact only up to its last row
+    /// taken in the read's order (the cutoff): rows past the earliest cutoff are dropped,
+    /// and the result stands only if a limit ended it before those rows ran out (the full
     /// merge would have stopped at the same row). Otherwise None: read with no cap.
     fn merge(
         &self,
@@ -598,6 +607,7 @@ impl Sources<'_> {
         let (schema, cmp) = (self.schema, self.cmp);
         // A capped read resuming inside the partition (the next page of it) copies from
         // the row after the last one returned: its slice starts there.
+        // (In reverse order it ends before that row.)
         let resumed;
         let slices: &[ClusteringSlice] = match &cmd.start_after {
             Some((k, Some(after))) if k == key && cap != usize::MAX => {
@@ -606,7 +616,11 @@ impl Sources<'_> {
                     .first()
                     .cloned()
                     .unwrap_or_else(ClusteringSlice::all);
-                if cmp.after_start(after, &s.start) {
+                if cmd.reversed {
+                    if cmp.before_end(after, &s.end) {
+                        s.end = ClusteringBound::exclusive(after.0.clone());
+                    }
+                } else if cmp.after_start(after, &s.start) {
                     s.start = ClusteringBound::exclusive(after.0.clone());
                 }
                 resumed = [s];
@@ -614,19 +628,23 @@ impl Sources<'_> {
             }
             _ => &cmd.slices,
         };
+        let from_end = cmd.reversed;
         let mut acc = None;
+        // The earliest cutoff in the read's order: the lowest clustering, or the highest
+        // when reading from the end.
         let mut cutoff: Option<Clustering> = None;
         let mut lower = |cut: Option<Clustering>| {
             if let Some(c) = cut
-                && cutoff
-                    .as_ref()
-                    .is_none_or(|o| cmp.compare(&c.0, &o.0).is_lt())
+                && cutoff.as_ref().is_none_or(|o| {
+                    let ord = cmp.compare(&c.0, &o.0);
+                    if from_end { ord.is_gt() } else { ord.is_lt() }
+                })
             {
                 cutoff = Some(c);
             }
         };
         for (m, p) in self.held {
-            let (u, cut) = m.to_update_capped(p, slices, cap);
+            let (u, cut) = m.to_update_capped(p, slices, cap, from_end);
             lower(cut);
             merge_into(schema, &mut acc, u);
         }
@@ -636,7 +654,7 @@ impl Sources<'_> {
             let data = entry
                 .data()
                 .map_err(|e| StorageError::corrupt("row cache", e.offset as u64, e.reason))?;
-            let (part, cut) = slice_of_capped(&data, slices, cmp, cap);
+            let (part, cut) = slice_of_capped(&data, slices, cmp, cap, from_end);
             lower(cut);
             if !part.is_empty() {
                 // Entries are canonical, and so is what merging produces.
@@ -658,10 +676,17 @@ impl Sources<'_> {
             )));
         };
         let mut merged = acc.unwrap_or_default();
-        let keep = merged
-            .rows
-            .partition_point(|r| cmp.compare(&r.clustering.0, &c.0).is_le());
-        merged.rows.truncate(keep);
+        if from_end {
+            let skip = merged
+                .rows
+                .partition_point(|r| cmp.compare(&r.clustering.0, &c.0).is_lt());
+            merged.rows.drain(..skip);
+        } else {
+            let keep = merged
+                .rows
+                .partition_point(|r| cmp.compare(&r.clustering.0, &c.0).is_le());
+            merged.rows.truncate(keep);
+        }
         let r = result_of(schema, key, Some(merged), canonical, cmd, sstables_read);
         let rows = r.partitions.first().map_or(0, |p| p.rows.len());
         let limited = !r.exhausted || rows as u64 >= limit(cmd.per_partition_limit);
@@ -1106,17 +1131,18 @@ mod tests {
         }
     }
 
-    fn random_bound(rng: &mut Rng) -> ClusteringBound {
+    fn random_bound(rng: &mut Rng, width: u64) -> ClusteringBound {
         match rng.below(3) {
             0 => ClusteringBound::unbounded(),
-            1 => ClusteringBound::inclusive(ck(rng.below(12)).0),
-            _ => ClusteringBound::exclusive(ck(rng.below(12)).0),
+            1 => ClusteringBound::inclusive(ck(rng.below(width)).0),
+            _ => ClusteringBound::exclusive(ck(rng.below(width)).0),
         }
     }
 
-    fn random_command(rng: &mut Rng, key: &PartitionKey, now: i32) -> ReadCommand {
+    /// A random read of clusterings among 0..`width`.
+    fn random_command(rng: &mut Rng, key: &PartitionKey, now: i32, width: u64) -> ReadCommand {
         let mut cmd = ReadCommand::new(TableId(7), PartitionRange::Single(key.clone()), now);
-        let mut starts: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(12)).collect();
+        let mut starts: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(width)).collect();
         starts.sort_unstable();
         starts.dedup();
         for (i, from) in starts.iter().enumerate() {
@@ -1129,7 +1155,7 @@ mod tests {
                 end: ClusteringBound::inclusive(ck(to).0),
             };
             if rng.chance(30) {
-                s.start = random_bound(rng);
+                s.start = random_bound(rng, width);
             }
             if rng.chance(30) {
                 s.end.inclusive = false;
@@ -1152,7 +1178,7 @@ mod tests {
         cmd.per_partition_limit = [0, 0, 1, 2][rng.below(4) as usize];
         cmd.start_after = match rng.below(6) {
             0 => Some((key.clone(), None)),
-            1 | 2 => Some((key.clone(), Some(ck(rng.below(12))))),
+            1 | 2 => Some((key.clone(), Some(ck(rng.below(width))))),
             3 => Some((PartitionKey::new(b("other")), Some(ck(3)))),
             _ => None,
         };
@@ -1206,7 +1232,7 @@ mod tests {
                 CachedPartition::new_encoded(u.clone())
             });
             let read_now = now - 3 + rng.below(6) as i32;
-            let cmd = random_command(&mut rng, &key, read_now);
+            let cmd = random_command(&mut rng, &key, read_now, 12);
             let want = result_of(
                 &schema,
                 &key,
@@ -1237,12 +1263,12 @@ mod tests {
         assert!(shared > 2_000 && fallback > 2_000, "{shared} {fallback}");
     }
 
-    /// A random partition update of rows among clusterings 0..12 (sometimes a static row,
+    /// A random partition update of rows among clusterings 0..`width` (sometimes a static row,
     /// a partition deletion, range tombstones), timestamps from `ts`.
-    fn random_update(rng: &mut Rng, now: i32, ts: i64) -> PartitionUpdate {
+    fn random_update(rng: &mut Rng, now: i32, ts: i64, width: u64) -> PartitionUpdate {
         let mut u = PartitionUpdate::default();
         let dense = rng.below(100);
-        for c in 0..12 {
+        for c in 0..width {
             if rng.chance(dense) {
                 let mut r = random_row(rng, ck(c), now);
                 if let Some(m) = &mut r.marker {
@@ -1261,7 +1287,7 @@ mod tests {
             });
         }
         for _ in 0..rng.below(3).saturating_sub(1) {
-            let (a, z) = (rng.below(12), rng.below(12));
+            let (a, z) = (rng.below(width), rng.below(width));
             u.range_tombstones.push(RangeTombstone {
                 start: ClusteringBound::inclusive(ck(a.min(z)).0),
                 end: ClusteringBound::inclusive(ck(a.max(z)).0),
@@ -1284,14 +1310,17 @@ mod tests {
         let key = PartitionKey::new(b("k"));
         let (mut rng, seed) = Rng::from_clock();
         let (mut answered, mut declined, mut uncapped, mut resumed) = (0, 0, 0, 0);
+        let (mut reversed, mut wide) = (0, 0);
         for case in 0..20_000 {
             let now = 1000;
+            // Some partitions wide enough for a memtable to hold them in a B-tree.
+            let width = if rng.chance(30) { 40 } else { 12 };
             // Up to two memtables holding the partition (the newer one writes later).
             let mut mems = Vec::new();
             for ts in [20, 10] {
                 let mut m = Memtable::new(schema.clone());
                 if rng.chance(70) {
-                    m.apply(&key, &random_update(&mut rng, now, ts), None);
+                    m.apply(&key, &random_update(&mut rng, now, ts, width), None);
                 }
                 mems.push(m);
             }
@@ -1300,7 +1329,7 @@ mod tests {
                 .filter_map(|m| m.partitions.get(&key).map(|p| (m, p)))
                 .collect();
             let entry = rng.chance(70).then(|| {
-                let mut u = random_update(&mut rng, now, 0);
+                let mut u = random_update(&mut rng, now, 0, width);
                 apply_own_deletions(&schema, &mut u);
                 if rng.chance(50) {
                     CachedPartition::new(u)
@@ -1315,7 +1344,7 @@ mod tests {
                 cached: entry.as_ref(),
             };
             let read_now = now - 3 + rng.below(6) as i32;
-            let cmd = random_command(&mut rng, &key, read_now);
+            let cmd = random_command(&mut rng, &key, read_now, width);
             let cap = row_cap(&cmd);
             let want = sources
                 .merge(&key, &cmd, usize::MAX, None, 1)
@@ -1330,6 +1359,12 @@ mod tests {
                     answered += 1;
                     resumed +=
                         usize::from(matches!(&cmd.start_after, Some((k, Some(_))) if *k == key));
+                    reversed += usize::from(cmd.reversed);
+                    wide += usize::from(
+                        held.iter().any(|(_, p)| {
+                            matches!(p, MemPartition::General(g) if matches!(g.rows, crate::memtable::MemRows::Large(_)))
+                        }),
+                    );
                     let mem: Vec<_> = held.iter().map(|(m, p)| m.to_update(p, &[])).collect();
                     assert_eq!(
                         got, want,
@@ -1340,8 +1375,13 @@ mod tests {
             }
         }
         assert!(
-            answered > 5_000 && declined > 20 && uncapped > 2_000 && resumed > 1_000,
-            "seed {seed}: {answered} {declined} {uncapped} {resumed}"
+            answered > 5_000
+                && declined > 20
+                && uncapped > 1_000
+                && resumed > 1_000
+                && reversed > 500
+                && wide > 500,
+            "seed {seed}: {answered} {declined} {uncapped} {resumed} {reversed} {wide}"
         );
     }
 
