@@ -153,13 +153,15 @@ pub struct SelectPlan {
 }
 
 /// `SELECT <plain selectors> FROM t WHERE pk1 = ? AND pk2 = ? [AND ck1 > ? [AND ck1 <= ?]]
-/// [LIMIT n]`: one `=` per partition-key column, at most one lower and one upper bound
-/// (`>`, `>=`, `<`, `<=`) on the first clustering column (a time series' "since" and
-/// "until"), and nothing else (no other clustering or regular restriction, DISTINCT,
-/// ORDER BY, GROUP BY, aggregate, PER PARTITION LIMIT or JSON). For that shape every
-/// check the general path makes passes, the read is one clustering slice of one
-/// partition, and no row needs filtering, so EXECUTE only evaluates the key and bound
-/// terms, reads and projects.
+/// [ORDER BY ck1 [, ck2 ...]] [LIMIT n]`: one `=` per partition-key column, at most one
+/// lower and one upper bound (`>`, `>=`, `<`, `<=`) on the first clustering column (a
+/// time series' "since" and "until"), an ORDER BY naming the first clustering columns in
+/// key order (all in their stored order or all reversed: "the latest n" of an ascending
+/// series), and nothing else (no other clustering or regular restriction, DISTINCT,
+/// GROUP BY, aggregate, PER PARTITION LIMIT or JSON). For that shape every check the
+/// general path makes passes, the read is one clustering slice of one partition, and no
+/// row needs filtering, so EXECUTE only evaluates the key and bound terms, reads and
+/// projects.
 #[derive(Debug)]
 pub struct PointRead {
     /// For each partition-key column in key order: the index of its relation in the WHERE
@@ -168,13 +170,38 @@ pub struct PointRead {
     /// The first clustering column's lower and upper bound: (relation index, inclusive).
     pub ck_lower: Option<(usize, bool)>,
     pub ck_upper: Option<(usize, bool)>,
+    /// Rows in reverse clustering order (the ORDER BY reverses the stored order).
+    pub reversed: bool,
+}
+
+/// Whether an ORDER BY that names the first clustering columns in key order, all in
+/// their stored order or all reversed, reverses the stored order (false without ORDER
+/// BY). None for any other ORDER BY: the general path checks it, and answers with its
+/// error where there is one.
+fn simple_order(t: &TableSchema, s: &ast::SelectStatement) -> Option<bool> {
+    let mut reversed = None;
+    for (i, o) in s.order_by.iter().enumerate() {
+        if o.ann_of.is_some() {
+            return None;
+        }
+        let (id, d) = t.column(&o.column.name)?;
+        if d.kind != ColumnKind::Clustering || t.clustering_key.get(i) != Some(&id) {
+            return None;
+        }
+        let desc = d.order == amphora_types::schema::ClusteringOrder::Desc;
+        let r = (o.order == ast::Order::Desc) != desc;
+        if *reversed.get_or_insert(r) != r {
+            return None;
+        }
+    }
+    Some(reversed.unwrap_or(false))
 }
 
 impl PointRead {
     fn of(t: &TableSchema, s: &ast::SelectStatement, items: &[SelItem]) -> Option<PointRead> {
+        let reversed = simple_order(t, s)?;
         if s.json
             || s.distinct
-            || !s.order_by.is_empty()
             || !s.group_by.is_empty()
             || s.per_partition_limit.is_some()
             || is_aggregate(items)
@@ -225,6 +252,7 @@ impl PointRead {
             pk_relations,
             ck_lower,
             ck_upper,
+            reversed,
         })
     }
 
@@ -953,6 +981,7 @@ async fn read_point(
     let mut cmd = ReadCommand::new(table.id, PartitionRange::Single(key), now_seconds);
     cmd.row_limit = page;
     cmd.slices = slices;
+    cmd.reversed = plan.point.as_ref().is_some_and(|p| p.reversed);
     let res = read_on(inner, shard, cmd).await?;
     let mut exhausted = res.exhausted;
     let width = plan.items.len();

@@ -287,7 +287,8 @@ def test_prepared_select_star_sees_added_column(cluster, session, keyspace):
 def test_prepared_time_slices_of_a_partition(session, keyspace):
     """Time-series reads: `pk = ? AND time >|>=|<|<= ?` prepared (the server's fast path
     for one clustering slice) return what Cassandra returns, on a DESC clustering column,
-    with LIMIT, paging, a static column and a partition holding only static data."""
+    with LIMIT, paging, ORDER BY in either direction, a static column and a
+    partition holding only static data."""
     t = f"{keyspace}.ts_slices"
     session.execute(f"CREATE TABLE {t} (m int, time bigint, s text static, v int, "
                     f"PRIMARY KEY (m, time)) WITH CLUSTERING ORDER BY (time DESC)")
@@ -333,6 +334,30 @@ def test_prepared_time_slices_of_a_partition(session, keyspace):
     # Selecting only static columns with a clustering restriction is refused.
     with pytest.raises(InvalidRequest):
         session.execute(session.prepare(f"SELECT s FROM {t} WHERE m = ? AND time > ?"), [1, 3])
+    # ORDER BY against the stored order: the oldest rows first.
+    oldest = session.prepare(f"SELECT time, v FROM {t} WHERE m = ? ORDER BY time ASC LIMIT ?")
+    assert [(r.time, r.v) for r in session.execute(oldest, [1, 3])] == [(0, 0), (1, 10), (2, 20)]
+    asc = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ? AND time < ? "
+                          f"ORDER BY time ASC")
+    assert [r.time for r in session.execute(asc, [1, 5, 9])] == [5, 6, 7, 8]
+    plain = session.execute(f"SELECT time FROM {t} WHERE m = 1 AND time >= 5 AND time < 9 "
+                            f"ORDER BY time ASC")
+    assert [r.time for r in plain] == [5, 6, 7, 8]
+    # ORDER BY in the stored order changes nothing.
+    desc = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time > ? ORDER BY time DESC")
+    assert [r.time for r in session.execute(desc, [1, 15])] == [19, 18, 17, 16]
+    # Reversed pages of 4 over 12 rows resume inside the slice, in ascending order.
+    paged_asc = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ? ORDER BY time ASC")
+    paged_asc.fetch_size = 4
+    rs = session.execute(paged_asc, [1, 8])
+    assert [r.time for r in rs.current_rows] == [8, 9, 10, 11] and rs.has_more_pages
+    assert [r.time for r in session.execute(paged_asc, [1, 8])] == list(range(8, 20))
+    # A reversed read of the static-only partition is its static row.
+    rev_static = session.prepare(f"SELECT s FROM {t} WHERE m = ? ORDER BY time ASC")
+    assert [r.s for r in session.execute(rev_static, [2])] == ["only"]
+    # ORDER BY on a column that is not clustering is still refused.
+    with pytest.raises(InvalidRequest):
+        session.execute(session.prepare(f"SELECT time FROM {t} WHERE m = ? ORDER BY v ASC"), [1])
 
 
 # ---------------------------------------------------------------------------------------
