@@ -3,12 +3,14 @@
 # A one-shard server (CPU 0) gets ROWS (200000) rows of one partition from the Python
 # driver (tests/compat/.venv-datastax, made by `make test`), then the whole partition is
 # read twice with a prepared SELECT at 5,000 rows a page; prints each round's seconds.
+# ORDER=DESC reads it in reverse clustering order (ORDER BY c DESC).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
+export ORDER=${ORDER:-}
 start_server "$bin" "$label"
 "$REPO/tests/compat/.venv-datastax/bin/python" - "$label" "$rows" <<'PY'
-import sys, time
+import os, sys, time
 from cassandra.cluster import Cluster
 from cassandra.concurrent import execute_concurrent_with_args
 label, rows = sys.argv[1], int(sys.argv[2])
@@ -17,7 +19,8 @@ s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 're
 s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))")
 ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
 execute_concurrent_with_args(s, ins, [(i,) for i in range(rows)], concurrency=128)
-sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0")
+order = f" ORDER BY c {os.environ['ORDER']}" if os.environ['ORDER'] else ""
+sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0" + order)
 sel.fetch_size = 5000
 for rnd in range(2):
     t = time.time()
