@@ -11,7 +11,7 @@ use std::sync::Arc;
 use amphora_types::codec;
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey,
-    PartitionUpdate, RangeTombstone, Row, max_deletion, merge_column_data, merge_rows,
+    PartitionUpdate, RangeTombstone, Row, max_deletion, merge_column_data, merge_rows_into,
     reconcile_cells,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableSchema};
@@ -101,6 +101,16 @@ fn large_row_bytes(r: &Row) -> usize {
     LARGE_ROW_BYTES + vec_bytes(&r.clustering.0) + row_heap_bytes(r)
 }
 
+/// Merges `r` into the row in `slot` (same clustering), reusing the row's clustering and
+/// cell vector when both hold the same columns (a row overwritten whole: a time series
+/// written again); returns the growth of the row's allocations.
+fn merge_in_place(schema: &TableSchema, slot: &mut Row, r: &Row) -> usize {
+    let before = row_heap_bytes(slot);
+    let old = std::mem::replace(slot, Row::new(Clustering::empty()));
+    *slot = merge_rows_into(schema, old, r);
+    row_heap_bytes(slot).saturating_sub(before)
+}
+
 impl Default for MemRows {
     fn default() -> Self {
         MemRows::Small(Vec::new())
@@ -127,12 +137,7 @@ impl MemRows {
             MemRows::Small(v) => {
                 let found = v.binary_search_by(|x| cmp.compare(&x.clustering.0, &r.clustering.0));
                 match found {
-                    Ok(i) => {
-                        let merged = merge_rows(schema, &v[i], &r);
-                        let grow = row_heap_bytes(&merged).saturating_sub(row_heap_bytes(&v[i]));
-                        v[i] = merged;
-                        grow
-                    }
+                    Ok(i) => merge_in_place(schema, &mut v[i], &r),
                     Err(i) => {
                         let before = vec_bytes(v);
                         let mut grow = row_heap_bytes(&r);
@@ -161,12 +166,7 @@ impl MemRows {
             MemRows::Large(m) => {
                 let k = ClusteringKey::new(r.clustering.clone(), cmp.clone());
                 match m.get_mut(&k) {
-                    Some(old) => {
-                        let merged = merge_rows(schema, old, &r);
-                        let grow = row_heap_bytes(&merged).saturating_sub(row_heap_bytes(old));
-                        *old = merged;
-                        grow
-                    }
+                    Some(old) => merge_in_place(schema, old, &r),
                     None => {
                         let grow = large_row_bytes(&r);
                         m.insert(k, r);
@@ -553,7 +553,7 @@ impl Memtable {
         if let MemPartition::Single(enc) = slot {
             let old = decode_single(enc);
             if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
-                let merged = merge_rows(&self.schema, &old, r);
+                let merged = merge_rows_into(&self.schema, old, r);
                 // The old encoding stays in its arena chunk until the memtable is
                 // dropped: the arena counts the whole new one (and the key copy).
                 *slot =
@@ -636,8 +636,9 @@ impl Memtable {
         if let Some(sr) = static_row {
             let merged = match part.static_row.take() {
                 Some(old) => {
-                    let m = merge_rows(&self.schema, &old, &sr);
-                    added += row_heap_bytes(&m).saturating_sub(row_heap_bytes(&old));
+                    let before = row_heap_bytes(&old);
+                    let m = merge_rows_into(&self.schema, old, &sr);
+                    added += row_heap_bytes(&m).saturating_sub(before);
                     m
                 }
                 None => {
