@@ -759,9 +759,9 @@ fn result_of(
 
 /// A read answered by a row cache entry alone (no memtable holds the partition) whose rows
 /// are already their live view: one run of them, shared with the cache (no copy of rows,
-/// cells or values). None if the read needs its own copy (a column filter, reversed order,
-/// rows not in their live form at `now`, disjoint slices): it is read the general way, and
-/// the entry is given back (`Err`).
+/// cells or values), or in reverse order a copy of just the rows returned. None if the read
+/// needs more (a column filter, rows not in their live form at `now`, disjoint slices): it
+/// is read the general way.
 fn read_cached(
     cmp: &ClusteringComparator,
     entry: &Arc<CachedPartition>,
@@ -769,7 +769,7 @@ fn read_cached(
     cmd: &ReadCommand,
     sstables_read: u32,
 ) -> Option<ReadResult> {
-    if cmd.columns.is_some() || cmd.reversed || !entry.rows_live_at(cmd.now_seconds) {
+    if cmd.columns.is_some() || !entry.rows_live_at(cmd.now_seconds) {
         return None;
     }
     let mut result = ReadResult {
@@ -789,17 +789,25 @@ fn read_cached(
     };
     let mut remaining = limit(cmd.row_limit);
     let per_part = limit(cmd.per_partition_limit);
-    // Resuming moves the run's start: its end is then searched in full.
+    // Resuming moves the run's start (its end when reversed): its end is then searched in
+    // full, as is a reversed read's.
     let cap = match after {
-        None => remaining.min(per_part),
-        Some(_) => u64::MAX,
+        None if !cmd.reversed => remaining.min(per_part),
+        _ => u64::MAX,
     };
-    let (mut from, to) = one_run(&u.rows, &cmd.slices, cmp, cap)?;
+    let (mut from, mut to) = one_run(&u.rows, &cmd.slices, cmp, cap)?;
     if let Some(a) = after {
-        from = from.max(
-            u.rows
-                .partition_point(|r| cmp.compare(&r.clustering.0, &a.0).is_le()),
-        );
+        if cmd.reversed {
+            to = to.min(
+                u.rows
+                    .partition_point(|r| cmp.compare(&r.clustering.0, &a.0).is_lt()),
+            );
+        } else {
+            from = from.max(
+                u.rows
+                    .partition_point(|r| cmp.compare(&r.clustering.0, &a.0).is_le()),
+            );
+        }
     }
     let n = to.saturating_sub(from);
     let take = (n as u64).min(per_part).min(remaining);
@@ -832,13 +840,24 @@ fn read_cached(
         return Some(result);
     }
     let partition_deletion = u.partition_deletion;
-    let range = from..from + take as usize;
-    let rows = match data {
-        Cow::Borrowed(_) => Rows::shared(entry, range)?,
-        Cow::Owned(mut u) => {
-            u.rows.truncate(range.end);
-            u.rows.drain(..range.start);
-            Rows::from(u.rows)
+    let rows = if cmd.reversed {
+        // The run's last rows, last first: a copy (a shared run is in clustering order).
+        let range = to - take as usize..to;
+        let mut rows: Vec<Row> = match data {
+            Cow::Borrowed(u) => u.rows.get(range)?.to_vec(),
+            Cow::Owned(mut u) => u.rows.drain(range).collect(),
+        };
+        rows.reverse();
+        Rows::from(rows)
+    } else {
+        let range = from..from + take as usize;
+        match data {
+            Cow::Borrowed(_) => Rows::shared(entry, range)?,
+            Cow::Owned(mut u) => {
+                u.rows.truncate(range.end);
+                u.rows.drain(..range.start);
+                Rows::from(u.rows)
+            }
         }
     };
     result.rows_counted = take;
@@ -1250,7 +1269,6 @@ mod tests {
             }
             // Every read the shared path may serve, it serves.
             let may = cmd.columns.is_none()
-                && !cmd.reversed
                 && entry.rows_live_at(cmd.now_seconds)
                 && (one_run(&u.rows, &cmd.slices, &cmp, u64::MAX).is_some()
                     || cmd.start_after == Some((key.clone(), None)));
