@@ -164,12 +164,16 @@ impl MemRows {
                 }
             }
             MemRows::Large(m) => {
+                // One search: a new row (a time series' next reading) is inserted where the
+                // search ended.
                 let k = ClusteringKey::new(r.clustering.clone(), cmp.clone());
-                match m.get_mut(&k) {
-                    Some(old) => merge_in_place(schema, old, &r),
-                    None => {
+                match m.entry(k) {
+                    std::collections::btree_map::Entry::Occupied(mut e) => {
+                        merge_in_place(schema, e.get_mut(), &r)
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
                         let grow = large_row_bytes(&r);
-                        m.insert(k, r);
+                        e.insert(r);
                         grow
                     }
                 }
