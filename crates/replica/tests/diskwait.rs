@@ -115,10 +115,16 @@ fn evict(dir: &std::path::Path) {
             // DONTNEED leaves dirty pages and pages under write-back resident: clean them
             // first (as `sync` before `drop_caches`).
             f.sync_all().expect("fsync");
-            // SAFETY: advice on an open descriptor; no memory is involved.
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(rc, 0, "fadvise {}", p.display());
+            // One DONTNEED can leave pages still in another CPU's LRU batch: advise again
+            // after a pause.
+            for _ in 0..3 {
+                // SAFETY: advice on an open descriptor; no memory is involved.
+                #[allow(unsafe_code)]
+                let rc =
+                    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+                assert_eq!(rc, 0, "fadvise {}", p.display());
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
     }
 }
