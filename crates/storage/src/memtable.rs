@@ -106,8 +106,7 @@ fn large_row_bytes(r: &Row) -> usize {
 /// written again); returns the growth of the row's allocations.
 fn merge_in_place(schema: &TableSchema, slot: &mut Row, r: &Row) -> usize {
     let before = row_heap_bytes(slot);
-    let old = std::mem::replace(slot, Row::new(Clustering::empty()));
-    *slot = merge_rows_into(schema, old, r);
+    *slot = merge_rows_into(schema, std::mem::take(slot), r);
     row_heap_bytes(slot).saturating_sub(before)
 }
 
