@@ -157,23 +157,93 @@ pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u6
     Ok(())
 }
 
+/// Pages of `file` in the page cache (`mincore` over a mapping of the file).
+fn resident_pages(file: &File) -> std::io::Result<usize> {
+    let len = usize::try_from(file.metadata()?.len())
+        .map_err(|_| std::io::Error::other("file too large to map"))?;
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a fresh read-only shared mapping of an open descriptor, only ever passed to
+    // `mincore` (never read through, so a concurrent truncation cannot fault) and unmapped
+    // before returning; `vec` has one byte per page of the mapping.
+    #[allow(unsafe_code)]
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut vec = vec![0u8; len.div_ceil(page_size())];
+        let rc = libc::mincore(p, len, vec.as_mut_ptr());
+        let err = std::io::Error::last_os_error();
+        libc::munmap(p, len);
+        if rc != 0 {
+            return Err(err);
+        }
+        Ok(vec.iter().filter(|b| **b & 1 != 0).count())
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096).max(1)
+}
+
+/// Drops `file`'s pages from the page cache, for tests of reads that wait for the disk:
+/// fsync (dirty pages and pages under write-back stay resident), `POSIX_FADV_DONTNEED`,
+/// and again after a pause while `mincore` still finds pages (the kernel skips pages it
+/// holds for a moment, as during reclaim or migration). Returns the pages still resident
+/// after about two seconds of trying (0 when the file is out of the page cache).
+#[doc(hidden)]
+pub fn drop_from_page_cache(file: &File) -> std::io::Result<usize> {
+    file.sync_all()?;
+    let mut left = 0;
+    for attempt in 0..200 {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // SAFETY: advice on an open descriptor; no memory is involved.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        left = resident_pages(file)?;
+        if left == 0 {
+            break;
+        }
+    }
+    Ok(left)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
 
-    /// Drops the file's clean pages from the page cache. One DONTNEED can leave pages that
-    /// still sit in another CPU's LRU batch (this test failed 2 of 5 runs on a busy host):
-    /// the advice is given again after a pause.
     fn evict(f: &File) {
-        for _ in 0..3 {
-            // SAFETY: advice on an open descriptor; no memory is involved.
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(rc, 0);
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        assert_eq!(
+            drop_from_page_cache(f).expect("evict"),
+            0,
+            "pages left resident"
+        );
     }
+
+    /// Rounds of evicting the file and reading it without waiting, until a read had to
+    /// wait. One round proves nothing: a `RWF_NOWAIT` read of an evicted page starts the
+    /// readahead, and when the disk answers before the kernel looks at the page again the
+    /// read is served (measured: 190 of 5,000 such reads on this VM, more on a busy host;
+    /// this test failed 2 of 5 runs on one read). Each served read must return the data.
+    const ROUNDS: usize = 20;
 
     #[test]
     fn cached_bytes_read_without_waiting_and_evicted_ones_wait() {
@@ -188,17 +258,24 @@ mod tests {
         // Cached (just written): served at once, in and outside the scope.
         without_waiting(|| read_exact_at(&f, &path, &mut buf, 4096)).expect("cached read");
         assert_eq!(buf, data[4096..4096 + 16 * 1024]);
-        // Evicted (written back by the fsync, so clean): the read names what it waits for.
-        evict(&f);
-        let err = without_waiting(|| read_exact_at(&f, &path, &mut buf, 100_000))
-            .expect_err("an evicted page must not be read without waiting");
-        let StorageError::WouldBlock(w) = err else {
-            panic!("expected WouldBlock, got {err}");
-        };
-        assert_eq!(
-            (w.offset, w.len, w.path()),
-            (100_000, 16 * 1024, path.as_path())
-        );
+        // Evicted (written back by the fsync, so clean): the read names what it waits for,
+        // from the first byte it could not read to the end of the read.
+        let mut waited = None;
+        for _ in 0..ROUNDS {
+            evict(&f);
+            match without_waiting(|| read_exact_at(&f, &path, &mut buf, 100_000)) {
+                Ok(()) => assert_eq!(buf, data[100_000..100_000 + 16 * 1024], "served read"),
+                Err(StorageError::WouldBlock(w)) => {
+                    waited = Some(w);
+                    break;
+                }
+                Err(e) => panic!("expected WouldBlock, got {e}"),
+            }
+        }
+        let w = waited.expect("no read of an evicted page waited in any round");
+        let end = 100_000 + 16 * 1024;
+        assert!((100_000..end).contains(&w.offset), "offset {}", w.offset);
+        assert_eq!((w.offset + w.len as u64, w.path()), (end, path.as_path()));
         // Waiting brings the bytes in; the read then succeeds without waiting.
         w.wait().expect("wait");
         buf.fill(0);
