@@ -1067,24 +1067,26 @@ pub fn eval_row_checked(
 ) -> Result<Option<Bytes>, QueryError> {
     match &it.sel {
         Sel::Column(id) => Ok(column_value(t, *id, p, row, static_only)),
-        Sel::Native { .. } => eval_native_checked(t, it, p, row, now_s, static_only),
+        Sel::Native { fname, sig, args } => {
+            eval_native_checked(fname, sig, args, t, p, row, now_s, static_only)
+        }
         _ => Ok(eval_row(t, it, p, row, now_s, static_only)),
     }
 }
 
-/// [`eval_row_checked`] of a native function call.
+/// [`eval_row_checked`] of a native function call: its arguments, then the function.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn eval_native_checked(
+    fname: &str,
+    sig: &crate::functions::Sig,
+    args: &[SelItem],
     t: &TableSchema,
-    it: &SelItem,
     p: &PartitionData,
     row: &Row,
     now_s: i32,
     static_only: bool,
 ) -> Result<Option<Bytes>, QueryError> {
-    let Sel::Native { fname, sig, args } = &it.sel else {
-        return Ok(eval_row(t, it, p, row, now_s, static_only));
-    };
     let mut vals = Vec::with_capacity(args.len());
     for a in args {
         vals.push(eval_row_checked(t, a, p, row, now_s, static_only)?);
