@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -123,7 +124,19 @@ def proc_status_kb(pid, key):
 
 
 def cpu_busy_s():
-    """Busy seconds per CPU since boot, from /proc/stat: {cpu index: seconds}."""
+    """Busy seconds per CPU since boot, from /proc/stat: {cpu index: seconds}. Steal (the
+    hypervisor running something else on the vCPU) is not counted: see `cpu_steal_s`."""
+    return {c: b for c, (b, _) in cpu_times_s().items()}
+
+
+def cpu_steal_s():
+    """Stolen seconds per CPU since boot (/proc/stat's steal: the vCPU was runnable but the
+    host ran something else): {cpu index: seconds}."""
+    return {c: st for c, (_, st) in cpu_times_s().items()}
+
+
+def cpu_times_s():
+    """{cpu index: (busy seconds without steal, steal seconds)} since boot, from /proc/stat."""
     out = {}
     try:
         for line in Path("/proc/stat").read_text().splitlines():
@@ -131,10 +144,49 @@ def cpu_busy_s():
                 f = line.split()
                 v = [int(x) for x in f[1:]]
                 idle = v[3] + (v[4] if len(v) > 4 else 0)
-                out[int(f[0][3:])] = (sum(v[:8]) - idle) / CLK_TCK
+                steal = v[7] if len(v) > 7 else 0
+                out[int(f[0][3:])] = ((sum(v[:8]) - idle - steal) / CLK_TCK, steal / CLK_TCK)
     except (OSError, ValueError):
         pass
     return out
+
+
+class CoreSampler:
+    """Samples, once a second while a run lasts, the server cores' steal, the server's CPU
+    and what else ran on those cores: `series` is [[t since start, steal s, server s,
+    others s], ...], one row per second, to line up with the load generator's per-second
+    latencies (a second whose p99 jumps while the host stole the core is the host's)."""
+
+    def __init__(self, pid, server_cpus, period=1.0):
+        self.pid, self.cpus, self.period = pid, server_cpus, period
+        self.series = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(timeout=5)
+
+    def _sample(self):
+        t = cpu_times_s()
+        busy = sum(t.get(c, (0, 0))[0] for c in self.cpus)
+        steal = sum(t.get(c, (0, 0))[1] for c in self.cpus)
+        return time.monotonic(), busy, steal, proc_cpu_s(self.pid)
+
+    def _loop(self):
+        t0 = prev = self._sample()
+        while not self._stop.wait(self.period):
+            cur = self._sample()
+            if cur[3] is None or prev[3] is None:
+                break
+            srv = cur[3] - prev[3]
+            self.series.append([round(cur[0] - t0[0], 3), round(cur[2] - prev[2], 3), round(srv, 3),
+                                round(max(0.0, cur[1] - prev[1] - srv), 3)])
+            prev = cur
 
 
 def runqueue_wait_s(pid):
@@ -756,11 +808,13 @@ class Runner:
         pid = self.s.pid
         cpu0 = proc_cpu_s(pid)
         busy0 = cpu_busy_s()
+        steal0 = cpu_steal_s()
         wait0 = runqueue_wait_s(pid)
         snap0 = self.s.metrics_snapshot()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         la0 = loadavg()
         w0 = time.monotonic()
+        sampler = CoreSampler(pid, cpus(self.cfg["server_cpus"])).__enter__()
         if concurrent:
             # The background stream (the writer) starts first and gets a head start.
             bg = self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1])
@@ -771,8 +825,10 @@ class Runner:
                      else client.spawn(self.s, tag, args)]
         results = [client.collect(p, timeout) for p in procs]
         wall = time.monotonic() - w0
+        sampler.__exit__(None, None, None)
         cpu1 = proc_cpu_s(pid)
         busy1 = cpu_busy_s()
+        steal1 = cpu_steal_s()
         wait1 = runqueue_wait_s(pid)
         snap1 = self.s.metrics_snapshot()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -793,6 +849,11 @@ class Runner:
         if rec["server_cpu_s"] is not None and wall > 0:
             rec["other_on_server_cpus"] = max(0.0, sum(busy.get(c, 0) for c in srv) - rec["server_cpu_s"]) / wall
             rec["other_on_client_cpus"] = max(0.0, sum(busy.get(c, 0) for c in cli) - rec["client_cpu_s"]) / wall
+        if wall > 0:
+            steal = {c: steal1.get(c, 0) - steal0.get(c, 0) for c in steal1}
+            rec["steal_on_server_cpus"] = sum(steal.get(c, 0) for c in srv) / wall
+            rec["steal_on_client_cpus"] = sum(steal.get(c, 0) for c in cli) / wall
+        rec["server_core_seconds"] = sampler.series
         if wait0 is not None and wait1 is not None and wall > 0:
             rec["server_runqueue_wait_per_s"] = (wait1 - wait0) / wall
         if extra:

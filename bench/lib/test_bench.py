@@ -5,6 +5,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from unittest import mock
 import xml.etree.ElementTree as ET
@@ -149,6 +150,19 @@ class Harness(unittest.TestCase):
         self.assertIsNotNone(harness.proc_cpu_s(os.getpid()))
         self.assertGreater(harness.proc_status_kb(os.getpid(), "VmRSS"), 0)
         self.assertTrue(harness.cpu_busy_s())
+        steal = harness.cpu_steal_s()
+        self.assertEqual(set(steal), set(harness.cpu_busy_s()))
+        self.assertTrue(all(v >= 0 for v in steal.values()))
+
+    def test_core_sampler_counts_this_process_cpu_each_second(self):
+        with harness.CoreSampler(os.getpid(), [0, 1], period=0.2) as cs:
+            end = time.monotonic() + 0.7
+            while time.monotonic() < end:
+                pass
+        self.assertGreaterEqual(len(cs.series), 3)
+        # One core spun the whole time: the server column holds it (clock ticks are 10 ms).
+        self.assertGreater(sum(row[2] for row in cs.series), 0.3)
+        self.assertTrue(all(len(row) == 4 and row[1] >= 0 and row[3] >= 0 for row in cs.series))
 
 
 class Report(unittest.TestCase):
@@ -172,6 +186,21 @@ class Report(unittest.TestCase):
         self.assertEqual(report.per_second_spread({"intervals": iv[:2]}), "—")
         self.assertEqual(report.per_second_spread(None), "—")
 
+    def test_slow_seconds_against_steal(self):
+        iv = [[1.0, 100, 0.3], [2.0, 100, 5.0], [3.0, 100, 2.5], [4.0, 100, 0.4], [5.0, 100, 0.2]]
+        cs = [[1.01, 0.0, 0.3, 0.0], [2.0, 0.20, 0.3, 0.0], [3.02, 0.10, 0.3, 0.0],
+              [3.99, 0.02, 0.3, 0.0], [5.0, 0.0, 0.3, 0.0]]
+        n, total, in_slow, in_fast = report.slow_seconds({"intervals": iv, "server_core_seconds": cs})
+        self.assertEqual((n, total), (2, 5))
+        self.assertAlmostEqual(in_slow, 0.15)
+        self.assertAlmostEqual(in_fast, 0.02 / 3)
+        self.assertEqual(report.slow_seconds_note({"intervals": iv, "server_core_seconds": cs}),
+                         "2 of 5 seconds with p99 > 2 ms; host steal of the server core 15.0% "
+                         "in those, 0.7% in the others")
+        self.assertIsNone(report.slow_seconds({"intervals": iv}))
+        self.assertIn("(steal 0.05 / 0.00)", report.noise({"other_on_server_cpus": 0.1,
+                                                             "steal_on_server_cpus": 0.05}))
+
     def test_svg_is_well_formed(self):
         for logy in (False, True):
             svg = report.svg_chart("t <&>", "x", "y", [("a", "#000", None, [(0, 1), (10, 100)]),
@@ -186,7 +215,8 @@ class Report(unittest.TestCase):
             for s, k in (("cassandra", 1), ("amphora", 4)):
                 runs += [run(s, "populate", "write", 1000 * k, 10 / k),
                          run(s, "saturation", "read-uniform", 2000 * k, 5 / k),
-                         run(s, "fixed-read", "50%", 1000, 2 / k, target_rate=1000)]
+                         run(s, "fixed-read", "50%", 1000, 2 / k, target_rate=1000,
+                             server_core_seconds=[[t, 0.01 * t, 0.5, 0.0] for t in (1, 2, 3)])]
             runs.append(run("amphora", "fixed-read", "50% isolated", 1000, 0.1, target_rate=1000))
             runs.append(run("amphora", "iot", "10/90", 0, 0, status="failed", error="boom\nwhy"))
             cfg = dict(harness.MODES["quick"], mode="quick", heap="2G", smp=1, server_cpus="0",
@@ -218,6 +248,8 @@ class Report(unittest.TestCase):
             # The client start lag's p99 (a quarter of the p99 in stress_json), C / A.
             self.assertIn("| 10.0 / 10.0 | 0.500 / 0.125 |", md)
             self.assertIn("'50% isolated' is Amphora again at that step", md)
+            self.assertIn("- 50%, amphora: 0 of 3 seconds with p99 > 2 ms; host steal of the "
+                          "server core — in those, 2.0% in the others", md)
             text = docs.read_text()
             self.assertEqual(text.count("<!-- entry "), 1)
             self.assertLess(text.index("<!-- entry "), text.index("## old entry"))
