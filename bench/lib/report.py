@@ -212,33 +212,36 @@ SLOW_SECOND_MS = 2.0  # a second whose p99 is above this missed target 2's p99.9
 
 def slow_seconds(r):
     """How the seconds of a run whose per-second p99 exceeded SLOW_SECOND_MS line up with
-    the host's steal of the server core in the same second: (slow seconds, seconds, mean
-    steal in the slow ones, mean steal in the others), steal as a share of the second; None
-    without the per-second series (runs recorded before the sampler)."""
+    what else held the server core in the same second: (slow seconds, seconds, mean steal in
+    the slow ones, in the others, mean other processes' CPU in the slow ones, in the
+    others), as shares of a second; None without the per-second series (runs recorded
+    before the sampler)."""
     iv = clean_intervals((r or {}).get("intervals") or [])
     cs = (r or {}).get("server_core_seconds") or []
     if not iv or not cs:
         return None
-    steal = {round(t): st for t, st, *_ in cs}
+    by_t = {round(t): (st, other) for t, st, _, other in cs}
     slow, fast = [], []
     for t, _, p99 in iv:
-        if t is None or p99 is None or round(t) not in steal:
+        if t is None or p99 is None or round(t) not in by_t:
             continue
-        (slow if p99 > SLOW_SECOND_MS else fast).append(steal[round(t)])
+        (slow if p99 > SLOW_SECOND_MS else fast).append(by_t[round(t)])
     if not slow and not fast:
         return None
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    return len(slow), len(slow) + len(fast), mean(slow), mean(fast)
+    return (len(slow), len(slow) + len(fast), mean([x[0] for x in slow]), mean([x[0] for x in fast]),
+            mean([x[1] for x in slow]), mean([x[1] for x in fast]))
 
 
 def slow_seconds_note(r):
     s = slow_seconds(r)
     if s is None:
         return None
-    n, total, in_slow, in_fast = s
+    n, total, steal_slow, steal_fast, other_slow, other_fast = s
     pct = lambda x: "—" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     return (f"{n} of {total} seconds with p99 > {SLOW_SECOND_MS:g} ms; host steal of the server "
-            f"core {pct(in_slow)} in those, {pct(in_fast)} in the others")
+            f"core {pct(steal_slow)} in those, {pct(steal_fast)} in the others; other processes "
+            f"on it {pct(other_slow)} / {pct(other_fast)}")
 
 
 def clean_intervals(iv):
@@ -552,9 +555,12 @@ def generate(out_dir, docs=True):
         slow = [f"- {name}, {s}: {n}" for name, s, n in slow if n]
         if slow:
             L.append("Seconds of each step whose p99 (the load generator's per-second figure) "
-                     "passed the bound, against the host's steal of the server core in the same "
-                     "second (/proc/stat, sampled each second): steal that comes with the slow "
-                     "seconds is the host taking the vCPU away, which no server setting reaches.\n\n"
+                     "passed the bound, against the host's steal of the server core and other processes' "
+                     "CPU on it in the same second (/proc/stat, sampled each second): steal that "
+                     "comes with the slow seconds is the host taking the vCPU away, which no server "
+                     "setting reaches; slow seconds with neither are the server's own, or the "
+                     "wake-ups and short holds (kdamond, the VM agent) a per-second sum cannot "
+                     "show.\n\n"
                      + "\n".join(slow) + "\n")
         for s in plot:
             plot[s].sort(key=lambda x: x[0])

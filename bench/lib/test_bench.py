@@ -190,13 +190,17 @@ class Report(unittest.TestCase):
         iv = [[1.0, 100, 0.3], [2.0, 100, 5.0], [3.0, 100, 2.5], [4.0, 100, 0.4], [5.0, 100, 0.2]]
         cs = [[1.01, 0.0, 0.3, 0.0], [2.0, 0.20, 0.3, 0.0], [3.02, 0.10, 0.3, 0.0],
               [3.99, 0.02, 0.3, 0.0], [5.0, 0.0, 0.3, 0.0]]
-        n, total, in_slow, in_fast = report.slow_seconds({"intervals": iv, "server_core_seconds": cs})
+        cs[1][3] = 0.5
+        n, total, in_slow, in_fast, o_slow, o_fast = report.slow_seconds(
+            {"intervals": iv, "server_core_seconds": cs})
         self.assertEqual((n, total), (2, 5))
         self.assertAlmostEqual(in_slow, 0.15)
         self.assertAlmostEqual(in_fast, 0.02 / 3)
+        self.assertAlmostEqual(o_slow, 0.25)
+        self.assertAlmostEqual(o_fast, 0.0)
         self.assertEqual(report.slow_seconds_note({"intervals": iv, "server_core_seconds": cs}),
                          "2 of 5 seconds with p99 > 2 ms; host steal of the server core 15.0% "
-                         "in those, 0.7% in the others")
+                         "in those, 0.7% in the others; other processes on it 25.0% / 0.0%")
         self.assertIsNone(report.slow_seconds({"intervals": iv}))
         self.assertIn("(steal 0.05 / 0.00)", report.noise({"other_on_server_cpus": 0.1,
                                                              "steal_on_server_cpus": 0.05}))
@@ -249,7 +253,7 @@ class Report(unittest.TestCase):
             self.assertIn("| 10.0 / 10.0 | 0.500 / 0.125 |", md)
             self.assertIn("'50% isolated' is Amphora again at that step", md)
             self.assertIn("- 50%, amphora: 0 of 3 seconds with p99 > 2 ms; host steal of the "
-                          "server core — in those, 2.0% in the others", md)
+                          "server core — in those, 2.0% in the others; other processes on it — / 0.0%", md)
             text = docs.read_text()
             self.assertEqual(text.count("<!-- entry "), 1)
             self.assertLess(text.index("<!-- entry "), text.index("## old entry"))
