@@ -16,11 +16,17 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's live and active bytes, for the row cache's defragmentation.
+/// Advances jemalloc's `epoch`, which refreshes the statistics the functions below read.
+#[cfg(feature = "jemalloc")]
+fn jemalloc_refresh() -> bool {
+    tikv_jemalloc_ctl::epoch::advance().is_ok()
+}
+
+/// jemalloc's live and active bytes as of the last [`jemalloc_refresh`], for the row
+/// cache's defragmentation.
 #[cfg(feature = "jemalloc")]
 fn jemalloc_usage() -> Option<amphora_storage::alloc::AllocatorUsage> {
-    use tikv_jemalloc_ctl::{epoch, stats};
-    epoch::advance().ok()?;
+    use tikv_jemalloc_ctl::stats;
     Some(amphora_storage::alloc::AllocatorUsage {
         allocated: stats::allocated::read().ok()? as u64,
         active: stats::active::read().ok()? as u64,
@@ -138,7 +144,7 @@ fn jemalloc_keep_pages_on_this_thread() {
 /// [`amphora_storage::alloc::KEPT_PAGES_MIN_TRIM`] while jemalloc's resident memory (all
 /// arenas) is above `resident_limit` (if any), returns them all to the OS (`arena.<i>.purge`) and
 /// says how many bytes that was; `Some(0)` when neither holds, `None` when jemalloc's
-/// figures are unavailable.
+/// figures are unavailable. Decides on the figures of the last [`jemalloc_refresh`].
 #[cfg(feature = "jemalloc")]
 fn jemalloc_trim_kept_pages(cap: u64, resident_limit: Option<u64>) -> Option<u64> {
     let arena = jemalloc_this_threads_arena()?;
@@ -168,8 +174,7 @@ fn jemalloc_this_threads_arena() -> Option<u32> {
 #[allow(unsafe_code)]
 fn jemalloc_kept_pages(arena: u32) -> Option<amphora_storage::alloc::KeptPages> {
     use tikv_jemalloc_ctl::raw;
-    // The per-arena figures are refreshed only when the epoch advances.
-    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    // As of the last epoch advance (`jemalloc_refresh`).
     // SAFETY: NUL-terminated control names read with the types jemalloc documents for
     // them: `size_t` for arenas.page and the page count.
     let page: usize = unsafe { raw::read(b"arenas.page\0") }.ok()?;
@@ -389,6 +394,7 @@ fn main() -> anyhow::Result<()> {
             {
                 amphora_server::metrics::set_allocator_stats(jemalloc_stats);
                 amphora_storage::alloc::set_hooks(amphora_storage::alloc::AllocatorHooks {
+                    refresh: jemalloc_refresh,
                     usage: jemalloc_usage,
                     should_move: jemalloc_should_move,
                     flush_thread_cache: jemalloc_flush_thread_cache,
@@ -568,6 +574,7 @@ mod tests {
         let large_named = unsafe { jemalloc_should_move(large.as_ptr()) };
         assert!(!large_named);
         // This test holds 1,250 + 10,000 boxes of 224 bytes and the 1 MiB vector.
+        assert!(jemalloc_refresh());
         let usage = jemalloc_usage().expect("jemalloc's stats");
         assert!(usage.active >= usage.allocated && usage.allocated > 3_500_000);
     }
@@ -647,6 +654,7 @@ mod tests {
             .join()
             .expect("prefault");
             assert_eq!(faulted, 2 * amphora_storage::alloc::PREFAULT_RESERVE);
+            assert!(jemalloc_refresh());
             let kept = jemalloc_kept_pages(arena).expect("kept");
             assert!(kept.kept >= faulted, "{kept:?}");
         }
@@ -693,7 +701,10 @@ mod tests {
             // 64 MiB in 1 MiB pieces, touched, then freed: the arena keeps their pages.
             let chunks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
             drop(chunks);
-            calls.map(|(cap, limit)| jemalloc_trim_kept_pages(cap, limit))
+            calls.map(|(cap, limit)| {
+                assert!(jemalloc_refresh());
+                jemalloc_trim_kept_pages(cap, limit)
+            })
         })
         .join()
         .expect("thread")

@@ -23,7 +23,13 @@ pub struct AllocatorUsage {
 /// What the binary's allocator tells the storage engine.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocatorHooks {
-    /// Current figures (refreshed by the call), `None` when unavailable.
+    /// Refreshes the figures [`Self::usage`], [`Self::trim_kept_pages`] and
+    /// [`Self::kept_pages`] read, which are those of the last refresh (jemalloc's
+    /// `epoch`: a merge of every arena's statistics, about a million instructions with
+    /// this binary's arenas, so one refresh serves a whole round of reads). False when
+    /// the allocator cannot.
+    pub refresh: fn() -> bool,
+    /// The figures as of the last [`Self::refresh`], `None` when unavailable.
     pub usage: fn() -> Option<AllocatorUsage>,
     /// Whether the allocation holding this address sits in a slab used less than the
     /// other slabs of its size class (in its arena) on average, and is not the slab
@@ -48,12 +54,14 @@ pub struct AllocatorHooks {
     /// holds some (at least [`KEPT_PAGES_MIN_TRIM`]) while the allocator's resident memory
     /// (all arenas) is above `resident_limit` (if any), returns them all to the OS; the bytes
     /// returned (0 when neither holds), `None` when the allocator cannot tell. Bounds
-    /// what `keep_pages_on_this_thread` keeps.
+    /// what `keep_pages_on_this_thread` keeps. Decides on the figures of the last
+    /// [`Self::refresh`].
     pub trim_kept_pages: fn(cap: u64, resident_limit: Option<u64>) -> Option<u64>,
     /// The calling thread's arena, for [`Self::kept_pages`] and [`Self::prefault`] from
     /// other threads; `None` when the allocator cannot tell.
     pub this_threads_arena: fn() -> Option<u32>,
-    /// What an arena keeps, and the allocator's resident memory.
+    /// What an arena keeps, and the allocator's resident memory, as of the last
+    /// [`Self::refresh`].
     pub kept_pages: fn(arena: u32) -> Option<KeptPages>,
     /// Faults about `bytes` of fresh memory in on the calling thread and hands it to
     /// `arena`, which keeps it for its own thread's next allocations; returns the bytes

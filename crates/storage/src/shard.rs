@@ -2144,10 +2144,12 @@ impl ShardStorage {
                 .then(|| (hooks.this_threads_arena)())
                 .flatten();
             let prefaulting = Arc::new(AtomicBool::new(false));
-            // The allocator's figures, refreshed at most every DEFRAG_CHECK: a refresh
-            // merges every arena's statistics (jemalloc's `epoch`, ~300k instructions),
-            // and at every slice of an episode (each 2-10 ms) that was 2.7% of the shard
-            // in the switch from `standard1` to the IoT mixes.
+            // The allocator's figures, refreshed at most every DEFRAG_CHECK, once for the
+            // trim, the prefault and the usage together: a refresh merges every arena's
+            // statistics (jemalloc's `epoch`, ~1M instructions under callgrind), and at
+            // every slice of an episode (each 2-10 ms) that was 2.7% of the shard in the
+            // switch from `standard1` to the IoT mixes; one per reader (three a check)
+            // was 7.5% of a read-only IoT load's instructions under callgrind.
             let mut usage: Option<(tokio::time::Instant, crate::alloc::AllocatorUsage)> = None;
             loop {
                 tokio::time::sleep(wait).await;
@@ -2160,8 +2162,15 @@ impl ShardStorage {
                     (cfg.kept_pages_cap_bytes, cfg.resident_limit_bytes)
                 };
                 let now = tokio::time::Instant::now();
+                let trim_due = cap.is_some()
+                    && last_trim.is_none_or(|t| now.duration_since(t) >= DEFRAG_CHECK);
+                let usage_due =
+                    !matches!(usage, Some((at, _)) if now.duration_since(at) < DEFRAG_CHECK);
+                if (trim_due || usage_due) && !(hooks.refresh)() {
+                    continue;
+                }
                 if let Some(cap) = cap
-                    && last_trim.is_none_or(|t| now.duration_since(t) >= DEFRAG_CHECK)
+                    && trim_due
                 {
                     last_trim = Some(now);
                     if let Some(purged) = (hooks.trim_kept_pages)(cap, limit)
@@ -2174,6 +2183,8 @@ impl ShardStorage {
                             "returned the shard arena's kept pages"
                         );
                     }
+                    // After a purge these figures are the purge's own (it ran over the
+                    // limit, where nothing is prefaulted); the next check reads new ones.
                     if let Some(arena) = arena
                         && !prefaulting.load(AtomicOrdering::Acquire)
                         && let Some(kept) = (hooks.kept_pages)(arena)
@@ -2197,7 +2208,7 @@ impl ShardStorage {
                     }
                 }
                 let u = match usage {
-                    Some((at, u)) if now.duration_since(at) < DEFRAG_CHECK => u,
+                    Some((_, u)) if !usage_due => u,
                     _ => {
                         let Some(u) = (hooks.usage)() else { continue };
                         usage = Some((now, u));
