@@ -172,6 +172,13 @@ pub struct PointRead {
     pub ck_upper: Option<(usize, bool)>,
     /// Rows in reverse clustering order (the ORDER BY reverses the stored order).
     pub reversed: bool,
+    /// The bounds' values where the statement gives them as literals (`time >= 90`),
+    /// evaluated once with the plan rather than at every execution.
+    ck_lower_value: Option<Bytes>,
+    ck_upper_value: Option<Bytes>,
+    /// The LIMIT when it is absent (`Some(None)`) or a valid literal; `None`: evaluated at
+    /// each execution (a bind marker, or a literal whose error the general path reports).
+    limit_value: Option<Option<u32>>,
 }
 
 /// Whether an ORDER BY that names the first clustering columns in key order, all in
@@ -248,12 +255,48 @@ impl PointRead {
             // Cassandra refuses clustering restrictions then (`check_selection_rules`).
             return None;
         }
+        // Literal bounds and LIMIT do not depend on the bound values or the clock.
+        let consts = EvalCtx {
+            binds: &[],
+            now_micros: 0,
+        };
+        let literal_bound = |b: Option<(usize, bool)>| -> Option<Bytes> {
+            let ast::RelationValue::Single(e @ ast::Expr::Literal(_)) =
+                &s.where_clause.get(b?.0)?.value
+            else {
+                return None;
+            };
+            let def = &t.columns[*t.clustering_key.first()? as usize];
+            crate::values::eval_set(e, &def.ty, &consts, &def.name)
+                .ok()
+                .filter(|v| !v.is_empty())
+        };
+        let limit_value = match &s.limit {
+            None => Some(None),
+            Some(ast::Expr::Literal(_)) => int_of(&s.limit, &consts, "[limit]").ok(),
+            Some(_) => None,
+        };
         Some(PointRead {
             pk_relations,
             ck_lower,
             ck_upper,
             reversed,
+            ck_lower_value: literal_bound(ck_lower),
+            ck_upper_value: literal_bound(ck_upper),
+            limit_value,
         })
+    }
+
+    /// The LIMIT (None: no limit); the error of an invalid one.
+    pub fn limit(
+        &self,
+        s: &ast::SelectStatement,
+        ctx: &EvalCtx<'_>,
+    ) -> Result<Option<u32>, QueryError> {
+        match self.limit_value {
+            Some(l) => Ok(l),
+            None => int_of(&s.limit, ctx, "[limit]"),
+        }
     }
 
     /// Whether the read is restricted to a clustering slice.
@@ -275,24 +318,33 @@ impl PointRead {
             return Some(Vec::new());
         }
         let def = &t.columns[*t.clustering_key.first()? as usize];
-        let bound = |b: Option<(usize, bool)>| -> Option<ClusteringBound> {
-            let Some((rel, inclusive)) = b else {
-                return Some(ClusteringBound::unbounded());
+        let bound =
+            |b: Option<(usize, bool)>, literal: &Option<Bytes>| -> Option<ClusteringBound> {
+                let Some((rel, inclusive)) = b else {
+                    return Some(ClusteringBound::unbounded());
+                };
+                let v = match literal {
+                    Some(v) => v.clone(),
+                    None => {
+                        let ast::RelationValue::Single(e) = &s.where_clause.get(rel)?.value else {
+                            return None;
+                        };
+                        crate::values::eval_set(e, &def.ty, ctx, &def.name).ok()?
+                    }
+                };
+                if v.is_empty() {
+                    return None;
+                }
+                Some(if inclusive {
+                    ClusteringBound::inclusive(vec![v])
+                } else {
+                    ClusteringBound::exclusive(vec![v])
+                })
             };
-            let ast::RelationValue::Single(e) = &s.where_clause.get(rel)?.value else {
-                return None;
-            };
-            let v = crate::values::eval_set(e, &def.ty, ctx, &def.name).ok()?;
-            if v.is_empty() {
-                return None;
-            }
-            Some(if inclusive {
-                ClusteringBound::inclusive(vec![v])
-            } else {
-                ClusteringBound::exclusive(vec![v])
-            })
-        };
-        let (lower, upper) = (bound(self.ck_lower)?, bound(self.ck_upper)?);
+        let (lower, upper) = (
+            bound(self.ck_lower, &self.ck_lower_value)?,
+            bound(self.ck_upper, &self.ck_upper_value)?,
+        );
         // A slice runs in the column's stored order: a DESC column starts at its upper
         // bound (as `Restrictions::slices`).
         let (start, end) = if def.order == amphora_types::schema::ClusteringOrder::Desc {
@@ -466,7 +518,7 @@ pub async fn run_select(
             && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
             && let Some(key) = point.key(&plan.table, s, &ctx)
             && let Some(slices) = point.slices(&plan.table, s, &ctx)
-            && let Ok(limit) = int_of(&s.limit, &ctx, "[limit]")
+            && let Ok(limit) = point.limit(s, &ctx)
         {
             return read_point(inner, &plan, key, slices, limit, &ctx, opts).await;
         }

@@ -322,6 +322,20 @@ def test_prepared_time_slices_of_a_partition(session, keyspace):
     # LIMIT, as the IoT profile's query_by_machine_id.
     lim = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ? LIMIT ?")
     assert [r.time for r in session.execute(lim, [1, 5, 3])] == [19, 18, 17]
+    # The IoT query itself: literal bound and LIMIT in the prepared statement (the plan
+    # evaluates them once), executed twice; literal errors still reach the client.
+    iot = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= 15 LIMIT 3")
+    for _ in range(2):
+        assert [r.time for r in session.execute(iot, [1])] == [19, 18, 17]
+    below = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time < 3")
+    assert [r.time for r in session.execute(below, [1])] == [2, 1, 0]
+    unlimited = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time > 16 AND time <= 18")
+    assert [r.time for r in session.execute(unlimited, [1])] == [18, 17]
+    for bad in ("LIMIT 0", "LIMIT -2"):
+        with pytest.raises(InvalidRequest, match="LIMIT must be strictly positive"):
+            session.execute(f"SELECT time FROM {t} WHERE m = 1 AND time >= 15 {bad}")
+    with pytest.raises(InvalidRequest):
+        session.execute(f"SELECT time FROM {t} WHERE m = 1 AND time >= 'x' LIMIT 3")
     # Pages of 4 over 12 rows resume inside the slice.
     paged = session.prepare(f"SELECT time FROM {t} WHERE m = ? AND time >= ?")
     paged.fetch_size = 4
