@@ -814,18 +814,17 @@ class Runner:
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         la0 = loadavg()
         w0 = time.monotonic()
-        sampler = CoreSampler(pid, cpus(self.cfg["server_cpus"])).__enter__()
-        if concurrent:
-            # The background stream (the writer) starts first and gets a head start.
-            bg = self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1])
-            time.sleep(concurrent[2])
-            procs = [client.spawn(self.s, tag, args), bg]
-        else:
-            procs = [client.spawn(self.s, tag, args, client_prefix) if client_prefix
-                     else client.spawn(self.s, tag, args)]
-        results = [client.collect(p, timeout) for p in procs]
-        wall = time.monotonic() - w0
-        sampler.__exit__(None, None, None)
+        with CoreSampler(pid, cpus(self.cfg["server_cpus"])) as sampler:
+            if concurrent:
+                # The background stream (the writer) starts first and gets a head start.
+                bg = self.stress.spawn(self.s, f"{tag}-{concurrent[0]}", concurrent[1])
+                time.sleep(concurrent[2])
+                procs = [client.spawn(self.s, tag, args), bg]
+            else:
+                procs = [client.spawn(self.s, tag, args, client_prefix) if client_prefix
+                         else client.spawn(self.s, tag, args)]
+            results = [client.collect(p, timeout) for p in procs]
+            wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
         busy1 = cpu_busy_s()
         steal1 = cpu_steal_s()
