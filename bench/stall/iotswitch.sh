@@ -14,7 +14,7 @@ source "$(dirname "$0")/lib.sh"
 BIN=$1; L=$2; IOT_PARTITIONS=${IOT_PARTITIONS:-20000}; DUR=${DUR:-20s}
 start_server "$BIN" "$L"
 # PERSEC=1: the server's per-second CPU by thread group, its core's steal and others
-# (bench/stall/persec.py) in $OUT/$L-persec.txt; each mix's per-second rates in $OUT/$L-mix-N.txt.
+# (bench/stall/persec.py) in $OUT/$L-persec.txt; each mix's output in $OUT/$L-mix-K.txt (K = 1, 2, ... in MIXES order).
 if [[ -n "${PERSEC:-}" ]]; then "$REPO/bench/stall/persec.py" "$P" 0 > "$OUT/$L-persec.txt" & fi
 PROF=$REPO/bench/profiles/iot.yaml
 if [[ -n "${PRE:-}" ]]; then
@@ -29,14 +29,14 @@ st user profile="$PROF" 'ops(insert=1)' n=$((IOT_PARTITIONS * 100)) no-warmup cl
 echo "after load: RSS $(awk '/VmRSS/{print $2/1024}' /proc/$P/status) MB, HWM $(awk '/VmHWM/{print $2/1024}' /proc/$P/status) MB"
 for m in ${MIXES:-"insert=9,query_by_machine_id=1" "insert=5,query_by_machine_id=5"}; do
   T0=$(awk '{print $14+$15}' /proc/$P/stat); F0=$(awk '{print $10}' /proc/$P/stat)
-  N=$((${N:-0} + 1))
-  echo "mix $N ($m) starts $(date +%s.%N)"
+  MIXN=$((${MIXN:-0} + 1))
+  echo "mix $MIXN ($m) starts $(date +%s.%N)"
   st user profile="$PROF" "ops($m)" duration="$DUR" no-warmup cl=ONE -rate threads=128 "${IOT[@]}" > "$OUT/$L-mix.txt" &
   C=$!
   if [[ -n "${SAMPLE:-}" ]]; then for i in $(seq $((${DUR%s} / 5))); do sleep 5; echo "t+$((i*5)) $(curl -s 127.0.0.1:19603/metrics | grep -E '^amphora_memory_allocator|^amphora_cache_row_defrag_moves_total|^amphora_cache_row_evictions_total|^amphora_cache_row_bytes' | awk '{printf "%s=%.0f ", $1, ($1 ~ /bytes/ ? $2/1048576 : $2)}')"; done; fi
   if [[ -n "${PERF:-}" ]]; then sleep ${PERF_AT:-10}; perf record -F 1999 -g -p $P -o "$OUT/perf-$L-${m%%,*}.data" -- sleep 10 >/dev/null 2>&1; fi
   wait $C
-  cp "$OUT/$L-mix.txt" "$OUT/$L-mix-$N.txt"
+  cp "$OUT/$L-mix.txt" "$OUT/$L-mix-$MIXN.txt"
   T1=$(awk '{print $14+$15}' /proc/$P/stat); F1=$(awk '{print $10}' /proc/$P/stat)
   echo "$m: $(grep 'Op rate' "$OUT/$L-mix.txt" | sed 's/  */ /g') ticks $((T1-T0)) minflt $((F1-F0)) RSS $(awk '/VmRSS/{print $2/1024}' /proc/$P/status) HWM $(awk '/VmHWM/{print $2/1024}' /proc/$P/status)"
   curl -s 127.0.0.1:19603/metrics | grep -iE "^amphora_(allocator|jemalloc|memory)[a-z_]*resident|^amphora_cache_row_bytes" | tr '\n' ' '; echo
