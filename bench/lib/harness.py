@@ -123,20 +123,9 @@ def proc_status_kb(pid, key):
     return None
 
 
-def cpu_busy_s():
-    """Busy seconds per CPU since boot, from /proc/stat: {cpu index: seconds}. Steal (the
-    hypervisor running something else on the vCPU) is not counted: see `cpu_steal_s`."""
-    return {c: b for c, (b, _) in cpu_times_s().items()}
-
-
-def cpu_steal_s():
-    """Stolen seconds per CPU since boot (/proc/stat's steal: the vCPU was runnable but the
-    host ran something else): {cpu index: seconds}."""
-    return {c: st for c, (_, st) in cpu_times_s().items()}
-
-
 def cpu_times_s():
-    """{cpu index: (busy seconds without steal, steal seconds)} since boot, from /proc/stat."""
+    """{cpu index: (busy seconds, steal seconds)} since boot, from /proc/stat. Steal (the
+    hypervisor running something else on the vCPU while it was runnable) is not in busy."""
     out = {}
     try:
         for line in Path("/proc/stat").read_text().splitlines():
@@ -807,8 +796,7 @@ class Runner:
         log(f"{self.s.name}: {scenario} {name}: {client.name} {' '.join(args)}")
         pid = self.s.pid
         cpu0 = proc_cpu_s(pid)
-        busy0 = cpu_busy_s()
-        steal0 = cpu_steal_s()
+        times0 = cpu_times_s()
         wait0 = runqueue_wait_s(pid)
         snap0 = self.s.metrics_snapshot()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -826,8 +814,7 @@ class Runner:
             results = [client.collect(p, timeout) for p in procs]
             wall = time.monotonic() - w0
         cpu1 = proc_cpu_s(pid)
-        busy1 = cpu_busy_s()
-        steal1 = cpu_steal_s()
+        times1 = cpu_times_s()
         wait1 = runqueue_wait_s(pid)
         snap1 = self.s.metrics_snapshot()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -844,12 +831,13 @@ class Runner:
         }
         # Noise: what else ran on the server's and the client's CPUs during the run.
         srv, cli = cpus(self.cfg["server_cpus"]), cpus(self.cfg["client_cpus"])
-        busy = {c: busy1.get(c, 0) - busy0.get(c, 0) for c in busy1}
+        zero = (0, 0)
+        busy = {c: b - times0.get(c, zero)[0] for c, (b, _) in times1.items()}
+        steal = {c: st - times0.get(c, zero)[1] for c, (_, st) in times1.items()}
         if rec["server_cpu_s"] is not None and wall > 0:
             rec["other_on_server_cpus"] = max(0.0, sum(busy.get(c, 0) for c in srv) - rec["server_cpu_s"]) / wall
             rec["other_on_client_cpus"] = max(0.0, sum(busy.get(c, 0) for c in cli) - rec["client_cpu_s"]) / wall
         if wall > 0:
-            steal = {c: steal1.get(c, 0) - steal0.get(c, 0) for c in steal1}
             rec["steal_on_server_cpus"] = sum(steal.get(c, 0) for c in srv) / wall
             rec["steal_on_client_cpus"] = sum(steal.get(c, 0) for c in cli) / wall
         rec["server_core_seconds"] = sampler.series

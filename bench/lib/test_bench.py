@@ -149,10 +149,9 @@ class Harness(unittest.TestCase):
         import os
         self.assertIsNotNone(harness.proc_cpu_s(os.getpid()))
         self.assertGreater(harness.proc_status_kb(os.getpid(), "VmRSS"), 0)
-        self.assertTrue(harness.cpu_busy_s())
-        steal = harness.cpu_steal_s()
-        self.assertEqual(set(steal), set(harness.cpu_busy_s()))
-        self.assertTrue(all(v >= 0 for v in steal.values()))
+        times = harness.cpu_times_s()
+        self.assertTrue(times)
+        self.assertTrue(all(b >= 0 and st >= 0 for b, st in times.values()))
 
     def test_core_sampler_counts_this_process_cpu_each_second(self):
         with harness.CoreSampler(os.getpid(), [0, 1], period=0.2) as cs:
