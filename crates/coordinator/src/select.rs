@@ -181,6 +181,23 @@ pub struct PointRead {
     limit_value: Option<Option<u32>>,
 }
 
+/// The value of WHERE relation `rel`, a bound on the first clustering column; None when it
+/// does not evaluate to a valid non-empty value.
+fn bound_value(
+    t: &TableSchema,
+    s: &ast::SelectStatement,
+    rel: usize,
+    ctx: &EvalCtx<'_>,
+) -> Option<Bytes> {
+    let ast::RelationValue::Single(e) = &s.where_clause.get(rel)?.value else {
+        return None;
+    };
+    let def = &t.columns[*t.clustering_key.first()? as usize];
+    crate::values::eval_set(e, &def.ty, ctx, &def.name)
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 /// Whether an ORDER BY that names the first clustering columns in key order, all in
 /// their stored order or all reversed, reverses the stored order (false without ORDER
 /// BY). None for any other ORDER BY: the general path checks it, and answers with its
@@ -261,15 +278,12 @@ impl PointRead {
             now_micros: 0,
         };
         let literal_bound = |b: Option<(usize, bool)>| -> Option<Bytes> {
-            let ast::RelationValue::Single(e @ ast::Expr::Literal(_)) =
-                &s.where_clause.get(b?.0)?.value
+            let rel = b?.0;
+            let ast::RelationValue::Single(ast::Expr::Literal(_)) = &s.where_clause.get(rel)?.value
             else {
                 return None;
             };
-            let def = &t.columns[*t.clustering_key.first()? as usize];
-            crate::values::eval_set(e, &def.ty, &consts, &def.name)
-                .ok()
-                .filter(|v| !v.is_empty())
+            bound_value(t, s, rel, &consts)
         };
         let limit_value = match &s.limit {
             None => Some(None),
@@ -325,16 +339,8 @@ impl PointRead {
                 };
                 let v = match literal {
                     Some(v) => v.clone(),
-                    None => {
-                        let ast::RelationValue::Single(e) = &s.where_clause.get(rel)?.value else {
-                            return None;
-                        };
-                        crate::values::eval_set(e, &def.ty, ctx, &def.name).ok()?
-                    }
+                    None => bound_value(t, s, rel, ctx)?,
                 };
-                if v.is_empty() {
-                    return None;
-                }
                 Some(if inclusive {
                     ClusteringBound::inclusive(vec![v])
                 } else {
