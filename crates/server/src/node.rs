@@ -167,6 +167,10 @@ impl Node {
         let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
             .ok()
             .and_then(|v| v.parse::<i32>().ok());
+        let flush_pace_max = std::env::var("AMPHORA_FLUSH_PACE_MAX_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis);
         // Shard threads keep their freed pages up to the memtable budget (what a memtable
         // cycle reuses) unless AMPHORA_SHARD_KEEP_PAGES=0; AMPHORA_SHARD_KEPT_PAGES_CAP_MB
         // overrides the cap (experiment knobs, not cassandra.yaml keys).
@@ -228,6 +232,9 @@ impl Node {
                     }
                     if let Some(n) = flush_nice {
                         scfg.flush_nice = n;
+                    }
+                    if let Some(d) = flush_pace_max {
+                        scfg.flush_pace_max = d;
                     }
                     if let Some(us) = cache_update_pause_us {
                         scfg.cache_update_pause = std::time::Duration::from_micros(us);

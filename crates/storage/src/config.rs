@@ -80,6 +80,15 @@ pub enum CommitFailurePolicy {
 /// writing at a fixed 160k/s and the write p99 grew to seconds.
 pub const DEFAULT_BACKGROUND_NICE: i32 = 19;
 
+/// Default [`StorageConfig::flush_pace_max`].
+pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Share of the half memtable budget that the writes after a paced flush's start may fill
+/// before it is done ([`StorageConfig::flush_pace_max`]): the rest is left for the row
+/// cache's update with the flushed rows, which frees the memtable, before writes would
+/// have to wait for memory.
+pub const FLUSH_PACE_SHARE: f64 = 0.7;
+
 /// Default [`StorageConfig::cache_update_pause`].
 pub const DEFAULT_CACHE_UPDATE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -132,8 +141,17 @@ pub struct StorageConfig {
     /// node takes another from `AMPHORA_FLUSH_NICE` for experiments: at 19 the flush fell
     /// behind a busy shard and writes waited for memory).
     pub flush_nice: i32,
+    /// Longest a flush started by the memtables' size may be spread over: such a flush
+    /// keeps pace with the writes that fill the memtable after it (it aims to be done when
+    /// they reach [`FLUSH_PACE_SHARE`] of the half budget they may fill) instead of
+    /// taking the core in one burst, and by this time it has gone at least as far as its
+    /// elapsed share of it. Zero: flushes are never paced (the node takes another from
+    /// `AMPHORA_FLUSH_PACE_MAX_MS`, for experiments). Flushes that something waits for
+    /// (nodetool, shutdown, a full budget or commitlog) are never paced and end the
+    /// pacing of those before them.
+    pub flush_pace_max: std::time::Duration,
     /// Pause between two slices of a flushed memtable's merge into the row cache while
-    /// requests keep the shard busy and memtables use under three quarters of their
+    /// requests keep the shard busy and memtables use under seven eighths of their
     /// budget (zero: one slice per scheduler turn, about half of a busy shard).
     pub cache_update_pause: std::time::Duration,
     /// Set when the shard thread's allocator arena keeps the pages freed in it
@@ -170,6 +188,7 @@ impl StorageConfig {
             row_cache_partition_max_bytes: 1 << 20,
             background_nice: DEFAULT_BACKGROUND_NICE,
             flush_nice: 0,
+            flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,
             resident_limit_bytes: None,

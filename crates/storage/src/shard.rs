@@ -388,6 +388,8 @@ struct Inner {
     flush_done: Arc<Notify>,
     /// CPU share of strategy-chosen compactions, set from the backlog.
     compaction_share: CompactionShare,
+    /// What paced flushes keep pace with.
+    flush_pacer: FlushPacer,
     /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
     flush_failures: u64,
     last_flush_error: Option<String>,
@@ -637,6 +639,7 @@ impl ShardStorage {
             notify: Arc::new(Notify::new()),
             flush_done: Arc::new(Notify::new()),
             compaction_share: CompactionShare::default(),
+            flush_pacer: FlushPacer::default(),
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
@@ -805,6 +808,7 @@ impl ShardStorage {
             let before = t.memtable.size_bytes;
             t.memtable.apply(&m.key, &m.update, Some(start));
             inner.memtable_total += t.memtable.size_bytes - before;
+            inner.flush_pacer.wrote(t.memtable.size_bytes - before);
             inner.metrics.writes += 1;
             inner.compaction_share.note_foreground();
             let (over_mem, over_log) = flush_thresholds(inner, &log);
@@ -931,7 +935,7 @@ impl ShardStorage {
                 .map(|(id, _)| *id)
         };
         match largest {
-            Some(id) => self.start_flush(id),
+            Some(id) => self.start_flush(id, false),
             None => Ok(None),
         }
     }
@@ -1023,7 +1027,7 @@ impl ShardStorage {
                     .map(|(id, _)| *id)
             };
             if let Some(id) = largest {
-                let _ = self.start_flush(id);
+                let _ = self.start_flush(id, true);
             }
         }
         if over_log {
@@ -1043,14 +1047,20 @@ impl ShardStorage {
                     .collect()
             };
             for id in ids {
-                let _ = self.start_flush(id);
+                let _ = self.start_flush(id, false);
             }
         }
     }
 
     /// Switches the table's memtable and submits its flush. Returns the job id, or None if
-    /// there was nothing to flush.
-    fn start_flush(&self, id: TableId) -> Result<Option<u64>> {
+    /// there was nothing to flush. A `paced` flush (one started because the active
+    /// memtables filled their half of the budget) keeps pace with the writes after it
+    /// ([`StorageConfig::flush_pace_max`]); any other ends the pacing of those before it,
+    /// since something waits for it and the flush thread runs them in order.
+    fn start_flush(&self, id: TableId, paced: bool) -> Result<Option<u64>> {
+        if !paced {
+            self.inner.borrow().flush_pacer.hurry();
+        }
         let upper = {
             let mut l = self.log.borrow_mut();
             l.write_out()?;
@@ -1099,11 +1109,19 @@ impl ShardStorage {
                 .map_or(upper, |f| f.upper);
             inner.metrics.pending_flushes += 1;
             let hook = inner.cfg.before_flush.clone();
+            let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
+                inner.flush_pacer.pace(
+                    inner.cfg.memtable_budget_bytes,
+                    inner.cfg.flush_pace_max,
+                    mem.partitions.len(),
+                )
+            });
             inner.flusher.submit(Box::new(move || {
                 if let Some(h) = hook {
                     (h.0)();
                 }
-                let result = flush_memtable(&dir, gen_, &mem, upper).map(|o| o.map(Box::new));
+                let result =
+                    flush_memtable(&dir, gen_, &mem, upper, pace.as_ref()).map(|o| o.map(Box::new));
                 let _ = tx.send(BgResult::Flushed {
                     table: id,
                     job,
@@ -1151,7 +1169,7 @@ impl ShardStorage {
                     let pause = {
                         let inner = me.inner.borrow();
                         let busy = inner.compaction_share.busy_since(&mut foreground_seen);
-                        let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 4 * 3;
+                        let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 8 * 7;
                         (busy && roomy).then_some(inner.cfg.cache_update_pause)
                     };
                     if let Some(wait) = pause.filter(|w| !w.is_zero()) {
@@ -1737,7 +1755,7 @@ impl ShardStorage {
     pub fn flush(&self, id: TableId) -> impl Future<Output = Result<()>> + 'static {
         let me = self.clone();
         async move {
-            let mut jobs: Vec<u64> = me.start_flush(id)?.into_iter().collect();
+            let mut jobs: Vec<u64> = me.start_flush(id, false)?.into_iter().collect();
             // Also wait for flushes already running.
             if let Some(t) = me.inner.borrow().tables.get(&id) {
                 jobs.extend(t.flushing.iter().map(|f| f.job));
@@ -1754,7 +1772,7 @@ impl ShardStorage {
             let ids = me.table_ids();
             let mut jobs = Vec::new();
             for id in ids {
-                if let Some(j) = me.start_flush(id)? {
+                if let Some(j) = me.start_flush(id, false)? {
                     jobs.push(j);
                 }
                 if let Some(t) = me.inner.borrow().tables.get(&id) {
@@ -2417,6 +2435,7 @@ fn flush_memtable(
     generation: u64,
     mem: &Memtable,
     upper: LogPosition,
+    pace: Option<&FlushPace>,
 ) -> Result<Option<SSTableReader>> {
     let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
     let cmp = mem.cmp.clone();
@@ -2429,7 +2448,13 @@ fn flush_memtable(
     let mut ahead: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut next: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
     let mut batch: Vec<(&PartitionKey, &MemPartition)> = Vec::with_capacity(FLUSH_BATCH);
+    let mut done = 0;
     loop {
+        if let Some(p) = pace {
+            // `batch` holds the partitions encoded last turn.
+            done += batch.len();
+            p.keep_pace(done);
+        }
         std::mem::swap(&mut batch, &mut next);
         std::mem::swap(&mut next, &mut ahead);
         std::mem::swap(&mut ahead, &mut far);
@@ -2477,6 +2502,88 @@ fn flush_memtable(
     // A failed finish removes its own files (not other writers' tmp files: a compaction
     // may be writing in the same directory).
     w.finish(upper, 0)
+}
+
+/// What paced flushes ([`StorageConfig::flush_pace_max`]) keep pace with; the shard
+/// updates it, flush threads read it.
+#[derive(Clone, Default)]
+struct FlushPacer {
+    /// Bytes the shard's writes added to its memtables since it opened.
+    written: Arc<AtomicU64>,
+    /// Bumped by every flush that is not paced: paced flushes submitted before it go on
+    /// at full speed.
+    epoch: Arc<AtomicU64>,
+}
+
+impl FlushPacer {
+    /// Counts `bytes` added to a memtable (the shard thread is the only writer, so a load
+    /// and a store do).
+    #[inline]
+    fn wrote(&self, bytes: u64) {
+        let w = self.written.load(AtomicOrdering::Relaxed);
+        self.written
+            .store(w.wrapping_add(bytes), AtomicOrdering::Relaxed);
+    }
+
+    fn hurry(&self) {
+        self.epoch.fetch_add(1, AtomicOrdering::Relaxed);
+    }
+
+    /// The pace of a flush of `partitions` partitions submitted now.
+    fn pace(&self, budget: u64, max: Duration, partitions: usize) -> FlushPace {
+        FlushPace {
+            pacer: self.clone(),
+            epoch: self.epoch.load(AtomicOrdering::Relaxed),
+            written_at_start: self.written.load(AtomicOrdering::Relaxed),
+            span: ((budget / 2) as f64 * crate::config::FLUSH_PACE_SHARE).max(1.0),
+            started: std::time::Instant::now(),
+            max: max.as_secs_f64().max(1e-3),
+            partitions: partitions.max(1) as f64,
+        }
+    }
+}
+
+/// One paced flush: it may have flushed the share of its partitions that the writes since
+/// its submission are of `span` bytes, or that the time since then is of `max` seconds,
+/// whichever is more. A flush of a memtable that its writes filled in one burst (the
+/// standard1 load: ~1 s of CPU for a 256 MB memtable) otherwise took half of the shard's
+/// core for over a second, and a fixed-rate load near the shard's capacity built a backlog
+/// it never worked off (docs/benchmarks.md, "Flushes at the writes' pace").
+struct FlushPace {
+    pacer: FlushPacer,
+    epoch: u64,
+    written_at_start: u64,
+    span: f64,
+    started: std::time::Instant,
+    max: f64,
+    partitions: f64,
+}
+
+/// How long a paced flush that is ahead sleeps before it looks again.
+const FLUSH_PACE_NAP: Duration = Duration::from_millis(10);
+
+impl FlushPace {
+    /// Returns once having flushed `done` partitions is not ahead of the pace (at once if
+    /// a later flush ended the pacing).
+    fn keep_pace(&self, done: usize) {
+        let want = done as f64 / self.partitions;
+        loop {
+            if self.pacer.epoch.load(AtomicOrdering::Relaxed) != self.epoch {
+                return;
+            }
+            let written = self
+                .pacer
+                .written
+                .load(AtomicOrdering::Relaxed)
+                .wrapping_sub(self.written_at_start);
+            let by_writes = written as f64 / self.span;
+            let by_time = self.started.elapsed().as_secs_f64() / self.max;
+            if want <= by_writes.max(by_time) {
+                return;
+            }
+            std::thread::sleep(FLUSH_PACE_NAP);
+        }
+    }
 }
 
 /// Partitions a flush encodes per step of its pipeline: while one batch is encoded, the
@@ -2720,6 +2827,60 @@ fn read_range(
 mod tests {
     use super::*;
 
+    /// Runs `keep_pace(done)` on a thread; the receiver gets a message when it returns.
+    fn pacing(pace: FlushPace, done: usize) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            pace.keep_pace(done);
+            let _ = tx.send(());
+        });
+        rx
+    }
+
+    /// A paced flush goes as far as the writes since its start allow (70% of its
+    /// partitions once the writes have filled 70% of the 1,000-byte half budget), and no
+    /// further while no more arrive.
+    #[test]
+    fn a_paced_flush_keeps_pace_with_the_writes() {
+        let pacer = FlushPacer::default();
+        pacer.wrote(5_000); // before the flush: not counted
+        let pace = pacer.pace(2_000, Duration::from_secs(600), 100);
+        pace.keep_pace(0);
+        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 50);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        pacer.wrote(300); // 300 / 700 of the span: 42% of the partitions
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        pacer.wrote(60); // 51%
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the writes let the flush go on");
+        pace.keep_pace(51);
+    }
+
+    /// A flush that is not paced (nodetool flush, shutdown, a full budget) ends the pacing
+    /// of those submitted before it, not of those submitted after.
+    #[test]
+    fn an_unpaced_flush_ends_the_pacing_of_earlier_ones() {
+        let pacer = FlushPacer::default();
+        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 100);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        pacer.hurry();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the hurry ends the pacing");
+        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 100);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    }
+
+    /// Without writes a paced flush still ends by its longest span.
+    #[test]
+    fn a_paced_flush_ends_by_its_longest_span() {
+        let pacer = FlushPacer::default();
+        let started = std::time::Instant::now();
+        let rx = pacing(pacer.pace(2_000, Duration::from_millis(300), 100), 100);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the time floor ends the pacing");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
     fn slice(examined: usize, moved: usize, wrapped: bool) -> DefragSlice {
         DefragSlice {
             examined,
@@ -2814,7 +2975,7 @@ mod tests {
                 .filter(|(_, p)| matches!(p, MemPartition::Single(e) if single_parts(e).is_some()))
                 .count();
             generation += 2;
-            let fast = flush_memtable(dir.path(), generation, &mem, 77)
+            let fast = flush_memtable(dir.path(), generation, &mem, 77, None)
                 .expect("flush")
                 .expect("not empty");
             let mut w = SSTableWriter::new(dir.path(), generation + 1, &schema).expect("writer");
