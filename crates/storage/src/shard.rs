@@ -342,6 +342,15 @@ impl Worker {
     }
 }
 
+impl Drop for Inner {
+    /// Ends the pacing of running flushes: the flush worker is joined when its field drops,
+    /// and a paced flush with no more writes to keep pace with would hold that up for
+    /// `flush_pace_max`.
+    fn drop(&mut self) {
+        self.flush_pacer.hurry();
+    }
+}
+
 /// Sends a background result to the shard and counts it, so that reads and writes skip
 /// polling the channel while nothing is pending.
 #[derive(Clone)]

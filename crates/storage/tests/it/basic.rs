@@ -239,6 +239,53 @@ fn flushes_under_memory_pressure() {
     });
 }
 
+/// A flush started by the memtables' size keeps pace with the writes after it: with no more
+/// writes it waits (up to `flush_pace_max`), but an explicit flush ends that at once, and so
+/// does closing the storage (its flush thread is joined).
+#[test]
+fn a_paced_flush_waits_for_writes_but_not_for_an_explicit_flush_or_a_close() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.memtable_budget_bytes = 256 << 10;
+    cfg.flush_pace_max = std::time::Duration::from_secs(600);
+    // Writes until a flush for memory has been submitted, then stops.
+    async fn fill(s: &ShardStorage, from: u32) -> u32 {
+        let mut n = from;
+        while s.metrics().pending_flushes == 0 {
+            let m = standard1_write(5, &format!("k{n}"), Bytes::copy_from_slice(&[n as u8; 34]));
+            s.apply(&m).expect("apply").await.expect("ack");
+            n += 1;
+            assert!(n < from + 100_000, "no flush for memory");
+        }
+        n
+    }
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![standard1(5)]).expect("open");
+        let n = fill(&s, 0).await;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        s.poll_background();
+        let m = s.metrics();
+        assert_eq!(
+            (m.flushes, m.pending_flushes),
+            (0, 1),
+            "the flush waits: {m:?}"
+        );
+        let started = std::time::Instant::now();
+        s.flush_all().await.expect("flush");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        let m = s.metrics();
+        assert!(
+            m.flushes >= 1 && m.pending_flushes == 0 && m.memtable_bytes == 0,
+            "{m:?}"
+        );
+        assert_eq!(read_all(&s, 5, 0).partitions.len(), n as usize);
+        fill(&s, n).await;
+        let started = std::time::Instant::now();
+        drop(s);
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    });
+}
+
 /// A slice read skips SSTables whose clustering range lies outside the slice (issue 2: only
 /// the SSTables that can hold the data), unless they hold tombstones, which can reach
 /// beyond their rows' bounds.
