@@ -10,7 +10,8 @@
 # bench's "90% own" step; it needs SATSECS > 0), each second's `kops/max ms`, the server
 # threads' CPU ticks over the run, and the compactions meanwhile; $OUT/cpu-LABEL.txt has
 # the per-second thread ticks, then the write memory waits, the row cache's
-# defragmentation moves and evictions, and the memtable MB (counters are totals since the
+# defragmentation moves and evictions, the memtable MB and the flushes written over spare
+# data files (counters are totals since the
 # start). PERF=1 records the shard thread 20 s into the fixed run
 # (/dev/shm/fixedown-LABEL.data, dwarf call graphs); PERF_THREAD names another thread
 # to record instead (its comm, e.g. flush-0).
@@ -53,14 +54,15 @@ while kill -0 "$sp" 2>/dev/null; do
     /^amphora_cache_row_defrag_moves_total/ {d += $2}
     /^amphora_cache_row_evictions_total/ {e += $2}
     /^amphora_memtables_real_dirty_memory/ {m += $2}
-    END {printf "waits=%d defrag=%d evict=%d memMB=%d", w, d, e, m / 1048576}')
+    /^amphora_sstables_spare_data_reused_total/ {r += $2}
+    END {printf "waits=%d defrag=%d evict=%d memMB=%d spares=%d", w, d, e, m / 1048576, r}')
   echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') $counters" >> "$OUT/cpu-$label.txt"
   prev=$cur
 done
 wait "$sp"
 echo "$label: $(latencies "$OUT/wf-$label.txt")"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
-awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
 tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
 kill "$P"; wait "$P" 2>/dev/null

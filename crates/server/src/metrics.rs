@@ -438,6 +438,7 @@ fn render_histogram(
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
+///   `amphora_sstables_spare_data_bytes`, `amphora_sstables_spare_data_reused_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
 ///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
@@ -460,7 +461,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 25] = [
+    let shard_families: [Family<M>; 27] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -589,6 +590,18 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Commitlog segments that reused a discarded segment's file.",
             |m| m.commitlog_reused_segments,
+        ),
+        (
+            "amphora_sstables_spare_data_bytes",
+            "gauge",
+            "Bytes of replaced flush outputs' data files kept for new flushes to write over.",
+            |m| m.spare_data_bytes,
+        ),
+        (
+            "amphora_sstables_spare_data_reused_total",
+            "counter",
+            "Flushes that wrote their data file over a kept (spare) one.",
+            |m| m.spare_data_reused,
         ),
         (
             "amphora_commitlog_syncs_total",

@@ -171,6 +171,12 @@ impl Node {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map(std::time::Duration::from_millis);
+        // Spare data files for flushes (`StorageConfig::spare_data_bytes`; 0 keeps none):
+        // an experiment knob, not a cassandra.yaml key.
+        let spare_data_bytes = std::env::var("AMPHORA_SPARE_DATA_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|mb| mb << 20);
         // Shard threads keep their freed pages up to the memtable budget (what a memtable
         // cycle reuses) unless AMPHORA_SHARD_KEEP_PAGES=0; AMPHORA_SHARD_KEPT_PAGES_CAP_MB
         // overrides the cap (experiment knobs, not cassandra.yaml keys).
@@ -235,6 +241,9 @@ impl Node {
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;
+                    }
+                    if spare_data_bytes.is_some() {
+                        scfg.spare_data_bytes = spare_data_bytes;
                     }
                     if let Some(us) = cache_update_pause_us {
                         scfg.cache_update_pause = std::time::Duration::from_micros(us);

@@ -108,6 +108,10 @@ pub struct StorageConfig {
     /// padded to whole 4 KiB blocks, so none waits for a read of a block whose page left the
     /// cache (unpadded, those were 40–68 ms stalls of the shard thread during a compaction).
     pub commitlog_reuse_segments: bool,
+    /// Bytes of replaced flush outputs' Data.db files kept for the next flushes to write
+    /// over (see [`crate::spare`]); `None`: twice `memtable_budget_bytes` (the four flush
+    /// outputs a size-tiered compaction replaces at once); 0: none are kept.
+    pub spare_data_bytes: Option<u64>,
     pub commit_failure_policy: CommitFailurePolicy,
     /// Memory for all memtables of the shard, active and flushing. The largest active one
     /// is flushed once active memtables pass half of it; once all of them pass it, writes
@@ -180,6 +184,7 @@ impl StorageConfig {
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
             commitlog_reuse_segments: true,
+            spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,
             auto_compaction: true,

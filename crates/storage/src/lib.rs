@@ -31,6 +31,7 @@ pub use prefetch::PrefetchKey;
 pub mod read;
 pub mod rowcache;
 pub mod shard;
+pub mod spare;
 pub mod sstable;
 pub mod tools;
 pub mod writeback;

@@ -68,6 +68,10 @@ pub struct StorageMetrics {
     pub commitlog_spare_segments: u64,
     /// New segments that reused a discarded segment's file.
     pub commitlog_reused_segments: u64,
+    /// Bytes of replaced flush outputs' Data.db files kept for flushes ([`crate::spare`]).
+    pub spare_data_bytes: u64,
+    /// Flushes that wrote their Data.db over such a spare file.
+    pub spare_data_reused: u64,
     /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
     pub commitlog_syncs: u64,
     /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
@@ -413,6 +417,8 @@ struct Inner {
     prefaulter: Worker,
     /// Serializes writes of replay-position files (janitor and TRUNCATE).
     replay_lock: Arc<std::sync::Mutex<()>>,
+    /// Data.db files of replaced flush outputs, for flushes to write over.
+    spares: crate::spare::SparePool,
     /// Flushed memtables the row cache has yet to take, oldest first.
     cache_updates: std::collections::VecDeque<CacheUpdate>,
     closed: bool,
@@ -632,7 +638,13 @@ impl ShardStorage {
         };
         let block_cache = BlockCache::new(cfg.block_cache_capacity());
         let row_cache = RowCache::new(cfg.row_cache_capacity(), cfg.row_cache_partition_max());
+        let spares = crate::spare::SparePool::open(
+            &cfg.data_dir,
+            cfg.spare_data_bytes
+                .unwrap_or(cfg.memtable_budget_bytes.saturating_mul(2)),
+        );
         let inner = Inner {
+            spares,
             block_cache,
             row_cache,
             rewrite_jobs: HashSet::new(),
@@ -1118,6 +1130,7 @@ impl ShardStorage {
                 .map_or(upper, |f| f.upper);
             inner.metrics.pending_flushes += 1;
             let hook = inner.cfg.before_flush.clone();
+            let spares = inner.spares.clone();
             let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
                 inner.flush_pacer.pace(
                     inner.cfg.memtable_budget_bytes,
@@ -1129,8 +1142,8 @@ impl ShardStorage {
                 if let Some(h) = hook {
                     (h.0)();
                 }
-                let result =
-                    flush_memtable(&dir, gen_, &mem, upper, pace.as_ref()).map(|o| o.map(Box::new));
+                let result = flush_memtable(&dir, gen_, &mem, upper, pace.as_ref(), Some(&spares))
+                    .map(|o| o.map(Box::new));
                 let _ = tx.send(BgResult::Flushed {
                     table: id,
                     job,
@@ -1364,9 +1377,10 @@ impl ShardStorage {
                                 }
                             });
                             let log = txn.path.clone();
+                            let spares = inner.spares.clone();
                             deferred = Some(Box::new(move || {
                                 for s in &done {
-                                    s.delete_files();
+                                    spares.retire(s);
                                 }
                                 let _ = fs::remove_file(&log);
                             }));
@@ -2068,6 +2082,7 @@ impl ShardStorage {
         m.commitlog_segments = log.segment_count() as u64;
         m.commitlog_spare_segments = log.spare_count() as u64;
         m.commitlog_reused_segments = log.reused_segments;
+        (m.spare_data_bytes, m.spare_data_reused) = inner.spares.usage();
         m.commitlog_syncs = log.syncs();
         m.commitlog_writes = log.writes;
         let rc = inner.row_cache.stats();
@@ -2445,8 +2460,12 @@ fn flush_memtable(
     mem: &Memtable,
     upper: LogPosition,
     pace: Option<&FlushPace>,
+    spares: Option<&crate::spare::SparePool>,
 ) -> Result<Option<SSTableReader>> {
-    let mut w = SSTableWriter::new(dir, generation, &mem.schema)?;
+    let mut w = match spares {
+        Some(p) => SSTableWriter::new_over_spare(dir, generation, &mem.schema, p)?,
+        None => SSTableWriter::new(dir, generation, &mem.schema)?,
+    };
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();
@@ -2510,7 +2529,11 @@ fn flush_memtable(
     }
     // A failed finish removes its own files (not other writers' tmp files: a compaction
     // may be writing in the same directory).
-    w.finish(upper, 0)
+    let mut r = w.finish(upper, 0)?;
+    if let Some(r) = &mut r {
+        r.data_cached = true;
+    }
+    Ok(r)
 }
 
 /// What paced flushes ([`StorageConfig::flush_pace_max`]) keep pace with; the shard
@@ -2984,7 +3007,7 @@ mod tests {
                 .filter(|(_, p)| matches!(p, MemPartition::Single(e) if single_parts(e).is_some()))
                 .count();
             generation += 2;
-            let fast = flush_memtable(dir.path(), generation, &mem, 77, None)
+            let fast = flush_memtable(dir.path(), generation, &mem, 77, None, None)
                 .expect("flush")
                 .expect("not empty");
             let mut w = SSTableWriter::new(dir.path(), generation + 1, &schema).expect("writer");

@@ -620,11 +620,30 @@ struct DataOut {
     /// Bytes handed out to be written.
     written: u64,
     direct: Option<DirectWriter>,
+    /// The length of the spare file written over (0: a new file); the file is cut to
+    /// what was written at the end.
+    spare_len: u64,
 }
 
 impl DataOut {
-    fn new(path: PathBuf, direct: bool) -> Result<Self> {
-        let file = create(&path)?;
+    /// A new Data.db at `path`, written over a spare file from `spares` if one is free
+    /// (buffered writes only: a direct write gains nothing from cached pages).
+    fn new(path: PathBuf, direct: bool, spares: Option<&crate::spare::SparePool>) -> Result<Self> {
+        let mut spare_len = 0;
+        let reused = match spares.filter(|_| !direct).and_then(|p| p.take(&path)) {
+            Some(len) => match OpenOptions::new().write(true).open(&path) {
+                Ok(f) => {
+                    spare_len = len;
+                    Some(f)
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let file = match reused {
+            Some(f) => f,
+            None => create(&path)?,
+        };
         let cur = Block::new(&path).inspect_err(|_| {
             let _ = fs::remove_file(&path);
         })?;
@@ -648,6 +667,7 @@ impl DataOut {
             path,
             written: 0,
             direct,
+            spare_len,
         })
     }
 
@@ -720,6 +740,13 @@ impl DataOut {
             write_block(&self.file, self.cur.bytes(), self.written)
                 .map_err(|e| StorageError::io(&self.path, e))?;
         }
+        let end = self.written + self.cur.len as u64;
+        if self.spare_len > end {
+            // The spare's old bytes past the end go (readers check the file's length).
+            self.file
+                .set_len(end)
+                .map_err(|e| StorageError::io(&self.path, e))?;
+        }
         Ok(self.file)
     }
 }
@@ -770,20 +797,37 @@ pub struct SSTableWriter {
 
 impl SSTableWriter {
     pub fn new(dir: &Path, generation: u64, schema: &TableSchema) -> Result<Self> {
-        Self::open(dir, generation, schema, false)
+        Self::open(dir, generation, schema, false, None)
+    }
+
+    /// A writer whose Data.db is written over a spare file of `spares` when one is free
+    /// (see [`crate::spare`]): a flush's.
+    pub fn new_over_spare(
+        dir: &Path,
+        generation: u64,
+        schema: &TableSchema,
+        spares: &crate::spare::SparePool,
+    ) -> Result<Self> {
+        Self::open(dir, generation, schema, false, Some(spares))
     }
 
     /// A writer whose Data.db bypasses the page cache (see [`DataOut`]): for compaction
     /// outputs, where copying hundreds of megabytes into the page cache was half of a
     /// major compaction's CPU time.
     pub fn new_direct(dir: &Path, generation: u64, schema: &TableSchema) -> Result<Self> {
-        Self::open(dir, generation, schema, true)
+        Self::open(dir, generation, schema, true, None)
     }
 
-    fn open(dir: &Path, generation: u64, schema: &TableSchema, direct: bool) -> Result<Self> {
+    fn open(
+        dir: &Path,
+        generation: u64,
+        schema: &TableSchema,
+        direct: bool,
+        spares: Option<&crate::spare::SparePool>,
+    ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         let path = tmp_path(dir, generation, "Data.db");
-        let f = DataOut::new(path.clone(), direct)?;
+        let f = DataOut::new(path.clone(), direct, spares)?;
         let index_path = tmp_path(dir, generation, "Index.db");
         let index = create(&index_path).inspect_err(|_| {
             let _ = fs::remove_file(&path);
@@ -1328,6 +1372,9 @@ pub struct SSTableReader {
     last_chunk: Mutex<UncachedChunk>,
     /// Deletes the files when the last reference is dropped (after compaction).
     pub delete_on_drop: AtomicBool,
+    /// Data.db was written through the page cache by this process (a flush's output):
+    /// once replaced, its file is worth keeping as a spare ([`crate::spare`]).
+    pub data_cached: bool,
 }
 
 /// Index entry: where a partition's bytes are in the uncompressed data stream.
@@ -1442,6 +1489,7 @@ impl SSTableReader {
             quarantined: AtomicBool::new(false),
             last_chunk: Mutex::new(UncachedChunk::default()),
             delete_on_drop: AtomicBool::new(false),
+            data_cached: false,
         })
     }
 
@@ -2433,6 +2481,7 @@ mod tests {
     use super::*;
     use amphora_types::data::{Cell, Clustering, LivenessInfo};
     use amphora_types::schema::{ColumnKind, TableOptions};
+    use std::sync::Arc;
 
     proptest::proptest! {
         /// The interpolating search finds what a plain binary search finds, for tokens
@@ -2799,5 +2848,103 @@ mod tests {
         let n = INDEX_BLOCK_ENTRIES;
         let expected: Vec<PartitionKey> = keys[..n].iter().chain(&keys[2 * n..]).cloned().collect();
         assert_eq!(got, expected);
+    }
+
+    /// `n` one-row partitions (values of `seed`) written as generation `g` of `dir`,
+    /// over a spare of `pool` if one is free.
+    fn write_over(
+        dir: &Path,
+        g: u64,
+        n: usize,
+        seed: u8,
+        pool: &crate::spare::SparePool,
+    ) -> (Arc<SSTableReader>, Vec<PartitionKey>) {
+        let mut keys: Vec<PartitionKey> = (0..n)
+            .map(|i| PartitionKey::new(Bytes::from(format!("key{i:06}"))))
+            .collect();
+        keys.sort();
+        let mut w = SSTableWriter::new_over_spare(dir, g, &schema(), pool).expect("writer");
+        for (i, k) in keys.iter().enumerate() {
+            // Bytes LZ4 cannot shrink much, so the file is as large as n makes it.
+            let v: Vec<u8> = (0..200u32)
+                .map(|j| {
+                    (j.wrapping_mul(2_654_435_761).wrapping_add(i as u32 * 7919) >> 13) as u8 ^ seed
+                })
+                .collect();
+            let u = PartitionUpdate {
+                rows: vec![Row {
+                    clustering: Clustering::empty(),
+                    marker: Some(LivenessInfo::new(i as i64)),
+                    deletion: None,
+                    cells: vec![(1, ColumnData::Simple(Cell::live(1, Bytes::from(v))))],
+                }],
+                ..Default::default()
+            };
+            w.append(k, &u).expect("append");
+        }
+        let mut r = w.finish(0, 0).expect("finish").expect("sstable");
+        r.data_cached = true;
+        (Arc::new(r), keys)
+    }
+
+    /// A replaced flush output's Data.db becomes a spare only once no reader holds its
+    /// SSTable, and a flush written over a longer spare reads back whole (the file cut to
+    /// its own length); non-flush outputs and files over the cap are deleted, not kept.
+    #[test]
+    fn flushes_write_over_spares_no_reader_holds() {
+        let root = tempfile::tempdir().expect("tmp");
+        let dir = root.path().join("ks").join("t-1");
+        let pool = crate::spare::SparePool::open(root.path(), 1 << 30);
+        let (big, _) = write_over(&dir, 1, 5000, 1, &pool);
+        let big_len = big.data_size();
+        assert!(big_len > 300_000, "{big_len}");
+        let held = big.clone();
+        pool.retire(&big);
+        drop(big);
+        for c in COMPONENTS.iter().chain(std::iter::once(&"TOC.txt")) {
+            assert!(!component_path(&dir, 1, c).exists(), "{c} left");
+        }
+        assert_eq!(pool.usage(), (big_len, 0));
+
+        // A reader still holds generation 1: the next flush gets a new file.
+        let (second, _) = write_over(&dir, 2, 10, 2, &pool);
+        assert_eq!(pool.usage(), (big_len, 0));
+        assert_eq!(
+            held.get(&PartitionKey::new(Bytes::from("key000003")))
+                .expect("read")
+                .map(|u| u.rows.len()),
+            Some(1)
+        );
+        drop(held);
+
+        let (third, keys) = write_over(&dir, 3, 300, 3, &pool);
+        assert_eq!(pool.usage(), (0, 1));
+        let len = fs::metadata(third.data_path()).expect("stat").len();
+        assert_eq!(len, third.data_size());
+        assert!(len < big_len);
+        for (i, k) in keys.iter().enumerate() {
+            let u = third.get(k).expect("read").expect("partition");
+            assert_eq!(u.rows[0].marker.map(|m| m.timestamp), Some(i as i64), "{i}");
+        }
+        assert_eq!(third.verify().ok(), Some(()));
+        assert!(
+            fs::read_dir(root.path().join(crate::spare::SPARE_DIR))
+                .expect("dir")
+                .next()
+                .is_none()
+        );
+
+        // Not written through the page cache by this process: deleted.
+        let reopened = Arc::new(SSTableReader::open(&dir, 2).expect("open"));
+        drop(second);
+        pool.retire(&reopened);
+        assert!(!component_path(&dir, 2, "Data.db").exists());
+        assert_eq!(pool.usage(), (0, 1));
+
+        // Over the cap: deleted.
+        let small = crate::spare::SparePool::open(&root.path().join("other"), 1000);
+        small.retire(&third);
+        assert!(!component_path(&dir, 3, "Data.db").exists());
+        assert_eq!(small.usage(), (0, 0));
     }
 }
