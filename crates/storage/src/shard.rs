@@ -2462,10 +2462,7 @@ fn flush_memtable(
     pace: Option<&FlushPace>,
     spares: Option<&crate::spare::SparePool>,
 ) -> Result<Option<SSTableReader>> {
-    let mut w = match spares {
-        Some(p) => SSTableWriter::new_over_spare(dir, generation, &mem.schema, p)?,
-        None => SSTableWriter::new(dir, generation, &mem.schema)?,
-    };
+    let mut w = SSTableWriter::new_over_spare(dir, generation, &mem.schema, spares)?;
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();

@@ -629,20 +629,16 @@ impl DataOut {
     /// A new Data.db at `path`, written over a spare file from `spares` if one is free
     /// (buffered writes only: a direct write gains nothing from cached pages).
     fn new(path: PathBuf, direct: bool, spares: Option<&crate::spare::SparePool>) -> Result<Self> {
-        let mut spare_len = 0;
-        let reused = match spares.filter(|_| !direct).and_then(|p| p.take(&path)) {
-            Some(len) => match OpenOptions::new().write(true).open(&path) {
-                Ok(f) => {
-                    spare_len = len;
-                    Some(f)
-                }
-                Err(_) => None,
-            },
-            None => None,
-        };
-        let file = match reused {
-            Some(f) => f,
-            None => create(&path)?,
+        let spare = spares
+            .filter(|_| !direct)
+            .and_then(|p| p.take(&path))
+            .and_then(|len| {
+                let f = OpenOptions::new().write(true).open(&path).ok()?;
+                Some((f, len))
+            });
+        let (file, spare_len) = match spare {
+            Some(s) => s,
+            None => (create(&path)?, 0),
         };
         let cur = Block::new(&path).inspect_err(|_| {
             let _ = fs::remove_file(&path);
@@ -806,9 +802,9 @@ impl SSTableWriter {
         dir: &Path,
         generation: u64,
         schema: &TableSchema,
-        spares: &crate::spare::SparePool,
+        spares: Option<&crate::spare::SparePool>,
     ) -> Result<Self> {
-        Self::open(dir, generation, schema, false, Some(spares))
+        Self::open(dir, generation, schema, false, spares)
     }
 
     /// A writer whose Data.db bypasses the page cache (see [`DataOut`]): for compaction
@@ -2528,6 +2524,19 @@ mod tests {
         )
     }
 
+    /// A partition of one row (marker timestamp `i`) with `v` in column 1.
+    fn one_row(i: usize, v: Bytes) -> PartitionUpdate {
+        PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: Some(LivenessInfo::new(i as i64)),
+                deletion: None,
+                cells: vec![(1, ColumnData::Simple(Cell::live(1, v)))],
+            }],
+            ..Default::default()
+        }
+    }
+
     /// `n` one-row partitions in ring order (three index blocks for n = 300).
     fn write(dir: &Path, n: usize) -> (SSTableReader, Vec<PartitionKey>) {
         let schema = schema();
@@ -2537,19 +2546,8 @@ mod tests {
         keys.sort();
         let mut w = SSTableWriter::new(dir, 1, &schema).expect("writer");
         for (i, k) in keys.iter().enumerate() {
-            let u = PartitionUpdate {
-                rows: vec![Row {
-                    clustering: Clustering::empty(),
-                    marker: Some(LivenessInfo::new(i as i64)),
-                    deletion: None,
-                    cells: vec![(
-                        1,
-                        ColumnData::Simple(Cell::live(1, Bytes::from(vec![7u8; 20]))),
-                    )],
-                }],
-                ..Default::default()
-            };
-            w.append(k, &u).expect("append");
+            w.append(k, &one_row(i, Bytes::from(vec![7u8; 20])))
+                .expect("append");
         }
         let r = w.finish(0, 0).expect("finish").expect("sstable");
         (r, keys)
@@ -2582,15 +2580,7 @@ mod tests {
                 .collect();
             Bytes::from(v)
         };
-        let update = |i: usize| PartitionUpdate {
-            rows: vec![Row {
-                clustering: Clustering::empty(),
-                marker: Some(LivenessInfo::new(i as i64)),
-                deletion: None,
-                cells: vec![(1, ColumnData::Simple(Cell::live(1, noise(i, 1999 + i % 7))))],
-            }],
-            ..Default::default()
-        };
+        let update = |i: usize| one_row(i, noise(i, 1999 + i % 7));
         let mut readers = Vec::new();
         for (g, direct) in [(1, false), (2, true)] {
             let mut w = if direct {
@@ -2696,16 +2686,7 @@ mod tests {
                     if j % 64 < 32 { (j % 7) as u8 } else { x as u8 }
                 })
                 .collect();
-            let u = PartitionUpdate {
-                rows: vec![Row {
-                    clustering: Clustering::empty(),
-                    marker: Some(LivenessInfo::new(i as i64)),
-                    deletion: None,
-                    cells: vec![(1, ColumnData::Simple(Cell::live(1, Bytes::from(v))))],
-                }],
-                ..Default::default()
-            };
-            w.append(k, &u).expect("append");
+            w.append(k, &one_row(i, Bytes::from(v))).expect("append");
         }
         let r = w.finish(0, 0).expect("finish").expect("sstable");
         let mut cache = BlockCache::new(64 << 20);
@@ -2863,7 +2844,7 @@ mod tests {
             .map(|i| PartitionKey::new(Bytes::from(format!("key{i:06}"))))
             .collect();
         keys.sort();
-        let mut w = SSTableWriter::new_over_spare(dir, g, &schema(), pool).expect("writer");
+        let mut w = SSTableWriter::new_over_spare(dir, g, &schema(), Some(pool)).expect("writer");
         for (i, k) in keys.iter().enumerate() {
             // Bytes LZ4 cannot shrink much, so the file is as large as n makes it.
             let v: Vec<u8> = (0..200u32)
@@ -2871,16 +2852,7 @@ mod tests {
                     (j.wrapping_mul(2_654_435_761).wrapping_add(i as u32 * 7919) >> 13) as u8 ^ seed
                 })
                 .collect();
-            let u = PartitionUpdate {
-                rows: vec![Row {
-                    clustering: Clustering::empty(),
-                    marker: Some(LivenessInfo::new(i as i64)),
-                    deletion: None,
-                    cells: vec![(1, ColumnData::Simple(Cell::live(1, Bytes::from(v))))],
-                }],
-                ..Default::default()
-            };
-            w.append(k, &u).expect("append");
+            w.append(k, &one_row(i, Bytes::from(v))).expect("append");
         }
         let mut r = w.finish(0, 0).expect("finish").expect("sstable");
         r.data_cached = true;
