@@ -12,7 +12,8 @@
 # the per-second thread ticks, then the write memory waits, the row cache's
 # defragmentation moves and evictions, the memtable MB and the flushes written over spare
 # data files (counters are totals since the
-# start). PERF=1 records the shard thread 20 s into the fixed run
+# start). PERF=cpu0 records all of CPU 0 (no call graphs) 10-30 s into the fixed run;
+# PERF=1 records the shard thread 20 s into the fixed run
 # (/dev/shm/fixedown-LABEL.data, dwarf call graphs); PERF_THREAD names another thread
 # to record instead (its comm, e.g. flush-0).
 # shellcheck source=lib.sh
@@ -34,9 +35,16 @@ if [ "$rate" = auto ]; then
   echo "$label: fixed rate $rate/s"
 fi
 lc=$(wc -l < "$OUT/server-$label.log")
+# CPU 0's busy and idle jiffies (/proc/stat): the whole core, kernel threads such as the
+# page cache's write-back workers included, which the server's thread ticks leave out.
+cpu0() { awk '$1 == "cpu0" {print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
+c0_before=$(cpu0)
 ( st write duration="${fixs}s" no-warmup -rate threads=128 fixed="${rate}/s" -pop "dist=UNIFORM(1..3000000)" > "$OUT/wf-$label.txt" ) &
 sp=$!
-if [[ -n "${PERF:-}" ]]; then
+if [[ "${PERF:-}" = cpu0 ]]; then
+  # The whole server core, every thread, no call graphs: where its time goes, by thread.
+  ( sleep 10; perf record -F 999 -C 0 -o "/dev/shm/fixedown-$label.data" -- sleep 20 > /dev/null 2>&1 ) &
+elif [[ -n "${PERF:-}" ]]; then
   # Several threads can share a name (each storage has its flush worker): the busiest
   # one, 10 s into the run, is recorded.
   ( sleep 10
@@ -55,14 +63,16 @@ while kill -0 "$sp" 2>/dev/null; do
     /^amphora_cache_row_evictions_total/ {e += $2}
     /^amphora_memtables_real_dirty_memory/ {m += $2}
     /^amphora_sstables_spare_data_reused_total/ {r += $2}
-    END {printf "waits=%d defrag=%d evict=%d memMB=%d spares=%d", w, d, e, m / 1048576, r}')
+    /^amphora_memory_allocator_resident_bytes/ {res = $2}
+    END {printf "waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d", w, d, e, m / 1048576, r, res / 1048576}')
   echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') $counters" >> "$OUT/cpu-$label.txt"
   prev=$cur
 done
 wait "$sp"
 echo "$label: $(latencies "$OUT/wf-$label.txt")"
+echo "$label: CPU 0 busy over the fixed run: $(echo "$c0_before $(cpu0)" | awk '{b = $3 - $1; i = $4 - $2; printf "%.1f%%", 100 * b / (b + i)}')"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
-awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares|resMB)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
 tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
 kill "$P"; wait "$P" 2>/dev/null

@@ -1131,6 +1131,7 @@ impl ShardStorage {
             inner.metrics.pending_flushes += 1;
             let hook = inner.cfg.before_flush.clone();
             let spares = inner.spares.clone();
+            let direct = inner.cfg.flush_direct;
             let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
                 inner.flush_pacer.pace(
                     inner.cfg.memtable_budget_bytes,
@@ -1142,7 +1143,12 @@ impl ShardStorage {
                 if let Some(h) = hook {
                     (h.0)();
                 }
-                let result = flush_memtable(&dir, gen_, &mem, upper, pace.as_ref(), Some(&spares))
+                let out = if direct {
+                    FlushOut::Direct
+                } else {
+                    FlushOut::Buffered(Some(&spares))
+                };
+                let result = flush_memtable(&dir, gen_, &mem, upper, pace.as_ref(), out)
                     .map(|o| o.map(Box::new));
                 let _ = tx.send(BgResult::Flushed {
                     table: id,
@@ -2454,15 +2460,28 @@ fn cleanup_tmp(dir: &Path) {
     }
 }
 
+/// Where a flush writes its Data.db: with O_DIRECT, or through the page cache over a
+/// spare file of the pool when one is free ([`StorageConfig::flush_direct`]).
+#[derive(Clone, Copy)]
+enum FlushOut<'a> {
+    Direct,
+    Buffered(Option<&'a crate::spare::SparePool>),
+}
+
 fn flush_memtable(
     dir: &Path,
     generation: u64,
     mem: &Memtable,
     upper: LogPosition,
     pace: Option<&FlushPace>,
-    spares: Option<&crate::spare::SparePool>,
+    out: FlushOut<'_>,
 ) -> Result<Option<SSTableReader>> {
-    let mut w = SSTableWriter::new_over_spare(dir, generation, &mem.schema, spares)?;
+    let mut w = match out {
+        FlushOut::Direct => SSTableWriter::new_direct(dir, generation, &mem.schema)?,
+        FlushOut::Buffered(spares) => {
+            SSTableWriter::new_over_spare(dir, generation, &mem.schema, spares)?
+        }
+    };
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();
@@ -2528,7 +2547,8 @@ fn flush_memtable(
     // may be writing in the same directory).
     let mut r = w.finish(upper, 0)?;
     if let Some(r) = &mut r {
-        r.data_cached = true;
+        // Only a buffered flush's Data.db is in the page cache (a spare worth keeping).
+        r.data_cached = matches!(out, FlushOut::Buffered(_));
     }
     Ok(r)
 }
@@ -3004,9 +3024,16 @@ mod tests {
                 .filter(|(_, p)| matches!(p, MemPartition::Single(e) if single_parts(e).is_some()))
                 .count();
             generation += 2;
-            let fast = flush_memtable(dir.path(), generation, &mem, 77, None, None)
-                .expect("flush")
-                .expect("not empty");
+            let fast = flush_memtable(
+                dir.path(),
+                generation,
+                &mem,
+                77,
+                None,
+                FlushOut::Buffered(None),
+            )
+            .expect("flush")
+            .expect("not empty");
             let mut w = SSTableWriter::new(dir.path(), generation + 1, &schema).expect("writer");
             for (k, p) in mem.partitions.iter() {
                 let u = mem.to_update(p, &[]);

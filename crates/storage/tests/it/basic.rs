@@ -380,7 +380,10 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
     let schema = clustered_schema(7, ClusteringOrder::Asc);
     let mut expected = Rows::new();
     rt().block_on(async {
-        let (s, _) = ShardStorage::open(config(dir.path()), vec![schema.clone()]).expect("open");
+        // Spares serve buffered flushes only (a direct flush's output is not cached).
+        let mut cfg = config(dir.path());
+        cfg.flush_direct = false;
+        let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
         for round in 1..=4 {
             write_round(&s, round, &mut expected).await;
         }
@@ -410,8 +413,47 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
                 .next()
                 .is_some()
         );
-        let (s, _) = ShardStorage::open(config(dir.path()), vec![schema.clone()]).expect("reopen");
+        let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
         assert_eq!(got(&s), expected);
         assert!(std::fs::read_dir(&spare_dir).map_or(true, |mut d| d.next().is_none()));
+    });
+}
+
+/// Flushes write their Data.db with O_DIRECT by default (`StorageConfig::flush_direct`):
+/// every row reads back from the flushed SSTables, compacted and after a restart, and
+/// since a direct output is not in the page cache, a compaction retires none of them as
+/// spare data files.
+#[test]
+fn direct_flushes_read_back_and_leave_no_spares() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let schema = clustered_schema(7, ClusteringOrder::Asc);
+    let mut expected = Rows::new();
+    let cfg = config(dir.path());
+    assert!(cfg.flush_direct, "direct flushes are the default");
+    let got = |s: &ShardStorage| {
+        values(&read_all(s, 7, 0))
+            .into_iter()
+            .map(|(k, c, v)| ((k, c), v))
+            .collect::<Rows>()
+    };
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
+        for round in 1..=4 {
+            write_round(&s, round, &mut expected).await;
+        }
+        assert_eq!(s.metrics().sstable_count, 4);
+        assert_eq!(got(&s), expected);
+        s.compact_major(TableId(7)).await.expect("compact");
+        for round in 5..=8 {
+            write_round(&s, round, &mut expected).await;
+        }
+        assert_eq!(got(&s), expected);
+        assert_eq!(s.metrics().spare_data_reused, 0);
+        let spare_dir = dir.path().join(amphora_storage::spare::SPARE_DIR);
+        assert!(std::fs::read_dir(&spare_dir).map_or(true, |mut d| d.next().is_none()));
+        s.shutdown().await.expect("shutdown");
+        drop(s);
+        let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
+        assert_eq!(got(&s), expected);
     });
 }
