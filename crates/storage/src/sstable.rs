@@ -607,7 +607,8 @@ impl DirectWriter {
 }
 
 /// A writer's Data.db stream, written [`DATA_BUF`] bytes at a time. Direct outputs
-/// (compaction's) are opened with O_DIRECT: whole aligned blocks go from memory to the
+/// (compactions', and flushes' unless [`crate::StorageConfig::flush_direct`] is off) are
+/// opened with O_DIRECT: whole aligned blocks go from memory to the
 /// disk without a copy into the page cache (that copy and the dirty page writeback cost
 /// as much CPU as the rest of a major compaction), written by a thread of their own
 /// while the next block fills; at the end the tail's whole 4 KiB blocks go direct too and
@@ -1368,8 +1369,9 @@ pub struct SSTableReader {
     last_chunk: Mutex<UncachedChunk>,
     /// Deletes the files when the last reference is dropped (after compaction).
     pub delete_on_drop: AtomicBool,
-    /// Data.db was written through the page cache by this process (a flush's output):
-    /// once replaced, its file is worth keeping as a spare ([`crate::spare`]).
+    /// Data.db was written through the page cache by this process (a buffered flush's
+    /// output, [`crate::StorageConfig::flush_direct`] off): once replaced, its file is
+    /// worth keeping as a spare ([`crate::spare`]).
     pub data_cached: bool,
 }
 
