@@ -171,9 +171,9 @@ impl Node {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map(std::time::Duration::from_millis);
-        // Flushes write their Data.db with O_DIRECT unless AMPHORA_FLUSH_DIRECT=0
+        // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
-        let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").map_or(true, |v| v != "0");
+        let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
         // Spare data files for flushes (`StorageConfig::spare_data_bytes`; 0 keeps none):
         // an experiment knob, not a cassandra.yaml key.
         let spare_data_bytes = std::env::var("AMPHORA_SPARE_DATA_MB")

@@ -111,14 +111,16 @@ pub struct StorageConfig {
     /// Flushes write their Data.db with O_DIRECT, as compactions do: no copy into fresh
     /// page-cache pages, which on this project's VMs cost the flush thread ~2.5 ms per MB
     /// (the host backs each freed guest page anew on its first touch) and was over half
-    /// of the flush's CPU at 150-200k writes/s (docs/benchmarks.md, "Flushes written
-    /// with O_DIRECT"). The node takes `false` from `AMPHORA_FLUSH_DIRECT=0` (experiments);
+    /// of the flush's CPU at 150-200k writes/s. Off by default: the outputs are then not
+    /// cached, and in a full run the major compaction that reads them fell from 661 to
+    /// 229 MB/s and the fixed-rate reads' p99 rose (docs/benchmarks.md, "Flushes written
+    /// with O_DIRECT"). The node takes `true` from `AMPHORA_FLUSH_DIRECT=1` (experiments);
     /// a file system without O_DIRECT gets buffered writes either way.
     pub flush_direct: bool,
     /// Bytes of replaced flush outputs' Data.db files kept for the next flushes to write
-    /// over (see [`crate::spare`]), for buffered flushes only (`flush_direct` false: a
-    /// direct flush's output is not in the page cache, so nothing is gained writing over
-    /// it); `None`: twice `memtable_budget_bytes` (the four flush outputs a size-tiered
+    /// over (see [`crate::spare`]), for buffered flushes only (`flush_direct` false, the
+    /// default: a direct flush's output is not in the page cache, so nothing is gained
+    /// writing over it); `None`: twice `memtable_budget_bytes` (the four flush outputs a size-tiered
     /// compaction replaces at once); 0: none are kept.
     pub spare_data_bytes: Option<u64>,
     pub commit_failure_policy: CommitFailurePolicy,
@@ -193,7 +195,7 @@ impl StorageConfig {
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
             commitlog_reuse_segments: true,
-            flush_direct: true,
+            flush_direct: false,
             spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,

@@ -607,7 +607,7 @@ impl DirectWriter {
 }
 
 /// A writer's Data.db stream, written [`DATA_BUF`] bytes at a time. Direct outputs
-/// (compactions', and flushes' unless [`crate::StorageConfig::flush_direct`] is off) are
+/// (compactions', and flushes' with [`crate::StorageConfig::flush_direct`]) are
 /// opened with O_DIRECT: whole aligned blocks go from memory to the
 /// disk without a copy into the page cache (that copy and the dirty page writeback cost
 /// as much CPU as the rest of a major compaction), written by a thread of their own

@@ -381,8 +381,8 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
     let mut expected = Rows::new();
     rt().block_on(async {
         // Spares serve buffered flushes only (a direct flush's output is not cached).
-        let mut cfg = config(dir.path());
-        cfg.flush_direct = false;
+        let cfg = config(dir.path());
+        assert!(!cfg.flush_direct, "buffered flushes are the default");
         let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
         for round in 1..=4 {
             write_round(&s, round, &mut expected).await;
@@ -419,17 +419,17 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
     });
 }
 
-/// Flushes write their Data.db with O_DIRECT by default (`StorageConfig::flush_direct`):
-/// every row reads back from the flushed SSTables, compacted and after a restart, and
-/// since a direct output is not in the page cache, a compaction retires none of them as
-/// spare data files.
+/// Flushes that write their Data.db with O_DIRECT (`StorageConfig::flush_direct`): every
+/// row reads back from the flushed SSTables, compacted and after a restart, and since a
+/// direct output is not in the page cache, a compaction retires none of them as spare
+/// data files.
 #[test]
 fn direct_flushes_read_back_and_leave_no_spares() {
     let dir = tempfile::tempdir().expect("tmp");
     let schema = clustered_schema(7, ClusteringOrder::Asc);
     let mut expected = Rows::new();
-    let cfg = config(dir.path());
-    assert!(cfg.flush_direct, "direct flushes are the default");
+    let mut cfg = config(dir.path());
+    cfg.flush_direct = true;
     let got = |s: &ShardStorage| {
         values(&read_all(s, 7, 0))
             .into_iter()
