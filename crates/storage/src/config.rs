@@ -120,8 +120,8 @@ pub struct StorageConfig {
     /// Bytes of replaced flush outputs' Data.db files kept for the next flushes to write
     /// over (see [`crate::spare`]), for buffered flushes only (`flush_direct` false, the
     /// default: a direct flush's output is not in the page cache, so nothing is gained
-    /// writing over it); `None`: twice `memtable_budget_bytes` (the four flush outputs a size-tiered
-    /// compaction replaces at once); 0: none are kept.
+    /// writing over it); `None`: twice `memtable_budget_bytes` (the four flush outputs a
+    /// size-tiered compaction replaces at once); 0: none are kept.
     pub spare_data_bytes: Option<u64>,
     pub commit_failure_policy: CommitFailurePolicy,
     /// Memory for all memtables of the shard, active and flushing. The largest active one

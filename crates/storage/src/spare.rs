@@ -5,9 +5,10 @@
 //! Used only by buffered flushes ([`crate::StorageConfig::flush_direct`] off); a direct
 //! flush's output is not in the page cache, so it is never retired here.
 //!
-//! Why: a buffered flush writes its Data.db through the page cache, and on a VM whose freed memory goes back to the host, every fresh page cache
-//! page costs a host fault inside `pwrite`: over half of the flush thread's CPU at
-//! saturation writes went to that copy (docs/benchmarks.md). The pages of a file written
+//! Why: a buffered flush writes its Data.db through the page cache, and on a VM whose
+//! freed memory goes back to the host, every fresh page cache page costs a host fault
+//! inside `pwrite`: over half of the flush thread's CPU at saturation writes went to that
+//! copy (docs/benchmarks.md). The pages of a file written
 //! by an earlier flush are still cached, and writing over them is a plain copy (and
 //! needs no new extents on the file system).
 //!

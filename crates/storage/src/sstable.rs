@@ -607,9 +607,9 @@ impl DirectWriter {
 }
 
 /// A writer's Data.db stream, written [`DATA_BUF`] bytes at a time. Direct outputs
-/// (compactions', and flushes' with [`crate::StorageConfig::flush_direct`]) are
-/// opened with O_DIRECT: whole aligned blocks go from memory to the
-/// disk without a copy into the page cache (that copy and the dirty page writeback cost
+/// (compactions', and flushes' with [`crate::StorageConfig::flush_direct`]) are opened
+/// with O_DIRECT: whole aligned blocks go from memory to the disk without a copy into the
+/// page cache (that copy and the dirty page writeback cost
 /// as much CPU as the rest of a major compaction), written by a thread of their own
 /// while the next block fills; at the end the tail's whole 4 KiB blocks go direct too and
 /// only its last partial block is written buffered. A file system without O_DIRECT

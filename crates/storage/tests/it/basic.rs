@@ -371,6 +371,14 @@ async fn write_round(s: &ShardStorage, round: i64, expected: &mut Rows) {
     s.flush_all().await.expect("flush");
 }
 
+/// Every row of table 7, as [`write_round`] records them.
+fn stored_rows(s: &ShardStorage) -> Rows {
+    values(&read_all(s, 7, 0))
+        .into_iter()
+        .map(|(k, c, v)| ((k, c), v))
+        .collect()
+}
+
 /// A compaction's flush-output inputs become spare data files that later flushes write
 /// over (`amphora_storage::spare`); every row reads back, before and after a restart, and
 /// a restart leaves no spare behind.
@@ -397,13 +405,7 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
             round += 1;
         }
         assert_eq!(s.metrics().spare_data_reused, 1, "after {round} rounds");
-        let got = |s: &ShardStorage| {
-            values(&read_all(s, 7, 0))
-                .into_iter()
-                .map(|(k, c, v)| ((k, c), v))
-                .collect::<Rows>()
-        };
-        assert_eq!(got(&s), expected);
+        assert_eq!(stored_rows(&s), expected);
         s.shutdown().await.expect("shutdown");
         drop(s);
         let spare_dir = dir.path().join(amphora_storage::spare::SPARE_DIR);
@@ -414,7 +416,7 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
                 .is_some()
         );
         let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
-        assert_eq!(got(&s), expected);
+        assert_eq!(stored_rows(&s), expected);
         assert!(std::fs::read_dir(&spare_dir).map_or(true, |mut d| d.next().is_none()));
     });
 }
@@ -430,30 +432,24 @@ fn direct_flushes_read_back_and_leave_no_spares() {
     let mut expected = Rows::new();
     let mut cfg = config(dir.path());
     cfg.flush_direct = true;
-    let got = |s: &ShardStorage| {
-        values(&read_all(s, 7, 0))
-            .into_iter()
-            .map(|(k, c, v)| ((k, c), v))
-            .collect::<Rows>()
-    };
     rt().block_on(async {
         let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
         for round in 1..=4 {
             write_round(&s, round, &mut expected).await;
         }
         assert_eq!(s.metrics().sstable_count, 4);
-        assert_eq!(got(&s), expected);
+        assert_eq!(stored_rows(&s), expected);
         s.compact_major(TableId(7)).await.expect("compact");
         for round in 5..=8 {
             write_round(&s, round, &mut expected).await;
         }
-        assert_eq!(got(&s), expected);
+        assert_eq!(stored_rows(&s), expected);
         assert_eq!(s.metrics().spare_data_reused, 0);
         let spare_dir = dir.path().join(amphora_storage::spare::SPARE_DIR);
         assert!(std::fs::read_dir(&spare_dir).map_or(true, |mut d| d.next().is_none()));
         s.shutdown().await.expect("shutdown");
         drop(s);
         let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
-        assert_eq!(got(&s), expected);
+        assert_eq!(stored_rows(&s), expected);
     });
 }
