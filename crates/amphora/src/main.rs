@@ -139,25 +139,77 @@ fn jemalloc_keep_pages_on_this_thread() {
     }
 }
 
-/// When the calling thread's arena holds more than `cap` bytes of freed pages it kept (see
-/// [`jemalloc_keep_pages_on_this_thread`]), or at least
-/// [`amphora_storage::alloc::KEPT_PAGES_MIN_TRIM`] while jemalloc's resident memory (all
-/// arenas) is above `resident_limit` (if any), returns them all to the OS (`arena.<i>.purge`) and
-/// says how many bytes that was; `Some(0)` when neither holds, `None` when jemalloc's
-/// figures are unavailable. Decides on the figures of the last [`jemalloc_refresh`].
+/// Returns to the OS what [`amphora_storage::alloc::kept_pages_excess`] says the calling
+/// thread's arena keeps beyond `cap` and `resident_limit` (see
+/// [`jemalloc_keep_pages_on_this_thread`]), and says how many bytes that was; `Some(0)`
+/// when nothing is in excess, `None` when jemalloc's figures are unavailable. Decides on
+/// the figures of the last [`jemalloc_refresh`].
+///
+/// jemalloc purges an arena whole (`arena.<i>.purge`), so the pages to keep are taken out
+/// of it first: allocated from the arena in [`HOLD_CHUNK`] pieces, never touched (they
+/// come from its freed extents, which it reuses before mapping new memory), and freed
+/// again after the purge, when the arena keeps them anew. Freed extents smaller than a
+/// piece cannot be held and go back with the excess.
 #[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
 fn jemalloc_trim_kept_pages(cap: u64, resident_limit: Option<u64>) -> Option<u64> {
+    use tikv_jemalloc_sys::{MALLOCX_ARENA, MALLOCX_TCACHE_NONE, dallocx, mallocx};
     let arena = jemalloc_this_threads_arena()?;
     let k = jemalloc_kept_pages(arena)?;
-    let over_cap = k.kept > cap;
-    let over_limit = k.kept >= amphora_storage::alloc::KEPT_PAGES_MIN_TRIM
-        && resident_limit.is_some_and(|limit| k.resident > limit);
-    if !over_cap && !over_limit {
+    let excess = amphora_storage::alloc::kept_pages_excess(k, cap, resident_limit);
+    if excess == 0 {
         return Some(0);
     }
-    let purge = std::ffi::CString::new(format!("arena.{arena}.purge")).ok()?;
-    jemalloc_run(&purge).then_some(k.kept)
+    let keep = usize::try_from(k.kept - excess).unwrap_or(usize::MAX);
+    let flags = MALLOCX_ARENA(arena as usize) | MALLOCX_TCACHE_NONE;
+    let mut held = Vec::with_capacity(keep / HOLD_CHUNK);
+    for _ in 0..keep / HOLD_CHUNK {
+        // SAFETY: a non-zero size and flags built with jemalloc's own constructors; the
+        // memory is never read or written.
+        let p = unsafe { mallocx(HOLD_CHUNK, flags) };
+        if p.is_null() {
+            break;
+        }
+        held.push(p);
+    }
+    // What is left of the kept pages is what the purge returns.
+    let returned = if held.is_empty() {
+        k.kept
+    } else if jemalloc_refresh() {
+        jemalloc_kept_pages(arena).map_or(excess, |left| left.kept)
+    } else {
+        excess
+    };
+    tracing::debug!(
+        arena,
+        kept = k.kept,
+        resident = k.resident,
+        excess,
+        held = held.len() * HOLD_CHUNK,
+        returned,
+        "trimming the kept pages"
+    );
+    let purge = std::ffi::CString::new(format!("arena.{arena}.purge")).ok();
+    let purged = purge.is_some_and(|p| jemalloc_run(&p));
+    let refresh_again = !held.is_empty();
+    for p in held {
+        // SAFETY: `p` came from `mallocx` above and is freed once, without the thread
+        // cache, so its pages go straight back to the arena.
+        unsafe { dallocx(p, MALLOCX_TCACHE_NONE) };
+    }
+    // The figures read next (the prefault's, the defragmentation's) are those after the
+    // trim, not those with the held pieces out.
+    if refresh_again {
+        jemalloc_refresh();
+    }
+    purged.then_some(returned)
 }
+
+/// The pieces [`jemalloc_trim_kept_pages`] holds the pages it keeps in: large enough that
+/// holding 512 MiB takes 512 allocations, small enough to fit the extents a memtable's
+/// 256 KiB chunks leave when freed together.
+#[cfg(feature = "jemalloc")]
+const HOLD_CHUNK: usize = 1 << 20;
 
 /// The calling thread's jemalloc arena (`thread.arena`).
 #[cfg(feature = "jemalloc")]
@@ -695,7 +747,9 @@ mod tests {
 
     /// Keeps 64 MiB of freed pages on a new thread with its own arena, then makes the
     /// trim calls `(cap, resident_limit)` in turn there; their results.
-    fn trims_after_keeping_64_mib(calls: [(u64, Option<u64>); 3]) -> [Option<u64>; 3] {
+    fn trims_after_keeping_64_mib<const N: usize>(
+        calls: [(u64, Option<u64>); N],
+    ) -> [Option<u64>; N] {
         std::thread::spawn(move || {
             jemalloc_keep_pages_on_this_thread();
             // 64 MiB in 1 MiB pieces, touched, then freed: the arena keeps their pages.
@@ -711,13 +765,23 @@ mod tests {
     }
 
     #[test]
-    fn kept_pages_over_the_cap_go_back_to_the_os() {
-        let [under, over, after] =
-            trims_after_keeping_64_mib([(1 << 30, None), (16 << 20, None), (1 << 20, None)]);
+    fn kept_pages_over_the_cap_go_back_to_the_os_down_to_the_cap() {
+        let mb = 1u64 << 20;
+        let [under, over, again, smaller] = trims_after_keeping_64_mib([
+            (1 << 30, None),
+            (32 * mb, None),
+            (32 * mb, None),
+            (mb, None),
+        ]);
         assert_eq!(under, Some(0), "64 MiB kept is under a 1 GiB cap");
+        // Down to 30 MiB (fifteen sixteenths of the cap): at least 34 MiB returned (the
+        // arena keeps more than the 64 MiB: the thread's other allocations).
         let over = over.expect("jemalloc's per-arena stats");
-        assert!(over >= 60 << 20, "returned {over} bytes");
-        assert_eq!(after, Some(0), "nothing left to return");
+        assert!(over >= 34 * mb, "returned {over} bytes");
+        assert_eq!(again, Some(0), "what is left is within the cap");
+        // The pages held through the purge were kept: a smaller cap returns them.
+        let smaller = smaller.expect("jemalloc's per-arena stats");
+        assert!(smaller >= 28 * mb, "returned {smaller} bytes");
     }
 
     #[test]

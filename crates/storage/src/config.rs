@@ -171,12 +171,12 @@ pub struct StorageConfig {
     pub cache_update_pause: std::time::Duration,
     /// Set when the shard thread's allocator arena keeps the pages freed in it
     /// ([`crate::alloc::AllocatorHooks::keep_pages_on_this_thread`]): once more than these
-    /// bytes of freed pages sit in it, they all go back to the OS
-    /// ([`crate::alloc::AllocatorHooks::trim_kept_pages`], checked every 250 ms).
+    /// bytes of freed pages sit in it, those beyond fifteen sixteenths of it go back to the
+    /// OS ([`crate::alloc::AllocatorHooks::trim_kept_pages`], checked every 250 ms).
     pub kept_pages_cap_bytes: Option<u64>,
-    /// With `kept_pages_cap_bytes`: the kept pages also go back to the OS whenever the
-    /// allocator's resident memory (the whole process) is above this, so they are kept
-    /// only while the node is within its memory (the node sets it to its memory plus an
+    /// With `kept_pages_cap_bytes`: kept pages also go back to the OS, as many as the
+    /// allocator's resident memory (the whole process) is above this and a margin, so they
+    /// are kept only while the node is within its memory (the node sets it to its memory plus an
     /// eighth; `None`: no such limit).
     pub resident_limit_bytes: Option<u64>,
     /// With `kept_pages_cap_bytes`: keep [`crate::alloc::PREFAULT_RESERVE`] of kept pages

@@ -2221,19 +2221,19 @@ impl ShardStorage {
                     && trim_due
                 {
                     last_trim = Some(now);
-                    if let Some(purged) = (hooks.trim_kept_pages)(cap, limit)
-                        && purged > 0
-                    {
+                    let trimmed = (hooks.trim_kept_pages)(cap, limit).unwrap_or(0);
+                    if trimmed > 0 {
                         tracing::debug!(
-                            purged,
+                            purged = trimmed,
                             cap,
                             ?limit,
-                            "returned the shard arena's kept pages"
+                            "returned the shard arena's kept pages beyond its bounds"
                         );
                     }
-                    // After a purge these figures are the purge's own (it ran over the
-                    // limit, where nothing is prefaulted); the next check reads new ones.
+                    // Nothing is prefaulted right after a trim: the arena was over a
+                    // bound, and still keeps what was within it.
                     if let Some(arena) = arena
+                        && trimmed == 0
                         && !prefaulting.load(AtomicOrdering::Acquire)
                         && let Some(kept) = (hooks.kept_pages)(arena)
                     {
