@@ -85,6 +85,16 @@ impl Coordinator {
         crate::exec::execute(&self.inner, state, id, opts).await
     }
 
+    /// EXECUTE answered with no future when that needs no wait (see
+    /// [`crate::exec::execute_now`]); None, with nothing done, otherwise.
+    pub fn execute_now(
+        &self,
+        id: &[u8],
+        opts: &QueryOptions,
+    ) -> Option<Result<QueryResult, QueryError>> {
+        crate::exec::execute_now(&self.inner, id, opts)
+    }
+
     /// The partition an EXECUTE of prepared statement `id` with bound values
     /// `value(i)` addresses, when this shard owns it and the key is all bound markers: a
     /// prefetch hint ([`Self::prefetch`]), computed before the request runs.

@@ -442,6 +442,28 @@ pub async fn execute(
     .await
 }
 
+/// [`execute`] with no future, when the statement is a SELECT that
+/// [`crate::select::run_select_now`] answers at once (a planned point read of a partition
+/// of this shard, no wait for the disk) and the request is not traced and binds its values
+/// by position. None, with nothing done, otherwise: the caller then takes [`execute`].
+pub fn execute_now(
+    inner: &Rc<Inner>,
+    id: &[u8],
+    opts: &QueryOptions,
+) -> Option<Result<QueryResult, QueryError>> {
+    if opts.names.is_some() || amphora_trace::current().is_some() {
+        return None;
+    }
+    let p = lookup_prepared(inner, id)?;
+    let ast::Statement::Select(s) = &p.statement else {
+        return None;
+    };
+    if opts.values.len() != p.marker_names.len() {
+        return None;
+    }
+    crate::select::run_select_now(inner, s, &opts.values, opts, &p.plans.select)
+}
+
 pub async fn batch(
     inner: &Rc<Inner>,
     state: &ClientState,

@@ -509,29 +509,122 @@ pub async fn run_select(
         }
     };
     let now_micros = crate::exec::now_micros();
-    if !plan.is_virtual {
-        // The schema is looked up only for a refused level's error.
-        if !crate::consistency::is_accepted(plan.consistency_ok, opts.consistency) {
-            let schema = inner.schema();
-            crate::consistency::check(
-                schema.keyspace(&plan.table.keyspace),
-                opts.consistency,
-                false,
-            )?;
-        }
-        let ctx = EvalCtx { binds, now_micros };
-        if let Some(point) = &plan.point
-            && opts.paging_state.as_ref().is_none_or(|b| b.is_empty())
-            && let Some(key) = point.key(&plan.table, s, &ctx)
-            && let Some(slices) = point.slices(&plan.table, s, &ctx)
-            && let Ok(limit) = point.limit(s, &ctx)
-        {
-            return read_point(inner, &plan, key, slices, limit, &ctx, opts).await;
-        }
+    if let Some(point) = point_start(inner, &plan, s, binds, opts, now_micros)? {
+        let res = read_on(inner, point.shard, point.cmd).await?;
+        return point_result(&plan, &point.page, res, opts);
     }
     // Boxed: the general path's state (restrictions, index and range reads) stays out of
     // the future of every point read.
     Box::pin(select_general(inner, s, binds, now_micros, opts, plan)).await
+}
+
+/// [`run_select`] with no future, for a prepared statement already planned as a
+/// [`PointRead`] of a partition this shard owns, when the replica answers without waiting
+/// for the disk: None (nothing done) for every other SELECT, which then takes
+/// [`run_select`]. Saves a point read the moves of the coordinator's nested futures (a few
+/// KB each) and their polls.
+pub fn run_select_now(
+    inner: &Rc<Inner>,
+    s: &ast::SelectStatement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+    cache: &std::sync::OnceLock<Arc<SelectPlan>>,
+) -> Option<Result<QueryResult, QueryError>> {
+    let plan = cache.get()?;
+    let now_micros = crate::exec::now_micros();
+    let point = match point_start(inner, plan, s, binds, opts, now_micros) {
+        Ok(Some(p)) if amphora_rt::current_shard() == Some(p.shard) => p,
+        Ok(_) => return None,
+        Err(e) => return Some(Err(e)),
+    };
+    let db = amphora_replica::local().ok()?;
+    let res = db.read_now(&point.cmd)?;
+    Some(
+        res.map_err(|e| read_failed(&e.to_string()))
+            .and_then(|res| point_result(plan, &point.page, res, opts)),
+    )
+}
+
+/// A [`PointRead`]'s partition read: the shard that owns it, the command, and what
+/// [`point_result`] needs to page its rows.
+struct PointStart {
+    shard: u32,
+    cmd: ReadCommand,
+    page: PointPage,
+}
+
+/// How a point read's rows are cut into the page returned.
+struct PointPage {
+    /// A partition holding only static data yields its static row alone unless the read
+    /// restricts the clustering (as the general path).
+    clustering_restricted: bool,
+    /// The statement's LIMIT (`u32::MAX`: none).
+    remaining: u32,
+    page_size: Option<u32>,
+    /// Rows in this page at most.
+    page: u32,
+    now_seconds: i32,
+}
+
+/// The point read a SELECT planned as `plan` makes with these values, or None when it
+/// takes the general path (a virtual table, a paging state, a key or bound that is not a
+/// plain value). Checks the consistency level first.
+fn point_start(
+    inner: &Rc<Inner>,
+    plan: &SelectPlan,
+    s: &ast::SelectStatement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+    now_micros: i64,
+) -> Result<Option<PointStart>, QueryError> {
+    if plan.is_virtual {
+        return Ok(None);
+    }
+    // The schema is looked up only for a refused level's error.
+    if !crate::consistency::is_accepted(plan.consistency_ok, opts.consistency) {
+        let schema = inner.schema();
+        crate::consistency::check(
+            schema.keyspace(&plan.table.keyspace),
+            opts.consistency,
+            false,
+        )?;
+    }
+    let ctx = EvalCtx { binds, now_micros };
+    let Some(point) = &plan.point else {
+        return Ok(None);
+    };
+    if !opts.paging_state.as_ref().is_none_or(|b| b.is_empty()) {
+        return Ok(None);
+    }
+    let (Some(key), Some(slices), Ok(limit)) = (
+        point.key(&plan.table, s, &ctx),
+        point.slices(&plan.table, s, &ctx),
+        point.limit(s, &ctx),
+    ) else {
+        return Ok(None);
+    };
+    let remaining = limit.unwrap_or(u32::MAX);
+    let page_size = opts.page_size.filter(|p| *p > 0).map(|p| p as u32);
+    let page = page_size.map(|p| p.min(remaining)).unwrap_or(remaining);
+    let now_seconds = (now_micros / 1_000_000) as i32;
+    let info = &inner.shared.info;
+    let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
+    let clustering_restricted = !slices.is_empty();
+    let mut cmd = ReadCommand::new(plan.table.id, PartitionRange::Single(key), now_seconds);
+    cmd.row_limit = page;
+    cmd.slices = slices;
+    cmd.reversed = point.reversed;
+    Ok(Some(PointStart {
+        shard,
+        cmd,
+        page: PointPage {
+            clustering_restricted,
+            remaining,
+            page_size,
+            page,
+            now_seconds,
+        },
+    }))
 }
 
 /// Every SELECT but a [`PointRead`]: virtual tables, restrictions, indexes, range scans,
@@ -1015,32 +1108,23 @@ async fn select_general(
     }))
 }
 
-/// A [`PointRead`]: one partition read on its shard, projected row by row. Produces what
-/// the general path produces for that shape (same rows, limit, page size and paging state).
-async fn read_point(
-    inner: &Rc<Inner>,
+/// A [`PointRead`]'s rows, projected row by row from its partition read `res`. Produces
+/// what the general path produces for that shape (same rows, limit, page size and paging
+/// state).
+fn point_result(
     plan: &SelectPlan,
-    key: PartitionKey,
-    slices: Vec<amphora_types::data::ClusteringSlice>,
-    limit: Option<u32>,
-    ctx: &EvalCtx<'_>,
+    pg: &PointPage,
+    res: amphora_storage::ReadResult,
     opts: &QueryOptions,
 ) -> Result<QueryResult, QueryError> {
-    // A partition holding only static data yields its static row alone unless the read
-    // restricts the clustering (as the general path).
-    let clustering_restricted = !slices.is_empty();
     let table = &plan.table;
-    let remaining = limit.unwrap_or(u32::MAX);
-    let page_size = opts.page_size.filter(|p| *p > 0).map(|p| p as u32);
-    let page = page_size.map(|p| p.min(remaining)).unwrap_or(remaining);
-    let now_seconds = (ctx.now_micros / 1_000_000) as i32;
-    let info = &inner.shared.info;
-    let shard = shard_of(key.token, info.nr_shards, info.ignore_msb);
-    let mut cmd = ReadCommand::new(table.id, PartitionRange::Single(key), now_seconds);
-    cmd.row_limit = page;
-    cmd.slices = slices;
-    cmd.reversed = plan.point.as_ref().is_some_and(|p| p.reversed);
-    let res = read_on(inner, shard, cmd).await?;
+    let (clustering_restricted, remaining, page_size, page, now_seconds) = (
+        pg.clustering_restricted,
+        pg.remaining,
+        pg.page_size,
+        pg.page,
+        pg.now_seconds,
+    );
     let mut exhausted = res.exhausted;
     let width = plan.items.len();
     let mut cells = Vec::with_capacity(
@@ -1236,15 +1320,18 @@ pub(crate) async fn read_on(
         }))
         .await?
     };
-    r.map_err(|e| {
-        tracing::warn!(error = %e, "read failed");
-        QueryError::ReadTimeout {
-            consistency: 1,
-            received: 0,
-            block_for: 1,
-            data_present: false,
-        }
-    })
+    r.map_err(|e| read_failed(&e))
+}
+
+/// A replica read that failed, as the client sees it.
+fn read_failed(e: &str) -> QueryError {
+    tracing::warn!(error = %e, "read failed");
+    QueryError::ReadTimeout {
+        consistency: 1,
+        received: 0,
+        block_for: 1,
+        data_present: false,
+    }
 }
 
 /// A single-partition read on the calling shard's replica; the shard goes on serving

@@ -368,6 +368,19 @@ impl ShardDb {
         }
     }
 
+    /// [`Self::read_async`] when the read needs no wait for the disk: None (nothing read,
+    /// nothing counted) when it would wait, for the caller to take `read_async`.
+    pub fn read_now(&self, cmd: &ReadCommand) -> Option<Result<ReadResult, ReplicaError>> {
+        let started = std::time::Instant::now();
+        match self.storage.try_read(cmd) {
+            Err(StorageError::WouldBlock(_)) => None,
+            r => {
+                self.sample_read(cmd);
+                Some(self.count_read(cmd, started, r))
+            }
+        }
+    }
+
     async fn read_after_waits(
         &self,
         cmd: &ReadCommand,

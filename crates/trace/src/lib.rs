@@ -241,6 +241,18 @@ pub fn with_warnings<F: Future + Unpin>(f: F) -> WithWarnings<F> {
     }
 }
 
+/// [`with_warnings`] for work that does not wait: runs `f` and returns what it returned
+/// with the warnings [`warn`] added meanwhile.
+pub fn warnings_of<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    WARNINGS.sync_scope(std::cell::RefCell::new(Vec::new()), || {
+        let r = f();
+        let list = WARNINGS
+            .try_with(|w| std::mem::take(&mut *w.borrow_mut()))
+            .unwrap_or_default();
+        (r, list)
+    })
+}
+
 /// The future of [`with_warnings`].
 pub struct WithWarnings<F> {
     f: F,
@@ -500,6 +512,19 @@ mod tests {
                 .parameters
                 .contains(&("consistency_level".into(), "ONE".into()))
         );
+    }
+
+    #[test]
+    fn warnings_of_collects_what_the_work_warned_and_nothing_after() {
+        let (n, w) = warnings_of(|| {
+            warn("one");
+            warn(String::from("two"));
+            7
+        });
+        assert_eq!((n, w), (7, vec!["one".to_string(), "two".to_string()]));
+        warn("outside any request");
+        let ((), w) = warnings_of(|| ());
+        assert!(w.is_empty(), "a warning outside the scope leaked in: {w:?}");
     }
 
     #[tokio::test]

@@ -74,6 +74,18 @@ pub trait Backend: 'static {
         opts: QueryOptions,
     ) -> Result<QueryResult, QueryError>;
 
+    /// EXECUTE answered at once, with no future, when that needs no wait (a point read of a
+    /// partition this shard owns, found without the disk); None, with nothing done, for the
+    /// caller to take [`Self::execute`]. None by default.
+    fn execute_now(
+        &self,
+        id: &[u8],
+        opts: &QueryOptions,
+    ) -> Option<Result<QueryResult, QueryError>> {
+        let _ = (id, opts);
+        None
+    }
+
     async fn batch(
         &self,
         state: &ClientState,

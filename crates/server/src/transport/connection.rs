@@ -1114,12 +1114,46 @@ impl<B: Backend> Conn<B> {
         // per request. The request's wakers may still point at this task after it moved
         // to its own: that only costs this task a spurious poll. A panic is caught as a
         // spawned task's would be: dropping the request then answers ServerError.
-        let work = start_work(
-            self.backend.clone(),
-            self.state.borrow().clone(),
-            version,
-            msg,
-        );
+        let work = match msg {
+            // A prepared point read that needs no wait is answered here, with no future
+            // (`Backend::execute_now`): the coordinator's nested state machines are a few
+            // KB, and starting one copies it at every level.
+            RequestMessage::Execute(e) if trace.is_none() => {
+                let ask = rows_ask(&e, version);
+                let opts = query_options(e.parameters);
+                let started = amphora_trace::slow_timer();
+                // A panic is caught as a spawned request's would be: dropping the guard
+                // answers ServerError.
+                let now = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    amphora_trace::warnings_of(|| self.backend.execute_now(&e.id, &opts))
+                }));
+                let Ok((now, warnings)) = now else {
+                    tracing::error!("transport: a request panicked");
+                    drop(guard);
+                    return;
+                };
+                match now {
+                    Some(r) => {
+                        check_slow_execute(started, &e.id);
+                        answer(guard, None, r.map(|r| Outcome::Result(r, ask)), warnings);
+                        return;
+                    }
+                    None => start_execute(
+                        self.backend.clone(),
+                        self.state.borrow().clone(),
+                        e.id,
+                        opts,
+                        ask,
+                    ),
+                }
+            }
+            msg => start_work(
+                self.backend.clone(),
+                self.state.borrow().clone(),
+                version,
+                msg,
+            ),
+        };
         let mut request = Box::pin(run_request(guard, tracing_id, trace, work));
         // Periodic-mode writes answered in this first poll leave their commitlog write-out
         // to `write_queued`, which does it once for all the responses it sends.
@@ -1379,6 +1413,44 @@ async fn run_request<B: Backend>(
 /// A request's work: the backend's future, boxed with the message it borrows.
 type Work = std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>>>>;
 
+/// What an EXECUTE asks of its Rows metadata.
+fn rows_ask(e: &proto::Execute, version: ProtocolVersion) -> RowsAsk {
+    RowsAsk {
+        skip_metadata: e.parameters.skip_metadata,
+        // Only v5 compares ids; a v4 EXECUTE carries none.
+        metadata_id: e
+            .result_metadata_id
+            .clone()
+            .filter(|_| version >= ProtocolVersion::V5),
+    }
+}
+
+/// Logs an EXECUTE of `id` started at `started` if it was slow.
+fn check_slow_execute(started: Option<std::time::Duration>, id: &[u8]) {
+    amphora_trace::check_slow_since(started, || {
+        format!(
+            "EXECUTE of prepared statement 0x{}",
+            amphora_coordinator::values::hex(id)
+        )
+    });
+}
+
+/// The backend's future for an EXECUTE (see [`start_work`]).
+fn start_execute<B: Backend>(
+    backend: Rc<B>,
+    state: Rc<ClientState>,
+    id: proto::PreparedId,
+    opts: amphora_coordinator::QueryOptions,
+    ask: RowsAsk,
+) -> Work {
+    Box::pin(async move {
+        let started = amphora_trace::slow_timer();
+        let r = backend.execute(&state, &id, opts).await;
+        check_slow_execute(started, &id);
+        r.map(|r| Outcome::Result(r, ask))
+    })
+}
+
 /// The backend's future for a request message, boxed (with the message it borrows), so
 /// that the request's own future, which holds it, stays small.
 fn start_work<B: Backend>(
@@ -1413,26 +1485,8 @@ fn start_work<B: Backend>(
             r.map(Outcome::Prepared)
         }),
         RequestMessage::Execute(e) => {
-            let ask = RowsAsk {
-                skip_metadata: e.parameters.skip_metadata,
-                // Only v5 compares ids; a v4 EXECUTE carries none.
-                metadata_id: e
-                    .result_metadata_id
-                    .filter(|_| version >= ProtocolVersion::V5),
-            };
-            Box::pin(async move {
-                let started = slow_timer();
-                let r = backend
-                    .execute(&state, &e.id, query_options(e.parameters))
-                    .await;
-                check_slow_since(started, || {
-                    format!(
-                        "EXECUTE of prepared statement 0x{}",
-                        amphora_coordinator::values::hex(&e.id)
-                    )
-                });
-                r.map(|r| Outcome::Result(r, ask))
-            })
+            let ask = rows_ask(&e, version);
+            start_execute(backend, state, e.id, query_options(e.parameters), ask)
         }
         RequestMessage::Batch(b) => {
             let (kind, entries, opts) = batch_parts(b);
@@ -1460,18 +1514,28 @@ fn start_work<B: Backend>(
 /// Runs the request and answers it; `before_answer` runs just before the response is queued
 /// (a trace session is finished there, so a driver that reads it at once finds it).
 async fn serve_request<B: Backend>(
-    mut guard: InflightGuard<B>,
+    guard: InflightGuard<B>,
     tracing_id: Option<[u8; 16]>,
     work: Work,
     before_answer: impl FnOnce(),
 ) {
-    let conn = guard.conn.clone();
-    let (version, stream) = (guard.version, guard.stream);
     // The backend's work is boxed (`start_work`): inline it would make this task's
     // future (and so every move of it while spawning and completing the task) as large as
     // the deepest coordinator state machine.
     let (outcome, warnings) = amphora_trace::with_warnings(work).await;
     before_answer();
+    answer(guard, tracing_id, outcome, warnings);
+}
+
+/// Queues the answer to a request whose work ended with `outcome`.
+fn answer<B: Backend>(
+    mut guard: InflightGuard<B>,
+    tracing_id: Option<[u8; 16]>,
+    outcome: Result<Outcome, QueryError>,
+    warnings: Vec<String>,
+) {
+    let conn = guard.conn.clone();
+    let (version, stream) = (guard.version, guard.stream);
     let prefix = ResponsePrefix {
         tracing_id,
         warnings: &warnings,

@@ -103,6 +103,14 @@ impl Backend for LocalCoordinator {
         self.get()?.execute(state, id, opts).await
     }
 
+    fn execute_now(
+        &self,
+        id: &[u8],
+        opts: &QueryOptions,
+    ) -> Option<Result<QueryResult, QueryError>> {
+        self.0.as_ref()?.execute_now(id, opts)
+    }
+
     async fn batch(
         &self,
         state: &ClientState,

@@ -12,6 +12,8 @@
 //! | `create ks NAME`  | Schema_change CREATED KEYSPACE, also pushed as an event       |
 //! | `panic`           | panics inside the request                                     |
 //! | `warn N [error]`  | N client warnings `mock warning I`, then Void (or Invalid)    |
+//! | `now Q`           | prepared: Q answered by `execute_now` (no future); through    |
+//! |                   | `execute` (the traced path), Q plus the warning `slow path`   |
 //! | anything else     | Void                                                          |
 
 use std::cell::RefCell;
@@ -212,11 +214,27 @@ impl Backend for Mock {
     ) -> Result<QueryResult, QueryError> {
         let q = PREPARED.with(|p| p.borrow().get(id).cloned());
         match q {
-            Some(q) => run(state, &q, &opts),
+            Some(q) => match q.strip_prefix("now ") {
+                Some(rest) => {
+                    amphora_trace::warn("slow path");
+                    run(state, rest, &opts)
+                }
+                None => run(state, &q, &opts),
+            },
             None => Err(QueryError::Unprepared {
                 id: Bytes::copy_from_slice(id),
             }),
         }
+    }
+
+    fn execute_now(
+        &self,
+        id: &[u8],
+        opts: &QueryOptions,
+    ) -> Option<Result<QueryResult, QueryError>> {
+        let q = PREPARED.with(|p| p.borrow().get(id).cloned())?;
+        let rest = q.strip_prefix("now ")?;
+        Some(run(&ClientState::default(), rest, opts))
     }
 
     async fn batch(

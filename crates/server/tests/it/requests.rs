@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use amphora_protocol::{Flags, Opcode};
+use amphora_protocol::{Envelope, Flags, Opcode};
 use bytes::{BufMut, BytesMut};
 
 use crate::client::*;
@@ -124,6 +124,44 @@ fn prepare_execute_and_unprepared() {
         rd.read_string().expect("message");
         assert_eq!(&rd.read_short_bytes().expect("id")[..], b"unknown-id");
     }
+}
+
+/// The id in a PREPARE's Prepared answer.
+fn prepared_id(r: &Envelope) -> bytes::Bytes {
+    let mut rd = reader(r);
+    assert_eq!(rd.read_i32().expect("kind"), 4, "Prepared");
+    rd.read_short_bytes().expect("id")
+}
+
+#[test]
+fn executes_answered_without_a_future_carry_rows_warnings_and_errors() {
+    let node = TestNode::start(1);
+    let mut c = node.ready_client();
+    // `now Q` statements are answered by the backend's `execute_now` unless traced; its
+    // `execute` would add the warning "slow path".
+    let rows = prepared_id(&c.prepare(1, "now rows 3"));
+    let r = c.execute(2, &rows, b"", false);
+    assert!(warnings_of(&r).is_empty(), "took the slow path: {r:?}");
+    assert_eq!(rows_of(&r).rows.len(), 3);
+    let warned = prepared_id(&c.prepare(3, "now warn 2 error"));
+    let r = c.execute(4, &warned, b"", false);
+    assert_eq!(error_of(&r), (0x2200, "warned and failed".to_string()));
+    assert_eq!(
+        warnings_of(&r),
+        vec!["mock warning 0".to_string(), "mock warning 1".to_string()]
+    );
+    // A panic answers ServerError; the connection and its next requests go on.
+    let panics = prepared_id(&c.prepare(5, "now panic"));
+    assert_eq!(error_of(&c.execute(6, &panics, b"", false)).0, 0x0000);
+    assert_eq!(rows_of(&c.execute(7, &rows, b"", false)).rows.len(), 3);
+    // A traced EXECUTE takes the path that records the trace.
+    let mut body = BytesMut::new();
+    put_short_bytes(&mut body, &rows);
+    body.extend_from_slice(&params(4, 0, &[], None, None));
+    c.send(0x02, 8, Opcode::Execute as u8, &body);
+    let r = c.recv();
+    assert!(r.flags.contains(Flags::TRACING), "{r:?}");
+    assert_eq!(warnings_of(&r), vec!["slow path".to_string()]);
 }
 
 #[test]
