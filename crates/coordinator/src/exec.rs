@@ -444,8 +444,12 @@ pub async fn execute(
 
 /// [`execute`] with no future, when the statement is a SELECT that
 /// [`crate::select::run_select_now`] answers at once (a planned point read of a partition
-/// of this shard, no wait for the disk) and the request is not traced and binds its values
-/// by position. None, with nothing done, otherwise: the caller then takes [`execute`].
+/// of this shard, no wait for the disk) or a write that [`crate::write::run_write_now`]
+/// applies at once (a simple write of one partition of this shard, acknowledged without a
+/// sync), and the request is not traced and binds its values by position. None, with
+/// nothing done, otherwise: the caller then takes [`execute`]. A write's commitlog entry is
+/// handed to the OS at once, or, inside a `with_deferred_write_out` scope, left to the
+/// caller, who must write it out before the answer leaves.
 pub fn execute_now(
     inner: &Rc<Inner>,
     id: &[u8],
@@ -455,13 +459,19 @@ pub fn execute_now(
         return None;
     }
     let p = lookup_prepared(inner, id)?;
-    let ast::Statement::Select(s) = &p.statement else {
-        return None;
-    };
     if opts.values.len() != p.marker_names.len() {
         return None;
     }
-    crate::select::run_select_now(inner, s, &opts.values, opts, &p.plans.select)
+    match &p.statement {
+        ast::Statement::Select(s) => {
+            crate::select::run_select_now(inner, s, &opts.values, opts, &p.plans.select)
+        }
+        st
+        @ (ast::Statement::Insert(_) | ast::Statement::Update(_) | ast::Statement::Delete(_)) => {
+            crate::write::run_write_now(inner, st, &opts.values, opts, &p.plans.write)
+        }
+        _ => None,
+    }
 }
 
 pub async fn batch(

@@ -83,6 +83,55 @@ pub async fn run_write(
     Box::pin(write_general(inner, st, &ctx, timestamp, opts, plan)).await
 }
 
+/// [`run_write`] with no future, for a prepared [`SimpleWrite`] of one partition this
+/// shard owns, with no index or view to maintain, when the replica applies and
+/// acknowledges it without waiting ([`amphora_replica::ShardDb::writes_at_once`]). None,
+/// with nothing done, for every other write, which then takes [`run_write`].
+pub fn run_write_now(
+    inner: &Rc<Inner>,
+    st: &ast::Statement,
+    binds: &[BoundValue],
+    opts: &QueryOptions,
+    cache: &OnceLock<Arc<WritePlan>>,
+) -> Option<Result<QueryResult, QueryError>> {
+    let plan = cache.get()?;
+    let simple = plan.simple.as_ref()?;
+    if !crate::consistency::is_accepted(plan.consistency_ok, opts.consistency)
+        || inner.schema().has_derived()
+    {
+        return None;
+    }
+    let db = amphora_replica::local().ok()?;
+    if !db.writes_at_once() {
+        return None;
+    }
+    let now = crate::exec::now_micros();
+    let ctx = EvalCtx {
+        binds,
+        now_micros: now,
+    };
+    let timestamp = opts
+        .timestamp
+        .unwrap_or_else(|| inner.new_timestamp_at(now));
+    let mut planned = plan_simple(&plan.table, st, simple, &ctx, timestamp)?;
+    let info = &inner.shared.info;
+    let here = match planned.as_slice() {
+        [p @ Planned::Mutation(_)] => {
+            amphora_rt::current_shard()
+                == Some(shard_of(p.token(), info.nr_shards, info.ignore_msb))
+        }
+        _ => false,
+    };
+    let Some(Planned::Mutation(m)) = planned.pop().filter(|_| here) else {
+        return None;
+    };
+    Some(
+        db.apply_at_once(m)
+            .map(|()| QueryResult::Void)
+            .map_err(|e| write_failure(e.to_string())),
+    )
+}
+
 /// Every write but a [`SimpleWrite`] (or one whose values left the simple path).
 async fn write_general(
     inner: &Rc<Inner>,

@@ -219,6 +219,37 @@ impl ShardDb {
         }
     }
 
+    /// Whether [`Self::apply_at_once`] may be called: a write would be admitted now and
+    /// acknowledged without waiting for a sync.
+    pub fn writes_at_once(&self) -> bool {
+        self.storage.acks_at_once() && self.storage.admits_now()
+    }
+
+    /// [`Self::apply`] with no future, after [`Self::writes_at_once`] said yes (inside a
+    /// `with_deferred_write_out` scope the commitlog write-out is left to the caller, as
+    /// for `apply`'s first poll). Should the ack still have to wait, the write is applied
+    /// but reported failed: it is never acknowledged before it is durable.
+    pub fn apply_at_once(&self, m: Mutation) -> Result<(), ReplicaError> {
+        let started = std::time::Instant::now();
+        let table = m.table;
+        if self.sampling.get()
+            && let Some(s) = self.sampler.borrow_mut().as_mut()
+        {
+            s.record_write(table, &m.key.key);
+        }
+        let r = match self.storage.apply(&m) {
+            Ok(ack) => match ack.now() {
+                Ok(r) => r.map_err(ReplicaError::from),
+                Err(_waiting) => Err(ReplicaError::Busy(
+                    "the commitlog could not acknowledge the write at once".into(),
+                )),
+            },
+            Err(e) => Err(e.into()),
+        };
+        self.record_write(table, started, r.is_ok());
+        r
+    }
+
     async fn apply_inner(&self, m: Mutation) -> Result<(), ReplicaError> {
         // Backpressure: waits while the shard's memtables are over their budget.
         self.storage.admit().await?;

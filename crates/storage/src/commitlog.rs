@@ -1212,6 +1212,23 @@ impl WriteAck {
     }
 }
 
+impl WriteAck {
+    /// The ack's result when it needs no wait (a ready ack, or periodic mode, where it
+    /// resolves as [`Future::poll`] would: deferred inside a [`with_deferred_write_out`]
+    /// scope, written out otherwise); the ack itself when it waits for a sync.
+    pub fn now(self) -> std::result::Result<Result<()>, WriteAck> {
+        match self.inner {
+            AckInner::Ready(r) => Ok(r.unwrap_or(Ok(()))),
+            AckInner::Written(Some((log, end))) if defer(&log, end) => Ok(Ok(())),
+            AckInner::Written(Some((log, end))) => {
+                Ok(write_out_through(&mut log.borrow_mut(), end))
+            }
+            AckInner::Written(None) => Ok(Ok(())),
+            inner @ AckInner::Pending(_) => Err(WriteAck { inner }),
+        }
+    }
+}
+
 impl std::future::Future for WriteAck {
     type Output = Result<()>;
     fn poll(

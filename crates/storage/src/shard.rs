@@ -841,6 +841,15 @@ impl ShardStorage {
         Ok(WriteAck::new(self.log.clone(), end))
     }
 
+    /// Whether a write's [`WriteAck`] resolves without waiting for a sync (the commitlog
+    /// is in periodic mode): [`WriteAck::now`] then always has its result.
+    pub fn acks_at_once(&self) -> bool {
+        matches!(
+            self.log.borrow().mode(),
+            crate::config::SyncMode::Periodic { .. }
+        )
+    }
+
     /// Whether [`ShardStorage::admit`] would let a write go ahead at once: the shard is
     /// open and its memtables fit in `memtable_budget_bytes`. Lets a caller apply a
     /// write without building (and moving) a future when nothing has to wait.

@@ -1114,45 +1114,67 @@ impl<B: Backend> Conn<B> {
         // per request. The request's wakers may still point at this task after it moved
         // to its own: that only costs this task a spurious poll. A panic is caught as a
         // spawned task's would be: dropping the request then answers ServerError.
-        let work = match msg {
-            // A prepared point read that needs no wait is answered here, with no future
-            // (`Backend::execute_now`): the coordinator's nested state machines are a few
-            // KB, and starting one copies it at every level.
+        let (guard, work) = match msg {
+            // A prepared point read or simple write that needs no wait is answered here,
+            // with no future (`Backend::execute_now`): the coordinator's nested state
+            // machines are a few KB, and starting one copies it at every level.
             RequestMessage::Execute(e) if trace.is_none() => {
                 let ask = rows_ask(&e, version);
                 let opts = query_options(e.parameters);
                 let started = amphora_trace::slow_timer();
-                // A panic is caught as a spawned request's would be: dropping the guard
-                // answers ServerError.
-                let now = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    amphora_trace::warnings_of(|| self.backend.execute_now(&e.id, &opts))
+                // As the first poll below: a write's commitlog write-out is left to
+                // `write_queued`, and a panic is caught (the guard, dropped, answers
+                // ServerError).
+                let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    amphora_storage::commitlog::with_deferred_write_out(|| {
+                        let (now, warnings) =
+                            amphora_trace::warnings_of(|| self.backend.execute_now(&e.id, &opts));
+                        match now {
+                            Some(r) => {
+                                check_slow_execute(started, &e.id);
+                                let outcome = r.map(|r| Outcome::Result(r, ask));
+                                answer(guard, None, outcome, warnings);
+                                None
+                            }
+                            None => Some((guard, ask)),
+                        }
+                    })
                 }));
-                let Ok((now, warnings)) = now else {
-                    tracing::error!("transport: a request panicked");
-                    drop(guard);
-                    return;
-                };
-                match now {
-                    Some(r) => {
-                        check_slow_execute(started, &e.id);
-                        answer(guard, None, r.map(|r| Outcome::Result(r, ask)), warnings);
+                let (rest, deferred) = match attempt {
+                    Ok(a) => a,
+                    Err(_) => {
+                        tracing::error!("transport: a request panicked");
+                        // What it deferred before panicking was not recorded here.
+                        let _ = amphora_storage::commitlog::write_out_deferred(
+                            amphora_storage::commitlog::deferred_max(),
+                        );
                         return;
                     }
-                    None => start_execute(
-                        self.backend.clone(),
-                        self.state.borrow().clone(),
-                        e.id,
-                        opts,
-                        ask,
-                    ),
+                };
+                if deferred > self.deferred_write_out.get() {
+                    self.deferred_write_out.set(deferred);
                 }
+                let Some((guard, ask)) = rest else {
+                    return;
+                };
+                let work = start_execute(
+                    self.backend.clone(),
+                    self.state.borrow().clone(),
+                    e.id,
+                    opts,
+                    ask,
+                );
+                (guard, work)
             }
-            msg => start_work(
-                self.backend.clone(),
-                self.state.borrow().clone(),
-                version,
-                msg,
-            ),
+            msg => {
+                let work = start_work(
+                    self.backend.clone(),
+                    self.state.borrow().clone(),
+                    version,
+                    msg,
+                );
+                (guard, work)
+            }
         };
         let mut request = Box::pin(run_request(guard, tracing_id, trace, work));
         // Periodic-mode writes answered in this first poll leave their commitlog write-out
