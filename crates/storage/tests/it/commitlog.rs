@@ -101,6 +101,40 @@ fn periodic_ack_means_the_entry_is_in_the_file() {
     });
 }
 
+/// `WriteAck::now` (writes answered with no future): in periodic mode the ack resolves at
+/// once with the entry handed to the OS (outside a deferral scope); in batch mode the shard
+/// says it does not ack at once and `now` hands the ack back, to be awaited.
+#[test]
+fn acks_resolve_at_once_only_in_periodic_mode() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(config(dir.path()));
+        assert!(s.acks_at_once());
+        let writes = s.metrics().commitlog_writes;
+        let ack = s.apply(&write(0)).expect("apply");
+        assert!(matches!(ack.now(), Ok(Ok(()))), "periodic ack waited");
+        assert_eq!(
+            s.metrics().commitlog_writes,
+            writes + 1,
+            "entry not written out"
+        );
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.commitlog_sync = SyncMode::Batch { window_ms: 0 };
+    rt().block_on(async {
+        let s = open(cfg);
+        assert!(!s.acks_at_once());
+        let before = s.metrics().commitlog_syncs;
+        let ack = s.apply(&write(1)).expect("apply");
+        let Err(waiting) = ack.now() else {
+            panic!("a batch-mode ack resolved before its sync");
+        };
+        waiting.await.expect("ack");
+        assert!(s.metrics().commitlog_syncs > before, "{:?}", s.metrics());
+    });
+}
+
 #[test]
 fn group_mode_waits_for_its_window_and_syncs_once_per_window() {
     let dir = tempfile::tempdir().expect("tmp");
