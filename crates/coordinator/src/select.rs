@@ -596,11 +596,13 @@ fn point_start(
     if !opts.paging_state.as_ref().is_none_or(|b| b.is_empty()) {
         return Ok(None);
     }
-    let (Some(key), Some(slices), Ok(limit)) = (
-        point.key(&plan.table, s, &ctx),
-        point.slices(&plan.table, s, &ctx),
-        point.limit(s, &ctx),
-    ) else {
+    let Some(key) = point.key(&plan.table, s, &ctx) else {
+        return Ok(None);
+    };
+    let Some(slices) = point.slices(&plan.table, s, &ctx) else {
+        return Ok(None);
+    };
+    let Ok(limit) = point.limit(s, &ctx) else {
         return Ok(None);
     };
     let remaining = limit.unwrap_or(u32::MAX);
