@@ -48,14 +48,11 @@ pub async fn run_write(
     opts: &QueryOptions,
     cache: Option<&OnceLock<Arc<WritePlan>>>,
 ) -> Result<QueryResult, QueryError> {
-    let now = crate::exec::now_micros();
+    let (now, timestamp) = write_time(inner, opts);
     let ctx = EvalCtx {
         binds,
         now_micros: now,
     };
-    let timestamp = opts
-        .timestamp
-        .unwrap_or_else(|| inner.new_timestamp_at(now));
     let plan = match cache.and_then(|c| c.get()) {
         Some(p) => p.clone(),
         None => {
@@ -83,6 +80,15 @@ pub async fn run_write(
     Box::pin(write_general(inner, st, &ctx, timestamp, opts, plan)).await
 }
 
+/// A write's "now" (µs) and its timestamp: the client's, else a new one of this shard.
+fn write_time(inner: &Inner, opts: &QueryOptions) -> (i64, i64) {
+    let now = crate::exec::now_micros();
+    let timestamp = opts
+        .timestamp
+        .unwrap_or_else(|| inner.new_timestamp_at(now));
+    (now, timestamp)
+}
+
 /// [`run_write`] with no future, for a prepared [`SimpleWrite`] of one partition this
 /// shard owns, with no index or view to maintain, when the replica applies and
 /// acknowledges it without waiting ([`amphora_replica::ShardDb::writes_at_once`]). None,
@@ -105,14 +111,11 @@ pub fn run_write_now(
     if !db.writes_at_once() {
         return None;
     }
-    let now = crate::exec::now_micros();
+    let (now, timestamp) = write_time(inner, opts);
     let ctx = EvalCtx {
         binds,
         now_micros: now,
     };
-    let timestamp = opts
-        .timestamp
-        .unwrap_or_else(|| inner.new_timestamp_at(now));
     let mut planned = plan_simple(&plan.table, st, simple, &ctx, timestamp)?;
     let info = &inner.shared.info;
     let here = match planned.as_slice() {

@@ -192,11 +192,7 @@ impl ShardDb {
     pub fn apply(self: &Rc<Self>, m: Mutation) -> Applying {
         let started = std::time::Instant::now();
         let table = m.table;
-        if self.sampling.get()
-            && let Some(s) = self.sampler.borrow_mut().as_mut()
-        {
-            s.record_write(table, &m.key.key);
-        }
+        self.sample_write(table, &m.key.key);
         if !self.storage.admits_now() {
             let db = self.clone();
             return Applying::Waiting(Box::pin(async move {
@@ -232,11 +228,7 @@ impl ShardDb {
     pub fn apply_at_once(&self, m: Mutation) -> Result<(), ReplicaError> {
         let started = std::time::Instant::now();
         let table = m.table;
-        if self.sampling.get()
-            && let Some(s) = self.sampler.borrow_mut().as_mut()
-        {
-            s.record_write(table, &m.key.key);
-        }
+        self.sample_write(table, &m.key.key);
         let r = match self.storage.apply(&m) {
             Ok(ack) => match ack.now() {
                 Ok(r) => r.map_err(ReplicaError::from),
@@ -280,11 +272,7 @@ impl ShardDb {
     pub async fn apply_counter(&self, u: CounterUpdate) -> Result<(), ReplicaError> {
         let started = std::time::Instant::now();
         let table = u.table;
-        if self.sampling.get()
-            && let Some(s) = self.sampler.borrow_mut().as_mut()
-        {
-            s.record_write(table, &u.key.key);
-        }
+        self.sample_write(table, &u.key.key);
         let r = self.apply_counter_inner(u).await;
         self.record_write(table, started, r.is_ok());
         r
@@ -434,6 +422,14 @@ impl ShardDb {
         }
         let r = self.storage.read(cmd);
         self.count_read(cmd, started, r)
+    }
+
+    fn sample_write(&self, table: TableId, key: &bytes::Bytes) {
+        if self.sampling.get()
+            && let Some(s) = self.sampler.borrow_mut().as_mut()
+        {
+            s.record_write(table, key);
+        }
     }
 
     fn sample_read(&self, cmd: &ReadCommand) {

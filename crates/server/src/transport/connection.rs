@@ -580,6 +580,14 @@ impl<B: Backend> Conn<B> {
         self.close.request();
     }
 
+    /// Records that answers queued in a first poll (or the fast path) acknowledged writes
+    /// whose commitlog entries end at `deferred`, still to be written out before they leave.
+    fn note_deferred(&self, deferred: u64) {
+        if deferred > self.deferred_write_out.get() {
+            self.deferred_write_out.set(deferred);
+        }
+    }
+
     /// Hands to the OS the commitlog entries of the writes this connection answered
     /// without writing them out (`start_request`), before the connection task waits: no
     /// other task on the shard (another client's read) may see a write a crash could
@@ -1143,17 +1151,11 @@ impl<B: Backend> Conn<B> {
                 let (rest, deferred) = match attempt {
                     Ok(a) => a,
                     Err(_) => {
-                        tracing::error!("transport: a request panicked");
-                        // What it deferred before panicking was not recorded here.
-                        let _ = amphora_storage::commitlog::write_out_deferred(
-                            amphora_storage::commitlog::deferred_max(),
-                        );
+                        request_panicked();
                         return;
                     }
                 };
-                if deferred > self.deferred_write_out.get() {
-                    self.deferred_write_out.set(deferred);
-                }
+                self.note_deferred(deferred);
                 let Some((guard, ask)) = rest else {
                     return;
                 };
@@ -1186,9 +1188,7 @@ impl<B: Backend> Conn<B> {
                         amphora_storage::commitlog::with_deferred_write_out(|| {
                             request.as_mut().poll(cx).is_ready()
                         });
-                    if deferred > self.deferred_write_out.get() {
-                        self.deferred_write_out.set(deferred);
-                    }
+                    self.note_deferred(deferred);
                     ready
                 },
             )))
@@ -1200,12 +1200,8 @@ impl<B: Backend> Conn<B> {
                 tokio::task::spawn_local(request);
             }
             Err(_) => {
-                tracing::error!("transport: a request panicked");
                 drop(request);
-                // What it deferred before panicking was not recorded for this connection.
-                let _ = amphora_storage::commitlog::write_out_deferred(
-                    amphora_storage::commitlog::deferred_max(),
-                );
+                request_panicked();
             }
         }
     }
@@ -1434,6 +1430,14 @@ async fn run_request<B: Backend>(
 
 /// A request's work: the backend's future, boxed with the message it borrows.
 type Work = std::pin::Pin<Box<dyn Future<Output = Result<Outcome, QueryError>>>>;
+
+/// After a request panicked (its guard answered ServerError): what it deferred before
+/// panicking was not recorded for its connection, so every deferred entry is written out.
+fn request_panicked() {
+    tracing::error!("transport: a request panicked");
+    let _ =
+        amphora_storage::commitlog::write_out_deferred(amphora_storage::commitlog::deferred_max());
+}
 
 /// What an EXECUTE asks of its Rows metadata.
 fn rows_ask(e: &proto::Execute, version: ProtocolVersion) -> RowsAsk {
