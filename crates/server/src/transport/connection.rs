@@ -67,6 +67,12 @@ const KEEP_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 /// 16 single-row results. Smaller gathers fewer responses per write (more syscalls); larger
 /// delays the first answers of a burst and so the client's next requests.
 pub const EAGER_FLUSH_BYTES: usize = 4 * 1024;
+/// The byte threshold doubles with each eager write of a burst, as the response count does
+/// ([`EAGER_FLUSH_RESPONSES`]), up to this. With a fixed 4 KiB a burst of 100 single-row
+/// reads (~250 bytes each) left in six writes; each `send` on loopback also runs the
+/// client socket's receive path and its wake-up on the shard's core, ~20% of a shard's
+/// samples at 400k reads/s (docs/benchmarks.md, "Eager writes doubling by bytes").
+pub const EAGER_FLUSH_BYTES_MAX: usize = 64 * 1024;
 /// Responses queued since the last write that make the request queueing the last of them
 /// write them at once, for small responses that [`EAGER_FLUSH_BYTES`] would gather by the
 /// hundred (an INSERT's Void result is 13 bytes: a whole burst of 128 would otherwise
@@ -163,6 +169,9 @@ struct Outbox {
     /// Queued responses that call for an eager write ([`EAGER_FLUSH_RESPONSES`], doubled
     /// by each eager write of a burst).
     eager_at: usize,
+    /// Queued bytes that call for an eager write ([`EAGER_FLUSH_BYTES`], doubled by each
+    /// eager write of a burst up to [`EAGER_FLUSH_BYTES_MAX`]).
+    eager_bytes: usize,
 }
 
 impl Outbox {
@@ -173,6 +182,7 @@ impl Outbox {
             framing: None,
             responses: 0,
             eager_at: EAGER_FLUSH_RESPONSES,
+            eager_bytes: EAGER_FLUSH_BYTES,
         }
     }
 
@@ -182,17 +192,20 @@ impl Outbox {
 
     /// Whether the request that queued the last response should write the queue itself.
     fn eager_write_due(&self) -> bool {
-        self.queued_bytes() >= EAGER_FLUSH_BYTES || self.responses >= self.eager_at
+        self.queued_bytes() >= self.eager_bytes || self.responses >= self.eager_at
     }
 
     /// Everything queued was written: by an eager write (the next one in this burst waits
-    /// for twice the responses) or by the writer task (the burst is over).
+    /// for twice the responses or bytes) or by the writer task (the burst is over).
     fn written(&mut self, eagerly: bool) {
         self.responses = 0;
-        self.eager_at = if eagerly {
-            self.eager_at.saturating_mul(2)
+        (self.eager_at, self.eager_bytes) = if eagerly {
+            (
+                self.eager_at.saturating_mul(2),
+                (self.eager_bytes * 2).min(EAGER_FLUSH_BYTES_MAX),
+            )
         } else {
-            EAGER_FLUSH_RESPONSES
+            (EAGER_FLUSH_RESPONSES, EAGER_FLUSH_BYTES)
         };
     }
 
@@ -1664,6 +1677,35 @@ mod tests {
         ob.out.extend_from_slice(&[0; EAGER_FLUSH_BYTES]);
         ob.response_queued();
         assert!(ob.eager_write_due(), "one large response");
+    }
+
+    /// Bytes double within a burst as well (single-row reads of ~250 bytes), up to the cap,
+    /// and start from 4 KiB again once the writer task has sent the rest.
+    #[test]
+    fn eager_writes_by_bytes_double_within_a_burst() {
+        let mut ob = Outbox::new();
+        let bytes_due = |ob: &mut Outbox| {
+            (1..=100_000)
+                .find(|_| {
+                    ob.out.extend_from_slice(&[0; 250]);
+                    ob.eager_write_due()
+                })
+                .map(|_| ob.out.split().len())
+        };
+        assert_eq!(bytes_due(&mut ob), Some(4_250));
+        ob.written(true);
+        assert_eq!(bytes_due(&mut ob), Some(8_250));
+        ob.written(true);
+        assert_eq!(bytes_due(&mut ob), Some(16_500));
+        for _ in 0..8 {
+            ob.written(true);
+        }
+        assert_eq!(
+            bytes_due(&mut ob),
+            Some(EAGER_FLUSH_BYTES_MAX.div_ceil(250) * 250)
+        );
+        ob.written(false);
+        assert_eq!(bytes_due(&mut ob), Some(4_250));
     }
 
     #[test]
