@@ -514,6 +514,12 @@ def generate(out_dir, docs=True):
                     "shard threads and the load generator at SCHED_FIFO 1, out of reach of the "
                     "host's fair-class threads (a diagnostic of the server's own tail, not a "
                     "target's measurement)" if any("isolated" in n for n, _ in steps) else "")
+                 + (f"; '90% own {cfg.get('own_open_threads')} in flight' is that step again with "
+                    f"{cfg.get('own_open_threads')} requests in flight instead of {cfg['threads']}: "
+                    f"at {cfg['threads']} a rate near the closed-loop maximum leaves each request "
+                    "little more than the saturation round trip before due operations wait for a "
+                    "free worker (a diagnostic of the generator's worker cap, not a target's "
+                    "measurement)" if any("in flight" in n for n, _ in steps) else "")
                  + ".\n")
         if op == "read":
             q = {k: (v.get("quiesce") or {}) for k, v in sysinfo.items()}

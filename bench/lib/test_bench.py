@@ -224,6 +224,8 @@ class Report(unittest.TestCase):
                          run(s, "fixed-read", "50%", 1000, 2 / k, target_rate=1000,
                              server_core_seconds=[[t, 0.01 * t, 0.5, 0.0] for t in (1, 2, 3)])]
             runs.append(run("amphora", "fixed-read", "50% isolated", 1000, 0.1, target_rate=1000))
+            runs.append(run("amphora", "fixed-read", "90% own 512 in flight", 7200, 0.2,
+                            target_rate=7200, in_flight=512))
             runs.append(run("amphora", "iot", "10/90", 0, 0, status="failed", error="boom\nwhy"))
             cfg = dict(harness.MODES["quick"], mode="quick", heap="2G", smp=1, server_cpus="0",
                        client_cpus="1")
@@ -254,6 +256,9 @@ class Report(unittest.TestCase):
             # The client start lag's p99 (a quarter of the p99 in stress_json), C / A.
             self.assertIn("| 10.0 / 10.0 | 0.500 / 0.125 |", md)
             self.assertIn("'50% isolated' is Amphora again at that step", md)
+            self.assertIn("| 90% own 512 in flight | 7,200 | — | 7,200 |", md)
+            self.assertIn("'90% own 512 in flight' is that step again with 512 requests in "
+                          "flight instead of 128", md)
             self.assertIn("- 50%, amphora: 0 of 3 seconds with p99 > 2 ms; host steal of the "
                           "server core — in those, 2.0% in the others; other processes on it — / 0.0%", md)
             text = docs.read_text()
