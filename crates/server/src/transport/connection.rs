@@ -69,7 +69,7 @@ const KEEP_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 pub const EAGER_FLUSH_BYTES: usize = 4 * 1024;
 /// The byte threshold doubles with each eager write of a burst, as the response count does
 /// ([`EAGER_FLUSH_RESPONSES`]), up to this. With a fixed 4 KiB a burst of 100 single-row
-/// reads (~250 bytes each) left in six writes; each `send` on loopback also runs the
+/// reads (~215 bytes each) left in six writes; each `send` on loopback also runs the
 /// client socket's receive path and its wake-up on the shard's core, ~20% of a shard's
 /// samples at 400k reads/s (docs/benchmarks.md, "Eager writes doubling by bytes").
 pub const EAGER_FLUSH_BYTES_MAX: usize = 64 * 1024;
