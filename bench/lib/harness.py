@@ -918,7 +918,7 @@ class Runner:
         finally:
             set_fifo(self.s.pid, "shard-", False)
 
-    def own_open_step(self, op, label, target, extra):
+    def own_open_step(self, op, label, args, extra):
         """The 90%-own step again with `own_open_threads` (512) requests in flight instead
         of `threads` (128). At 128 in flight a fixed rate R leaves each request at most
         128 / R on average for its round trip: at 90% of the closed-loop maximum that is only
@@ -929,9 +929,6 @@ class Runner:
         next to the step, not issue 7's measurement (docs/benchmarks.md, "The 90%-own reads
         and the 128 workers")."""
         c = self.cfg
-        args = [op, f"duration={c['step_s']}s", *self.common(), "-pop",
-                f"dist=UNIFORM(1..{c['partitions']})",
-                *self.rate(fixed=max(1, target), threads=c["own_open_threads"])]
         self.run("fixed-" + op, f"{label} {c['own_open_threads']} in flight", args,
                  timeout=self.sat_timeout(c["step_s"]),
                  extra={**extra, "in_flight": c["own_open_threads"]})
@@ -1012,15 +1009,17 @@ class Runner:
             if self.peer_max and own.get(op):
                 steps.append((f"{c['own_max_pct']}% own", None, own[op] * c["own_max_pct"] / 100))
             for label, pct, target in steps:
-                args = [op, f"duration={c['step_s']}s", *self.common(), "-pop", uni,
-                        *self.rate(fixed=max(1, target))]
+                def step_args(threads=None):
+                    return [op, f"duration={c['step_s']}s", *self.common(), "-pop", uni,
+                            *self.rate(fixed=max(1, target), threads=threads)]
+                args = step_args()
                 extra = {"target_rate": target, "pct_of_peer": pct}
                 self.run("fixed-" + op, label, args, timeout=self.sat_timeout(c["step_s"]),
                          extra=extra)
                 if pct is not None and pct == c.get("isolated_pct") and self.s.name == "amphora":
                     self.isolated_step(op, label, args, extra)
                 if pct is None and c.get("own_open_threads") and self.s.name == "amphora":
-                    self.own_open_step(op, label, target, extra)
+                    self.own_open_step(op, label, step_args(c["own_open_threads"]), extra)
 
         # 6. Reads during writes (the low-end-hardware seed): a fixed-rate writer over a tenth
         #    of the keys, started first, plus a latency-oriented reader (40 in flight) spread

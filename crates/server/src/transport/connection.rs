@@ -1651,21 +1651,28 @@ mod tests {
         assert_eq!(sasl_plain(b"nonul"), None);
     }
 
+    /// Queues responses of `size` bytes (counted as responses when `counted`) until an eager
+    /// write is due: how many were queued and their bytes, which are then taken out as if
+    /// written.
+    fn queue_until_due(ob: &mut Outbox, size: usize, counted: bool) -> Option<(usize, usize)> {
+        (1..=100_000)
+            .find(|_| {
+                ob.out.extend_from_slice(&vec![0; size]);
+                if counted {
+                    ob.response_queued();
+                }
+                ob.eager_write_due()
+            })
+            .map(|n| (n, ob.out.split().len()))
+    }
+
     /// The first answers of a burst leave after 16 responses, the next eager write of the
     /// same burst waits for twice as many, and the count starts again once the writer task
     /// has sent the rest; enough queued bytes call for a write whatever the count.
     #[test]
     fn eager_writes_come_sooner_at_the_start_of_a_burst() {
         let mut ob = Outbox::new();
-        let due_after = |ob: &mut Outbox| {
-            (1..=1000)
-                .find(|_| {
-                    ob.out.extend_from_slice(&[0; 13]);
-                    ob.response_queued();
-                    ob.eager_write_due()
-                })
-                .inspect(|_| ob.out.clear())
-        };
+        let due_after = |ob: &mut Outbox| queue_until_due(ob, 13, true).map(|(n, _)| n);
         assert_eq!(due_after(&mut ob), Some(EAGER_FLUSH_RESPONSES));
         ob.written(true);
         assert_eq!(due_after(&mut ob), Some(2 * EAGER_FLUSH_RESPONSES));
@@ -1684,14 +1691,7 @@ mod tests {
     #[test]
     fn eager_writes_by_bytes_double_within_a_burst() {
         let mut ob = Outbox::new();
-        let bytes_due = |ob: &mut Outbox| {
-            (1..=100_000)
-                .find(|_| {
-                    ob.out.extend_from_slice(&[0; 250]);
-                    ob.eager_write_due()
-                })
-                .map(|_| ob.out.split().len())
-        };
+        let bytes_due = |ob: &mut Outbox| queue_until_due(ob, 250, false).map(|(_, b)| b);
         assert_eq!(bytes_due(&mut ob), Some(4_250));
         ob.written(true);
         assert_eq!(bytes_due(&mut ob), Some(8_250));
