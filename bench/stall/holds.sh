@@ -14,9 +14,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rate=$3 secs=${4:-30}
 start_server "$bin" "$label"
-populate_chunk 0
-nt flush > /dev/null
-st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..750000)" > /dev/null
+populate_warm
 data="/dev/shm/holds-$label.data"
 perf record -e sched:sched_switch -e sched:sched_wakeup -C 0,1 -k mono -o "$data" \
   -- sleep $((secs + 8)) > /dev/null 2>&1 &

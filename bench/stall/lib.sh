@@ -57,6 +57,14 @@ populate_chunk() {
   st write n=750000 -rate threads=128 -pop seq=$(($1 * 750000 + 1))..$((($1 + 1) * 750000)) > /dev/null
 }
 
+# `populate_warm`: the first 750k keys of make bench's populate and a flush, then 30 s of
+# uniform reads over them at saturation (they fill the row cache).
+populate_warm() {
+  populate_chunk 0
+  nt flush > /dev/null
+  st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..750000)" > /dev/null
+}
+
 # `populate_compacted`: make bench's populate (3M standard1 keys in 4 chunks, a flush after
 # each), then its major compaction.
 populate_compacted() {

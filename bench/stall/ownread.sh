@@ -13,9 +13,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rate=$3 runs=${4:-2}
 start_server "$bin" "$label"
-populate_chunk 0
-nt flush > /dev/null
-st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..750000)" > /dev/null
+populate_warm
 stid=$(grep -l "^shard-0" /proc/"$P"/task/*/comm | head -1 | cut -d/ -f5)
 ev=task-clock,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_sendto
 counts() { awk -F, '$1 ~ /^[0-9.]+$/ {n = $3; sub(/syscalls:sys_enter_/, "", n); printf "%s=%.0f ", n, $1}' "$1"; }
