@@ -70,6 +70,27 @@ thread_local! {
     static POLLER: RefCell<Option<Waker>> = const { RefCell::new(None) };
     /// Turns of the event loop the idle poller kept from sleeping (see [`idle_poll_turns`]).
     static POLL_TURNS: Cell<u64> = const { Cell::new(0) };
+    /// See [`set_park_hook`].
+    static PARK_HOOK: RefCell<Option<ParkHook>> = const { RefCell::new(None) };
+}
+
+/// Told `true` when the shard's event loop starts running tasks (an unpark) and `false`
+/// when it has none left to run and waits for I/O or a timer (a park).
+pub type ParkHook = std::rc::Rc<dyn Fn(bool)>;
+
+/// Registers `hook` to run on the calling shard thread each time its event loop parks
+/// and unparks (the storage layer lets its background threads run while the shard waits:
+/// `amphora_storage::ShardStorage::park_hook`). Replaces an earlier one.
+pub fn set_park_hook(hook: Option<ParkHook>) {
+    PARK_HOOK.with(|h| *h.borrow_mut() = hook);
+}
+
+fn run_park_hook(running: bool) {
+    PARK_HOOK.with(|h| {
+        if let Some(hook) = &*h.borrow() {
+            hook(running);
+        }
+    });
 }
 
 /// How many times the calling shard's idle poller yielded to poll for I/O instead of
@@ -513,10 +534,14 @@ where
                 NAPPER.with(|n| n.borrow_mut().nap = nap);
                 let mut builder = tokio::runtime::Builder::new_current_thread();
                 builder.enable_all();
-                if !nap.is_zero() {
-                    // Off (the default), a park runs no hook at all.
+                if nap.is_zero() {
+                    builder
+                        .on_thread_park(|| run_park_hook(false))
+                        .on_thread_unpark(|| run_park_hook(true));
+                } else {
                     builder
                         .on_thread_park(|| {
+                            run_park_hook(false);
                             let nap = NAPPER.with(|n| n.borrow_mut().before_park(Instant::now()));
                             if let Some(d) = nap {
                                 std::thread::sleep(d);
@@ -524,6 +549,7 @@ where
                         })
                         .on_thread_unpark(|| {
                             NAPPER.with(|n| n.borrow_mut().after_unpark(Instant::now()));
+                            run_park_hook(true);
                         });
                 }
                 let rt = match builder.build() {
@@ -635,6 +661,39 @@ mod tests {
         );
         assert_eq!(passed, Some(Some(1)));
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        shards.close();
+        rt.join();
+    }
+
+    /// A park hook hears the event loop park while a task waits on a timer, and unpark
+    /// when it wakes.
+    #[test]
+    fn the_park_hook_hears_parks_and_unparks() {
+        let rt = start(
+            RtConfig {
+                nr_shards: 1,
+                pin: false,
+            },
+            |_| async {},
+        )
+        .expect("start");
+        let shards = rt.shards().clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop(shards.submit_to(0, move || async move {
+            let seen = std::rc::Rc::new(RefCell::new(Vec::new()));
+            let s = seen.clone();
+            set_park_hook(Some(std::rc::Rc::new(move |running| {
+                s.borrow_mut().push(running)
+            })));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            set_park_hook(None);
+            let _ = tx.send(seen.borrow().clone());
+        }));
+        let seen = rx.recv().expect("result");
+        assert!(
+            seen.windows(2).any(|w| w == [false, true]),
+            "a park then an unpark around the sleep: {seen:?}"
+        );
         shards.close();
         rt.join();
     }

@@ -161,12 +161,26 @@ impl Node {
         let failure_policy = cfg.commit_failure_policy;
         // Experiments only (not a cassandra.yaml key): the compaction thread's
         // nice value, default amphora_storage::DEFAULT_BACKGROUND_NICE.
-        let background_nice = std::env::var("AMPHORA_BACKGROUND_NICE")
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok());
-        let flush_nice = std::env::var("AMPHORA_FLUSH_NICE")
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok());
+        // "idle" is SCHED_IDLE (`amphora_storage::config::SCHED_IDLE_NICE`).
+        let nice_env = |name: &str| {
+            std::env::var(name).ok().and_then(|v| match v.trim() {
+                "idle" => Some(amphora_storage::config::SCHED_IDLE_NICE),
+                v => v.parse::<i32>().ok(),
+            })
+        };
+        let background_nice = nice_env("AMPHORA_BACKGROUND_NICE");
+        let flush_nice = nice_env("AMPHORA_FLUSH_NICE");
+        let micros_env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(std::time::Duration::from_micros)
+        };
+        // AMPHORA_BACKGROUND_GATE=1: `StorageConfig::background_gate` (with
+        // AMPHORA_FLUSH_NICE / AMPHORA_BACKGROUND_NICE=idle as measured).
+        let background_gate = std::env::var("AMPHORA_BACKGROUND_GATE").is_ok_and(|v| v == "1");
+        let grant_slice = micros_env("AMPHORA_GRANT_SLICE_US");
+        let grant_every = micros_env("AMPHORA_GRANT_EVERY_US");
         let flush_pace_max = std::env::var("AMPHORA_FLUSH_PACE_MAX_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -241,6 +255,13 @@ impl Node {
                     }
                     if let Some(n) = flush_nice {
                         scfg.flush_nice = n;
+                    }
+                    scfg.background_gate = background_gate;
+                    if let Some(d) = grant_slice {
+                        scfg.grant_slice = d;
+                    }
+                    if let Some(d) = grant_every {
+                        scfg.grant_every = d;
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;

@@ -553,8 +553,10 @@ thread_local! {
 
 /// Called by the executor between partitions, with the weight of the work since the
 /// last call ([`THROTTLE_CHECK_EVERY`] for a merged partition, 1 for a raw copy): sleeps
-/// to keep the thread at its share.
+/// to keep the thread at its share. Waits first while the shard runs requests
+/// (`crate::grant::pass`).
 fn throttle_point(weight: u32) {
+    crate::grant::pass();
     THROTTLE.with(|t| {
         let mut t = t.borrow_mut();
         let Some(t) = t.as_mut() else { return };

@@ -80,6 +80,16 @@ pub enum CommitFailurePolicy {
 /// writing at a fixed 160k/s and the write p99 grew to seconds.
 pub const DEFAULT_BACKGROUND_NICE: i32 = 19;
 
+/// A nice value above Linux's 19 that puts a background thread in `SCHED_IDLE` instead:
+/// it runs only in time the shard thread leaves (see `crate::grant`).
+pub const SCHED_IDLE_NICE: i32 = 20;
+
+/// Default [`StorageConfig::grant_slice`].
+pub const DEFAULT_GRANT_SLICE: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Default [`StorageConfig::grant_every`].
+pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_micros(600);
+
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -156,6 +166,17 @@ pub struct StorageConfig {
     /// node takes another from `AMPHORA_FLUSH_NICE` for experiments: at 19 the flush fell
     /// behind a busy shard and writes waited for memory).
     pub flush_nice: i32,
+    /// The flush and compaction threads wait while the shard's event loop runs tasks
+    /// (`crate::grant::Gate`; the server registers [`crate::shard::ShardStorage::park_hook`]
+    /// with its runtime). Off by default: measured, it took the background threads' turns
+    /// of 2-4 ms off the shard, but neither the fixed-rate write tails nor saturation got
+    /// clearly better (docs/benchmarks.md, "The background gate").
+    pub background_gate: bool,
+    /// How long the shard sleeps for a background thread that wants time (`crate::grant`);
+    /// zero grants none.
+    pub grant_slice: std::time::Duration,
+    /// How much of the shard's time passes between two granted slices.
+    pub grant_every: std::time::Duration,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
     /// they reach [`FLUSH_PACE_SHARE`] of the half budget they may fill) instead of
@@ -205,6 +226,9 @@ impl StorageConfig {
             row_cache_partition_max_bytes: 1 << 20,
             background_nice: DEFAULT_BACKGROUND_NICE,
             flush_nice: 0,
+            background_gate: false,
+            grant_slice: DEFAULT_GRANT_SLICE,
+            grant_every: DEFAULT_GRANT_EVERY,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,

@@ -312,13 +312,23 @@ struct Worker {
 }
 
 impl Worker {
-    /// A background thread at `nice` (see [`StorageConfig::background_nice`]).
-    fn start(name: String, nice: i32) -> Result<Self> {
+    /// A background thread at `nice` (see [`StorageConfig::background_nice`]), waiting
+    /// at `gate` while the shard runs requests (`crate::grant::pass`) when given one.
+    /// A `lower` thread also waits while another wants the shard's time.
+    fn start(
+        name: String,
+        nice: i32,
+        gate: Option<Arc<crate::grant::Gate>>,
+        lower: bool,
+    ) -> Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                if nice != 0 {
+                crate::grant::set_thread_gate(gate, lower);
+                if nice >= crate::config::SCHED_IDLE_NICE {
+                    set_sched_idle();
+                } else if nice != 0 {
                     // Linux nice values are per thread. Lowering one's own priority needs no
                     // privilege; a failure only leaves the thread at the shard's priority.
                     if let Err(e) =
@@ -346,12 +356,28 @@ impl Worker {
     }
 }
 
+/// Puts the calling thread in `SCHED_IDLE` (no privilege needed to lower one's own
+/// policy); a failure only leaves it in the fair class.
+fn set_sched_idle() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        tracing::warn!(
+            "cannot put a background thread in SCHED_IDLE: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 impl Drop for Inner {
     /// Ends the pacing of running flushes: the flush worker is joined when its field drops,
     /// and a paced flush with no more writes to keep pace with would hold that up for
     /// `flush_pace_max`.
     fn drop(&mut self) {
         self.flush_pacer.hurry();
+        self.granter.gate.open_for_good();
     }
 }
 
@@ -403,6 +429,8 @@ struct Inner {
     compaction_share: CompactionShare,
     /// What paced flushes keep pace with.
     flush_pacer: FlushPacer,
+    /// Core time for background threads that want it (`crate::grant`).
+    granter: crate::grant::Granter,
     /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
     flush_failures: u64,
     last_flush_error: Option<String>,
@@ -632,6 +660,8 @@ impl ShardStorage {
         let shard = cfg.shard;
         let nice = cfg.background_nice;
         let flush_nice = cfg.flush_nice;
+        let granter = crate::grant::Granter::new(cfg.grant_slice, cfg.grant_every);
+        let gate = cfg.background_gate.then(|| granter.gate.clone());
         let metrics = StorageMetrics {
             corrupt_sstables: corrupt,
             ..Default::default()
@@ -661,13 +691,14 @@ impl ShardStorage {
             flush_done: Arc::new(Notify::new()),
             compaction_share: CompactionShare::default(),
             flush_pacer: FlushPacer::default(),
+            granter,
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
-            flusher: Worker::start(format!("flush-{shard}"), flush_nice)?,
-            compactor: Worker::start(format!("compaction-{shard}"), nice)?,
-            janitor: Worker::start(format!("janitor-{shard}"), 0)?,
-            prefaulter: Worker::start(format!("prefault-{shard}"), nice)?,
+            flusher: Worker::start(format!("flush-{shard}"), flush_nice, gate.clone(), false)?,
+            compactor: Worker::start(format!("compaction-{shard}"), nice, gate, true)?,
+            janitor: Worker::start(format!("janitor-{shard}"), 0, None, false)?,
+            prefaulter: Worker::start(format!("prefault-{shard}"), nice, None, false)?,
             replay_lock: Arc::new(std::sync::Mutex::new(())),
             cache_updates: std::collections::VecDeque::new(),
             closed: false,
@@ -682,6 +713,19 @@ impl ShardStorage {
 
     pub fn config(&self) -> StorageConfig {
         self.inner.borrow().cfg.clone()
+    }
+
+    /// With [`StorageConfig::background_gate`], what the shard's event loop tells when
+    /// it parks (`false`) and unparks (`true`): the flush and compaction threads run
+    /// while it is parked (`crate::grant::Gate`). Register it with the runtime
+    /// (`amphora_rt::set_park_hook`).
+    pub fn park_hook(&self) -> Option<impl Fn(bool) + 'static> {
+        let inner = self.inner.borrow();
+        let gate = inner.granter.gate.clone();
+        inner
+            .cfg
+            .background_gate
+            .then_some(move |running| gate.shard_running(running))
     }
 
     /// Adds a table (creates its directory; opens SSTables already there).
@@ -832,6 +876,7 @@ impl ShardStorage {
             inner.flush_pacer.wrote(t.memtable.size_bytes - before);
             inner.metrics.writes += 1;
             inner.compaction_share.note_foreground();
+            inner.granter.on_request();
             let (over_mem, over_log) = flush_thresholds(inner, &log);
             (end, over_mem || over_log)
         };
@@ -1141,14 +1186,19 @@ impl ShardStorage {
             let hook = inner.cfg.before_flush.clone();
             let spares = inner.spares.clone();
             let direct = inner.cfg.flush_direct;
+            let wants = inner.granter.wants.clone();
             let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
                 inner.flush_pacer.pace(
                     inner.cfg.memtable_budget_bytes,
                     inner.cfg.flush_pace_max,
                     mem.partitions.len(),
+                    wants.clone(),
                 )
             });
             inner.flusher.submit(Box::new(move || {
+                // Behind its pace or waited for: wants the shard's time while it works
+                // (a paced flush stops wanting it while it naps ahead of its pace).
+                let _want = wants.on();
                 if let Some(h) = hook {
                     (h.0)();
                 }
@@ -2356,6 +2406,7 @@ impl ShardStorage {
         let inner = &mut *inner;
         inner.metrics.reads += 1;
         inner.compaction_share.note_foreground();
+        inner.granter.on_request();
         let t = inner
             .tables
             .get(&cmd.table)
@@ -2516,6 +2567,7 @@ fn flush_memtable(
         if batch.is_empty() && next.is_empty() && ahead.is_empty() && far.is_empty() {
             break;
         }
+        crate::grant::pass();
         prefetch_entries(&far);
         prefetch_contents(&next);
         warm_partitions(&batch);
@@ -2588,9 +2640,16 @@ impl FlushPacer {
     }
 
     /// The pace of a flush of `partitions` partitions submitted now.
-    fn pace(&self, budget: u64, max: Duration, partitions: usize) -> FlushPace {
+    fn pace(
+        &self,
+        budget: u64,
+        max: Duration,
+        partitions: usize,
+        wants: crate::grant::Wants,
+    ) -> FlushPace {
         FlushPace {
             pacer: self.clone(),
+            wants,
             epoch: self.epoch.load(AtomicOrdering::Relaxed),
             written_at_start: self.written.load(AtomicOrdering::Relaxed),
             span: ((budget / 2) as f64 * crate::config::FLUSH_PACE_SHARE).max(1.0),
@@ -2609,6 +2668,8 @@ impl FlushPacer {
 /// it never worked off (docs/benchmarks.md, "Flushes at the writes' pace").
 struct FlushPace {
     pacer: FlushPacer,
+    /// The flush job's want of the shard's time, given up while it naps.
+    wants: crate::grant::Wants,
     epoch: u64,
     written_at_start: u64,
     span: f64,
@@ -2639,6 +2700,7 @@ impl FlushPace {
             if want <= by_writes.max(by_time) {
                 return;
             }
+            let _nap = self.wants.off();
             std::thread::sleep(FLUSH_PACE_NAP);
         }
     }
@@ -2902,9 +2964,12 @@ mod tests {
     fn a_paced_flush_keeps_pace_with_the_writes() {
         let pacer = FlushPacer::default();
         pacer.wrote(5_000); // before the flush: not counted
-        let pace = pacer.pace(2_000, Duration::from_secs(600), 100);
+        let pace = pacer.pace(2_000, Duration::from_secs(600), 100, Default::default());
         pace.keep_pace(0);
-        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 50);
+        let rx = pacing(
+            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            50,
+        );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
         pacer.wrote(300); // 300 / 700 of the span: 42% of the partitions
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
@@ -2919,12 +2984,18 @@ mod tests {
     #[test]
     fn an_unpaced_flush_ends_the_pacing_of_earlier_ones() {
         let pacer = FlushPacer::default();
-        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 100);
+        let rx = pacing(
+            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            100,
+        );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
         pacer.hurry();
         rx.recv_timeout(Duration::from_secs(10))
             .expect("the hurry ends the pacing");
-        let rx = pacing(pacer.pace(2_000, Duration::from_secs(600), 100), 100);
+        let rx = pacing(
+            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            100,
+        );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
     }
 
@@ -2933,7 +3004,10 @@ mod tests {
     fn a_paced_flush_ends_by_its_longest_span() {
         let pacer = FlushPacer::default();
         let started = std::time::Instant::now();
-        let rx = pacing(pacer.pace(2_000, Duration::from_millis(300), 100), 100);
+        let rx = pacing(
+            pacer.pace(2_000, Duration::from_millis(300), 100, Default::default()),
+            100,
+        );
         rx.recv_timeout(Duration::from_secs(10))
             .expect("the time floor ends the pacing");
         assert!(started.elapsed() >= Duration::from_millis(300));

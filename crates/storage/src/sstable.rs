@@ -1072,6 +1072,9 @@ impl SSTableWriter {
     }
 
     fn write_chunk(&mut self, n: usize) -> Result<()> {
+        // A chunk's compression is tens of µs: on a flush or compaction thread, wait here
+        // while the shard runs requests.
+        crate::grant::pass();
         self.chunk_offsets.push(self.data_offset);
         let raw = &self.pending[..n];
         let body: &[u8] = match self.params.compressor {

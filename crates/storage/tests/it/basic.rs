@@ -286,6 +286,50 @@ fn a_paced_flush_waits_for_writes_but_not_for_an_explicit_flush_or_a_close() {
     });
 }
 
+/// With the background gate on, a flush waits while the shard says it runs requests, goes
+/// on once it parks, and a close does not wait for a gate left shut.
+#[test]
+fn the_background_gate_holds_a_flush_while_the_shard_runs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(dir.path());
+    cfg.background_gate = true;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg, vec![standard1(5)]).expect("open");
+        for n in 0..100u32 {
+            let m = standard1_write(5, &format!("k{n}"), Bytes::copy_from_slice(&[n as u8; 34]));
+            s.apply(&m).expect("apply").await.expect("ack");
+        }
+        let shard_running = s.park_hook().expect("a gate to drive");
+        shard_running(true);
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(300), s.flush_all()).await;
+        assert!(waited.is_err(), "the flush finished while the shard ran");
+        s.poll_background();
+        let m = s.metrics();
+        assert_eq!((m.flushes, m.pending_flushes), (0, 1), "{m:?}");
+        shard_running(false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.metrics().flushes == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the flush never went on"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            s.poll_background();
+        }
+        assert_eq!(read_all(&s, 5, 0).partitions.len(), 100);
+        // A flush held at a shut gate does not hold up the close.
+        let m = standard1_write(5, "late", Bytes::from_static(b"v"));
+        s.apply(&m).expect("apply").await.expect("ack");
+        shard_running(true);
+        let held = tokio::time::timeout(std::time::Duration::from_millis(50), s.flush_all()).await;
+        assert!(held.is_err(), "the flush finished while the shard ran");
+        let started = std::time::Instant::now();
+        drop(s);
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    });
+}
+
 /// A slice read skips SSTables whose clustering range lies outside the slice (issue 2: only
 /// the SSTables that can hold the data), unless they hold tombstones, which can reach
 /// beyond their rows' bounds.

@@ -1,0 +1,350 @@
+//! Core time a shard grants its background threads.
+//!
+//! The flush and compaction threads share the shard's core. In the kernel's fair class a
+//! runnable one takes the core in turns of 1-4 ms whenever the scheduler deems it owed
+//! time, and a request that arrives meanwhile waits that long (docs/benchmarks.md, "Writes
+//! at 90%: the server's own threads hold the shard"). At `SCHED_IDLE`
+//! ([`crate::config::SCHED_IDLE_NICE`]) they run only in time the shard leaves, and the
+//! shard's wake-up takes the core back at once. A background thread that cannot wait for
+//! idle time (a flush behind the writes' pace, or one that writes wait for) says so with
+//! [`Wants::on`]; while one does, the shard makes sure it gets a share of the core: when
+//! the shard was idle less than `grant_slice` in the last `grant_every` of requests, it
+//! sleeps `grant_slice` ([`Granter::on_request`]). So the background work gets its share
+//! in pieces no longer than a slice, and a shard with idle time of its own grants nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where a background thread on the shard's core waits while the shard runs requests.
+///
+/// Even at `SCHED_IDLE` a runnable thread is owed a sliver of the core (its weight is 3
+/// against the shard's 1024) and the kernel pays it in whole turns of a few ms (measured:
+/// 141 turns of 2.7 ms in 40 s of writes at 324k/s). So a background thread must not be
+/// runnable at all while the shard is: between steps of a few tens of µs it calls
+/// [`pass`], which blocks while the shard's event loop runs tasks. The shard opens the
+/// gate when it parks (nothing to run: `ShardStorage::park_hook`, from the runtime's park
+/// hook) and while it sleeps a granted slice ([`Granter`]), and closes it when it unparks.
+/// A gate nobody drives (storage used off a shard runtime: tools, tests) stays open.
+#[derive(Debug)]
+pub struct Gate {
+    /// The shard is running tasks.
+    busy: AtomicBool,
+    /// Time the shard was not running tasks, in ns (counted by the shard thread).
+    idle_ns: AtomicU64,
+    /// When it last stopped, in ns since `base`.
+    stopped_at: AtomicU64,
+    base: Instant,
+    /// The background threads that want the shard's time: a lower thread (compaction)
+    /// also waits while one does (the flush comes first).
+    wants: Wants,
+    /// Set at close: never wait again (the shard joins its threads).
+    open_for_good: AtomicBool,
+    waiting: AtomicU32,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+/// Longest a background thread waits before it looks at the gate again (a safety net:
+/// the shard's park wakes it).
+const GATE_RECHECK: Duration = Duration::from_millis(20);
+
+impl Gate {
+    fn new(wants: Wants) -> Self {
+        Gate {
+            busy: AtomicBool::new(false),
+            idle_ns: AtomicU64::new(0),
+            stopped_at: AtomicU64::new(0),
+            base: Instant::now(),
+            wants,
+            open_for_good: AtomicBool::new(false),
+            waiting: AtomicU32::new(0),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Time the shard was not running tasks so far (parked, or asleep for a grant).
+    fn idle(&self) -> Duration {
+        Duration::from_nanos(self.idle_ns.load(Ordering::Relaxed))
+    }
+
+    /// The shard starts (`true`) or stops (`false`) running tasks.
+    pub fn shard_running(&self, running: bool) {
+        let was = self.busy.swap(running, Ordering::SeqCst);
+        if was && !running {
+            self.stopped_at.store(self.now_ns(), Ordering::Relaxed);
+        } else if !was && running {
+            let idle = self
+                .now_ns()
+                .saturating_sub(self.stopped_at.load(Ordering::Relaxed));
+            self.idle_ns.fetch_add(idle, Ordering::Relaxed);
+        }
+        if !running && self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taken so a waiter between its check and its wait does not miss the wake-up.
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
+    }
+
+    /// Opens the gate for good (the storage is closing).
+    pub(crate) fn open_for_good(&self) {
+        self.open_for_good.store(true, Ordering::SeqCst);
+        self.shard_running(false);
+    }
+
+    fn pass(&self, lower: bool) {
+        let wait_for_wants = |g: &Gate| lower && g.wants.wanted();
+        if !self.busy.load(Ordering::Relaxed) && !wait_for_wants(self) {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        while !self.open_for_good.load(Ordering::SeqCst) {
+            let recheck = if self.busy.load(Ordering::SeqCst) {
+                GATE_RECHECK
+            } else if wait_for_wants(self) {
+                // Wants end with no wake-up: look again soon.
+                WANTS_RECHECK
+            } else {
+                break;
+            };
+            g = match self.cv.wait_timeout(g, recheck) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How often a lower background thread looks whether the flush still wants time.
+const WANTS_RECHECK: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// The gate of the shard whose background thread this is (set by the worker).
+    /// `true`: a lower thread, which also waits while another wants time.
+    static GATE: std::cell::RefCell<Option<(Arc<Gate>, bool)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes `gate` the calling background thread's gate; a `lower` thread (compaction) also
+/// waits while another (a flush) wants the shard's time.
+pub(crate) fn set_thread_gate(gate: Option<Arc<Gate>>, lower: bool) {
+    GATE.with(|g| *g.borrow_mut() = gate.map(|gate| (gate, lower)));
+}
+
+/// Called by background work between steps of a few tens of µs: waits while the shard
+/// of the calling thread runs tasks (returns at once off a gated thread).
+#[inline]
+pub(crate) fn pass() {
+    GATE.with(|g| {
+        if let Some((g, lower)) = g.borrow().as_ref() {
+            g.pass(*lower);
+        }
+    });
+}
+
+/// How many background threads want granted time (shared by the shard and its threads).
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Wants(Arc<AtomicU32>);
+
+impl Wants {
+    /// Wants time until the guard drops.
+    pub(crate) fn on(&self) -> WantOn {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        WantOn(self.clone())
+    }
+
+    /// Stops wanting time until the guard drops (a paced flush ahead of its pace, napping
+    /// inside a wanting job).
+    pub(crate) fn off(&self) -> WantOff {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+        WantOff(self.clone())
+    }
+
+    #[inline]
+    pub(crate) fn wanted(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 0
+    }
+}
+
+pub(crate) struct WantOn(Wants);
+
+impl Drop for WantOn {
+    fn drop(&mut self) {
+        (self.0).0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) struct WantOff(Wants);
+
+impl Drop for WantOff {
+    fn drop(&mut self) {
+        (self.0).0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The shard's side: when to sleep for the background threads.
+#[derive(Debug)]
+pub(crate) struct Granter {
+    pub(crate) wants: Wants,
+    pub(crate) gate: Arc<Gate>,
+    slice: Duration,
+    every: Duration,
+    /// When the current window of `every` ends (set when a want is first seen), and the
+    /// shard's idle time when it started.
+    due: Option<Instant>,
+    idle_at_start: Duration,
+    /// Slices granted so far.
+    pub(crate) granted: u64,
+}
+
+impl Granter {
+    pub(crate) fn new(slice: Duration, every: Duration) -> Self {
+        let wants = Wants::default();
+        Granter {
+            gate: Arc::new(Gate::new(wants.clone())),
+            wants,
+            slice,
+            every,
+            due: None,
+            idle_at_start: Duration::ZERO,
+            granted: 0,
+        }
+    }
+
+    /// Called for each request the shard runs: sleeps a slice when a background thread
+    /// wants time and the window that just ended left it less than a slice idle.
+    #[inline]
+    pub(crate) fn on_request(&mut self) {
+        // A gate no event loop drives (busy only between its unparks) has no background
+        // thread waiting at it: nothing to grant.
+        if !self.wants.wanted() || self.slice.is_zero() || !self.gate.busy.load(Ordering::Relaxed) {
+            self.due = None;
+            return;
+        }
+        self.grant();
+    }
+
+    #[cold]
+    fn grant(&mut self) {
+        let now = Instant::now();
+        match self.due {
+            Some(d) if now < d => return,
+            Some(_) if self.gate.idle().saturating_sub(self.idle_at_start) < self.slice => {
+                self.gate.shard_running(false);
+                std::thread::sleep(self.slice);
+                self.gate.shard_running(true);
+                self.granted += 1;
+            }
+            _ => {}
+        }
+        self.idle_at_start = self.gate.idle();
+        self.due = Some(Instant::now() + self.every);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wants_count_guards() {
+        let w = Wants::default();
+        assert!(!w.wanted());
+        let on = w.on();
+        assert!(w.wanted());
+        {
+            let _off = w.off();
+            assert!(!w.wanted());
+        }
+        assert!(w.wanted());
+        drop(on);
+        assert!(!w.wanted());
+    }
+
+    #[test]
+    fn granter_sleeps_only_while_wanted_due_and_short_of_idle_time() {
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_millis(2));
+        g.gate.shard_running(true);
+        g.on_request();
+        assert_eq!(g.granted, 0, "nothing wanted");
+        let _on = g.wants.on();
+        g.on_request();
+        assert_eq!(g.granted, 0, "the first want only starts the window");
+        std::thread::sleep(Duration::from_millis(3));
+        let t = Instant::now();
+        g.on_request();
+        assert_eq!(g.granted, 1, "a busy window ended: a slice");
+        assert!(t.elapsed() >= Duration::from_micros(50));
+        g.on_request();
+        assert_eq!(g.granted, 1, "the next window has not ended");
+        // A window with idle time of its own grants nothing.
+        g.gate.shard_running(false);
+        std::thread::sleep(Duration::from_millis(1));
+        g.gate.shard_running(true);
+        std::thread::sleep(Duration::from_millis(2));
+        g.on_request();
+        assert_eq!(g.granted, 1, "the shard was idle 1 ms of the window");
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 2);
+    }
+
+    #[test]
+    fn an_undriven_gate_grants_nothing_and_lets_everyone_pass() {
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_micros(1));
+        let _on = g.wants.on();
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_micros(10));
+            g.on_request();
+        }
+        assert_eq!(g.granted, 0);
+        set_thread_gate(Some(g.gate.clone()), false);
+        pass();
+        set_thread_gate(None, false);
+    }
+
+    #[test]
+    fn pass_waits_while_the_shard_runs() {
+        let wants = Wants::default();
+        let gate = Arc::new(Gate::new(wants.clone()));
+        gate.shard_running(true);
+        let passed = Arc::new(AtomicBool::new(false));
+        let spawn = |lower: bool| {
+            let (gate, passed) = (gate.clone(), passed.clone());
+            std::thread::spawn(move || {
+                set_thread_gate(Some(gate), lower);
+                pass();
+                passed.store(true, Ordering::SeqCst);
+            })
+        };
+        let t = spawn(false);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!passed.load(Ordering::SeqCst), "passed while the shard ran");
+        gate.shard_running(false);
+        t.join().expect("join");
+        assert!(passed.load(Ordering::SeqCst));
+        // A lower thread also waits while another wants time, with the shard parked.
+        passed.store(false, Ordering::SeqCst);
+        let on = wants.on();
+        let t = spawn(true);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !passed.load(Ordering::SeqCst),
+            "a lower thread passed a want"
+        );
+        drop(on);
+        t.join().expect("join");
+        assert!(passed.load(Ordering::SeqCst));
+        // Opened for good: nobody waits, even while the shard runs.
+        gate.shard_running(true);
+        gate.open_for_good();
+        gate.shard_running(true);
+        spawn(false).join().expect("join");
+    }
+}
