@@ -180,6 +180,7 @@ impl Node {
         // AMPHORA_FLUSH_NICE / AMPHORA_BACKGROUND_NICE=idle as measured).
         let background_gate = std::env::var("AMPHORA_BACKGROUND_GATE").is_ok_and(|v| v == "1");
         let grant_slice = micros_env("AMPHORA_GRANT_SLICE_US");
+        let grant_every = micros_env("AMPHORA_GRANT_EVERY_US");
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -187,7 +188,6 @@ impl Node {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map(|mb| mb << 20);
-        let grant_every = micros_env("AMPHORA_GRANT_EVERY_US");
         let flush_pace_max = std::env::var("AMPHORA_FLUSH_PACE_MAX_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())

@@ -175,7 +175,8 @@ pub struct StorageConfig {
     /// How long the shard sleeps for a background thread that wants time (`crate::grant`);
     /// zero grants none.
     pub grant_slice: std::time::Duration,
-    /// How much of the shard's time passes between two granted slices.
+    /// The window of requests after which the shard grants a `grant_slice` to a
+    /// background thread that wants time, unless it was idle that long in the window.
     pub grant_every: std::time::Duration,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
