@@ -319,9 +319,39 @@ fn row_base_timestamp(r: &Row) -> i64 {
 
 /// Encodes a canonical row into the arena (through `scratch`).
 fn encode_into(scratch: &mut Vec<u8>, arena: &mut Arena, r: &Row) -> Bytes {
+    encode_single_into(scratch, r);
+    arena.copy(scratch)
+}
+
+/// [`encode_single`] into `scratch`, emptied first.
+fn encode_single_into(scratch: &mut Vec<u8>, r: &Row) {
     scratch.clear();
     encode_single(scratch, r);
-    arena.copy(scratch)
+}
+
+/// Whether a write of row `r` could replace a single-row partition whole
+/// ([`replaces_whole`]): a cheap look at `r` before encoding it for the full check.
+fn may_replace_whole(r: &Row) -> bool {
+    r.deletion.is_none()
+        && (r.marker.is_some() || !r.cells.is_empty())
+        && r.cells
+            .iter()
+            .all(|(_, d)| matches!(d, ColumnData::Simple(c) if !c.is_counter))
+}
+
+/// Whether the single row encoded as `new` ([`encode_single`]) is what merging it into the
+/// one encoded as `old` gives: the same clustering (byte for byte), a cell for every
+/// column of `old`, and every timestamp newer than all of `old`'s, with nothing that
+/// expires or deletes ([`codec::SimpleRowSummary::shadows_whole`]).
+fn replaces_whole(old: &[u8], new: &[u8]) -> bool {
+    let (Some((_, old_row, old_sum)), Some((_, new_row, new_sum))) =
+        (single_parts(old), single_parts(new))
+    else {
+        return false;
+    };
+    new_sum.shadows_whole(&old_sum)
+        && codec::row_clustering_prefix(new_row)
+            .is_some_and(|c| codec::row_clustering_prefix(old_row) == Some(c))
 }
 
 /// The standalone update encoding (`codec::encode_update_standalone`) of a
@@ -554,6 +584,16 @@ impl Memtable {
             return grow;
         }
         if let MemPartition::Single(enc) = slot {
+            // A newer write of every column the row holds (standard1's overwrites) is the
+            // merge's whole result: its encoding replaces the old one with no decode,
+            // merge or second encoding.
+            if may_replace_whole(r) {
+                encode_single_into(&mut self.scratch, r);
+                if replaces_whole(enc, &self.scratch) {
+                    *slot = MemPartition::Single(self.arena.copy(&self.scratch));
+                    return 0;
+                }
+            }
             let old = decode_single(enc);
             if self.cmp.compare(&old.clustering.0, &r.clustering.0) == Ordering::Equal {
                 let merged = merge_rows_into(&self.schema, old, r);
@@ -1044,6 +1084,74 @@ mod tests {
                 inclusive: inclusive || len == 0,
             }
         })
+    }
+
+    /// A newer write of every column replaces a single-row partition's encoding whole
+    /// (`replaces_whole`); older, partial and expiring writes still merge. Either way the
+    /// partition reads back as merging the writes in turn gives.
+    #[test]
+    fn overwrites_of_single_rows_replace_or_merge() {
+        let schema = schema();
+        let key = PartitionKey::new(Bytes::from_static(b"k"));
+        let row = |ck: i32, ts: i64, v: Option<Cell>| Row {
+            clustering: Clustering(vec![int(ck)]),
+            marker: Some(LivenessInfo::new(ts)),
+            deletion: None,
+            cells: v
+                .map(|c| vec![(3, ColumnData::Simple(c))])
+                .unwrap_or_default(),
+        };
+        let steps = [
+            (row(1, 1, Some(Cell::live(1, int(10)))), false),
+            (row(1, 2, Some(Cell::live(2, int(20)))), true),
+            // Older: the newer cell stays.
+            (row(1, 1, Some(Cell::live(1, int(30)))), false),
+            // No cell for a column the row holds: that cell stays.
+            (row(1, 3, None), false),
+            (
+                row(1, 4, Some(Cell::expiring(4, 60, 1_000, int(40)))),
+                false,
+            ),
+            (row(1, 5, Some(Cell::live(5, int(50)))), true),
+            // Another clustering: the partition takes its general shape.
+            (row(2, 6, Some(Cell::live(6, int(60)))), false),
+        ];
+        let mut m = Memtable::new(schema.clone());
+        let mut want: Option<Row> = None;
+        for (r, whole) in &steps {
+            let before = match m.partitions.get(&key) {
+                Some(MemPartition::Single(enc)) => Some(enc.clone()),
+                _ => None,
+            };
+            let mut new = Vec::new();
+            encode_single(&mut new, r);
+            assert_eq!(
+                before.as_ref().is_some_and(|old| replaces_whole(old, &new)),
+                *whole,
+                "replaces whole: {r:?}"
+            );
+            let u = PartitionUpdate {
+                rows: vec![r.clone()],
+                ..Default::default()
+            };
+            m.apply(&key, &u, None);
+            match m.partitions.get(&key) {
+                Some(MemPartition::Single(enc)) => {
+                    want = Some(match want {
+                        Some(w) => amphora_types::data::merge_rows(&schema, &w, r),
+                        None => r.clone(),
+                    });
+                    assert_eq!(Some(decode_single(enc)), want);
+                }
+                other => {
+                    assert_eq!(r.clustering.0, vec![int(2)], "{other:?}");
+                    let Some(MemPartition::General(g)) = other else {
+                        panic!("no partition after {r:?}");
+                    };
+                    assert_eq!(g.rows.len(), 2);
+                }
+            }
+        }
     }
 
     proptest! {

@@ -545,6 +545,16 @@ pub fn summarize_simple_row(buf: &[u8], base: i64) -> Option<SimpleRowSummary> {
     (c.pos == buf.len()).then_some(s)
 }
 
+/// The bytes of the clustering a [`put_row`] encoding starts with; `None` for bytes that do
+/// not decode. Rows whose prefixes are byte-equal have equal clusterings.
+pub fn row_clustering_prefix(buf: &[u8]) -> Option<&[u8]> {
+    let mut c = SliceCursor { buf, pos: 0 };
+    for _ in 0..c.var()? {
+        c.skip_bytes()?;
+    }
+    buf.get(..c.pos)
+}
+
 /// Summarizes a partition's [`encode_update_standalone`] bytes when the partition is one
 /// row of simple cells and nothing else (what [`encode_row_standalone`] writes): its base
 /// and the row's summary; `None` for any other partition and for bytes that do not decode.
