@@ -133,6 +133,10 @@ pub struct ShardDb {
     /// True while `sampler` runs: the one branch reads and writes pay when it is off.
     sampling: StdCell<bool>,
     sampler: RefCell<Option<toppartitions::Sampler>>,
+    /// The disk wait of the last read [`ShardDb::read_now`] declined, for the
+    /// [`ShardDb::read_async`] of the same command that follows it: that read starts with
+    /// the wait instead of trying the read again.
+    declined: RefCell<Option<(ReadCommand, amphora_storage::diskwait::DiskWait)>>,
 }
 
 /// Opens (and replays) this shard's storage and installs it as the shard's database.
@@ -167,6 +171,7 @@ pub fn init_shard(
         table_counters: RefCell::new(stats::TableCounterMap::default()),
         sampling: StdCell::new(false),
         sampler: RefCell::new(None),
+        declined: RefCell::new(None),
     });
     DB.with(|d| *d.borrow_mut() = Some(db.clone()));
     Ok(db)
@@ -384,6 +389,14 @@ impl ShardDb {
     pub async fn read_async(&self, cmd: &ReadCommand) -> Result<ReadResult, ReplicaError> {
         self.sample_read(cmd);
         let started = std::time::Instant::now();
+        // The read `read_now` just declined starts with its wait (a try would only find
+        // the same bytes missing).
+        let declined = self.declined.borrow_mut().take();
+        if let Some((c, w)) = declined
+            && c == *cmd
+        {
+            return Box::pin(self.read_after_waits(cmd, w, started)).await;
+        }
         match self.storage.try_read(cmd) {
             Err(StorageError::WouldBlock(w)) => {
                 Box::pin(self.read_after_waits(cmd, *w, started)).await
@@ -393,11 +406,15 @@ impl ShardDb {
     }
 
     /// [`Self::read_async`] when the read needs no wait for the disk: None (nothing read,
-    /// nothing counted) when it would wait, for the caller to take `read_async`.
+    /// nothing counted) when it would wait, for the caller to take `read_async`, which
+    /// then starts with this read's wait.
     pub fn read_now(&self, cmd: &ReadCommand) -> Option<Result<ReadResult, ReplicaError>> {
         let started = std::time::Instant::now();
         match self.storage.try_read(cmd) {
-            Err(StorageError::WouldBlock(_)) => None,
+            Err(StorageError::WouldBlock(w)) => {
+                *self.declined.borrow_mut() = Some((cmd.clone(), *w));
+                None
+            }
             r => {
                 self.sample_read(cmd);
                 Some(self.count_read(cmd, started, r))

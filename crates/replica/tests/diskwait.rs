@@ -266,3 +266,78 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
         amphora_replica::uninstall();
     });
 }
+
+/// A point read `read_now` declines because its data chunk is not in the page cache goes
+/// on in the `read_async` that follows with that chunk's wait: no second try finds the
+/// same chunk missing (each try that would wait counts a disk wait). Only the Data.db
+/// files are evicted, so a point read misses one chunk at most.
+#[test]
+fn a_declined_read_starts_with_its_wait() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = StorageConfig::new(dir.path(), 0);
+    cfg.auto_compaction = false;
+    cfg.block_cache_bytes = Some(0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let db = amphora_replica::init_shard(cfg, vec![table()], 1).expect("open");
+        for n in 0..KEYS {
+            db.apply(write(n)).await.expect("applied");
+        }
+        db.flush_all().await.expect("flush");
+        let evict_data = |dir: &std::path::Path| {
+            let mut evicted = 0;
+            for e in walk(dir) {
+                if e.to_string_lossy().ends_with("Data.db") {
+                    let f = std::fs::File::open(&e).expect("open");
+                    let left = amphora_storage::diskwait::drop_from_page_cache(&f).expect("evict");
+                    assert_eq!(left, 0, "pages of {} left resident", e.display());
+                    evicted += 1;
+                }
+            }
+            assert!(evicted > 0, "no Data.db under {}", dir.display());
+        };
+        let mut declined = 0;
+        for round in 0..ROUNDS {
+            evict_data(dir.path());
+            for n in (round..KEYS).step_by(97) {
+                if let Some(r) = db.read_now(&read(n)) {
+                    // Served: its chunk came in with an earlier read's readahead.
+                    assert_eq!(value_of(&r.expect("read")), Some(value(n)), "key {n}");
+                    continue;
+                }
+                declined += 1;
+                let before = db.storage().metrics().disk_waits;
+                let r = db.read_async(&read(n)).await.expect("read");
+                assert_eq!(value_of(&r), Some(value(n)), "key {n}");
+                assert_eq!(
+                    db.storage().metrics().disk_waits,
+                    before,
+                    "key {n}: the read tried again before it waited"
+                );
+            }
+            if declined > 0 {
+                break;
+            }
+        }
+        assert!(declined > 0, "read_now declined no read");
+        amphora_replica::uninstall();
+    });
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
