@@ -106,15 +106,49 @@ fn value_of(r: &amphora_storage::ReadResult) -> Option<Bytes> {
 
 /// Drops every file under `dir` from the page cache.
 fn evict(dir: &std::path::Path) {
+    evict_where(dir, &|_| true);
+}
+
+/// Drops the files under `dir` whose paths `pick` accepts from the page cache; returns
+/// how many it dropped.
+fn evict_where(dir: &std::path::Path, pick: &dyn Fn(&std::path::Path) -> bool) -> usize {
+    let mut evicted = 0;
     for e in std::fs::read_dir(dir).expect("dir") {
         let p = e.expect("entry").path();
         if p.is_dir() {
-            evict(&p);
-        } else if let Ok(f) = std::fs::File::open(&p) {
+            evicted += evict_where(&p, pick);
+        } else if pick(&p)
+            && let Ok(f) = std::fs::File::open(&p)
+        {
             let left = amphora_storage::diskwait::drop_from_page_cache(&f).expect("evict");
             assert_eq!(left, 0, "pages of {} left resident", p.display());
+            evicted += 1;
         }
     }
+    evicted
+}
+
+/// Runs `test` on a shard of `tables` in a fresh directory (no auto-compaction, no block
+/// cache: every read of an SSTable goes to its files), given the shard and the directory.
+fn on_shard<F, Fut>(tables: Vec<Arc<TableSchema>>, test: F)
+where
+    F: FnOnce(std::rc::Rc<amphora_replica::ShardDb>, std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = StorageConfig::new(dir.path(), 0);
+    cfg.auto_compaction = false;
+    cfg.block_cache_bytes = Some(0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let db = amphora_replica::init_shard(cfg, tables, 1).expect("open");
+        test(db, dir.path().to_path_buf()).await;
+        amphora_replica::uninstall();
+    });
 }
 
 /// Rounds of evicting the files and reading, until a read waited for the disk. One round
@@ -128,17 +162,7 @@ const ROUNDS: usize = 7;
 
 #[test]
 fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let mut cfg = StorageConfig::new(dir.path(), 0);
-    cfg.auto_compaction = false;
-    cfg.block_cache_bytes = Some(0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
-        let db = amphora_replica::init_shard(cfg, vec![table(), counter_table()], 1).expect("open");
+    on_shard(vec![table(), counter_table()], |db, dir| async move {
         for n in 0..KEYS {
             db.apply(write(n)).await.expect("applied");
         }
@@ -151,12 +175,12 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
             assert_eq!(value_of(&r), Some(value(n)));
         }
         assert_eq!(db.storage().metrics().disk_waits, 0);
-        evict(dir.path());
+        evict(&dir);
 
         // Many reads at once, as a shard serves them: every one completes with its data.
         let mut reads = (1..KEYS).step_by(61).count();
         for round in 0..ROUNDS {
-            evict(dir.path());
+            evict(&dir);
             let mut tasks = Vec::new();
             for n in (round..=KEYS).step_by(ROUNDS) {
                 reads += 1;
@@ -184,7 +208,7 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
 
         // Each read returns what the blocking read returns, evicted or not, and a key that
         // is absent reads as absent.
-        evict(dir.path());
+        evict(&dir);
         for n in [1, 2, 500, 2999, KEYS, KEYS + 1] {
             let waited = db.read_async(&read(n)).await.expect("read");
             let blocking = db.read(&read(n)).expect("read");
@@ -199,7 +223,7 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
         // A scan of evicted files waits for windows of them, and returns every partition.
         let all = ReadCommand::new(TableId(TABLE), PartitionRange::all(), 0);
         for round in 0..ROUNDS {
-            evict(dir.path());
+            evict(&dir);
             let before = db.storage().metrics().disk_waits;
             let scanned = db.read_async(&all).await.expect("scan");
             let waits = db.storage().metrics().disk_waits - before;
@@ -235,7 +259,7 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
         let before = db.storage().metrics().disk_waits;
         let mut rounds = 0;
         while rounds < ROUNDS && db.storage().metrics().disk_waits == before {
-            evict(dir.path());
+            evict(&dir);
             let mut tasks = Vec::new();
             for by in 10..13 {
                 for n in (rounds..ROWS).step_by(ROUNDS) {
@@ -263,7 +287,6 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
             };
             assert_eq!(counter(&db, n).await, want, "counter {n}");
         }
-        amphora_replica::uninstall();
     });
 }
 
@@ -273,36 +296,18 @@ fn reads_of_evicted_sstables_wait_off_the_shard_and_return_the_data() {
 /// files are evicted, so a point read misses one chunk at most.
 #[test]
 fn a_declined_read_starts_with_its_wait() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let mut cfg = StorageConfig::new(dir.path(), 0);
-    cfg.auto_compaction = false;
-    cfg.block_cache_bytes = Some(0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
-        let db = amphora_replica::init_shard(cfg, vec![table()], 1).expect("open");
+    on_shard(vec![table()], |db, dir| async move {
         for n in 0..KEYS {
             db.apply(write(n)).await.expect("applied");
         }
         db.flush_all().await.expect("flush");
-        let evict_data = |dir: &std::path::Path| {
-            let mut evicted = 0;
-            for e in walk(dir) {
-                if e.to_string_lossy().ends_with("Data.db") {
-                    let f = std::fs::File::open(&e).expect("open");
-                    let left = amphora_storage::diskwait::drop_from_page_cache(&f).expect("evict");
-                    assert_eq!(left, 0, "pages of {} left resident", e.display());
-                    evicted += 1;
-                }
-            }
+        let evict_data = || {
+            let evicted = evict_where(&dir, &|p| p.to_string_lossy().ends_with("Data.db"));
             assert!(evicted > 0, "no Data.db under {}", dir.display());
         };
         let mut declined = 0;
         for round in 0..ROUNDS {
-            evict_data(dir.path());
+            evict_data();
             for n in (round..KEYS).step_by(97) {
                 if let Some(r) = db.read_now(&read(n)) {
                     // Served: its chunk came in with an earlier read's readahead.
@@ -324,20 +329,5 @@ fn a_declined_read_starts_with_its_wait() {
             }
         }
         assert!(declined > 0, "read_now declined no read");
-        amphora_replica::uninstall();
     });
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).expect("dir") {
-        let p = e.expect("entry").path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
