@@ -12,8 +12,9 @@
 //! kept by the owner of the SSTable set (`ShardStorage`, on the shard thread, in the same
 //! step that changes the set):
 //! - flush installed: the flushed memtable's partitions that are cached are merged into
-//!   their entries ([`RowCache::merge_flushed`]); one that grows past the partition limit
-//!   is dropped;
+//!   their entries ([`RowCache::merge_flushed`]; a wide entry no reader holds takes the
+//!   flushed rows in place, [`CachedPartition::merge_in_place`]); one that grows past the
+//!   partition limit is dropped;
 //! - compaction installed: the outputs hold the inputs' logical content unless something was
 //!   purged (tombstones or expired data older than gc_before), so entries stay, except when
 //!   an input may hold purgeable data: then the table's entries are dropped. The cache
@@ -38,8 +39,9 @@ use std::sync::Arc;
 
 use amphora_types::codec::{self, DecodeError, SimpleRowSummary};
 use amphora_types::data::{
-    ColumnData, LocalTime, PartitionKey, PartitionUpdate, Row, UpdateView, merge_partition_updates,
-    merge_partition_updates_owned, merge_partition_updates_owned_view,
+    ColumnData, InPlaceMerge, LocalTime, PartitionKey, PartitionUpdate, Row, UpdateView,
+    merge_into_in_place, merge_partition_updates, merge_partition_updates_owned,
+    merge_partition_updates_owned_view,
 };
 use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
@@ -132,8 +134,9 @@ impl KeyBytes {
 }
 
 /// A cached partition: its key, its accounted cost and its content, shared (`Arc`) and
-/// never modified (a change installs a new one), so a read result may hold its rows. A
-/// hit follows one pointer from the key map to this.
+/// never modified while shared (a flush changes in place only an entry no reader holds,
+/// else installs a new one), so a read result may hold its rows. A hit follows one
+/// pointer from the key map to this.
 #[derive(Debug, PartialEq)]
 pub struct CachedPartition {
     table: TableId,
@@ -145,6 +148,9 @@ pub struct CachedPartition {
     /// deletions, complex deletions or empty rows, and this is the earliest expiry of a TTL
     /// cell or marker. `LocalTime::MIN` when there is no such time.
     pub rows_live_until: LocalTime,
+    /// Flush merges done in place since the entry's values were last copied into one
+    /// buffer ([`CachedPartition::merge_in_place`]).
+    merges_in_place: u8,
     /// For an entry of at most one row with no deletion of any kind (partition, range,
     /// row) and no static row: its newest timestamp; `i64::MAX` otherwise. A flushed row
     /// newer than this in every column replaces the entry whole ([`Self::replaced_by`]).
@@ -169,6 +175,30 @@ enum Flushed<'a> {
 }
 
 impl Flushed<'_> {
+    /// Merges this into `data` in place ([`merge_into_in_place`]); false when its shape
+    /// does not fit, with nothing done.
+    fn merge_into(
+        self,
+        schema: &TableSchema,
+        data: &mut PartitionUpdate,
+        obs: &mut Placed,
+    ) -> bool {
+        match self {
+            Flushed::Update(u) => merge_into_in_place(schema, data, UpdateView::of(u), obs),
+            Flushed::Mem(g) => merge_into_in_place(
+                schema,
+                data,
+                UpdateView {
+                    partition_deletion: g.deletion,
+                    static_row: g.static_row.as_ref(),
+                    range_tombstones: &g.range_tombstones,
+                    rows: g.rows.iter(),
+                },
+                obs,
+            ),
+        }
+    }
+
     /// `data` (an entry's rows, moved) merged with this.
     fn merged_into(self, schema: &TableSchema, data: PartitionUpdate) -> PartitionUpdate {
         match self {
@@ -295,6 +325,7 @@ impl CachedPartition {
             token: key.token,
             key: KeyBytes::of(&key.key),
             cost: 0,
+            merges_in_place: 0,
             rows_live_until: meta.live_until,
             shadow_below: meta.shadow_below,
             has_marker: meta.has_marker,
@@ -321,7 +352,8 @@ impl CachedPartition {
     }
 
     /// A copy of an encoded entry in allocations of its own (`None` for a decoded one:
-    /// its many allocations are renewed by flushes anyway).
+    /// its values are copied into new buffers by flush merges anyway, and its vectors are
+    /// mostly too large for the allocator's slabs).
     fn relocated(&self) -> Option<Self> {
         let Content::Encoded(b) = &self.content else {
             return None;
@@ -338,6 +370,7 @@ impl CachedPartition {
             rows_live_until: self.rows_live_until,
             shadow_below: self.shadow_below,
             has_marker: self.has_marker,
+            merges_in_place: 0,
             content: Content::Encoded(b.clone()),
         })
     }
@@ -397,6 +430,37 @@ impl CachedPartition {
             && regular_columns > 0
             && s.cells == regular_columns
             && newer(s.min_cell_timestamp)
+    }
+
+    /// Merges a flushed partition into this decoded entry where it is
+    /// ([`merge_into_in_place`]): the rows vector and the untouched rows stay, the values
+    /// of the rows merged or inserted are copied into a buffer of their own, and the cost
+    /// and live time are updated by what changed. Every [`COMPACT_EVERY_MERGES`]th time
+    /// all values go into one buffer again and both are worked out from scratch, which
+    /// bounds the buffers and the overwritten values the entry holds between. False, with
+    /// nothing done, for an encoded entry or a shape the in-place merge declines.
+    fn merge_in_place(&mut self, schema: &TableSchema, flushed: Flushed<'_>) -> bool {
+        let Content::Decoded(d) = &mut self.content else {
+            return false;
+        };
+        let vec_before = vec_bytes(&d.rows);
+        let mut obs = Placed::new(self.rows_live_until);
+        if !flushed.merge_into(schema, d, &mut obs) {
+            return false;
+        }
+        let vec_after = vec_bytes(&d.rows);
+        self.merges_in_place += 1;
+        if self.merges_in_place < COMPACT_EVERY_MERGES {
+            self.rows_live_until = obs.live_until;
+            let grown = vec_after + obs.heap_added + obs.buffers;
+            self.cost = (self.cost + grown).saturating_sub(vec_before + obs.heap_removed);
+            return true;
+        }
+        **d = compact(std::mem::take(&mut **d));
+        self.rows_live_until = live_until(d);
+        self.merges_in_place = 0;
+        self.cost = self.accounted_bytes();
+        true
     }
 
     /// Prefetches the entry itself (its key, metadata and content pointer).
@@ -530,19 +594,9 @@ const ALLOC_OVERHEAD: usize = 16;
 /// header `Bytes` gives it). Measured against jemalloc's heap profile of make bench's IoT
 /// phase: the old estimate (`PartitionUpdate::size_bytes`) counted about half of it.
 fn decoded_bytes(d: &PartitionUpdate) -> usize {
-    const SHARED_HEADER: usize = 48;
     let mut values = 0;
     let mut row = |r: &Row| {
-        values += r.clustering.0.iter().map(Bytes::len).sum::<usize>();
-        for (_, c) in &r.cells {
-            values += match c {
-                ColumnData::Simple(c) => c.value.len(),
-                ColumnData::Complex { cells, .. } => cells
-                    .iter()
-                    .map(|(p, c)| p.len() + c.value.len())
-                    .sum::<usize>(),
-            };
-        }
+        values += row_values(r);
         row_heap_bytes(r)
     };
     let mut n = alloc_size(std::mem::size_of::<PartitionUpdate>()) + vec_bytes(&d.rows);
@@ -559,6 +613,21 @@ fn decoded_bytes(d: &PartitionUpdate) -> usize {
     } else {
         0
     }
+}
+
+/// The bytes of a row's byte strings (clustering values, cell values, collection paths).
+fn row_values(r: &Row) -> usize {
+    let mut n = r.clustering.0.iter().map(Bytes::len).sum::<usize>();
+    for (_, c) in &r.cells {
+        n += match c {
+            ColumnData::Simple(c) => c.value.len(),
+            ColumnData::Complex { cells, .. } => cells
+                .iter()
+                .map(|(p, c)| p.len() + c.value.len())
+                .sum::<usize>(),
+        };
+    }
+    n
 }
 
 /// What an entry for `data` costs in the cache (what [`CachedPartition::build`] makes).
@@ -617,6 +686,71 @@ fn compact(mut data: PartitionUpdate) -> PartitionUpdate {
         }
     });
     data
+}
+
+/// Flush merges an entry takes in place ([`CachedPartition::merge_in_place`]) before its
+/// values are copied into one buffer again.
+const COMPACT_EVERY_MERGES: u8 = 8;
+
+/// First and largest buffer sizes of an in-place merge's values ([`Placed`]).
+const PLACED_CHUNK_MIN: usize = 512;
+const PLACED_CHUNK_MAX: usize = 64 << 10;
+
+/// The header `Bytes` puts on a buffer its slices share.
+const SHARED_HEADER: usize = 48;
+
+/// What an in-place flush merge placed: the values of the rows it merged or inserted,
+/// copied into buffers of its own (a memtable's arena chunk must not stay alive through
+/// the cache), and the accounting of what changed.
+struct Placed {
+    buf: BytesMut,
+    /// Capacity of the next buffer, when the current one is full: doubling from
+    /// [`PLACED_CHUNK_MIN`] (sizing one buffer for all the values up front took a pass
+    /// over the memtable's rows that cost as much as the merge's copies).
+    chunk: usize,
+    /// The buffers' accounted bytes.
+    buffers: usize,
+    heap_added: usize,
+    heap_removed: usize,
+    live_until: LocalTime,
+}
+
+impl Placed {
+    /// For placing rows into an entry live until `live_until`.
+    fn new(live_until: LocalTime) -> Self {
+        Placed {
+            buf: BytesMut::new(),
+            chunk: PLACED_CHUNK_MIN,
+            buffers: 0,
+            heap_added: 0,
+            heap_removed: 0,
+            live_until,
+        }
+    }
+}
+
+impl InPlaceMerge for Placed {
+    fn replacing(&mut self, old: &Row) {
+        self.heap_removed += row_heap_bytes(old);
+    }
+
+    fn placed(&mut self, row: &mut Row) {
+        self.heap_added += row_heap_bytes(row);
+        self.live_until = self.live_until.min(row_live_until(row));
+        row_bytes(row, &mut |b: &mut Bytes| {
+            if b.is_empty() {
+                return;
+            }
+            if self.buf.capacity() - self.buf.len() < b.len() {
+                let cap = self.chunk.max(b.len());
+                self.chunk = (2 * cap).min(PLACED_CHUNK_MAX);
+                self.buf = BytesMut::with_capacity(cap);
+                self.buffers += alloc_size(cap) + SHARED_HEADER;
+            }
+            self.buf.extend_from_slice(b);
+            *b = self.buf.split_to(b.len()).freeze();
+        });
+    }
 }
 
 /// What one [`RowCache::defrag_slice`] did.
@@ -1295,8 +1429,19 @@ impl RowCache {
             return;
         };
         let old_cost = old.cost;
-        // The rows of an entry no reader holds move into the merge instead of being
-        // copied (the entry, left empty, is replaced below or dropped as too big).
+        // An entry no reader holds takes the flushed rows where it is.
+        if let Some(e) = Arc::get_mut(old)
+            && e.merge_in_place(schema, flushed)
+        {
+            let cost = e.cost;
+            self.bytes = self.bytes - old_cost + cost;
+            if cost > self.partition_max || cost > self.capacity {
+                too_big.push(key.clone());
+            }
+            return;
+        }
+        // Otherwise the rows of an entry no reader holds move into the merge instead of
+        // being copied (the entry, left empty, is replaced below or dropped as too big).
         let merged = match Arc::get_mut(old).and_then(CachedPartition::take_decoded) {
             Some(data) => flushed.merged_into(schema, data),
             None => {
@@ -2139,6 +2284,99 @@ mod tests {
             if let Some(r) = reader {
                 assert_eq!(data_of(&r), cached, "the reader's copy is unchanged");
             }
+        }
+    }
+
+    /// Flush after flush, a wide entry no reader holds takes the flushed rows in place
+    /// (rows before, between and after its own, and overwrites of its own): its data stays
+    /// the merge of everything flushed, its values are copies (never slices of the
+    /// memtable's arena), its cost stays near what its content takes and is exactly that
+    /// after every periodic compaction of its values.
+    #[test]
+    fn wide_entries_take_flushed_rows_in_place() {
+        use amphora_types::schema::{ColumnKind, TableOptions};
+        let cd = crate::test_support::blob_column;
+        let schema = Arc::new(TableSchema::new(
+            TableId(1),
+            "ks",
+            "series",
+            vec![
+                cd("k", ColumnKind::PartitionKey),
+                cd("c", ColumnKind::Clustering),
+                cd("v", ColumnKind::Regular),
+            ],
+            TableOptions::default(),
+        ));
+        let v_id = schema.column("v").expect("v").0;
+        let row = |c: u8, ts: i64| Row {
+            clustering: Clustering(vec![Bytes::from(vec![c])]),
+            marker: None,
+            deletion: None,
+            cells: vec![(
+                v_id,
+                ColumnData::Simple(Cell::live(ts, Bytes::from(vec![c ^ ts as u8; 8]))),
+            )],
+        };
+        let (t, k) = (TableId(1), key(5, "series"));
+        let mut want = PartitionUpdate {
+            rows: (1..=8).map(|c| row(c * 10, 1)).collect(),
+            ..Default::default()
+        };
+        let mut c = RowCache::new(1 << 24, 1 << 20);
+        assert!(c.insert(t, &k, want.clone()).1);
+        for round in 0..2 * COMPACT_EVERY_MERGES + 1 {
+            let flushed = PartitionUpdate {
+                rows: vec![
+                    row(round, 2 + i64::from(round)),
+                    row(10 * (round % 8 + 1) + 5, 2),
+                    row(10 * (round % 8 + 1) + 10, 2 + i64::from(round)),
+                    row(200 + round, 2),
+                ],
+                ..Default::default()
+            };
+            let flushed = amphora_types::data::canonicalize(&schema, &flushed);
+            let mut mem = Memtable::new(schema.clone());
+            mem.apply(&k, &flushed, None);
+            c.merge_flushed(t, &schema, &mem);
+            want = merge_partition_updates(&schema, &want, &flushed);
+            let e = c.get(t, &k).cloned().expect("cached");
+            assert_eq!(data_of(&e), want, "round {round}");
+            assert_eq!(e.merges_in_place, (round + 1) % COMPACT_EVERY_MERGES);
+            let Some(MemPartition::General(g)) = mem.partitions.get(&k) else {
+                panic!("a memtable partition of several rows");
+            };
+            let cached_values: Vec<*const u8> = e
+                .decoded()
+                .expect("decoded")
+                .rows
+                .iter()
+                .flat_map(|r| r.cells.iter())
+                .filter_map(|(_, d)| match d {
+                    ColumnData::Simple(c) => Some(c.value.as_ptr()),
+                    ColumnData::Complex { .. } => None,
+                })
+                .collect();
+            for r in g.rows.iter() {
+                for (_, d) in &r.cells {
+                    if let ColumnData::Simple(m) = d {
+                        assert!(!cached_values.contains(&m.value.as_ptr()), "a copy");
+                    }
+                }
+            }
+            let exact = e.accounted_bytes();
+            if e.merges_in_place == 0 {
+                assert_eq!(e.cost, exact);
+            }
+            // Between compactions the entry also holds what overwrites left in its older
+            // buffers, and a buffer header per merge: over, never far under.
+            let merges = usize::from(e.merges_in_place);
+            assert!(
+                e.cost + 64 >= exact
+                    && e.cost <= exact + merges * (PLACED_CHUNK_MIN + SHARED_HEADER + 128),
+                "round {round}: {} vs {exact}",
+                e.cost
+            );
+            assert_eq!(c.stats().bytes, e.cost as u64);
         }
     }
 

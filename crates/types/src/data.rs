@@ -912,6 +912,138 @@ pub fn merge_partition_updates_owned_view<'b>(
     )
 }
 
+/// What [`merge_into_in_place`] tells its caller about the rows it changes.
+pub trait InPlaceMerge {
+    /// `old`, a row of the first input, is about to be merged with a row of the second.
+    fn replacing(&mut self, old: &Row);
+    /// `row` (new, or merged) is about to take its place in the result.
+    fn placed(&mut self, row: &mut Row);
+}
+
+/// [`merge_partition_updates_owned_view`] done inside `a`, for the shape a flush merging
+/// new rows into a wide cached partition (a time series) usually has: neither side has a
+/// partition deletion or range tombstones. `a`'s rows must be canonical (a cache entry's
+/// are). Rows of `b` that `a` lacks are inserted where they sort: each run of `a`'s rows
+/// after an insertion point moves once, within `a`'s own vector (grown by doubling);
+/// rows both hold are merged where they are; every other row of `a` stays untouched. The
+/// general merge builds a new vector of all rows each time, and a fresh multi-megabyte
+/// vector per cached partition per flush was mostly page zeroing (docs/benchmarks.md,
+/// "Flush merges into wide cache entries in place"). Returns false, with nothing done,
+/// when the shape does not fit.
+pub fn merge_into_in_place<'b>(
+    schema: &TableSchema,
+    a: &mut PartitionUpdate,
+    b: UpdateView<'b, impl Iterator<Item = &'b Row>>,
+    obs: &mut impl InPlaceMerge,
+) -> bool {
+    if a.partition_deletion.is_some()
+        || !a.range_tombstones.is_empty()
+        || b.partition_deletion.is_some()
+        || !b.range_tombstones.is_empty()
+    {
+        return false;
+    }
+    // A row's own deletion applied to it, as `apply_deletions` does.
+    let own_deletion = |r: &mut Row| {
+        if let Some(own) = r.deletion {
+            r.shadow(own);
+            r.deletion = Some(own);
+        }
+    };
+    if let Some(y) = b.static_row {
+        let mut merged = match a.static_row.take() {
+            Some(x) => {
+                obs.replacing(&x);
+                merge_rows_into(schema, x, y)
+            }
+            None => {
+                let mut r = y.clone();
+                own_deletion(&mut r);
+                r
+            }
+        };
+        a.static_row = (!merged.is_empty()).then(|| {
+            obs.placed(&mut merged);
+            merged
+        });
+    }
+    let cmp = schema.clustering_comparator();
+    let n = a.rows.len();
+    let mut inserts: Vec<(usize, Row)> = Vec::new();
+    let mut emptied = false;
+    let mut lo = 0;
+    for y in b.rows {
+        let pos = gallop(&a.rows, lo, |x| {
+            cmp.compare(&x.clustering.0, &y.clustering.0).is_lt()
+        });
+        match a.rows.get_mut(pos) {
+            Some(x) if cmp.compare(&x.clustering.0, &y.clustering.0).is_eq() => {
+                obs.replacing(x);
+                let mut merged = merge_rows_into(schema, std::mem::take(x), y);
+                obs.placed(&mut merged);
+                emptied |= merged.is_empty();
+                *x = merged;
+                lo = pos + 1;
+            }
+            _ => {
+                let mut r = y.clone();
+                own_deletion(&mut r);
+                if !r.is_empty() {
+                    obs.placed(&mut r);
+                    inserts.push((pos, r));
+                }
+                lo = pos;
+            }
+        }
+    }
+    let k = inserts.len();
+    if k > 0 {
+        a.rows.reserve(k);
+        a.rows.resize_with(n + k, Row::default);
+        // Backwards: the run of rows from each insertion point to the previous one moves
+        // right by the number of insertions at or before it, over the empty rows left
+        // at the run's end.
+        let mut end = n;
+        for (i, (pos, r)) in inserts.into_iter().enumerate().rev() {
+            a.rows[pos..end + i + 1].rotate_right(i + 1);
+            a.rows[pos + i] = r;
+            end = pos;
+        }
+    }
+    if emptied {
+        a.rows.retain(|r| !r.is_empty());
+    }
+    true
+}
+
+/// The first index at or after `lo` whose row is not `before` the one looked for (rows
+/// sorted, `before` true on a prefix): probes `lo`, then steps doubling from it, then a
+/// binary search within the last step. A flush's new rows mostly land next to each other
+/// (a time series' newest rows all go first, or all last), so each costs a probe or two
+/// where a binary search over the whole partition costs a dozen, each a chain of cache
+/// misses in a cold entry.
+fn gallop(rows: &[Row], lo: usize, before: impl Fn(&Row) -> bool) -> usize {
+    let mut known = match rows.get(lo) {
+        Some(r) if before(r) => lo,
+        _ => return lo,
+    };
+    let mut step = 1;
+    loop {
+        let probe = known + step;
+        match rows.get(probe) {
+            Some(r) if before(r) => {
+                known = probe;
+                step *= 2;
+            }
+            _ => {
+                let end = probe.min(rows.len());
+                let tail = rows.get(known + 1..end).unwrap_or_default();
+                return known + 1 + tail.partition_point(&before);
+            }
+        }
+    }
+}
+
 /// A row of the first input of [`merge_updates`]: borrowed (copied when it goes to the
 /// result unmerged) or owned (moved).
 trait RowIn {
@@ -1387,6 +1519,42 @@ pub(crate) mod proptests {
             })
     }
 
+    /// A canonical update of up to 12 rows over 24 clusterings (so merges insert runs
+    /// between, before and after the other side's rows), a partition deletion or range
+    /// tombstones one time in five.
+    fn wide_update() -> impl Strategy<Value = PartitionUpdate> {
+        (
+            prop::option::weighted(0.1, deletion()),
+            prop::option::weighted(0.3, row(true)),
+            prop::collection::vec((0i32..24, row(false)), 0..12),
+            prop::collection::vec(
+                (0i32..24, 0i32..24, any::<bool>(), any::<bool>(), deletion()),
+                0..2,
+            ),
+            0u8..10,
+        )
+            .prop_map(|(pd, sr, rows, rts, rt_chance)| {
+                let rows = rows
+                    .into_iter()
+                    .map(|(c, r)| Row {
+                        clustering: Clustering(vec![i(c)]),
+                        ..r
+                    })
+                    .collect();
+                let u = PartitionUpdate {
+                    partition_deletion: pd,
+                    static_row: sr,
+                    rows,
+                    range_tombstones: if rt_chance == 0 {
+                        tombstones(rts, true)
+                    } else {
+                        Vec::new()
+                    },
+                };
+                canonicalize(&test_schema(), &u)
+            })
+    }
+
     /// A row of simple cells of columns 2, 5 and 9 (each there or not), with or without
     /// a marker, every timestamp moved forward by `shift`.
     fn simple_row() -> impl Strategy<Value = Row> {
@@ -1486,6 +1654,33 @@ pub(crate) mod proptests {
             prop_assert_eq!(m(&a, &a), a.clone());
             prop_assert_eq!(m(&a, &b), m(&b, &a));
             prop_assert_eq!(m(&m(&a, &b), &c), m(&a, &m(&b, &c)));
+        }
+
+        /// The in-place merge gives what the general one does (or declines, changing
+        /// nothing, exactly when a side has a partition deletion or range tombstones), and
+        /// shows its observer every row it merges or inserts.
+        #[test]
+        fn in_place_merge_equals_the_merge(a in wide_update(), b in wide_update()) {
+            struct Seen { replaced: usize, placed: usize }
+            impl InPlaceMerge for Seen {
+                fn replacing(&mut self, _: &Row) { self.replaced += 1; }
+                fn placed(&mut self, _: &mut Row) { self.placed += 1; }
+            }
+            let s = test_schema();
+            let want = merge_partition_updates(&s, &a, &b);
+            let mut got = a.clone();
+            let mut seen = Seen { replaced: 0, placed: 0 };
+            let fits = a.partition_deletion.is_none() && a.range_tombstones.is_empty()
+                && b.partition_deletion.is_none() && b.range_tombstones.is_empty();
+            prop_assert_eq!(merge_into_in_place(&s, &mut got, UpdateView::of(&b), &mut seen), fits);
+            if fits {
+                prop_assert_eq!(&got, &want);
+                prop_assert!(seen.replaced <= seen.placed);
+                prop_assert!(seen.placed <= b.rows.len() + usize::from(b.static_row.is_some()));
+            } else {
+                prop_assert_eq!(&got, &a);
+                prop_assert_eq!(seen.placed, 0);
+            }
         }
 
         #[test]
