@@ -463,7 +463,7 @@ impl CachedPartition {
         if slack * SLACK_SHARE_MAX <= cost {
             self.rows_live_until = obs.live_until;
             self.cost = cost;
-            self.slack = slack as u32;
+            self.slack = u32::try_from(slack).unwrap_or(u32::MAX);
             return true;
         }
         **d = compact(std::mem::take(&mut **d));
