@@ -175,6 +175,16 @@ enum Flushed<'a> {
     Mem(&'a GeneralPartition),
 }
 
+/// A memtable partition's parts as the second input of a merge.
+fn mem_view(g: &GeneralPartition) -> UpdateView<'_, impl Iterator<Item = &Row>> {
+    UpdateView {
+        partition_deletion: g.deletion,
+        static_row: g.static_row.as_ref(),
+        range_tombstones: &g.range_tombstones,
+        rows: g.rows.iter(),
+    }
+}
+
 impl Flushed<'_> {
     /// Merges this into `data` in place ([`merge_into_in_place`]); false when its shape
     /// does not fit, with nothing done.
@@ -186,17 +196,7 @@ impl Flushed<'_> {
     ) -> bool {
         match self {
             Flushed::Update(u) => merge_into_in_place(schema, data, UpdateView::of(u), obs),
-            Flushed::Mem(g) => merge_into_in_place(
-                schema,
-                data,
-                UpdateView {
-                    partition_deletion: g.deletion,
-                    static_row: g.static_row.as_ref(),
-                    range_tombstones: &g.range_tombstones,
-                    rows: g.rows.iter(),
-                },
-                obs,
-            ),
+            Flushed::Mem(g) => merge_into_in_place(schema, data, mem_view(g), obs),
         }
     }
 
@@ -212,16 +212,7 @@ impl Flushed<'_> {
     fn merged_into(self, schema: &TableSchema, data: PartitionUpdate) -> PartitionUpdate {
         match self {
             Flushed::Update(u) => merge_partition_updates_owned(schema, data, u),
-            Flushed::Mem(g) => merge_partition_updates_owned_view(
-                schema,
-                data,
-                UpdateView {
-                    partition_deletion: g.deletion,
-                    static_row: g.static_row.as_ref(),
-                    range_tombstones: &g.range_tombstones,
-                    rows: g.rows.iter(),
-                },
-            ),
+            Flushed::Mem(g) => merge_partition_updates_owned_view(schema, data, mem_view(g)),
         }
     }
 }
@@ -2223,16 +2214,11 @@ mod tests {
         }
     }
 
-    /// A flushed partition of a table with clustering columns merges into a wide
-    /// (decoded) entry straight from the memtable's rows, also when a reader holds the
-    /// entry: the entry then equals the merge of the cached data with the flushed update
-    /// (new, overwritten and range-deleted rows, a static row).
-    #[test]
-    fn a_wide_entry_merged_from_the_memtable_equals_the_merge_of_the_updates() {
-        use amphora_types::data::{ClusteringBound, DeletionTime, RangeTombstone};
+    /// A table of blob columns `k` (partition key), `c` (clustering), `s` (static), `v`.
+    fn wide_schema() -> Arc<TableSchema> {
         use amphora_types::schema::{ColumnKind, TableOptions};
         let cd = crate::test_support::blob_column;
-        let schema = Arc::new(TableSchema::new(
+        Arc::new(TableSchema::new(
             TableId(1),
             "ks",
             "wide",
@@ -2243,20 +2229,33 @@ mod tests {
                 cd("v", ColumnKind::Regular),
             ],
             TableOptions::default(),
-        ));
+        ))
+    }
+
+    /// A row of [`wide_schema`] at the one-byte clustering `c`, holding `cell` in `v`.
+    fn wide_row(v_id: u32, c: u8, cell: Cell) -> Row {
+        Row {
+            clustering: Clustering(vec![Bytes::from(vec![c])]),
+            marker: None,
+            deletion: None,
+            cells: vec![(v_id, ColumnData::Simple(cell))],
+        }
+    }
+
+    /// A flushed partition of a table with clustering columns merges into a wide
+    /// (decoded) entry straight from the memtable's rows, also when a reader holds the
+    /// entry: the entry then equals the merge of the cached data with the flushed update
+    /// (new, overwritten and range-deleted rows, a static row).
+    #[test]
+    fn a_wide_entry_merged_from_the_memtable_equals_the_merge_of_the_updates() {
+        use amphora_types::data::{ClusteringBound, DeletionTime, RangeTombstone};
+        let schema = wide_schema();
         let (s_id, v_id) = (
             schema.column("s").expect("s").0,
             schema.column("v").expect("v").0,
         );
-        let row = |c: u8, ts: i64, v: u8| Row {
-            clustering: Clustering(vec![Bytes::from(vec![c])]),
-            marker: None,
-            deletion: None,
-            cells: vec![(
-                v_id,
-                ColumnData::Simple(Cell::live(ts, Bytes::from(vec![v; 8]))),
-            )],
-        };
+        let row =
+            |c: u8, ts: i64, v: u8| wide_row(v_id, c, Cell::live(ts, Bytes::from(vec![v; 8])));
         let cached = PartitionUpdate {
             rows: (0..8).map(|c| row(c, 1, c)).collect(),
             ..Default::default()
@@ -2322,29 +2321,10 @@ mod tests {
     /// after every periodic compaction of its values.
     #[test]
     fn wide_entries_take_flushed_rows_in_place() {
-        use amphora_types::schema::{ColumnKind, TableOptions};
-        let cd = crate::test_support::blob_column;
-        let schema = Arc::new(TableSchema::new(
-            TableId(1),
-            "ks",
-            "series",
-            vec![
-                cd("k", ColumnKind::PartitionKey),
-                cd("c", ColumnKind::Clustering),
-                cd("v", ColumnKind::Regular),
-            ],
-            TableOptions::default(),
-        ));
+        let schema = wide_schema();
         let v_id = schema.column("v").expect("v").0;
-        let row = |c: u8, ts: i64| Row {
-            clustering: Clustering(vec![Bytes::from(vec![c])]),
-            marker: None,
-            deletion: None,
-            cells: vec![(
-                v_id,
-                ColumnData::Simple(Cell::live(ts, Bytes::from(vec![c ^ ts as u8; 64]))),
-            )],
-        };
+        let row =
+            |c: u8, ts: i64| wide_row(v_id, c, Cell::live(ts, Bytes::from(vec![c ^ ts as u8; 64])));
         let (t, k) = (TableId(1), key(5, "series"));
         let mut want = PartitionUpdate {
             rows: (1..=64).map(|c| row(c * 3, 1)).collect(),
