@@ -195,6 +195,9 @@ impl Node {
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
         let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
+        // Commitlog segments written with pwrite instead of through a mapping with
+        // AMPHORA_COMMITLOG_MMAP=0 (`StorageConfig::commitlog_mmap`): an experiment knob.
+        let commitlog_mmap = std::env::var("AMPHORA_COMMITLOG_MMAP").map_or(true, |v| v != "0");
         // Spare data files for flushes (`StorageConfig::spare_data_bytes`; 0 keeps none):
         // an experiment knob, not a cassandra.yaml key.
         let spare_data_bytes = std::env::var("AMPHORA_SPARE_DATA_MB")
@@ -277,6 +280,7 @@ impl Node {
                         scfg.flush_pace_max = d;
                     }
                     scfg.flush_direct = flush_direct;
+                    scfg.commitlog_mmap = commitlog_mmap;
                     if spare_data_bytes.is_some() {
                         scfg.spare_data_bytes = spare_data_bytes;
                     }

@@ -118,6 +118,12 @@ pub struct StorageConfig {
     /// padded to whole 4 KiB blocks, so none waits for a read of a block whose page left the
     /// cache (unpadded, those were 40–68 ms stalls of the shard thread during a compaction).
     pub commitlog_reuse_segments: bool,
+    /// New commitlog segments are allocated whole and written through a memory mapping
+    /// (`commitlog::SegmentMap`): a copy per group of writes instead of a `pwrite`. On by
+    /// default; segments are then not reused (`commitlog_reuse_segments` is ignored). The
+    /// node takes `false` from `AMPHORA_COMMITLOG_MMAP=0` (experiments); a file system that
+    /// cannot allocate or map a file gets `pwrite`s either way.
+    pub commitlog_mmap: bool,
     /// Flushes write their Data.db with O_DIRECT, as compactions do: no copy into fresh
     /// page-cache pages, which on this project's VMs cost the flush thread ~2.5 ms per MB
     /// (the host backs each freed guest page anew on its first touch) and was over half
@@ -217,6 +223,7 @@ impl StorageConfig {
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
             commitlog_reuse_segments: true,
+            commitlog_mmap: true,
             flush_direct: false,
             spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,

@@ -642,6 +642,7 @@ impl ShardStorage {
             cfg.commitlog_segment_size_bytes,
             last_id,
             cfg.shard,
+            cfg.commitlog_mmap,
         )?;
         log.adopt_replayed(segs);
         if cfg.commitlog_reuse_segments {

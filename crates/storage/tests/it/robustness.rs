@@ -481,7 +481,10 @@ fn full_disk_child() {
         }
 
         let ballast = fill_disk(&mnt);
-        // Writes now fail with an error naming the commitlog file; none panics.
+        // Writes now fail with an error naming the commitlog file; none panics. The active
+        // segment's space was allocated when it was created (a mapped segment is allocated
+        // whole): writes that fit in it still succeed, and the first that needs a new
+        // segment fails, as does every one after it.
         let mut errors = Vec::new();
         for n in 0..100 {
             let k = format!("c{n}");
@@ -490,12 +493,15 @@ fn full_disk_child() {
                 Err(e) => Err(e),
             };
             match r {
-                Ok(()) => acked.push(k),
+                Ok(()) => {
+                    assert!(errors.is_empty(), "c{n} succeeded after {errors:?}");
+                    acked.push(k);
+                }
                 Err(e) => errors.push(e.to_string()),
             }
         }
         assert!(
-            errors.len() >= 90,
+            errors.len() >= 50,
             "writes kept succeeding on a full disk: {errors:?}"
         );
         for e in &errors {
