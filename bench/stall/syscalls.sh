@@ -18,7 +18,7 @@ nt flush > /dev/null
 op=${OP:-write}
 [ "$op" = read ] && st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..750000)" > /dev/null
 stid=$(grep -l "^shard-0" /proc/"$P"/task/*/comm | head -1 | cut -d/ -f5)
-events=raw_syscalls:sys_enter,context-switches,task-clock
+events=raw_syscalls:sys_enter,context-switches,task-clock,page-faults
 for s in epoll_wait recvfrom sendto pwritev pwrite64 futex clock_nanosleep; do events+=",syscalls:sys_enter_$s"; done
 for mode in saturation fixed; do
   r="-rate threads=128"

@@ -438,6 +438,7 @@ fn render_histogram(
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
+///   `amphora_commitlog_map_fallbacks_total`,
 ///   `amphora_sstables_spare_data_bytes`, `amphora_sstables_spare_data_reused_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
@@ -461,7 +462,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 27] = [
+    let shard_families: [Family<M>; 28] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -590,6 +591,13 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Commitlog segments that reused a discarded segment's file.",
             |m| m.commitlog_reused_segments,
+        ),
+        (
+            "amphora_commitlog_map_fallbacks_total",
+            "counter",
+            "Commitlog writes that fell back from the segment's memory mapping to pwritev \
+             (a reused file's page no longer in the page cache).",
+            |m| m.commitlog_map_fallbacks,
         ),
         (
             "amphora_sstables_spare_data_bytes",

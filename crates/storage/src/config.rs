@@ -118,9 +118,10 @@ pub struct StorageConfig {
     /// padded to whole 4 KiB blocks, so none waits for a read of a block whose page left the
     /// cache (unpadded, those were 40–68 ms stalls of the shard thread during a compaction).
     pub commitlog_reuse_segments: bool,
-    /// New commitlog segments are allocated whole and written through a memory mapping
-    /// (`commitlog::SegmentMap`): a copy per group of writes instead of a `pwrite`. On by
-    /// default; segments are then not reused (`commitlog_reuse_segments` is ignored). The
+    /// Commitlog segments are allocated whole and written through a memory mapping
+    /// (`commitlog::SegmentMap`): a copy per group of writes instead of a `pwritev`, into a
+    /// reused file's cached pages (a page that left the cache gets the padded `pwritev`,
+    /// checked with `mincore`). On by default. The
     /// node takes `false` from `AMPHORA_COMMITLOG_MMAP=0` (experiments); a file system that
     /// cannot allocate or map a file gets `pwrite`s either way.
     pub commitlog_mmap: bool,

@@ -68,6 +68,9 @@ pub struct StorageMetrics {
     pub commitlog_spare_segments: u64,
     /// New segments that reused a discarded segment's file.
     pub commitlog_reused_segments: u64,
+    /// Commitlog writes that fell back from the segment's mapping to `pwritev`, for a
+    /// reused file's page no longer in the page cache ([`Commitlog::map_fallbacks`]).
+    pub commitlog_map_fallbacks: u64,
     /// Bytes of replaced flush outputs' Data.db files kept for flushes ([`crate::spare`]).
     pub spare_data_bytes: u64,
     /// Flushes that wrote their Data.db over such a spare file.
@@ -2148,6 +2151,7 @@ impl ShardStorage {
         m.commitlog_segments = log.segment_count() as u64;
         m.commitlog_spare_segments = log.spare_count() as u64;
         m.commitlog_reused_segments = log.reused_segments;
+        m.commitlog_map_fallbacks = log.map_fallbacks();
         (m.spare_data_bytes, m.spare_data_reused) = inner.spares.usage();
         m.commitlog_syncs = log.syncs();
         m.commitlog_writes = log.writes;
