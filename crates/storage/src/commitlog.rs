@@ -805,8 +805,8 @@ impl Commitlog {
     /// blocks already allocated, in pages usually still cached: the kernel's buffered
     /// write skips allocating and zeroing page-cache pages and reserving delayed-allocation
     /// blocks, and write-back allocates nothing (an appending `pwrite` cost ~3x one into a
-    /// written file here), and no segment is unlinked.
-    ///
+    /// written file here), and no segment is unlinked. Mapped segments ([`SegmentMap`])
+    /// reuse files the same way, copying into their cached pages.
     pub fn set_reuse_limit(&mut self, limit: usize) {
         self.reuse_limit = limit;
     }
