@@ -27,6 +27,9 @@ fn child_config(dir: &std::path::Path) -> StorageConfig {
     c.memtable_budget_bytes = 256 << 10;
     c.commitlog_segment_size_bytes = 256 << 10;
     c.commitlog_reuse_segments = true;
+    // The child writes through mapped segments with CRASH_MMAP=1 (off by default, as the
+    // storage's default: see `StorageConfig::commitlog_mmap`).
+    c.commitlog_mmap = std::env::var("CRASH_MMAP").is_ok_and(|v| v == "1");
     c.auto_compaction = true;
     c
 }
