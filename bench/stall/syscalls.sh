@@ -5,7 +5,7 @@
 # A one-shard server (CPU 0) gets 750k standard1 keys and a flush (OP=read: and 30 s of
 # reads at saturation, which fill the row cache), then `amphora stress` (CPU 1, 128 in
 # flight) runs 20 s of uniform OPs at saturation and 20 s at RATE/s; 5 s
-# into each, `perf stat` counts 10 s of the shard thread's task-clock, context switches and
+# into each, `perf stat` counts 10 s of the shard thread's task-clock, context switches, page faults and
 # syscalls (all, and epoll_wait / recvfrom / sendto / pwritev / pwrite64 / futex /
 # clock_nanosleep: the idle naps). Prints
 # each run's rate and one line of counts. Needs perf with tracepoints (root).
