@@ -2348,33 +2348,7 @@ mod tests {
     #[test]
     fn writes_into_reused_files_fill_their_last_block() {
         let dir = tempfile::tempdir().expect("tmp");
-        let seg = 64 << 10;
-        let open = || {
-            Commitlog::open(
-                dir.path(),
-                SyncMode::Periodic { period_ms: 10_000 },
-                seg,
-                0,
-                0,
-                false,
-            )
-            .expect("open")
-        };
-        let mut log = open();
-        log.set_reuse_limit(8);
-        let mut n = 0u8;
-        while log.segment_count() < 4 {
-            log.append(&big_mutation(n, 1000)).expect("append");
-            n = n.wrapping_add(1);
-        }
-        let retired = log.discard_before(log.active.id);
-        retired.finish();
-        let spares = log.spares.lock().expect("spares").clone();
-        assert_eq!(spares.len(), 3);
-        // Old content that is not zero anywhere.
-        for p in &spares {
-            fs::write(p, vec![0xA5u8; seg as usize]).expect("old content");
-        }
+        let (mut log, mut n) = log_with_old_spares(dir.path(), false);
         let block = |log: &Commitlog| {
             let data = fs::read(&log.active.path).expect("read");
             let end = log.active.written as usize;
@@ -2405,29 +2379,21 @@ mod tests {
         assert!(log.active.reused && !last.is_multiple_of(4096));
         // A crash (no end marker): replay stops at the zeros.
         std::mem::forget(log);
-        let (replayed, report) = replay_after(dir.path(), first);
-        let tail = report.torn_tail.clone().expect("torn tail");
-        assert_eq!(tail.offset, last);
-        assert!(report.corrupt.is_empty(), "{report:?}");
-        // The mutations appended since the first segment that was not discarded, apart
-        // from the ones that went to that segment.
-        assert_eq!(replayed[..], written[written.len() - replayed.len()..]);
-        assert!(replayed.len() > 10);
+        assert_replay_stops_at(dir.path(), first, last, &written);
     }
-    /// A mapped log reuses spare files through the mapping: copies into their cached
-    /// pages (no fallback to `pwritev`), and a crash leaves a log whose replay stops where
-    /// the new entries end, before the old content behind them.
-    #[test]
-    fn reused_files_are_written_through_the_mapping() {
-        let dir = tempfile::tempdir().expect("tmp");
+
+    /// Segments of 64 KiB, appended to until there are four, the first three discarded:
+    /// a log with three spare files, each filled with old content that is not zero
+    /// anywhere (and in the page cache). Returns it and the next mutation number.
+    fn log_with_old_spares(dir: &Path, mapped: bool) -> (Commitlog, u8) {
         let seg = 64 << 10;
         let mut log = Commitlog::open(
-            dir.path(),
+            dir,
             SyncMode::Periodic { period_ms: 10_000 },
             seg,
             0,
             0,
-            true,
+            mapped,
         )
         .expect("open");
         log.set_reuse_limit(8);
@@ -2439,10 +2405,31 @@ mod tests {
         log.discard_before(log.active.id).finish();
         let spares = log.spares.lock().expect("spares").clone();
         assert_eq!(spares.len(), 3);
-        // Old content that is not zero anywhere (and in the page cache).
         for p in &spares {
             fs::write(p, vec![0xA5u8; seg as usize]).expect("old content");
         }
+        (log, n)
+    }
+
+    /// After a crash, replay of the segments after `first` reports a torn tail at `last`
+    /// (where the new entries end), no corruption, and the tail of `written`: the
+    /// mutations appended since `first`, apart from the ones that went to it.
+    fn assert_replay_stops_at(dir: &Path, first: u64, last: u64, written: &[Mutation]) {
+        let (replayed, report) = replay_after(dir, first);
+        let tail = report.torn_tail.clone().expect("torn tail");
+        assert_eq!(tail.offset, last);
+        assert!(report.corrupt.is_empty(), "{report:?}");
+        assert_eq!(replayed[..], written[written.len() - replayed.len()..]);
+        assert!(replayed.len() > 10);
+    }
+
+    /// A mapped log reuses spare files through the mapping: copies into their cached
+    /// pages (no fallback to `pwritev`), and a crash leaves a log whose replay stops where
+    /// the new entries end, before the old content behind them.
+    #[test]
+    fn reused_files_are_written_through_the_mapping() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mut log, mut n) = log_with_old_spares(dir.path(), true);
         let first = log.active.id;
         let mut written = Vec::new();
         while log.reused_segments < 2 {
@@ -2460,13 +2447,9 @@ mod tests {
         let last = log.active.written;
         // A crash (no end marker): replay stops at the old content.
         std::mem::forget(log);
-        let (replayed, report) = replay_after(dir.path(), first);
-        let tail = report.torn_tail.clone().expect("torn tail");
-        assert_eq!(tail.offset, last);
-        assert!(report.corrupt.is_empty(), "{report:?}");
-        assert_eq!(replayed[..], written[written.len() - replayed.len()..]);
-        assert!(replayed.len() > 10);
+        assert_replay_stops_at(dir.path(), first, last, &written);
     }
+
     /// The sync thread faults a mapped segment's pages in ahead of the copies: the first
     /// megabyte of a new segment, then two to three megabytes past what is written.
     #[test]
