@@ -282,7 +282,9 @@ fn reused_segment_files_replay_only_their_own_entries_with(mapped: bool) {
             .expect("truncate");
         if mapped {
             for name in spare_names(dir.path()) {
-                drop_cached_pages(&dir.path().join("commitlog").join(name));
+                let f = std::fs::File::open(dir.path().join("commitlog").join(name))
+                    .expect("open spare");
+                amphora_storage::diskwait::drop_from_page_cache(&f).expect("evict");
             }
         }
         // New content, shorter than the old: 700 writes, into reused files.
@@ -307,17 +309,6 @@ fn reused_segment_files_replay_only_their_own_entries_with(mapped: bool) {
         report.corrupt.is_empty() && report.torn_tail.is_none(),
         "{report:?}"
     );
-}
-
-/// Writes `path`'s dirty pages and drops its pages from the page cache.
-fn drop_cached_pages(path: &std::path::Path) {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).expect("open");
-    f.sync_all().expect("sync");
-    // SAFETY: the descriptor is open for the whole call; no pointers are passed.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(rc, 0, "fadvise");
 }
 
 #[test]
