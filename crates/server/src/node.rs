@@ -195,10 +195,10 @@ impl Node {
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
         let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
-        // Commitlog segments written through a mapping instead of with pwrite with
-        // AMPHORA_COMMITLOG_MMAP=1 (`StorageConfig::commitlog_mmap`, off by default until a
-        // crash-test failure is understood): an experiment knob.
-        let commitlog_mmap = std::env::var("AMPHORA_COMMITLOG_MMAP").is_ok_and(|v| v == "1");
+        // Commitlog segments written with pwrite instead of through a mapping with
+        // AMPHORA_COMMITLOG_MMAP=0 (`StorageConfig::commitlog_mmap`, on by default): an
+        // experiment knob, not a cassandra.yaml key.
+        let commitlog_mmap = std::env::var("AMPHORA_COMMITLOG_MMAP").map_or(true, |v| v != "0");
         // Spare data files for flushes (`StorageConfig::spare_data_bytes`; 0 keeps none):
         // an experiment knob, not a cassandra.yaml key.
         let spare_data_bytes = std::env::var("AMPHORA_SPARE_DATA_MB")

@@ -121,12 +121,9 @@ pub struct StorageConfig {
     /// Commitlog segments are allocated whole and written through a memory mapping
     /// (`commitlog::SegmentMap`): a copy per group of writes instead of a `pwritev`, into a
     /// reused file's cached pages (a page that left the cache gets the padded `pwritev`,
-    /// checked with `mincore`). **Off by default**: one of three `make test` runs of
-    /// 2026-12-05 had the kill -9 crash test (`crash_kill9_batch_mode`, mapping on) refuse
-    /// to reopen (`CommitlogCorrupt` in a closed segment: old content of a reused file
-    /// where an entry or the end marker should be); not reproduced in 120 more kills, cause
-    /// not found yet. The node takes `true` from `AMPHORA_COMMITLOG_MMAP=1` (experiments);
-    /// a file system that cannot allocate or map a file gets `pwrite`s either way.
+    /// checked with `mincore`). On by default; the node takes `false` from
+    /// `AMPHORA_COMMITLOG_MMAP=0` (experiments). A file system that cannot allocate or map
+    /// a file gets `pwrite`s either way.
     pub commitlog_mmap: bool,
     /// Flushes write their Data.db with O_DIRECT, as compactions do: no copy into fresh
     /// page-cache pages, which on this project's VMs cost the flush thread ~2.5 ms per MB
@@ -227,7 +224,7 @@ impl StorageConfig {
             commitlog_segment_size_bytes: 32 << 20,
             commitlog_total_space_bytes: 1 << 30,
             commitlog_reuse_segments: true,
-            commitlog_mmap: false,
+            commitlog_mmap: true,
             flush_direct: false,
             spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,

@@ -3,7 +3,10 @@
 //! storage and checks that every acknowledged write reads back with its latest value and
 //! that nothing deleted comes back.
 //!
-//! `CRASH_KILLS=<n>` sets the number of kills (default 20).
+//! `CRASH_KILLS=<n>` sets the number of kills (default 20). The children alternate between
+//! commitlog segments written through a mapping (even rounds) and with `pwritev` (odd
+//! rounds; each reopen replays what the other mode wrote); `CRASH_MMAP=1` or `=0` keeps
+//! every child in one mode.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -27,9 +30,11 @@ fn child_config(dir: &std::path::Path) -> StorageConfig {
     c.memtable_budget_bytes = 256 << 10;
     c.commitlog_segment_size_bytes = 256 << 10;
     c.commitlog_reuse_segments = true;
-    // The child writes through mapped segments with CRASH_MMAP=1 (off by default, as the
-    // storage's default: see `StorageConfig::commitlog_mmap`).
-    c.commitlog_mmap = std::env::var("CRASH_MMAP").is_ok_and(|v| v == "1");
+    // The child writes through mapped segments (`StorageConfig::commitlog_mmap`, the
+    // default) or with `pwritev`, as the parent says for its round.
+    if let Ok(v) = std::env::var("CRASH_CHILD_MMAP") {
+        c.commitlog_mmap = v == "1";
+    }
     c.auto_compaction = true;
     c
 }
@@ -127,6 +132,11 @@ fn crash_kill9_batch_mode() {
             ])
             .env("CRASH_CHILD_DIR", dir.path())
             .env("CRASH_CHILD_SEQ", next_seq.to_string())
+            .env(
+                "CRASH_CHILD_MMAP",
+                std::env::var("CRASH_MMAP")
+                    .unwrap_or_else(|_| if round % 2 == 0 { "1" } else { "0" }.into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
