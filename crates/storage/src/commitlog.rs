@@ -660,11 +660,12 @@ impl SegmentMap {
 /// glibc's stores the first 32–64 bytes of a copy after the rest, and `rep movsb` may
 /// store into a later page before it faults on an earlier one (written back, so
 /// write-protected): a kill during that fault left an earlier page's part of the copy
-/// unwritten and the later pages written (the crash test's failures; a C reproduction
-/// tore 46 of 60 kills with `memcpy`, 0 of 60 with this copy: docs/benchmarks.md, "A
-/// memory-mapped commitlog"). Volatile stores are neither reordered nor merged by the
-/// compiler, and x86 retires them in program order and faults precisely; 8-byte aligned
-/// stores each land whole.
+/// unwritten and the later pages written (the crash test's failures; a C reproduction,
+/// `bench/stall/torncopy.c`, tore 46 and 48 of 60 kills with `memcpy`, none with this
+/// copy: docs/benchmarks.md, "The mapped commitlog's crash-test failure"). Volatile
+/// stores are neither reordered nor merged by the compiler, and the CPU faults precisely
+/// (a killed thread's stores are those before the faulting one); 8-byte aligned stores
+/// each land whole.
 ///
 /// # Safety
 /// `dst..dst + src.len()` must be valid for writes and must not overlap `src`.
