@@ -442,7 +442,8 @@ fn render_histogram(
 ///   `amphora_sstables_spare_data_bytes`, `amphora_sstables_spare_data_reused_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
-///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
+///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total` /
+///   `_rejections_total`, `amphora_cache_row_bytes`, `amphora_cache_row_partitions` (the
 ///   row cache), `amphora_cache_block_hits_total` / `_misses_total`,
 ///   `amphora_cache_block_entries`, `amphora_cache_block_bytes`,
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
@@ -636,7 +637,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, get(&s.metrics));
         }
     }
-    let row_families: [Family<amphora_storage::StorageMetrics>; 8] = [
+    let row_families: [Family<amphora_storage::StorageMetrics>; 9] = [
         (
             "amphora_cache_row_hits_total",
             "counter",
@@ -646,7 +647,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         (
             "amphora_cache_row_misses_total",
             "counter",
-            "Single-partition reads that read SSTables (then cached unless too large).",
+            "Single-partition reads that read SSTables (then cached unless too large or not admitted).",
             |m| m.row_cache_misses,
         ),
         (
@@ -672,6 +673,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Cached partitions copied out of sparsely used allocator slabs (fragmentation).",
             |m| m.row_cache_defrag_moves,
+        ),
+        (
+            "amphora_cache_row_rejections_total",
+            "counter",
+            "Row cache misses not cached: the cache was full and the partition was asked for less often lately than the entry it would have evicted (TinyLFU admission).",
+            |m| m.row_cache_rejections,
         ),
         (
             "amphora_cache_row_bytes",

@@ -22,6 +22,7 @@ pub mod compaction;
 pub mod config;
 pub mod diskwait;
 pub mod error;
+mod frequency;
 mod grant;
 pub mod lz4;
 pub mod maintenance;

@@ -493,15 +493,16 @@ pub(crate) fn read_single<'a>(
     // SSTables hold within the slices.
     let mut cached = None;
     let mut from_sstables = None;
+    let mem_deletion = || {
+        held.iter()
+            .fold(None, |d, (_, p)| max_deletion(d, p.deletion()))
+    };
     if !row_cache.enabled() || t.sstables.is_empty() {
-        let mem_deletion = held
-            .iter()
-            .fold(None, |d, (_, p)| max_deletion(d, p.deletion()));
         from_sstables = read_sstables(
             &t,
             key,
             Some(&cmd.slices),
-            mem_deletion,
+            mem_deletion(),
             block_cache,
             &mut sstables_read,
             None,
@@ -522,8 +523,25 @@ pub(crate) fn read_single<'a>(
             }
             None => None,
         };
-        cached = Some(match hit {
-            Some(entry) => entry,
+        match hit {
+            Some(entry) => cached = Some(entry),
+            None if !row_cache.admits(t.table, key) => {
+                amphora_trace::event(|| {
+                    "Row cache miss, not cached: asked for less often than the entry it would evict"
+                        .to_string()
+                });
+                // Read as without the cache (only the slices), from copies of the bytes
+                // (detached), so its chunks do not fill the block cache either.
+                from_sstables = read_sstables(
+                    &t,
+                    key,
+                    Some(&cmd.slices),
+                    mem_deletion(),
+                    block_cache,
+                    &mut sstables_read,
+                    Some(row_cache.partition_max()),
+                )?;
+            }
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
                 // Detached: every value is a slice of a copy of its partition's bytes, so
@@ -543,9 +561,9 @@ pub(crate) fn read_single<'a>(
                 {
                     return Ok(r);
                 }
-                entry
+                cached = Some(entry);
             }
-        });
+        }
     }
     let sources = Sources {
         schema: t.schema,

@@ -27,8 +27,10 @@
 //! (a third of the memory), a wider one decoded (a read shares the rows it asks for).
 //!
 //! Byte-bounded (estimated sizes), CLOCK eviction like the block cache; a partition larger
-//! than `partition_max_bytes` is not cached (read from SSTables each time). One per shard,
-//! shard thread only, plain counters.
+//! than `partition_max_bytes` is not cached (read from SSTables each time). Once full, a
+//! miss is cached only if its key was asked for more often lately than the entry it would
+//! evict (TinyLFU admission, [`RowCache::admits`]); a miss kept out is read from the
+//! SSTables for its slices only. One per shard, shard thread only, plain counters.
 //!
 //! PERF-CRITICAL: `get` is on every single-partition read.
 
@@ -47,6 +49,7 @@ use amphora_types::schema::{ColumnKind, TableId, TableSchema};
 use bytes::{Bytes, BytesMut};
 
 use crate::alloc::{alloc_size, vec_bytes};
+use crate::frequency::Frequencies;
 use crate::memtable::{
     GeneralPartition, MemPartition, Memtable, row_heap_bytes, single_standalone, single_summary,
 };
@@ -64,6 +67,9 @@ pub struct RowCacheStats {
     pub flush_replacements: u64,
     /// Entries copied out of sparsely used allocator slabs ([`RowCache::defrag_slice`]).
     pub defrag_moves: u64,
+    /// Misses not cached because the key was asked for less often than the entry it would
+    /// have evicted ([`RowCache::admits`]).
+    pub rejections: u64,
     pub partitions: u64,
     pub bytes: u64,
     pub capacity: u64,
@@ -814,6 +820,13 @@ const PREFETCH_CONTENT_BYTES: usize = 320;
 /// Buckets a new key map starts with.
 const MIN_BUCKETS: usize = 16;
 
+/// The cache has room for any miss (no admission check) while a 1/`ADMISSION_ROOM` of its
+/// capacity is free.
+const ADMISSION_ROOM: usize = 64;
+
+/// The fewest keys the admission's frequencies are sized for.
+const ADMISSION_MIN_KEYS: usize = 1024;
+
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
 /// disables it.
 ///
@@ -840,6 +853,11 @@ pub struct RowCache {
     /// Where [`defrag_slice`](Self::defrag_slice) goes on.
     defrag_cursor: usize,
     defrag_moves: u64,
+    /// How often keys were asked for lately (hits and misses alike), kept once the cache
+    /// first had no room for a miss ([`admits`](Self::admits)).
+    freq: Option<Frequencies>,
+    /// Misses [`admits`](Self::admits) kept out.
+    rejections: u64,
 }
 
 impl RowCache {
@@ -862,6 +880,8 @@ impl RowCache {
             flush_replacements: 0,
             defrag_cursor: 0,
             defrag_moves: 0,
+            freq: None,
+            rejections: 0,
         }
     }
 
@@ -878,6 +898,7 @@ impl RowCache {
             invalidations: self.invalidations,
             flush_replacements: self.flush_replacements,
             defrag_moves: self.defrag_moves,
+            rejections: self.rejections,
             partitions: self.len as u64,
             bytes: self.bytes as u64,
             capacity: self.capacity as u64,
@@ -919,10 +940,15 @@ impl RowCache {
     /// The bucket holding a key's entry.
     #[inline]
     fn find(&self, table: TableId, key: &PartitionKey) -> Option<usize> {
+        self.find_hashed(table, key, hash_of(table, key.token))
+    }
+
+    /// [`find`](Self::find) given the key's [`hash_of`].
+    #[inline]
+    fn find_hashed(&self, table: TableId, key: &PartitionKey, h: u64) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
-        let h = hash_of(table, key.token);
         let mask = self.mask();
         let mut i = h as usize & mask;
         // Ends: the map is at most half full, so an empty bucket follows.
@@ -940,7 +966,11 @@ impl RowCache {
     /// hit or a miss.
     #[inline]
     pub fn get(&mut self, table: TableId, key: &PartitionKey) -> Option<&Arc<CachedPartition>> {
-        match self.find(table, key) {
+        let h = hash_of(table, key.token);
+        if let Some(f) = &mut self.freq {
+            f.increment(h);
+        }
+        match self.find_hashed(table, key, h) {
             Some(i) => {
                 self.hits += 1;
                 let b = self.buckets.get_mut(i)?;
@@ -1496,28 +1526,76 @@ impl RowCache {
 
     /// Advances the CLOCK hand until it evicts one entry; false if the cache is empty.
     fn evict_one(&mut self) -> bool {
-        if self.len == 0 {
+        let Some(i) = self.victim() else {
             return false;
+        };
+        // A later entry may move into this bucket: the hand looks at it next.
+        self.remove_at(i);
+        self.evictions += 1;
+        true
+    }
+
+    /// Advances the CLOCK hand (clearing reference bits) to the entry it would evict next
+    /// and returns its bucket; None if the cache is empty.
+    fn victim(&mut self) -> Option<usize> {
+        if self.len == 0 {
+            return None;
         }
         let mask = self.mask();
         // Two sweeps clear every reference bit, so this ends.
         for _ in 0..=2 * self.buckets.len() {
             self.hand &= mask;
-            let Some(b) = self.buckets.get_mut(self.hand) else {
-                return false;
-            };
+            let b = self.buckets.get_mut(self.hand)?;
             if b.entry.is_none() {
                 self.hand += 1;
             } else if b.hash & REFERENCED != 0 {
                 b.hash &= !REFERENCED;
                 self.hand += 1;
             } else {
-                // A later entry may move into this bucket: the hand looks at it next.
-                self.remove_at(self.hand);
-                self.evictions += 1;
-                return true;
+                return Some(self.hand);
             }
         }
+        None
+    }
+
+    /// Whether a read that missed `key` should cache the partition (TinyLFU admission):
+    /// always while the cache has room; once it is full, only if the key was asked for
+    /// more often lately than the entry the CLOCK would evict for it. Without this a loop
+    /// over more partitions than the cache holds (a poller visiting every device in turn)
+    /// evicted each partition just before it was asked for again: every read missed, and
+    /// each paid for a whole partition's copy into the cache and another one's eviction.
+    /// With it the cache keeps a stable part of the loop and serves that part. The
+    /// frequencies are kept from the first time the cache is full on (hits and misses
+    /// counted in [`get`](Self::get)), sized for the entries it then holds, and sized
+    /// again when it holds twice as many.
+    pub fn admits(&mut self, table: TableId, key: &PartitionKey) -> bool {
+        if !self.enabled() || self.bytes + self.capacity / ADMISSION_ROOM < self.capacity {
+            return true;
+        }
+        let keys = self.len.max(ADMISSION_MIN_KEYS);
+        let h = hash_of(table, key.token);
+        let freq = match &mut self.freq {
+            Some(f) if keys <= 2 * f.keys() => f,
+            slot => {
+                let mut f = Frequencies::for_keys(keys);
+                // The miss being decided counts, as later ones will.
+                f.increment(h);
+                slot.insert(f)
+            }
+        };
+        let mine = freq.estimate(h);
+        let Some(v) = self.victim() else {
+            return true;
+        };
+        let theirs = self.buckets.get(v).map_or(0, |b| {
+            self.freq
+                .as_ref()
+                .map_or(0, |f| f.estimate(b.hash & !REFERENCED))
+        });
+        if mine > theirs {
+            return true;
+        }
+        self.rejections += 1;
         false
     }
 }
@@ -1848,6 +1926,74 @@ mod tests {
         assert!(!c.contains(t, &key(9, &"b".repeat(31))));
         assert!(c.contains(t, &key(9, &"a".repeat(31))));
         assert_eq!(c.stats().partitions as usize, keys.len() - 1);
+    }
+
+    /// What a single-partition read does with the cache: a hit, or a miss that is cached
+    /// when admitted. True on a hit.
+    fn read_through(c: &mut RowCache, t: TableId, k: &PartitionKey) -> bool {
+        if c.get(t, k).is_some() {
+            return true;
+        }
+        if c.admits(t, k) {
+            c.insert(t, k, part(100));
+        }
+        false
+    }
+
+    #[test]
+    fn a_loop_over_more_partitions_than_fit_keeps_a_stable_part_cached() {
+        let cost = entry_cost(&key(0, "k0"), &part(100));
+        let mut c = RowCache::new((cost * 100) as u64, 1 << 20);
+        let t = TableId(1);
+        let keys: Vec<_> = (0..150).map(|i| key(i, &format!("k{i}"))).collect();
+        for _ in 0..10 {
+            for k in &keys {
+                read_through(&mut c, t, k);
+            }
+        }
+        let hits: usize = (0..5)
+            .map(|_| keys.iter().filter(|k| read_through(&mut c, t, k)).count())
+            .sum();
+        // 100 of the 150 fit, so at best 2/3 of the reads hit. Without admission (every
+        // miss cached) the CLOCK evicted each partition before the loop came back to it.
+        assert!(hits >= 5 * 95, "{hits} hits of 750");
+        let s = c.stats();
+        assert!(s.rejections >= 5 * 45, "{s:?}");
+        assert!(s.bytes as usize <= cost * 100);
+    }
+
+    #[test]
+    fn a_full_cache_admits_what_is_asked_for_more_often() {
+        let cost = entry_cost(&key(0, "k0"), &part(100));
+        let mut c = RowCache::new((cost * 10) as u64, 1 << 20);
+        let t = TableId(1);
+        // Ten partitions fill it; the first miss after that starts the frequencies (and is
+        // admitted: nothing was counted before).
+        for i in 0..11 {
+            let k = key(i, &format!("k{i}"));
+            assert!(!read_through(&mut c, t, &k));
+        }
+        let resident: Vec<_> = (0..11)
+            .map(|i| key(i, &format!("k{i}")))
+            .filter(|k| c.contains(t, k))
+            .collect();
+        assert_eq!(resident.len(), 10);
+        for _ in 0..2 {
+            for k in &resident {
+                assert!(read_through(&mut c, t, k));
+            }
+        }
+        // A new partition read once or twice (no more often than any entry) is kept out;
+        // the third time it gets in.
+        let hot = key(100, "k100");
+        assert!(!read_through(&mut c, t, &hot));
+        assert!(!read_through(&mut c, t, &hot));
+        assert!(!c.contains(t, &hot));
+        assert_eq!(c.stats().rejections, 2);
+        assert!(!read_through(&mut c, t, &hot));
+        assert!(c.contains(t, &hot));
+        assert!(read_through(&mut c, t, &hot));
+        assert_eq!(c.stats().partitions, 10);
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub struct StorageMetrics {
     pub row_cache_evictions: u64,
     pub row_cache_flush_replacements: u64,
     pub row_cache_defrag_moves: u64,
+    pub row_cache_rejections: u64,
     pub row_cache_bytes: u64,
     pub row_cache_partitions: u64,
     /// `sstables_per_read[i]` = reads that touched i SSTables (last bucket: 15 or more).
@@ -2162,6 +2163,7 @@ impl ShardStorage {
         m.row_cache_evictions = rc.evictions;
         m.row_cache_flush_replacements = rc.flush_replacements;
         m.row_cache_defrag_moves = rc.defrag_moves;
+        m.row_cache_rejections = rc.rejections;
         m.row_cache_bytes = rc.bytes;
         m.row_cache_partitions = rc.partitions;
         m

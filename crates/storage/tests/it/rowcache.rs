@@ -409,8 +409,14 @@ fn tiny_budget_evicts_stays_bounded_and_correct() {
                 assert!(st.bytes <= budget, "{st:?}");
             }
         }
+        // Once full, a miss takes an entry's place only when its key was asked for more
+        // often lately (admission); the rest are read without being cached.
         let st = stats(&s);
-        assert!(st.evictions > 100, "{st:?}");
+        assert!(st.evictions > 10 && st.rejections > 100, "{st:?}");
+        assert!(
+            st.evictions + st.rejections + st.partitions >= st.misses,
+            "{st:?}"
+        );
         assert!(st.hits >= 60, "{st:?}");
         assert!(st.partitions > 0 && st.partitions < 200, "{st:?}");
     });
