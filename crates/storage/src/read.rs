@@ -20,7 +20,7 @@ use crate::memtable::{MemPartition, Memtable};
 #[path = "read_rows.rs"]
 mod read_rows;
 use crate::rowcache::{CachedPartition, RowCache};
-use crate::sstable::SSTableReader;
+use crate::sstable::{RowSlices, SSTableReader};
 pub use read_rows::Rows;
 
 /// Which partitions a read covers.
@@ -409,10 +409,14 @@ fn read_sstables(
             continue;
         }
         *sstables_read += 1;
-        let found = if let Some(limit) = detach {
-            s.get_detached_with(key, Some(&mut *cache), limit)?
-        } else {
-            s.get_with(key, Some(&mut *cache))?
+        // Only the rows in the slices are built (the rest stepped over).
+        let found = match (slices.filter(|s| !s.is_empty()), detach) {
+            (Some(slices), detach) => {
+                let rows = RowSlices { cmp: t.cmp, slices };
+                s.get_sliced(key, Some(&mut *cache), detach, rows)?
+            }
+            (None, Some(limit)) => s.get_detached_with(key, Some(&mut *cache), limit)?,
+            (None, None) => s.get_with(key, Some(&mut *cache))?,
         };
         amphora_trace::event(|| {
             format!(
@@ -421,11 +425,7 @@ fn read_sstables(
                 if found.is_some() { "found" } else { "absent" }
             )
         });
-        if let Some(mut u) = found {
-            if let Some(slices) = slices.filter(|s| !s.is_empty()) {
-                u.rows
-                    .retain(|r| slices.iter().any(|s| s.contains(t.cmp, &r.clustering)));
-            }
+        if let Some(u) = found {
             floor = max_deletion(floor, u.partition_deletion);
             merge_into(t.schema, &mut acc, u);
         }

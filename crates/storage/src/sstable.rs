@@ -11,12 +11,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{
-    Reader, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update, read_var,
+    Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update,
+    read_update_picking, read_var,
 };
 use amphora_types::data::{
-    ColumnData, DeletionTime, PartitionKey, PartitionUpdate, RangeTombstone, Row,
+    Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
+    RangeTombstone, Row,
 };
-use amphora_types::schema::{TableId, TableSchema};
+use amphora_types::schema::{ClusteringComparator, TableId, TableSchema};
 use bytes::Bytes;
 
 use crate::bloom::Bloom;
@@ -1979,7 +1981,21 @@ impl SSTableReader {
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
     ) -> Result<Option<PartitionUpdate>> {
-        self.get_from(key, cache, None)
+        self.get_from(key, cache, None, None)
+    }
+
+    /// [`get_with`](Self::get_with) (or [`get_detached_with`](Self::get_detached_with) with
+    /// `detach`'s fill limit) of only the rows in `rows`' slices: the other rows are
+    /// stepped over, not built, and decoding stops after the slices when this SSTable holds
+    /// no tombstone (so no range tombstone follows the rows).
+    pub fn get_sliced(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+        detach: Option<u64>,
+        rows: RowSlices<'_>,
+    ) -> Result<Option<PartitionUpdate>> {
+        self.get_from(key, cache, detach, Some(rows))
     }
 
     /// [`get_with`](Self::get_with), decoded from a copy of the partition's bytes: its
@@ -1992,7 +2008,7 @@ impl SSTableReader {
         cache: Option<&mut BlockCache>,
         fill_limit: u64,
     ) -> Result<Option<PartitionUpdate>> {
-        self.get_from(key, cache, Some(fill_limit))
+        self.get_from(key, cache, Some(fill_limit), None)
     }
 
     fn get_from(
@@ -2000,6 +2016,7 @@ impl SSTableReader {
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
         detach: Option<u64>,
+        rows: Option<RowSlices<'_>>,
     ) -> Result<Option<PartitionUpdate>> {
         if !self.may_contain(key) {
             return Ok(None);
@@ -2024,7 +2041,15 @@ impl SSTableReader {
             // Without the block cache the bytes are already a copy of their own.
             _ => self.read_range(e.position, e.len, cache)?,
         };
-        let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
+        let (k, u) = match rows {
+            None => decode_partition(&self.data_path, bytes, e.position)?,
+            Some(rows) => {
+                let may_end = self.stats.tombstones == 0;
+                decode_partition_picking(&self.data_path, bytes, e.position, |c| {
+                    rows.pick(c, may_end)
+                })?
+            }
+        };
         if &k != key {
             return Err(StorageError::corrupt(
                 &self.data_path,
@@ -2141,6 +2166,56 @@ pub fn partition_body(raw: &[u8]) -> Option<&[u8]> {
     let mut pos = 0;
     let klen = usize::try_from(read_var(raw, &mut pos)?).ok()?;
     raw.get(pos.checked_add(klen)?.checked_add(8)?..)
+}
+
+/// The clustering slices a single-partition read wants of an SSTable's partition
+/// ([`SSTableReader::get_sliced`]); not empty.
+#[derive(Clone, Copy)]
+pub struct RowSlices<'a> {
+    pub cmp: &'a ClusteringComparator,
+    pub slices: &'a [ClusteringSlice],
+}
+
+impl RowSlices<'_> {
+    /// What decoding does with a row of clustering `c` (rows come in clustering order):
+    /// keep it when a slice contains it; once it is past every slice's end, end the
+    /// decoding where that is allowed (`may_end`: no range tombstone can follow), else
+    /// step over it.
+    fn pick(&self, c: &Clustering, may_end: bool) -> RowPick {
+        if self.slices.iter().any(|s| s.contains(self.cmp, c)) {
+            RowPick::Keep
+        } else if may_end && !self.slices.iter().any(|s| self.cmp.before_end(c, &s.end)) {
+            RowPick::End
+        } else {
+            RowPick::Skip
+        }
+    }
+}
+
+/// [`decode_partition`] building only the rows `pick` keeps
+/// ([`amphora_types::codec::read_update_picking`]).
+fn decode_partition_picking(
+    path: &Path,
+    bytes: Bytes,
+    offset: u64,
+    pick: impl FnMut(&Clustering) -> RowPick,
+) -> Result<(PartitionKey, PartitionUpdate)> {
+    let mut r = Reader::with_offset(bytes, offset as usize);
+    let e = |err: amphora_types::codec::DecodeError| {
+        StorageError::corrupt(path, err.offset as u64, err.reason)
+    };
+    let key = r.bytes().map_err(e)?;
+    let token = i64::from_be_bytes(r.fixed::<8>().map_err(e)?);
+    let base = r.z().map_err(e)?;
+    let (u, ended) = read_update_picking(&mut r, base, pick).map_err(e)?;
+    if !ended && r.remaining() != 0 {
+        return Err(StorageError::corrupt(
+            path,
+            offset,
+            "trailing bytes after partition",
+        ));
+    }
+    Ok((PartitionKey { token, key }, u))
 }
 
 fn decode_partition(

@@ -320,6 +320,15 @@ impl Reader {
         }
         Ok(n as usize)
     }
+    /// Steps over what [`bytes`](Self::bytes) would read.
+    pub fn skip_bytes(&mut self) -> Result<(), DecodeError> {
+        let n = self.var()?;
+        if n > self.remaining() as u64 {
+            return Err(self.err("length past the end"));
+        }
+        self.pos += n as usize;
+        Ok(())
+    }
     pub fn bytes(&mut self) -> Result<Bytes, DecodeError> {
         let n = self.var()?;
         if n > self.remaining() as u64 {
@@ -431,8 +440,86 @@ fn read_bound(r: &mut Reader) -> Result<ClusteringBound, DecodeError> {
     })
 }
 
+/// What [`read_update_picking`] does with a clustering row, told by its clustering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowPick {
+    /// Decode it.
+    Keep,
+    /// Step over it: parsed and checked as [`read_row`] would, nothing built.
+    Skip,
+    /// Neither it nor any later row is wanted, and the caller knows the update holds no
+    /// range tombstones: decoding ends here.
+    End,
+}
+
+/// [`read_update`] that builds only the clustering rows `pick` keeps (the partition
+/// deletion and the static row are always read). Returns the update and whether `pick`
+/// ended it early ([`RowPick::End`]): then the reader stops inside the update, and the
+/// update has no range tombstones.
+pub fn read_update_picking(
+    r: &mut Reader,
+    base: i64,
+    mut pick: impl FnMut(&Clustering) -> RowPick,
+) -> Result<(PartitionUpdate, bool), DecodeError> {
+    let flags = r.u8()?;
+    if flags & !3 != 0 {
+        return Err(r.err("bad update flags"));
+    }
+    let partition_deletion = if flags & 1 != 0 {
+        Some(read_deletion(r, base)?)
+    } else {
+        None
+    };
+    let static_row = if flags & 2 != 0 {
+        Some(read_row(r, base)?)
+    } else {
+        None
+    };
+    let n = r.count()?;
+    let mut rows = Vec::new();
+    let mut ended = false;
+    for _ in 0..n {
+        let clustering = read_clustering(r)?;
+        match pick(&clustering) {
+            RowPick::Keep => rows.push(read_row_body(r, base, clustering)?),
+            RowPick::Skip => skip_row_body(r)?,
+            RowPick::End => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    let mut range_tombstones = Vec::new();
+    if !ended {
+        let n = r.count()?;
+        range_tombstones.reserve(n);
+        for _ in 0..n {
+            let start = read_bound(r)?;
+            let end = read_bound(r)?;
+            let deletion = read_deletion(r, base)?;
+            range_tombstones.push(RangeTombstone {
+                start,
+                end,
+                deletion,
+            });
+        }
+    }
+    let u = PartitionUpdate {
+        partition_deletion,
+        static_row,
+        rows,
+        range_tombstones,
+    };
+    Ok((u, ended))
+}
+
 pub fn read_row(r: &mut Reader, base: i64) -> Result<Row, DecodeError> {
     let clustering = read_clustering(r)?;
+    read_row_body(r, base, clustering)
+}
+
+/// The rest of a row [`put_row`] wrote, after its clustering.
+fn read_row_body(r: &mut Reader, base: i64, clustering: Clustering) -> Result<Row, DecodeError> {
     let flags = r.u8()?;
     if flags & !3 != 0 {
         return Err(r.err("bad row flags"));
@@ -687,6 +774,71 @@ impl SliceCursor<'_> {
     }
 }
 
+/// Steps over the rest of a row after its clustering, with [`read_row_body`]'s checks.
+fn skip_row_body(r: &mut Reader) -> Result<(), DecodeError> {
+    let flags = r.u8()?;
+    if flags & !3 != 0 {
+        return Err(r.err("bad row flags"));
+    }
+    if flags & 1 != 0 {
+        r.var()?;
+        r.var()?;
+        r.var()?;
+    }
+    if flags & 2 != 0 {
+        r.var()?;
+        r.var()?;
+    }
+    let n = r.count()?;
+    for _ in 0..n {
+        u32::try_from(r.var()?).map_err(|_| r.err("column id out of range"))?;
+        match r.u8()? {
+            0 => skip_cell(r)?,
+            1 => {
+                match r.u8()? {
+                    0 => {}
+                    1 => {
+                        r.var()?;
+                        r.var()?;
+                    }
+                    _ => return Err(r.err("bad complex deletion flag")),
+                }
+                let n = r.count()?;
+                for _ in 0..n {
+                    r.skip_bytes()?;
+                    skip_cell(r)?;
+                }
+            }
+            _ => return Err(r.err("bad column kind")),
+        }
+    }
+    Ok(())
+}
+
+/// Steps over a cell, with [`read_cell`]'s checks.
+fn skip_cell(r: &mut Reader) -> Result<(), DecodeError> {
+    let flags = r.u8()?;
+    if flags & !7 != 0 {
+        return Err(r.err("bad cell flags"));
+    }
+    let is_tombstone = flags & 1 != 0;
+    let expiring = flags & 2 != 0;
+    if is_tombstone && expiring {
+        return Err(r.err("bad cell flags: an expiring tombstone"));
+    }
+    r.var()?;
+    if expiring && r.var()? as u32 as i32 <= 0 {
+        return Err(r.err("bad cell: an expiring cell without a positive TTL"));
+    }
+    if expiring || is_tombstone {
+        r.var()?;
+    }
+    if !is_tombstone {
+        r.skip_bytes()?;
+    }
+    Ok(())
+}
+
 fn read_cell(r: &mut Reader, base: i64) -> Result<Cell, DecodeError> {
     let flags = r.u8()?;
     if flags & !7 != 0 {
@@ -904,6 +1056,66 @@ mod tests {
                     encode_update_standalone(&one, &mut want);
                     prop_assert_eq!(&out, &want);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        /// Picking rows gives the update with exactly the rows kept (the rest stepped over,
+        /// the reader at the end as after `read_update`); ending at a row gives the rows
+        /// kept before it and no range tombstones; cut short, it fails.
+        #[test]
+        fn picking_rows_keeps_exactly_those(
+            u in crate::data::proptests::update(),
+            keep in any::<u64>(),
+            end_at in 0usize..12,
+        ) {
+            let mut buf = Vec::new();
+            encode_update_standalone(&u, &mut buf);
+            let buf = Bytes::from(buf);
+            let pick_by = |end: Option<usize>| {
+                let mut i = 0usize;
+                move |_: &Clustering| {
+                    let n = i;
+                    i += 1;
+                    if end == Some(n) {
+                        RowPick::End
+                    } else if keep >> (n % 64) & 1 == 1 {
+                        RowPick::Keep
+                    } else {
+                        RowPick::Skip
+                    }
+                }
+            };
+            let kept = |upto: usize| -> Vec<Row> {
+                u.rows.iter().enumerate()
+                    .filter(|(n, _)| *n < upto && keep >> (n % 64) & 1 == 1)
+                    .map(|(_, r)| r.clone())
+                    .collect()
+            };
+            let mut r = Reader::new(buf.clone());
+            let base = r.z().unwrap();
+            let (got, ended) = read_update_picking(&mut r, base, pick_by(None)).unwrap();
+            prop_assert!(!ended);
+            prop_assert_eq!(r.remaining(), 0);
+            prop_assert_eq!(&got.rows, &kept(usize::MAX));
+            prop_assert_eq!(&got.range_tombstones, &u.range_tombstones);
+            prop_assert_eq!(got.static_row, u.static_row.clone());
+            prop_assert_eq!(got.partition_deletion, u.partition_deletion);
+
+            let mut r = Reader::new(buf.clone());
+            let base = r.z().unwrap();
+            let (got, ended) = read_update_picking(&mut r, base, pick_by(Some(end_at))).unwrap();
+            prop_assert_eq!(ended, end_at < u.rows.len());
+            if ended {
+                prop_assert_eq!(&got.rows, &kept(end_at));
+                prop_assert!(got.range_tombstones.is_empty());
+            }
+
+            for cut in 0..buf.len() {
+                let mut r = Reader::new(buf.slice(..cut));
+                let res = r.z().and_then(|base| read_update_picking(&mut r, base, pick_by(None)));
+                prop_assert!(res.is_err());
             }
         }
     }
