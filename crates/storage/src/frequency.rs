@@ -1,12 +1,14 @@
-//! How often keys were asked for lately: a count-min sketch of 4-bit counters that halve
-//! as a whole once the sketch has counted ten accesses per key it is sized for (TinyLFU,
+//! How often keys were asked for lately: a count-min sketch of 4-bit counters (TinyLFU,
 //! Einziger, Friedman and Manes, "TinyLFU: A Highly Efficient Cache Admission Policy",
 //! 2017). The row cache asks it whether a missed partition was asked for more often than
 //! the entry it would evict ([`crate::rowcache::RowCache::admits`]).
 //!
 //! A key's four counters lie in one 64-byte block (eight words of sixteen counters, one
 //! counter in each of four word pairs), so counting or estimating a key reads one cache
-//! line.
+//! line. Ageing halves the counters one block at a time, a block every `sample / blocks`
+//! counted accesses (`sample`: ten per key the sketch is sized for), so every counter
+//! halves once per sample and no access pays for a sweep of the whole sketch (16 MB for
+//! 3M keys).
 
 /// Counters per word.
 const PER_WORD: u32 = 16;
@@ -23,22 +25,56 @@ pub(crate) struct Frequencies {
     words: Vec<u64>,
     /// Keys it was sized for.
     keys: usize,
-    /// Accesses counted since the last halving (those that raised some counter).
+    /// Accesses counted (those that raised some counter) since the last block halved.
     additions: u64,
-    sample: u64,
+    /// Counted accesses between two blocks' halvings.
+    age_every: u64,
+    /// The block that halves next.
+    age_cursor: usize,
 }
 
 impl Frequencies {
     /// A sketch for about `keys` keys: half a word (eight counters) per key, in whole
     /// blocks.
     pub(crate) fn for_keys(keys: usize) -> Self {
-        let words = keys.div_ceil(2).next_power_of_two().max(BLOCK_WORDS);
-        Frequencies {
+        let words = Self::words_for(keys);
+        let mut f = Frequencies {
             words: vec![0; words],
             keys,
             additions: 0,
-            sample: (keys.max(1) as u64).saturating_mul(SAMPLE_PER_KEY),
+            age_every: 1,
+            age_cursor: 0,
+        };
+        f.set_pace();
+        f
+    }
+
+    fn words_for(keys: usize) -> usize {
+        keys.div_ceil(2).next_power_of_two().max(BLOCK_WORDS)
+    }
+
+    fn set_pace(&mut self) {
+        let sample = (self.keys.max(1) as u64).saturating_mul(SAMPLE_PER_KEY);
+        let blocks = (self.words.len() / BLOCK_WORDS) as u64;
+        self.age_every = (sample / blocks).max(1);
+    }
+
+    /// Resizes it for about `keys` keys (more than now), keeping every key's estimate: a
+    /// key's counters sit at the same places in its block whatever the size, and its
+    /// block in the larger sketch is one of the copies of its block in this one.
+    pub(crate) fn grow_to(&mut self, keys: usize) {
+        let words = Self::words_for(keys);
+        let old = self.words.len();
+        if words > old {
+            self.words.reserve_exact(words - old);
+            for j in old..words {
+                let w = self.words.get(j % old).copied().unwrap_or(0);
+                self.words.push(w);
+            }
         }
+        self.keys = keys;
+        self.age_cursor = 0;
+        self.set_pace();
     }
 
     /// Keys it was sized for.
@@ -85,8 +121,9 @@ impl Frequencies {
         }
         if added {
             self.additions += 1;
-            if self.additions >= self.sample {
-                self.halve();
+            if self.additions >= self.age_every {
+                self.additions = 0;
+                self.age_block();
             }
         }
     }
@@ -106,12 +143,17 @@ impl Frequencies {
             .unwrap_or(0)
     }
 
-    /// Halves every counter (ageing: what was asked for long ago counts less).
-    fn halve(&mut self) {
-        for w in &mut self.words {
-            *w = (*w >> 1) & HALVE_MASK;
+    /// Halves the counters of the next block (ageing: what was asked for long ago counts
+    /// less).
+    fn age_block(&mut self) {
+        let blocks = self.words.len() / BLOCK_WORDS;
+        let start = self.age_cursor * BLOCK_WORDS;
+        if let Some(block) = self.words.get_mut(start..start + BLOCK_WORDS) {
+            for w in block {
+                *w = (*w >> 1) & HALVE_MASK;
+            }
         }
-        self.additions /= 2;
+        self.age_cursor = (self.age_cursor + 1) % blocks.max(1);
     }
 }
 
@@ -129,6 +171,8 @@ mod tests {
     #[test]
     fn estimates_count_accesses_up_to_fifteen() {
         let mut f = Frequencies::for_keys(1024);
+        // No ageing within this test (a block would halve every 160 additions).
+        f.age_every = u64::MAX;
         for i in 0..100u64 {
             for _ in 0..(i % 20) {
                 f.increment(mix(i));
@@ -158,9 +202,46 @@ mod tests {
         for i in 0..72u64 {
             f.increment(mix(1000 + i));
         }
-        // The 80th addition halved everything; key 1's counters held 8 to 15.
+        // The 80th addition halved the one block; key 1's counters held 8 to 15.
         let e = f.estimate(mix(1));
         assert!((4..=7).contains(&e), "estimate {e} after halving");
-        assert!(f.additions < 80);
+    }
+
+    #[test]
+    fn blocks_age_in_turn_once_per_sample() {
+        // 1,024 keys: 64 blocks, a sample of 10,240 additions, a block every 160.
+        let mut f = Frequencies::for_keys(1024);
+        for _ in 0..12 {
+            f.increment(mix(7));
+        }
+        assert_eq!(f.estimate(mix(7)), 12);
+        // One addition per new key (1,024 keys share 8,192 counters: few saturate).
+        let mut i = 0u64;
+        while f.age_cursor < 63 {
+            f.increment(mix(1_000_000 + i));
+            i += 1;
+        }
+        assert!(
+            (63 * 160 - 20..=63 * 160).contains(&(i + 12)),
+            "{i} additions"
+        );
+        // Key 7's block halved once by now (its counters may have gained a few from others).
+        let e = f.estimate(mix(7));
+        assert!((6..=9).contains(&e), "estimate {e}");
+    }
+
+    #[test]
+    fn growing_keeps_every_estimate() {
+        let mut f = Frequencies::for_keys(1024);
+        for i in 0..3000u64 {
+            for _ in 0..(i % 5) {
+                f.increment(mix(i));
+            }
+        }
+        let before: Vec<u8> = (0..3000u64).map(|i| f.estimate(mix(i))).collect();
+        f.grow_to(8192);
+        assert_eq!(f.keys(), 8192);
+        let after: Vec<u8> = (0..3000u64).map(|i| f.estimate(mix(i))).collect();
+        assert_eq!(before, after);
     }
 }

@@ -1566,8 +1566,8 @@ impl RowCache {
     /// each paid for a whole partition's copy into the cache and another one's eviction.
     /// With it the cache keeps a stable part of the loop and serves that part. The
     /// frequencies are kept from the first time the cache is full on (hits and misses
-    /// counted in [`get`](Self::get)), sized for the entries it then holds, and sized
-    /// again when it holds twice as many.
+    /// counted in [`get`](Self::get)), sized for the entries it then holds, and grown
+    /// (keeping the counts) when it holds twice as many.
     pub fn admits(&mut self, table: TableId, key: &PartitionKey) -> bool {
         if !self.enabled() || self.bytes + self.capacity / ADMISSION_ROOM < self.capacity {
             return true;
@@ -1575,7 +1575,12 @@ impl RowCache {
         let keys = self.len.max(ADMISSION_MIN_KEYS);
         let h = hash_of(table, key.token);
         let freq = match &mut self.freq {
-            Some(f) if keys <= 2 * f.keys() => f,
+            Some(f) => {
+                if keys > 2 * f.keys() {
+                    f.grow_to(keys);
+                }
+                f
+            }
             slot => {
                 let mut f = Frequencies::for_keys(keys);
                 // The miss being decided counts, as later ones will.

@@ -2026,16 +2026,20 @@ impl SSTableReader {
             return Ok(None);
         };
         let bytes = match detach {
-            // A detached read fills the row cache, which then holds the partition: its
-            // chunks are not added to the block cache as well (with data larger than the
-            // memory, the chunks of random reads evicted the index blocks every miss needs,
-            // and filling the cache cost each miss a whole chunk's allocation and LZ4
+            // A detached read fills the row cache, which then holds the partition, or is a
+            // miss the row cache kept out (its slices only; [`RowCache::admits`]): its
+            // chunks are not added to the block cache (with data larger than the memory,
+            // the chunks of random reads evicted the index blocks every miss needs, and
+            // filling the cache cost each miss a whole chunk's allocation and LZ4
             // decoding). It decodes a chunk only up to the partition, into the reader's
             // buffer, and copies the partition out, which is the detached copy.
+            //
+            // [`RowCache::admits`]: crate::rowcache::RowCache::admits
             Some(limit) if e.len <= limit => self.read_range_detached(e.position, e.len, cache)?,
-            // Too large for the row cache, so read again next time: its chunks are cached,
-            // and the copy detaches it.
-            Some(_) if cache.is_some() => {
+            // Too large for the row cache, so read again next time: its chunks are cached.
+            // A sliced read keeps only a few rows for its answer, which may hold the chunk
+            // for that long; a whole one is copied so what it returns holds no chunk.
+            Some(_) if cache.is_some() && rows.is_none() => {
                 Bytes::copy_from_slice(&self.read_range(e.position, e.len, cache)?)
             }
             // Without the block cache the bytes are already a copy of their own.

@@ -593,3 +593,87 @@ fn writers_over_budget_with_a_full_row_cache_do_not_wait_forever() {
         "the budget was not exceeded: {flushes} flushes"
     );
 }
+
+/// A row cache too small for the partitions read keeps most of them out once full
+/// (admission); those reads (slices, reversed, limited, resumed after a row, with
+/// memtable rows and a range tombstone on top) return what the same reads return from a
+/// node with the cache off.
+#[test]
+fn reads_kept_out_of_a_full_cache_answer_as_without_it() {
+    let (da, db) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    rt().block_on(async {
+        let small = open(da.path(), cfg(da.path(), 64 << 10));
+        let off = open(db.path(), cfg(db.path(), 0));
+        let key = |k: usize| format!("w{k}");
+        let between = |lo: i32, hi: i32| ClusteringSlice {
+            start: ClusteringBound::inclusive(vec![Bytes::copy_from_slice(&lo.to_be_bytes())]),
+            end: ClusteringBound::inclusive(vec![Bytes::copy_from_slice(&hi.to_be_bytes())]),
+        };
+        for s in [&small, &off] {
+            for k in 0..100 {
+                for c in 0..12 {
+                    put(s, &key(k), c, &format!("v{k}-{c}"), 10).await;
+                }
+            }
+            s.flush(T).await.expect("flush");
+            // On top, in the memtable: every third partition gets a newer row 3 and a
+            // range tombstone over rows 5..=8.
+            for k in (0..100).step_by(3) {
+                put(s, &key(k), 3, "newer", 20).await;
+                let over = between(5, 8);
+                let rt = RangeTombstone {
+                    start: over.start,
+                    end: over.end,
+                    deletion: DeletionTime::new(15, NOW),
+                };
+                let update = PartitionUpdate {
+                    range_tombstones: vec![rt],
+                    ..Default::default()
+                };
+                apply(s, &key(k), update).await;
+            }
+        }
+        let commands = |k: usize| {
+            let base = || ReadCommand::new(T, PartitionRange::Single(pk(&key(k))), NOW);
+            let mut v = vec![base()];
+            let mut c = base();
+            c.slices = vec![between(2, 9)];
+            v.push(c.clone());
+            c.reversed = true;
+            v.push(c.clone());
+            c.row_limit = 3;
+            v.push(c.clone());
+            c.reversed = false;
+            v.push(c.clone());
+            c.start_after = Some((pk(&key(k)), Some(Clustering(vec![i(4)]))));
+            v.push(c.clone());
+            let mut two = base();
+            two.slices = vec![between(0, 1), between(7, 10)];
+            v.push(two);
+            v
+        };
+        for pass in 0..3 {
+            for k in (0..100).rev() {
+                for (n, cmd) in commands(k).into_iter().enumerate() {
+                    let (a, b) = (
+                        small.read(&cmd).expect("read"),
+                        off.read(&cmd).expect("read"),
+                    );
+                    assert_eq!(
+                        (values(&a), a.exhausted),
+                        (values(&b), b.exhausted),
+                        "pass {pass} key {k} command {n}"
+                    );
+                }
+            }
+        }
+        let st = stats(&small);
+        assert!(
+            st.rejections > 100 && st.hits > 100 && st.partitions > 5,
+            "{st:?}"
+        );
+    });
+}
