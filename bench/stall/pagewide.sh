@@ -3,11 +3,13 @@
 # A one-shard server (CPU 0) gets ROWS (200000) rows of one partition from the Python
 # driver (tests/compat/.venv-datastax, made by `make test`), then the whole partition is
 # read twice with a prepared SELECT at 5,000 rows a page; prints each round's seconds.
-# ORDER=DESC reads it in reverse clustering order (ORDER BY c DESC).
+# ORDER=DESC reads it in reverse clustering order (ORDER BY c DESC). FLUSH=1 flushes it
+# to an SSTable before reading (a partition over the row cache's size limit is then read
+# from the SSTable for every page).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
-export ORDER=${ORDER:-}
+export ORDER=${ORDER:-} FLUSH=${FLUSH:-} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
 start_server "$bin" "$label"
 "$REPO/tests/compat/.venv-datastax/bin/python" - "$label" "$rows" <<'PY'
 import os, sys, time
@@ -19,10 +21,13 @@ s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 're
 s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))")
 ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
 execute_concurrent_with_args(s, ins, [(i,) for i in range(rows)], concurrency=128)
+if os.environ['FLUSH']:
+    import subprocess
+    subprocess.run(os.environ['NODETOOL'].split() + ['flush'], check=True, stdout=subprocess.DEVNULL)
 order = f" ORDER BY c {os.environ['ORDER']}" if os.environ['ORDER'] else ""
 sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0" + order)
 sel.fetch_size = 5000
-for rnd in range(2):
+for rnd in range(int(os.environ.get("ROUNDS", "2"))):
     t = time.time()
     n = sum(1 for _ in s.execute(sel))
     print(f"{label} round {rnd}: {n} rows in {time.time() - t:.2f} s")

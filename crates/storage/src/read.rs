@@ -433,6 +433,37 @@ fn read_sstables(
     Ok(acc)
 }
 
+/// The clustering slices an SSTable read must cover for `cmd` when what it reads is not
+/// cached: the read's own, or for a read resuming inside partition `key` (the next page)
+/// with at most one slice, only the rows after the last one returned (before it when
+/// reversed), as the capped merge narrows them; the rows before are dropped by the merge
+/// anyway. A wide partition read from an SSTable page by page then builds each page's
+/// rows, not every row up to it.
+fn sstable_slices<'c>(
+    cmp: &ClusteringComparator,
+    key: &PartitionKey,
+    cmd: &'c ReadCommand,
+) -> Cow<'c, [ClusteringSlice]> {
+    match &cmd.start_after {
+        Some((k, Some(after))) if k == key && cmd.slices.len() <= 1 => {
+            let mut s = cmd
+                .slices
+                .first()
+                .cloned()
+                .unwrap_or_else(ClusteringSlice::all);
+            if cmd.reversed {
+                if cmp.before_end(after, &s.end) {
+                    s.end = ClusteringBound::exclusive(after.0.clone());
+                }
+            } else if cmp.after_start(after, &s.start) {
+                s.start = ClusteringBound::exclusive(after.0.clone());
+            }
+            Cow::Owned(vec![s])
+        }
+        _ => Cow::Borrowed(&cmd.slices),
+    }
+}
+
 /// Whether an SSTable can contribute to a read of `slices` of some partition, judged by
 /// its clustering bounds (Statistics.db min/max clustering over all its rows): always when
 /// it holds any tombstone (a partition, range or row deletion applies beyond its own rows'
@@ -497,11 +528,12 @@ pub(crate) fn read_single<'a>(
         held.iter()
             .fold(None, |d, (_, p)| max_deletion(d, p.deletion()))
     };
+    let wanted = sstable_slices(t.cmp, key, cmd);
     if !row_cache.enabled() || t.sstables.is_empty() {
         from_sstables = read_sstables(
             &t,
             key,
-            Some(&cmd.slices),
+            Some(&wanted),
             mem_deletion(),
             block_cache,
             &mut sstables_read,
@@ -525,17 +557,19 @@ pub(crate) fn read_single<'a>(
         };
         match hit {
             Some(entry) => cached = Some(entry),
-            None if !row_cache.admits(t.table, key) => {
+            None if row_cache.known_too_big(t.table, key) || !row_cache.admits(t.table, key) => {
                 amphora_trace::event(|| {
-                    "Row cache miss, not cached: asked for less often than the entry it would evict"
+                    "Row cache miss, not cached: over the size limit, or asked for less often than the entry it would evict"
                         .to_string()
                 });
                 // Read as without the cache (only the slices), from copies of the bytes
-                // (detached), so its chunks do not fill the block cache either.
+                // (detached) so its chunks do not fill the block cache either, unless the
+                // partition is over the cache's size limit: then it is read again next
+                // time, and its chunks are cached.
                 from_sstables = read_sstables(
                     &t,
                     key,
-                    Some(&cmd.slices),
+                    Some(&wanted),
                     mem_deletion(),
                     block_cache,
                     &mut sstables_read,

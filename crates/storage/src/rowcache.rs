@@ -827,6 +827,9 @@ const ADMISSION_ROOM: usize = 64;
 /// The fewest keys the admission's frequencies are sized for.
 const ADMISSION_MIN_KEYS: usize = 1024;
 
+/// Partitions over the size limits remembered ([`RowCache::known_too_big`]).
+const TOO_BIG_KEYS: usize = 4096;
+
 /// A byte-bounded CLOCK cache of partitions' SSTable-side content. A capacity of 0
 /// disables it.
 ///
@@ -858,6 +861,10 @@ pub struct RowCache {
     freq: Option<Frequencies>,
     /// Misses [`admits`](Self::admits) kept out.
     rejections: u64,
+    /// [`hash_of`] of partitions found over the size limits lately (at most
+    /// [`TOO_BIG_KEYS`]; emptied when full), so their reads go straight to the sliced
+    /// read ([`known_too_big`](Self::known_too_big)) instead of reading them whole again.
+    too_big: std::collections::HashSet<u64, Hash>,
 }
 
 impl RowCache {
@@ -882,6 +889,7 @@ impl RowCache {
             defrag_moves: 0,
             freq: None,
             rejections: 0,
+            too_big: Default::default(),
         }
     }
 
@@ -982,6 +990,22 @@ impl RowCache {
                 None
             }
         }
+    }
+
+    /// Whether a read of this partition found it over the size limits lately (it is
+    /// then read from the SSTables for the read's slices, never whole to be cached). A
+    /// partition that shrank back under the limits is cached again once the remembered
+    /// keys are emptied.
+    pub fn known_too_big(&self, table: TableId, key: &PartitionKey) -> bool {
+        !self.too_big.is_empty() && self.too_big.contains(&hash_of(table, key.token))
+    }
+
+    /// Remembers a partition found over the size limits.
+    fn note_too_big(&mut self, table: TableId, key: &PartitionKey) {
+        if self.too_big.len() >= TOO_BIG_KEYS {
+            self.too_big.clear();
+        }
+        self.too_big.insert(hash_of(table, key.token));
     }
 
     /// Whether a partition is cached (no counting, no reference bit).
@@ -1088,6 +1112,7 @@ impl RowCache {
         self.remove(table, key);
         let bound = cost_bound(key, &data);
         if self.over_limits(bound) {
+            self.note_too_big(table, key);
             return (Arc::new(CachedPartition::uncached(table, key, data)), false);
         }
         let (entry, decoded) = CachedPartition::build(table, key, data);
@@ -1096,6 +1121,7 @@ impl RowCache {
         // size-class rounding); the flush's merge drops entries over the limits, so they
         // are not cached here either.
         if self.over_limits(cost) {
+            self.note_too_big(table, key);
             let view = match decoded {
                 Some(data) => CachedPartition::uncached(table, key, data),
                 None => entry,
@@ -1520,6 +1546,7 @@ impl RowCache {
         self.invalidations += too_big.len() as u64;
         for key in too_big {
             self.remove(table, &key);
+            self.note_too_big(table, &key);
         }
         while self.bytes > self.capacity && self.evict_one() {}
     }

@@ -677,3 +677,96 @@ fn reads_kept_out_of_a_full_cache_answer_as_without_it() {
         );
     });
 }
+
+/// Partitions over the row cache's size limit are read from their SSTables for the
+/// read's slices (narrowed to after the last row returned when a page resumes): paging
+/// through them forwards and backwards, with memtable rows and a range tombstone on top,
+/// returns what a node with the cache off returns.
+#[test]
+fn pages_of_partitions_over_the_cache_limit_read_as_without_it() {
+    let (da, db) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    rt().block_on(async {
+        // 64 KiB: partitions over 8 KiB are not cached.
+        let small = open(da.path(), cfg(da.path(), 64 << 10));
+        let off = open(db.path(), cfg(db.path(), 0));
+        let key = |k: usize| format!("wide{k}");
+        for s in [&small, &off] {
+            for k in 0..3 {
+                for c in 0..300 {
+                    put(s, &key(k), c, &format!("v{k}-{c}-{}", "x".repeat(40)), 10).await;
+                }
+            }
+            s.flush(T).await.expect("flush");
+            put(s, &key(1), 150, "newer", 20).await;
+            let rt = RangeTombstone {
+                start: ClusteringBound::inclusive(vec![i(100)]),
+                end: ClusteringBound::inclusive(vec![i(120)]),
+                deletion: DeletionTime::new(15, NOW),
+            };
+            let update = PartitionUpdate {
+                range_tombstones: vec![rt],
+                ..Default::default()
+            };
+            apply(s, &key(2), update).await;
+        }
+        for k in 0..3 {
+            for reversed in [false, true] {
+                for sliced in [false, true] {
+                    let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk(&key(k))), NOW);
+                    cmd.reversed = reversed;
+                    cmd.row_limit = 37;
+                    if sliced {
+                        cmd.slices = vec![ClusteringSlice {
+                            start: ClusteringBound::inclusive(vec![i(90)]),
+                            end: ClusteringBound::exclusive(vec![i(260)]),
+                        }];
+                    }
+                    // What the pages together must hold, from the writes themselves.
+                    let mut want: Vec<(String, i32, String)> = (0..300)
+                        .filter(|c| !sliced || (90..260).contains(c))
+                        .filter(|c| k != 2 || !(100..=120).contains(c))
+                        .map(|c| {
+                            let v = if k == 1 && c == 150 {
+                                "newer".to_string()
+                            } else {
+                                format!("v{k}-{c}-{}", "x".repeat(40))
+                            };
+                            (key(k), c, v)
+                        })
+                        .collect();
+                    if reversed {
+                        want.reverse();
+                    }
+                    let mut got = Vec::new();
+                    let mut pages = 0;
+                    loop {
+                        let (a, b) = (
+                            small.read(&cmd).expect("read"),
+                            off.read(&cmd).expect("read"),
+                        );
+                        let (va, vb) = (values(&a), values(&b));
+                        assert_eq!(
+                            (&va, a.exhausted),
+                            (&vb, b.exhausted),
+                            "key {k} reversed {reversed} sliced {sliced} page {pages}"
+                        );
+                        pages += 1;
+                        got.extend(va.iter().cloned());
+                        let Some(last) = va.last() else { break };
+                        if a.exhausted {
+                            break;
+                        }
+                        cmd.start_after = Some((pk(&key(k)), Some(Clustering(vec![i(last.1)]))));
+                    }
+                    assert!(pages >= 4, "key {k}: {pages} pages");
+                    assert_eq!(got, want, "key {k} reversed {reversed} sliced {sliced}");
+                }
+            }
+        }
+        let st = stats(&small);
+        assert_eq!((st.insertions, st.partitions), (0, 0), "{st:?}");
+    });
+}
