@@ -446,22 +446,32 @@ fn sstable_slices<'c>(
 ) -> Cow<'c, [ClusteringSlice]> {
     match &cmd.start_after {
         Some((k, Some(after))) if k == key && cmd.slices.len() <= 1 => {
-            let mut s = cmd
-                .slices
-                .first()
-                .cloned()
-                .unwrap_or_else(ClusteringSlice::all);
-            if cmd.reversed {
-                if cmp.before_end(after, &s.end) {
-                    s.end = ClusteringBound::exclusive(after.0.clone());
-                }
-            } else if cmp.after_start(after, &s.start) {
-                s.start = ClusteringBound::exclusive(after.0.clone());
-            }
-            Cow::Owned(vec![s])
+            Cow::Owned(vec![resumed_slice(cmp, cmd, after)])
         }
         _ => Cow::Borrowed(&cmd.slices),
     }
+}
+
+/// `cmd`'s first slice (or all) narrowed to the rows after `after`, the last row a page
+/// returned (before it when reversed): where the next page starts.
+fn resumed_slice(
+    cmp: &ClusteringComparator,
+    cmd: &ReadCommand,
+    after: &Clustering,
+) -> ClusteringSlice {
+    let mut s = cmd
+        .slices
+        .first()
+        .cloned()
+        .unwrap_or_else(ClusteringSlice::all);
+    if cmd.reversed {
+        if cmp.before_end(after, &s.end) {
+            s.end = ClusteringBound::exclusive(after.0.clone());
+        }
+    } else if cmp.after_start(after, &s.start) {
+        s.start = ClusteringBound::exclusive(after.0.clone());
+    }
+    s
 }
 
 /// Whether an SSTable can contribute to a read of `slices` of some partition, judged by
@@ -663,19 +673,7 @@ impl Sources<'_> {
         let resumed;
         let slices: &[ClusteringSlice] = match &cmd.start_after {
             Some((k, Some(after))) if k == key && cap != usize::MAX => {
-                let mut s = cmd
-                    .slices
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(ClusteringSlice::all);
-                if cmd.reversed {
-                    if cmp.before_end(after, &s.end) {
-                        s.end = ClusteringBound::exclusive(after.0.clone());
-                    }
-                } else if cmp.after_start(after, &s.start) {
-                    s.start = ClusteringBound::exclusive(after.0.clone());
-                }
-                resumed = [s];
+                resumed = [resumed_slice(cmp, cmd, after)];
                 &resumed
             }
             _ => &cmd.slices,

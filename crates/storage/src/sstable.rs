@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{
-    Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_parts, read_update,
+    Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_parts,
     read_update_picking, read_var,
 };
 use amphora_types::data::{
@@ -2227,22 +2227,7 @@ fn decode_partition(
     bytes: Bytes,
     offset: u64,
 ) -> Result<(PartitionKey, PartitionUpdate)> {
-    let mut r = Reader::with_offset(bytes, offset as usize);
-    let e = |err: amphora_types::codec::DecodeError| {
-        StorageError::corrupt(path, err.offset as u64, err.reason)
-    };
-    let key = r.bytes().map_err(e)?;
-    let token = i64::from_be_bytes(r.fixed::<8>().map_err(e)?);
-    let base = r.z().map_err(e)?;
-    let u = read_update(&mut r, base).map_err(e)?;
-    if r.remaining() != 0 {
-        return Err(StorageError::corrupt(
-            path,
-            offset,
-            "trailing bytes after partition",
-        ));
-    }
-    Ok((PartitionKey { token, key }, u))
+    decode_partition_picking(path, bytes, offset, |_| RowPick::Keep)
 }
 
 /// The index of the first of the sorted `tokens` that is not below `token`

@@ -372,43 +372,7 @@ pub fn read_update_standalone(r: &mut Reader) -> Result<PartitionUpdate, DecodeE
 }
 
 pub fn read_update(r: &mut Reader, base: i64) -> Result<PartitionUpdate, DecodeError> {
-    let flags = r.u8()?;
-    if flags & !3 != 0 {
-        return Err(r.err("bad update flags"));
-    }
-    let partition_deletion = if flags & 1 != 0 {
-        Some(read_deletion(r, base)?)
-    } else {
-        None
-    };
-    let static_row = if flags & 2 != 0 {
-        Some(read_row(r, base)?)
-    } else {
-        None
-    };
-    let n = r.count()?;
-    let mut rows = Vec::with_capacity(n);
-    for _ in 0..n {
-        rows.push(read_row(r, base)?);
-    }
-    let n = r.count()?;
-    let mut range_tombstones = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = read_bound(r)?;
-        let end = read_bound(r)?;
-        let deletion = read_deletion(r, base)?;
-        range_tombstones.push(RangeTombstone {
-            start,
-            end,
-            deletion,
-        });
-    }
-    Ok(PartitionUpdate {
-        partition_deletion,
-        static_row,
-        rows,
-        range_tombstones,
-    })
+    read_update_picking(r, base, |_| RowPick::Keep).map(|(u, _)| u)
 }
 
 fn read_deletion(r: &mut Reader, base: i64) -> Result<DeletionTime, DecodeError> {
@@ -476,7 +440,7 @@ pub fn read_update_picking(
         None
     };
     let n = r.count()?;
-    let mut rows = Vec::new();
+    let mut rows = Vec::with_capacity(n);
     let mut ended = false;
     for _ in 0..n {
         let clustering = read_clustering(r)?;
