@@ -21,6 +21,9 @@ pub enum BlockKind {
     DataChunk,
     /// An index block of Index.db (without its CRC).
     IndexBlock,
+    /// A wide partition's block of RowIndex.db (without its CRC), by its number in the
+    /// file's directory.
+    RowIndex,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -32,6 +32,7 @@ mod prefetch;
 pub use prefetch::PrefetchKey;
 pub mod read;
 pub mod rowcache;
+pub mod rowindex;
 pub mod shard;
 pub mod spare;
 pub mod sstable;

@@ -360,7 +360,10 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 /// rows within them (None = the whole partition). `detach`: decode each partition from a
 /// copy of its bytes (values that keep no data chunk alive, for the row cache), with the
 /// row cache's partition limit: partitions up to it do not add their chunks to the block
-/// cache ([`SSTableReader::get_detached_with`]).
+/// cache ([`SSTableReader::get_detached_with`]). `cap`: with `slices`, at most this many
+/// rows of each SSTable (the first ones); the result then comes with the earliest of the
+/// SSTables' cutoffs (the clustering of the last row taken from one that had more).
+#[allow(clippy::too_many_arguments)]
 fn read_sstables(
     t: &TableSources<'_, impl Iterator>,
     key: &PartitionKey,
@@ -369,7 +372,8 @@ fn read_sstables(
     cache: &mut BlockCache,
     sstables_read: &mut u32,
     detach: Option<u64>,
-) -> Result<Option<PartitionUpdate>> {
+    cap: usize,
+) -> Result<(Option<PartitionUpdate>, Option<Clustering>)> {
     // One SSTable (the common case after compaction) needs no sorted copy of the set.
     let (single, mut sorted);
     let ssts: &[&Arc<SSTableReader>] = match t.sstables {
@@ -384,6 +388,7 @@ fn read_sstables(
         }
     };
     let mut acc = None;
+    let mut cutoff: Option<Clustering> = None;
     for &s in ssts {
         if s.is_quarantined() {
             continue;
@@ -412,8 +417,22 @@ fn read_sstables(
         // Only the rows in the slices are built (the rest stepped over).
         let found = match (slices.filter(|s| !s.is_empty()), detach) {
             (Some(slices), detach) => {
-                let rows = RowSlices { cmp: t.cmp, slices };
+                let rows = RowSlices {
+                    cmp: t.cmp,
+                    slices,
+                    cap,
+                };
                 s.get_sliced(key, Some(&mut *cache), detach, rows)?
+                    .map(|(u, cut)| {
+                        if let Some(c) = cut
+                            && cutoff
+                                .as_ref()
+                                .is_none_or(|o| t.cmp.compare(&c.0, &o.0).is_lt())
+                        {
+                            cutoff = Some(c);
+                        }
+                        u
+                    })
             }
             (None, Some(limit)) => s.get_detached_with(key, Some(&mut *cache), limit)?,
             (None, None) => s.get_with(key, Some(&mut *cache))?,
@@ -430,7 +449,7 @@ fn read_sstables(
             merge_into(t.schema, &mut acc, u);
         }
     }
-    Ok(acc)
+    Ok((acc, cutoff))
 }
 
 /// The clustering slices an SSTable read must cover for `cmd` when what it reads is not
@@ -539,8 +558,20 @@ pub(crate) fn read_single<'a>(
             .fold(None, |d, (_, p)| max_deletion(d, p.deletion()))
     };
     let wanted = sstable_slices(t.cmp, key, cmd);
+    // Reads of the SSTables' slices (not through the row cache) with a limit, in clustering
+    // order, take only the first rows of each SSTable (with a row index, they read only
+    // those): enough when the merge's limit ends before the earliest SSTable's cutoff.
+    let sst_cap = if cmd.reversed {
+        usize::MAX
+    } else {
+        row_cap(cmd)
+    };
+    let mut sst_cut = None;
+    // Set when the SSTables were read without the row cache: with which detach limit.
+    let mut uncached: Option<Option<u64>> = None;
     if !row_cache.enabled() || t.sstables.is_empty() {
-        from_sstables = read_sstables(
+        uncached = Some(None);
+        (from_sstables, sst_cut) = read_sstables(
             &t,
             key,
             Some(&wanted),
@@ -548,6 +579,7 @@ pub(crate) fn read_single<'a>(
             block_cache,
             &mut sstables_read,
             None,
+            sst_cap,
         )?;
     } else {
         let hit = match row_cache.get(t.table, key) {
@@ -576,7 +608,8 @@ pub(crate) fn read_single<'a>(
                 // (detached) so its chunks do not fill the block cache either, unless the
                 // partition is over the cache's size limit: then it is read again next
                 // time, and its chunks are cached.
-                from_sstables = read_sstables(
+                uncached = Some(Some(row_cache.partition_max()));
+                (from_sstables, sst_cut) = read_sstables(
                     &t,
                     key,
                     Some(&wanted),
@@ -584,6 +617,7 @@ pub(crate) fn read_single<'a>(
                     block_cache,
                     &mut sstables_read,
                     Some(row_cache.partition_max()),
+                    sst_cap,
                 )?;
             }
             None => {
@@ -592,9 +626,18 @@ pub(crate) fn read_single<'a>(
                 // what this read returns pins no block cache chunk (the cache entry copies
                 // again: into its encoding, or into one buffer of its own when decoded).
                 let limit = Some(row_cache.partition_max());
-                let mut full =
-                    read_sstables(&t, key, None, None, block_cache, &mut sstables_read, limit)?
-                        .unwrap_or_default();
+                let mut full = read_sstables(
+                    &t,
+                    key,
+                    None,
+                    None,
+                    block_cache,
+                    &mut sstables_read,
+                    limit,
+                    usize::MAX,
+                )?
+                .0
+                .unwrap_or_default();
                 // One SSTable with nothing shadowed is canonical already.
                 if sstables_read > 1 || has_deletions(&full) {
                     apply_own_deletions(t.schema, &mut full);
@@ -615,17 +658,39 @@ pub(crate) fn read_single<'a>(
         held: &held,
         cached: cached.as_deref(),
     };
-    // What the SSTables gave without the cache is merged whole (it is not read twice).
-    let cap = match from_sstables {
-        Some(_) => usize::MAX,
-        None => row_cap(cmd),
-    };
+    if let Some(detach) = uncached {
+        // The SSTables' first rows: exact when the limit ends the merge before their
+        // cutoff; otherwise they are read again whole (rare: it takes more of the rows
+        // read shadowed or dead than the limit's margin of one).
+        if sst_cap != usize::MAX {
+            if let Some(r) =
+                sources.merge(key, cmd, sst_cap, from_sstables, sst_cut, sstables_read)?
+            {
+                return Ok(r);
+            }
+            sstables_read = 0;
+            from_sstables = read_sstables(
+                &t,
+                key,
+                Some(&wanted),
+                mem_deletion(),
+                block_cache,
+                &mut sstables_read,
+                detach,
+                usize::MAX,
+            )?
+            .0;
+        }
+        let r = sources.merge(key, cmd, usize::MAX, from_sstables, None, sstables_read)?;
+        return Ok(r.unwrap_or_default());
+    }
+    let cap = row_cap(cmd);
     if cap != usize::MAX
-        && let Some(r) = sources.merge(key, cmd, cap, None, sstables_read)?
+        && let Some(r) = sources.merge(key, cmd, cap, None, None, sstables_read)?
     {
         return Ok(r);
     }
-    let r = sources.merge(key, cmd, usize::MAX, from_sstables, sstables_read)?;
+    let r = sources.merge(key, cmd, usize::MAX, None, None, sstables_read)?;
     Ok(r.unwrap_or_default())
 }
 
@@ -658,12 +723,14 @@ impl Sources<'_> {
     /// taken in the read's order (the cutoff): rows past the earliest cutoff are dropped,
     /// and the result stands only if a limit ended it before those rows ran out (the full
     /// merge would have stopped at the same row). Otherwise None: read with no cap.
+    /// `from_sstables` was read with the same cap when `sst_cut` is its cutoff.
     fn merge(
         &self,
         key: &PartitionKey,
         cmd: &ReadCommand,
         cap: usize,
         from_sstables: Option<PartitionUpdate>,
+        sst_cut: Option<Clustering>,
         sstables_read: u32,
     ) -> Result<Option<ReadResult>> {
         let (schema, cmp) = (self.schema, self.cmp);
@@ -712,6 +779,7 @@ impl Sources<'_> {
                 merge_into(schema, &mut acc, part);
             }
         }
+        lower(sst_cut);
         if let Some(u) = from_sstables {
             merge_into(schema, &mut acc, u);
         }
@@ -1415,14 +1483,17 @@ mod tests {
             let cmd = random_command(&mut rng, &key, read_now, width);
             let cap = row_cap(&cmd);
             let want = sources
-                .merge(&key, &cmd, usize::MAX, None, 1)
+                .merge(&key, &cmd, usize::MAX, None, None, 1)
                 .expect("merge");
             let want = want.expect("an uncapped merge always answers");
             if cap == usize::MAX {
                 uncapped += 1;
                 continue;
             }
-            match sources.merge(&key, &cmd, cap, None, 1).expect("merge") {
+            match sources
+                .merge(&key, &cmd, cap, None, None, 1)
+                .expect("merge")
+            {
                 Some(got) => {
                     answered += 1;
                     resumed +=

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{
     Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_parts,
-    read_update_picking, read_var,
+    read_range_tombstones, read_rows_picking, read_update_head, read_update_picking, read_var,
 };
 use amphora_types::data::{
     Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
@@ -25,6 +25,7 @@ use crate::bloom::Bloom;
 use crate::cache::{BlockCache, BlockKind};
 use crate::commitlog::LogPosition;
 use crate::error::{Result, StorageError};
+use crate::rowindex::{RowIndexBlock, RowIndexFile, RowIndexWriter};
 
 pub const FORMAT_VERSION: u32 = 1;
 pub const FORMAT_PREFIX: &str = "am1";
@@ -34,13 +35,14 @@ const MAGIC_COMPRESSION: &[u8; 8] = b"AMPHCINF";
 const MAGIC_SUMMARY: &[u8; 8] = b"AMPHSUMM";
 const MAGIC_STATS: &[u8; 8] = b"AMPHSTAT";
 
-pub const COMPONENTS: [&str; 6] = [
+pub const COMPONENTS: [&str; 7] = [
     "Data.db",
     "CompressionInfo.db",
     "Index.db",
     "Summary.db",
     "Filter.db",
     "Statistics.db",
+    crate::rowindex::COMPONENT,
 ];
 
 pub fn component_path(dir: &Path, generation: u64, component: &str) -> PathBuf {
@@ -792,6 +794,8 @@ pub struct SSTableWriter {
     last_key: Option<(i64, Vec<u8>)>,
     cmp: amphora_types::schema::ClusteringComparator,
     compressed: Vec<u8>,
+    /// RowIndex.db: where some rows of each wide partition start.
+    row_index: RowIndexWriter,
 }
 
 impl SSTableWriter {
@@ -866,6 +870,7 @@ impl SSTableWriter {
             last_key: None,
             cmp: schema.clustering_comparator(),
             compressed: Vec::new(),
+            row_index: RowIndexWriter::new(),
         })
     }
 
@@ -942,6 +947,7 @@ impl SSTableWriter {
         self.pending.extend_from_slice(&key.token.to_be_bytes());
         body(&mut self.pending);
         let len = (self.pending.len() - at) as u64;
+        self.row_index.add(start, &self.pending[at..]);
         self.index_partition(key, start, len)?;
         self.write_full_chunks()?;
         let s = &mut self.stats;
@@ -1001,6 +1007,7 @@ impl SSTableWriter {
         self.check_ring_order(key);
         let start = self.uncompressed_bytes();
         self.pending.extend_from_slice(bytes);
+        self.row_index.add(start, bytes);
         self.index_partition(key, start, bytes.len() as u64)?;
         self.write_full_chunks()
     }
@@ -1259,8 +1266,10 @@ impl SSTableWriter {
             .map(|c| format!("{c}\n"))
             .collect::<String>()
             + "TOC.txt\n";
-        let parts: [(&str, Vec<u8>); 5] = [
+        let row_index = std::mem::take(&mut self.row_index).finish();
+        let parts: [(&str, Vec<u8>); 6] = [
             ("CompressionInfo.db", ci),
+            (crate::rowindex::COMPONENT, row_index),
             ("Summary.db", summary),
             ("Filter.db", bloom.encode()),
             ("Statistics.db", self.stats.encode()),
@@ -1378,6 +1387,8 @@ pub struct SSTableReader {
     /// output, [`crate::StorageConfig::flush_direct`] off): once replaced, its file is
     /// worth keeping as a spare ([`crate::spare`]).
     pub data_cached: bool,
+    /// RowIndex.db (None for SSTables written before it existed).
+    row_index: Option<RowIndexFile>,
 }
 
 /// Index entry: where a partition's bytes are in the uncompressed data stream.
@@ -1472,6 +1483,8 @@ impl SSTableReader {
             .metadata()
             .map_err(|e| StorageError::io(&index_path, e))?
             .len();
+        let row_index =
+            RowIndexFile::open(&component_path(dir, generation, crate::rowindex::COMPONENT))?;
         Ok(SSTableReader {
             id: NEXT_READER_ID.fetch_add(1, AtomicOrdering::Relaxed),
             dir: dir.to_path_buf(),
@@ -1493,6 +1506,7 @@ impl SSTableReader {
             last_chunk: Mutex::new(UncachedChunk::default()),
             delete_on_drop: AtomicBool::new(false),
             data_cached: false,
+            row_index,
         })
     }
 
@@ -1981,43 +1995,24 @@ impl SSTableReader {
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
     ) -> Result<Option<PartitionUpdate>> {
-        self.get_from(key, cache, None, None)
+        self.get_from(key, cache, None)
     }
 
     /// [`get_with`](Self::get_with) (or [`get_detached_with`](Self::get_detached_with) with
-    /// `detach`'s fill limit) of only the rows in `rows`' slices: the other rows are
-    /// stepped over, not built, and decoding stops after the slices when this SSTable holds
-    /// no tombstone (so no range tombstone follows the rows).
+    /// `detach`'s fill limit) of only the rows in `rows`' slices, at most `rows.cap` of
+    /// them (the first ones): the other rows are stepped over, not built. Decoding stops
+    /// after the slices (or the cap) when this SSTable holds no tombstone (so no range
+    /// tombstone follows the rows), or at once when the partition has a row index: then
+    /// only the rows from the index entry before the slices' start are read, and the
+    /// range tombstones where they start. With the update, the clustering of its last row
+    /// when the cap left rows of the slices out (None when it has every one).
     pub fn get_sliced(
         &self,
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
         detach: Option<u64>,
         rows: RowSlices<'_>,
-    ) -> Result<Option<PartitionUpdate>> {
-        self.get_from(key, cache, detach, Some(rows))
-    }
-
-    /// [`get_with`](Self::get_with), decoded from a copy of the partition's bytes: its
-    /// values hold no data chunk, so the row cache can keep them as they are. A partition
-    /// of at most `fill_limit` bytes (what the row cache will hold) takes its chunks from
-    /// `cache` when they are there but does not add them: the row cache will serve it.
-    pub fn get_detached_with(
-        &self,
-        key: &PartitionKey,
-        cache: Option<&mut BlockCache>,
-        fill_limit: u64,
-    ) -> Result<Option<PartitionUpdate>> {
-        self.get_from(key, cache, Some(fill_limit), None)
-    }
-
-    fn get_from(
-        &self,
-        key: &PartitionKey,
-        cache: Option<&mut BlockCache>,
-        detach: Option<u64>,
-        rows: Option<RowSlices<'_>>,
-    ) -> Result<Option<PartitionUpdate>> {
+    ) -> Result<Option<(PartitionUpdate, Option<Clustering>)>> {
         if !self.may_contain(key) {
             return Ok(None);
         }
@@ -2025,7 +2020,155 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        let bytes = match detach {
+        if let Some(ri) = &self.row_index
+            && let Some(b) = ri.find(e.position)
+        {
+            let block = match cache.as_deref_mut() {
+                Some(c) => match c.get(self.id, BlockKind::RowIndex, b as u64) {
+                    Some(body) => body,
+                    None => {
+                        let body = ri.read_block(b)?;
+                        c.insert(self.id, BlockKind::RowIndex, b as u64, body.clone());
+                        body
+                    }
+                },
+                None => ri.read_block(b)?,
+            };
+            let block = RowIndexBlock::parse(block, ri.path())?;
+            return self
+                .get_indexed(key, e, &block, cache, detach, rows)
+                .map(Some);
+        }
+        let bytes = self.partition_bytes(e, cache, detach, true)?;
+        let may_end = self.stats.tombstones == 0;
+        let mut picker = CappedPick::new(rows, may_end);
+        let (k, u) =
+            decode_partition_picking(&self.data_path, bytes, e.position, |c| picker.pick(c))?;
+        if &k != key {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                e.position,
+                "index points at another partition",
+            ));
+        }
+        let cut = picker.cut(&u.rows);
+        Ok(Some((u, cut)))
+    }
+
+    /// [`get_sliced`](Self::get_sliced) of a partition with a row index `block`.
+    fn get_indexed(
+        &self,
+        key: &PartitionKey,
+        e: IndexEntry,
+        block: &RowIndexBlock,
+        mut cache: Option<&mut BlockCache>,
+        detach: Option<u64>,
+        rows: RowSlices<'_>,
+    ) -> Result<(PartitionUpdate, Option<Clustering>)> {
+        let path = &self.data_path;
+        let corrupt =
+            |at: u64, why: &'static str| StorageError::corrupt(path, e.position + at, why);
+        let de = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(path, err.offset as u64, err.reason)
+        };
+        if block.rts_at > e.len {
+            return Err(corrupt(0, "row index past the partition's end"));
+        }
+        // Bytes `at..at + len` of the partition, read as `get_from` reads a whole one.
+        let read = |at: u64, len: u64, cache: Option<&mut BlockCache>| -> Result<Reader> {
+            let bytes = match detach {
+                Some(limit) if e.len <= limit => {
+                    self.read_range_detached(e.position + at, len, cache)?
+                }
+                _ => self.read_range(e.position + at, len, cache)?,
+            };
+            Ok(Reader::with_offset(bytes, (e.position + at) as usize))
+        };
+        let mut r = read(0, block.rows_at, cache.as_deref_mut())?;
+        let k = r.bytes().map_err(de)?;
+        let token = i64::from_be_bytes(r.fixed::<8>().map_err(de)?);
+        if k != key.key || token != key.token {
+            return Err(corrupt(0, "index points at another partition"));
+        }
+        let base = r.z().map_err(de)?;
+        let head = read_update_head(&mut r, base).map_err(de)?;
+        if r.remaining() != 0 || head.rows as u64 != block.nrows {
+            return Err(corrupt(0, "row index does not match the partition"));
+        }
+        // The block to start from: the last whose first row is not after every slice's
+        // start (rows before a slice's start are in it or in earlier blocks).
+        let n = block.len();
+        let mut from = n;
+        for s in rows.slices {
+            let (mut lo, mut hi) = (0, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let c = block.entry(mid, path)?.clustering;
+                if rows.cmp.after_start(&c, &s.start) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            from = from.min(lo.saturating_sub(1));
+        }
+        let mut picker = CappedPick::new(rows, true);
+        let mut kept = Vec::new();
+        let mut at = block.entry(from, path)?;
+        for i in from..n {
+            let next = block.entry(i + 1, path)?;
+            if next.ordinal <= at.ordinal || next.offset <= at.offset {
+                return Err(corrupt(at.offset, "row index entries out of order"));
+            }
+            let mut r = read(at.offset, next.offset - at.offset, cache.as_deref_mut())?;
+            let count = (next.ordinal - at.ordinal) as usize;
+            let ended = read_rows_picking(&mut r, base, count, |c| picker.pick(c), &mut kept)
+                .map_err(de)?;
+            if ended {
+                break;
+            }
+            if r.remaining() != 0 {
+                return Err(corrupt(
+                    at.offset,
+                    "rows do not end where the row index says",
+                ));
+            }
+            // The next block starts past every slice: none of its rows is wanted.
+            if i + 1 < n && !picker.may_want(&next.clustering) {
+                break;
+            }
+            at = next;
+        }
+        let range_tombstones = if self.stats.tombstones > 0 {
+            let mut r = read(block.rts_at, e.len - block.rts_at, cache)?;
+            let rts = read_range_tombstones(&mut r, base).map_err(de)?;
+            if r.remaining() != 0 {
+                return Err(corrupt(block.rts_at, "trailing bytes after partition"));
+            }
+            rts
+        } else {
+            Vec::new()
+        };
+        let cut = picker.cut(&kept);
+        let u = PartitionUpdate {
+            partition_deletion: head.partition_deletion,
+            static_row: head.static_row,
+            rows: kept,
+            range_tombstones,
+        };
+        Ok((u, cut))
+    }
+
+    /// The bytes of the partition at `e`, read for [`get_from`](Self::get_from) or (when
+    /// `sliced`) [`get_sliced`](Self::get_sliced).
+    fn partition_bytes(
+        &self,
+        e: IndexEntry,
+        cache: Option<&mut BlockCache>,
+        detach: Option<u64>,
+        sliced: bool,
+    ) -> Result<Bytes> {
+        Ok(match detach {
             // A detached read fills the row cache, which then holds the partition, or is a
             // miss the row cache kept out (its slices only; [`RowCache::admits`]): its
             // chunks are not added to the block cache (with data larger than the memory,
@@ -2039,21 +2182,42 @@ impl SSTableReader {
             // Too large for the row cache, so read again next time: its chunks are cached.
             // A sliced read keeps only a few rows for its answer, which may hold the chunk
             // for that long; a whole one is copied so what it returns holds no chunk.
-            Some(_) if cache.is_some() && rows.is_none() => {
+            Some(_) if cache.is_some() && !sliced => {
                 Bytes::copy_from_slice(&self.read_range(e.position, e.len, cache)?)
             }
             // Without the block cache the bytes are already a copy of their own.
             _ => self.read_range(e.position, e.len, cache)?,
+        })
+    }
+
+    /// [`get_with`](Self::get_with), decoded from a copy of the partition's bytes: its
+    /// values hold no data chunk, so the row cache can keep them as they are. A partition
+    /// of at most `fill_limit` bytes (what the row cache will hold) takes its chunks from
+    /// `cache` when they are there but does not add them: the row cache will serve it.
+    pub fn get_detached_with(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+        fill_limit: u64,
+    ) -> Result<Option<PartitionUpdate>> {
+        self.get_from(key, cache, Some(fill_limit))
+    }
+
+    fn get_from(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+        detach: Option<u64>,
+    ) -> Result<Option<PartitionUpdate>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        let mut cache = cache.filter(|c| c.is_enabled());
+        let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
+            return Ok(None);
         };
-        let (k, u) = match rows {
-            None => decode_partition(&self.data_path, bytes, e.position)?,
-            Some(rows) => {
-                let may_end = self.stats.tombstones == 0;
-                decode_partition_picking(&self.data_path, bytes, e.position, |c| {
-                    rows.pick(c, may_end)
-                })?
-            }
-        };
+        let bytes = self.partition_bytes(e, cache, detach, false)?;
+        let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
         if &k != key {
             return Err(StorageError::corrupt(
                 &self.data_path,
@@ -2106,6 +2270,11 @@ impl SSTableReader {
         check_crc(&self.index_path, &data)?;
         for b in 0..self.summary.len() {
             self.index_block(b)?;
+        }
+        if let Some(ri) = &self.row_index {
+            for b in 0..ri.len() {
+                RowIndexBlock::parse(ri.read_block(b)?, ri.path())?;
+            }
         }
         Ok(())
     }
@@ -2178,6 +2347,9 @@ pub fn partition_body(raw: &[u8]) -> Option<&[u8]> {
 pub struct RowSlices<'a> {
     pub cmp: &'a ClusteringComparator,
     pub slices: &'a [ClusteringSlice],
+    /// At most this many rows (the first ones in the slices), at least 1; `usize::MAX`:
+    /// every one.
+    pub cap: usize,
 }
 
 impl RowSlices<'_> {
@@ -2188,10 +2360,67 @@ impl RowSlices<'_> {
     fn pick(&self, c: &Clustering, may_end: bool) -> RowPick {
         if self.slices.iter().any(|s| s.contains(self.cmp, c)) {
             RowPick::Keep
-        } else if may_end && !self.slices.iter().any(|s| self.cmp.before_end(c, &s.end)) {
+        } else if may_end && !self.may_want(c) {
             RowPick::End
         } else {
             RowPick::Skip
+        }
+    }
+
+    /// Whether a row of clustering `c` or a later one may be in a slice (`c` is before
+    /// some slice's end).
+    fn may_want(&self, c: &Clustering) -> bool {
+        self.slices.iter().any(|s| self.cmp.before_end(c, &s.end))
+    }
+}
+
+/// [`RowSlices::pick`] that keeps at most `cap` rows: the rows of the slices after those
+/// are stepped over (or end the decoding, where that is allowed).
+struct CappedPick<'a> {
+    rows: RowSlices<'a>,
+    may_end: bool,
+    kept: usize,
+    full: bool,
+}
+
+impl<'a> CappedPick<'a> {
+    fn new(rows: RowSlices<'a>, may_end: bool) -> Self {
+        CappedPick {
+            rows,
+            may_end,
+            kept: 0,
+            full: false,
+        }
+    }
+
+    fn pick(&mut self, c: &Clustering) -> RowPick {
+        match self.rows.pick(c, self.may_end) {
+            RowPick::Keep if self.kept >= self.rows.cap => {
+                self.full = true;
+                if self.may_end {
+                    RowPick::End
+                } else {
+                    RowPick::Skip
+                }
+            }
+            RowPick::Keep => {
+                self.kept += 1;
+                RowPick::Keep
+            }
+            p => p,
+        }
+    }
+
+    fn may_want(&self, c: &Clustering) -> bool {
+        !self.full && self.rows.may_want(c)
+    }
+
+    /// The clustering of the last of `kept` when the cap left rows out.
+    fn cut(&self, kept: &[Row]) -> Option<Clustering> {
+        if self.full {
+            kept.last().map(|r| r.clustering.clone())
+        } else {
+            None
         }
     }
 }

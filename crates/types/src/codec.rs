@@ -383,7 +383,8 @@ fn read_deletion(r: &mut Reader, base: i64) -> Result<DeletionTime, DecodeError>
     })
 }
 
-fn read_clustering(r: &mut Reader) -> Result<Clustering, DecodeError> {
+/// Reads a clustering as [`put_row`] writes it (`n:var bytes*`).
+pub fn read_clustering(r: &mut Reader) -> Result<Clustering, DecodeError> {
     let n = r.count()?;
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
@@ -423,8 +424,40 @@ pub enum RowPick {
 pub fn read_update_picking(
     r: &mut Reader,
     base: i64,
-    mut pick: impl FnMut(&Clustering) -> RowPick,
+    pick: impl FnMut(&Clustering) -> RowPick,
 ) -> Result<(PartitionUpdate, bool), DecodeError> {
+    let head = read_update_head(r, base)?;
+    if head.rows > r.remaining() {
+        return Err(r.err("count larger than the remaining bytes"));
+    }
+    let mut rows = Vec::with_capacity(head.rows);
+    let ended = read_rows_picking(r, base, head.rows, pick, &mut rows)?;
+    let range_tombstones = if ended {
+        Vec::new()
+    } else {
+        read_range_tombstones(r, base)?
+    };
+    let u = PartitionUpdate {
+        partition_deletion: head.partition_deletion,
+        static_row: head.static_row,
+        rows,
+        range_tombstones,
+    };
+    Ok((u, ended))
+}
+
+/// What an update's encoding holds before its clustering rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateHead {
+    pub partition_deletion: Option<DeletionTime>,
+    pub static_row: Option<Row>,
+    /// How many clustering rows follow.
+    pub rows: usize,
+}
+
+/// Reads an update's flags, partition deletion, static row and row count: the reader is
+/// left at its first clustering row. The count is not checked against the bytes left.
+pub fn read_update_head(r: &mut Reader, base: i64) -> Result<UpdateHead, DecodeError> {
     let flags = r.u8()?;
     if flags & !3 != 0 {
         return Err(r.err("bad update flags"));
@@ -439,42 +472,74 @@ pub fn read_update_picking(
     } else {
         None
     };
-    let n = r.count()?;
-    let mut rows = Vec::with_capacity(n);
-    let mut ended = false;
+    // Not bounded by the bytes left: a reader of the head alone has none.
+    let rows = usize::try_from(r.var()?).map_err(|_| r.err("row count out of range"))?;
+    Ok(UpdateHead {
+        partition_deletion,
+        static_row,
+        rows,
+    })
+}
+
+/// Reads up to `n` clustering rows of an update, pushing onto `rows` those `pick` keeps;
+/// returns whether `pick` ended the rows early ([`RowPick::End`]).
+pub fn read_rows_picking(
+    r: &mut Reader,
+    base: i64,
+    n: usize,
+    mut pick: impl FnMut(&Clustering) -> RowPick,
+    rows: &mut Vec<Row>,
+) -> Result<bool, DecodeError> {
     for _ in 0..n {
         let clustering = read_clustering(r)?;
         match pick(&clustering) {
             RowPick::Keep => rows.push(read_row_body(r, base, clustering)?),
             RowPick::Skip => skip_row_body(r)?,
-            RowPick::End => {
-                ended = true;
-                break;
-            }
+            RowPick::End => return Ok(true),
         }
     }
-    let mut range_tombstones = Vec::new();
-    if !ended {
-        let n = r.count()?;
-        range_tombstones.reserve(n);
-        for _ in 0..n {
-            let start = read_bound(r)?;
-            let end = read_bound(r)?;
-            let deletion = read_deletion(r, base)?;
-            range_tombstones.push(RangeTombstone {
-                start,
-                end,
-                deletion,
-            });
-        }
+    Ok(false)
+}
+
+/// Reads an update's range tombstones: what follows its clustering rows.
+pub fn read_range_tombstones(
+    r: &mut Reader,
+    base: i64,
+) -> Result<Vec<RangeTombstone>, DecodeError> {
+    let n = r.count()?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = read_bound(r)?;
+        let end = read_bound(r)?;
+        let deletion = read_deletion(r, base)?;
+        out.push(RangeTombstone {
+            start,
+            end,
+            deletion,
+        });
     }
-    let u = PartitionUpdate {
-        partition_deletion,
-        static_row,
-        rows,
-        range_tombstones,
-    };
-    Ok((u, ended))
+    Ok(out)
+}
+
+/// Steps over `n` clustering rows (checked as [`read_rows_picking`] would), calling
+/// `each(start, clustering_end)` with each row's first position and the position just
+/// after its clustering (so `start..clustering_end` is its clustering's encoding, which
+/// [`read_clustering`] reads back).
+pub fn scan_rows(
+    r: &mut Reader,
+    n: usize,
+    mut each: impl FnMut(usize, usize),
+) -> Result<(), DecodeError> {
+    for _ in 0..n {
+        let start = r.position();
+        let k = r.count()?;
+        for _ in 0..k {
+            r.skip_bytes()?;
+        }
+        each(start, r.position());
+        skip_row_body(r)?;
+    }
+    Ok(())
 }
 
 pub fn read_row(r: &mut Reader, base: i64) -> Result<Row, DecodeError> {

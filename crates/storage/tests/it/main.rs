@@ -10,3 +10,4 @@ mod maintenance;
 mod model;
 mod robustness;
 mod rowcache;
+mod rowindex;

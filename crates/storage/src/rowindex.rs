@@ -1,0 +1,394 @@
+//! The row index of wide partitions: `RowIndex.db`, one SSTable component
+//! (docs/dev/sstable-format.md).
+//!
+//! A partition of at least [`MIN_PARTITION_BYTES`] serialized bytes gets a block listing
+//! one of its clustering rows every [`SPACING_BYTES`] or so (the first row always): the
+//! row's ordinal, where it starts relative to the partition, and its clustering. A read
+//! of some clustering slices of such a partition decodes its head (partition deletion,
+//! static row), then only the rows from the last entry at or before the first slice's
+//! start, block by block, stopping past the slices' end or once it has as many rows as it
+//! asked for; its range tombstones are read where they start. Without it, a read of the
+//! last page of a partition of a million rows decompressed and stepped over every row
+//! before it.
+//!
+//! ```text
+//! file      := "AMPHRIDX" version:u32(=1) block* directory dir_offset:u64
+//! block     := body crc32c(body):u32
+//! body      := rows_at:var rts_at:var nrows:var n:var entry_offset:u32*n entry*n
+//! entry     := ordinal:var offset:var clustering          (clustering as the row encodes it)
+//! directory := count:u32 (position:u64 block_offset:u64 block_len:u32)*count crc32c:u32
+//! ```
+//! `position` is the partition's offset in Data.db's uncompressed stream (as in Index.db),
+//! ascending; `rows_at` and `rts_at` are where its first clustering row and its range
+//! tombstone count start, and entry offsets where each entry's row starts, all relative
+//! to the partition's first byte; `entry_offset`s are relative to the first entry.
+//! Rows from one entry to the next are whole (`ordinal` counts them). Files written before
+//! this component existed have none: their partitions are read whole.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use amphora_types::codec::{Reader, read_clustering, read_update_head, scan_rows};
+use amphora_types::data::Clustering;
+use bytes::Bytes;
+
+use crate::error::{Result, StorageError};
+
+/// The component's name (`am1-<generation>-RowIndex.db`).
+pub const COMPONENT: &str = "RowIndex.db";
+const MAGIC: &[u8; 8] = b"AMPHRIDX";
+const VERSION: u32 = 1;
+/// Partitions of fewer serialized bytes are read whole (a few chunks at most).
+pub const MIN_PARTITION_BYTES: usize = 64 << 10;
+/// Rows between two entries take at least this many bytes...
+pub const SPACING_BYTES: usize = 4 << 10;
+/// ...and more for partitions so wide that this spacing would give more entries than
+/// this (a read loads a partition's whole block).
+pub const MAX_ENTRIES: usize = 2048;
+const DIR_ENTRY_BYTES: usize = 20;
+
+fn put_var(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Builds a RowIndex.db as partitions are appended.
+pub struct RowIndexWriter {
+    file: Vec<u8>,
+    directory: Vec<u8>,
+    count: u32,
+    offsets: Vec<u32>,
+    entries: Vec<u8>,
+}
+
+impl Default for RowIndexWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RowIndexWriter {
+    pub fn new() -> Self {
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION.to_le_bytes());
+        RowIndexWriter {
+            file,
+            directory: Vec::new(),
+            count: 0,
+            offsets: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Indexes the partition at `position` of the uncompressed stream, whose serialized
+    /// bytes (key, token, base timestamp, update) are `part`, if it is wide enough and has
+    /// more than one entry's worth of rows. Bytes that do not parse are left unindexed:
+    /// reads then decode the partition whole, and report what is wrong with it.
+    pub fn add(&mut self, position: u64, part: &[u8]) {
+        if part.len() < MIN_PARTITION_BYTES {
+            return;
+        }
+        let spacing = SPACING_BYTES.max(part.len() / MAX_ENTRIES);
+        let mut r = Reader::new(Bytes::copy_from_slice(part));
+        let (offsets, entries) = (&mut self.offsets, &mut self.entries);
+        offsets.clear();
+        entries.clear();
+        let layout = (|| {
+            r.skip_bytes()?;
+            r.fixed::<8>()?;
+            let base = r.z()?;
+            let head = read_update_head(&mut r, base)?;
+            let rows_at = r.position();
+            let mut last: Option<usize> = None;
+            let mut ordinal = 0u64;
+            scan_rows(&mut r, head.rows, |start, clustering_end| {
+                if last.is_none_or(|l| start - l >= spacing) {
+                    offsets.push(entries.len() as u32);
+                    put_var(entries, ordinal);
+                    put_var(entries, start as u64);
+                    entries.extend_from_slice(&part[start..clustering_end]);
+                    last = Some(start);
+                }
+                ordinal += 1;
+            })?;
+            Ok::<_, amphora_types::codec::DecodeError>((rows_at, r.position(), head.rows))
+        })();
+        let Ok((rows_at, rts_at, nrows)) = layout else {
+            return;
+        };
+        if offsets.len() < 2 {
+            return;
+        }
+        let at = self.file.len();
+        put_var(&mut self.file, rows_at as u64);
+        put_var(&mut self.file, rts_at as u64);
+        put_var(&mut self.file, nrows as u64);
+        put_var(&mut self.file, offsets.len() as u64);
+        for o in offsets.iter() {
+            self.file.extend_from_slice(&o.to_le_bytes());
+        }
+        self.file.extend_from_slice(entries);
+        let crc = crc32c::crc32c(&self.file[at..]);
+        self.file.extend_from_slice(&crc.to_le_bytes());
+        self.directory.extend_from_slice(&position.to_le_bytes());
+        self.directory.extend_from_slice(&(at as u64).to_le_bytes());
+        self.directory
+            .extend_from_slice(&((self.file.len() - at) as u32).to_le_bytes());
+        self.count += 1;
+    }
+
+    /// How many partitions are indexed.
+    pub fn partitions(&self) -> u32 {
+        self.count
+    }
+
+    /// The file's bytes.
+    pub fn finish(mut self) -> Vec<u8> {
+        let dir_offset = self.file.len() as u64;
+        let at = self.file.len();
+        self.file.extend_from_slice(&self.count.to_le_bytes());
+        self.file.extend_from_slice(&self.directory);
+        let crc = crc32c::crc32c(&self.file[at..]);
+        self.file.extend_from_slice(&crc.to_le_bytes());
+        self.file.extend_from_slice(&dir_offset.to_le_bytes());
+        self.file
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DirEntry {
+    position: u64,
+    offset: u64,
+    len: u32,
+}
+
+/// An open RowIndex.db: its directory in memory, its blocks read on demand.
+pub struct RowIndexFile {
+    file: File,
+    path: PathBuf,
+    directory: Vec<DirEntry>,
+}
+
+impl RowIndexFile {
+    /// Opens the component at `path`; None when the SSTable has none (written before it
+    /// existed).
+    pub fn open(path: &Path) -> Result<Option<Self>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StorageError::io(path, e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| StorageError::io(path, e))?
+            .len();
+        let bad = |off: u64, why: &str| StorageError::corrupt(path, off, why.to_string());
+        if len < 12 + 4 + 4 + 8 {
+            return Err(bad(0, "too short"));
+        }
+        let mut head = [0u8; 12];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| StorageError::io(path, e))?;
+        if &head[..8] != MAGIC {
+            return Err(bad(0, "bad magic"));
+        }
+        if u32::from_le_bytes([head[8], head[9], head[10], head[11]]) != VERSION {
+            return Err(bad(8, "unknown version"));
+        }
+        let mut tail = [0u8; 8];
+        file.read_exact_at(&mut tail, len - 8)
+            .map_err(|e| StorageError::io(path, e))?;
+        let dir_offset = u64::from_le_bytes(tail);
+        if dir_offset < 12 || dir_offset > len - 16 {
+            return Err(bad(len - 8, "directory offset out of range"));
+        }
+        let mut dir = vec![0u8; (len - 8 - dir_offset) as usize];
+        file.read_exact_at(&mut dir, dir_offset)
+            .map_err(|e| StorageError::io(path, e))?;
+        let (body, crc) = dir.split_at(dir.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(bad(dir_offset, "directory checksum mismatch"));
+        }
+        let count = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
+        if body.len() != 4 + count * DIR_ENTRY_BYTES {
+            return Err(bad(dir_offset, "directory size does not match its count"));
+        }
+        let mut directory = Vec::with_capacity(count);
+        for e in body[4..].chunks_exact(DIR_ENTRY_BYTES) {
+            let u = |r: std::ops::Range<usize>| {
+                let mut a = [0u8; 8];
+                a[..r.len()].copy_from_slice(&e[r]);
+                u64::from_le_bytes(a)
+            };
+            let d = DirEntry {
+                position: u(0..8),
+                offset: u(8..16),
+                len: u(16..20) as u32,
+            };
+            if d.offset < 12 || d.len < 5 || d.offset + d.len as u64 > dir_offset {
+                return Err(bad(dir_offset, "block out of range"));
+            }
+            if directory
+                .last()
+                .is_some_and(|p: &DirEntry| p.position >= d.position)
+            {
+                return Err(bad(dir_offset, "positions not ascending"));
+            }
+            directory.push(d);
+        }
+        Ok(Some(RowIndexFile {
+            file,
+            path: path.to_path_buf(),
+            directory,
+        }))
+    }
+
+    /// The number in the directory of the block of the partition at `position`, if it
+    /// has one.
+    pub fn find(&self, position: u64) -> Option<usize> {
+        self.directory
+            .binary_search_by_key(&position, |d| d.position)
+            .ok()
+    }
+
+    /// How many partitions have a block.
+    pub fn len(&self) -> usize {
+        self.directory.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.directory.is_empty()
+    }
+
+    /// Reads and checks block `i`; returns its body (without the CRC).
+    pub fn read_block(&self, i: usize) -> Result<Bytes> {
+        let d = self
+            .directory
+            .get(i)
+            .ok_or_else(|| StorageError::corrupt(&self.path, 0, "no such row index block"))?;
+        let mut buf = vec![0u8; d.len as usize];
+        self.file
+            .read_exact_at(&mut buf, d.offset)
+            .map_err(|e| StorageError::io(&self.path, e))?;
+        let (body, crc) = buf.split_at(buf.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(StorageError::corrupt(
+                &self.path,
+                d.offset,
+                "row index block checksum mismatch",
+            ));
+        }
+        buf.truncate(buf.len() - 4);
+        Ok(Bytes::from(buf))
+    }
+
+    /// The path, for errors.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// One partition's block, parsed enough to find entries.
+pub struct RowIndexBlock {
+    body: Bytes,
+    /// Where the rows start, relative to the partition.
+    pub rows_at: u64,
+    /// Where the range tombstones start, relative to the partition.
+    pub rts_at: u64,
+    /// How many clustering rows the partition has.
+    pub nrows: u64,
+    n: usize,
+    table_at: usize,
+    entries_at: usize,
+}
+
+/// An entry of a [`RowIndexBlock`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowIndexEntry {
+    /// The row's number among the partition's rows.
+    pub ordinal: u64,
+    /// Where the row starts, relative to the partition.
+    pub offset: u64,
+    pub clustering: Clustering,
+}
+
+impl RowIndexBlock {
+    /// Parses a block's body (`path` for errors).
+    pub fn parse(body: Bytes, path: &Path) -> Result<Self> {
+        let mut r = Reader::new(body.clone());
+        let e = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(path, err.offset as u64, err.reason)
+        };
+        let rows_at = r.var().map_err(e)?;
+        let rts_at = r.var().map_err(e)?;
+        let nrows = r.var().map_err(e)?;
+        let n = r.var().map_err(e)? as usize;
+        let table_at = r.position();
+        let entries_at = n
+            .checked_mul(4)
+            .and_then(|b| b.checked_add(table_at))
+            .filter(|&end| end <= body.len() && n >= 1 && rows_at <= rts_at)
+            .ok_or_else(|| StorageError::corrupt(path, 0, "bad row index block"))?;
+        Ok(RowIndexBlock {
+            body,
+            rows_at,
+            rts_at,
+            nrows,
+            n,
+            table_at,
+            entries_at,
+        })
+    }
+
+    /// How many entries it has (at least one).
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Entry `i` (`path` for errors); past the last one, where the rows end:
+    /// `(nrows, rts_at)` with an empty clustering.
+    pub fn entry(&self, i: usize, path: &Path) -> Result<RowIndexEntry> {
+        if i >= self.n {
+            return Ok(RowIndexEntry {
+                ordinal: self.nrows,
+                offset: self.rts_at,
+                clustering: Clustering(Vec::new()),
+            });
+        }
+        let t = self.table_at + 4 * i;
+        let off = u32::from_le_bytes([
+            self.body[t],
+            self.body[t + 1],
+            self.body[t + 2],
+            self.body[t + 3],
+        ]) as usize;
+        let at = self.entries_at + off;
+        let bad = || StorageError::corrupt(path, at as u64, "bad row index entry");
+        if at >= self.body.len() {
+            return Err(bad());
+        }
+        let mut r = Reader::with_offset(self.body.slice(at..), at);
+        let e = |err: amphora_types::codec::DecodeError| {
+            StorageError::corrupt(path, err.offset as u64, err.reason)
+        };
+        let ordinal = r.var().map_err(e)?;
+        let offset = r.var().map_err(e)?;
+        let clustering = read_clustering(&mut r).map_err(e)?;
+        if ordinal >= self.nrows || offset < self.rows_at || offset >= self.rts_at {
+            return Err(bad());
+        }
+        Ok(RowIndexEntry {
+            ordinal,
+            offset,
+            clustering,
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! The row index of wide partitions (RowIndex.db): reads of some rows of a partition
+//! that is not cached start at the index entry before their slice and stop after it or
+//! at their limit, and return what the same writes held in a memtable return.
+
+use amphora_storage::rowindex::RowIndexFile;
+use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
+use amphora_types::data::{
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, LivenessInfo,
+    Mutation, PartitionUpdate, RangeTombstone, Row,
+};
+use amphora_types::schema::{ClusteringOrder, TableId};
+use bytes::Bytes;
+
+use crate::common::*;
+
+const T: TableId = TableId(1);
+const NOW: i32 = 1_000_000;
+const ROWS: i32 = 3_000;
+
+fn cfg(dir: &std::path::Path) -> StorageConfig {
+    let mut c = config(dir);
+    c.row_cache_bytes = Some(0);
+    c.clock = amphora_storage::Clock::from_fn(|| NOW);
+    c
+}
+
+fn open(c: StorageConfig, order: ClusteringOrder) -> ShardStorage {
+    ShardStorage::open(c, vec![clustered_schema(1, order)])
+        .expect("open")
+        .0
+}
+
+async fn apply(s: &ShardStorage, key: &str, update: PartitionUpdate) {
+    s.apply(&Mutation {
+        table: T,
+        key: pk(key),
+        update,
+    })
+    .expect("apply")
+    .await
+    .expect("ack");
+}
+
+fn value(k: &str, c: i32, round: i64) -> String {
+    format!("{k}-{c}-{round}-{}", "x".repeat(c as usize % 7 * 20 + 30))
+}
+
+/// Round 1: every row of "wide" and "other", and a static cell of "wide". Round 2: newer
+/// values for every 5th row, a row deletion, a range deletion.
+async fn write(s: &ShardStorage, round: i64) {
+    if round == 1 {
+        for k in ["wide", "other"] {
+            for c in 0..ROWS {
+                s.apply(&row_write(1, k, c, &value(k, c, round), 10))
+                    .expect("apply")
+                    .await
+                    .expect("ack");
+            }
+        }
+        let stat = Row {
+            clustering: Clustering(Vec::new()),
+            marker: None,
+            deletion: None,
+            cells: vec![(3, ColumnData::Simple(Cell::live(10, Bytes::from("st"))))],
+        };
+        apply(
+            s,
+            "wide",
+            PartitionUpdate {
+                static_row: Some(stat),
+                ..Default::default()
+            },
+        )
+        .await;
+        return;
+    }
+    for c in (0..ROWS).step_by(5) {
+        s.apply(&row_write(1, "wide", c, &value("wide", c, round), 20))
+            .expect("apply")
+            .await
+            .expect("ack");
+    }
+    let deleted = Row {
+        clustering: Clustering(vec![i(1_234)]),
+        marker: None,
+        deletion: Some(DeletionTime::new(21, NOW)),
+        cells: Vec::new(),
+    };
+    let rt = RangeTombstone {
+        start: ClusteringBound::inclusive(vec![i(2_000)]),
+        end: ClusteringBound::exclusive(vec![i(2_100)]),
+        deletion: DeletionTime::new(22, NOW),
+    };
+    apply(
+        s,
+        "wide",
+        PartitionUpdate {
+            rows: vec![deleted],
+            range_tombstones: vec![rt],
+            ..Default::default()
+        },
+    )
+    .await;
+    // A row written after the range deletion inside its range survives it.
+    let mut m = row_write(1, "wide", 2_050, "after the deletion", 30);
+    m.update.rows[0].marker = Some(LivenessInfo::new(30));
+    s.apply(&m).expect("apply").await.expect("ack");
+}
+
+fn between(lo: Option<(i32, bool)>, hi: Option<(i32, bool)>) -> ClusteringSlice {
+    let b = |x: Option<(i32, bool)>| match x {
+        None => ClusteringBound::inclusive(Vec::new()),
+        Some((v, true)) => ClusteringBound::inclusive(vec![i(v)]),
+        Some((v, false)) => ClusteringBound::exclusive(vec![i(v)]),
+    };
+    ClusteringSlice {
+        start: b(lo),
+        end: b(hi),
+    }
+}
+
+/// The reads compared: slices starting and ending anywhere, limits, reversed, several
+/// slices, and paging (the pages' results concatenated).
+fn commands(key: &str, order: ClusteringOrder) -> Vec<ReadCommand> {
+    let base = || ReadCommand::new(T, PartitionRange::Single(pk(key)), NOW);
+    // Bounds in clustering order (a descending table's start is its largest value).
+    let slice = |lo: Option<(i32, bool)>, hi: Option<(i32, bool)>| match order {
+        ClusteringOrder::Asc => between(lo, hi),
+        ClusteringOrder::Desc => between(hi, lo),
+    };
+    let mut out = vec![base()];
+    let ranges = [
+        (Some((0, true)), Some((10, true))),
+        (Some((1_500, true)), Some((1_501, true))),
+        (Some((1_777, false)), Some((1_900, false))),
+        (Some((1_990, true)), Some((2_110, true))),
+        (Some((2_950, true)), None),
+        (None, Some((40, false))),
+        (Some((ROWS + 5, true)), None),
+        (Some((-10, true)), Some((-1, true))),
+        (Some((2_999, true)), Some((2_999, true))),
+    ];
+    for (lo, hi) in ranges {
+        for (reversed, limit) in [(false, 0), (false, 1), (false, 7), (true, 0), (true, 3)] {
+            let mut c = base();
+            c.slices = vec![slice(lo, hi)];
+            c.reversed = reversed;
+            c.row_limit = limit;
+            out.push(c);
+        }
+    }
+    let mut two = base();
+    two.slices = vec![
+        slice(Some((100, true)), Some((120, true))),
+        slice(Some((2_500, true)), Some((2_520, true))),
+    ];
+    if order == ClusteringOrder::Desc {
+        two.slices.reverse();
+    }
+    out.push(two.clone());
+    two.row_limit = 30;
+    out.push(two);
+    out
+}
+
+fn all_pages(s: &ShardStorage, cmd: &ReadCommand, key: &str) -> Vec<(String, i32, String)> {
+    let mut cmd = cmd.clone();
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        let r = s.read(&cmd).expect("read");
+        let v = values(&r);
+        got.extend(v.iter().cloned());
+        let Some(last) = v.last() else { break };
+        if r.exhausted {
+            break;
+        }
+        cmd.start_after = Some((pk(key), Some(Clustering(vec![i(last.1)]))));
+    }
+    got
+}
+
+fn compare(a: &ShardStorage, reference: &ShardStorage, order: ClusteringOrder, stage: &str) {
+    for key in ["wide", "other"] {
+        for (n, cmd) in commands(key, order).into_iter().enumerate() {
+            let (x, y) = (
+                a.read(&cmd).expect("read"),
+                reference.read(&cmd).expect("read"),
+            );
+            assert_eq!(
+                (values(&x), x.exhausted),
+                (values(&y), y.exhausted),
+                "{stage}: {key} command {n}"
+            );
+            assert_eq!(
+                x.partitions.first().and_then(|p| p.static_row.clone()),
+                y.partitions.first().and_then(|p| p.static_row.clone()),
+                "{stage}: {key} command {n}: static row"
+            );
+            for page in [1, 9, 400] {
+                let mut c = cmd.clone();
+                c.row_limit = page;
+                assert_eq!(
+                    all_pages(a, &c, key),
+                    all_pages(reference, &c, key),
+                    "{stage}: {key} command {n} in pages of {page}"
+                );
+            }
+        }
+    }
+}
+
+/// Row index entries of the table's live SSTables.
+fn indexed_partitions(s: &ShardStorage) -> usize {
+    s.sstable_paths(T)
+        .iter()
+        .map(|p| {
+            let ri = p.to_string_lossy().replace("-Data.db", "-RowIndex.db");
+            RowIndexFile::open(std::path::Path::new(&ri))
+                .expect("open")
+                .expect("every new SSTable has one")
+                .len()
+        })
+        .sum()
+}
+
+#[test]
+fn wide_partitions_read_through_their_row_index_as_from_a_memtable() {
+    for order in [ClusteringOrder::Asc, ClusteringOrder::Desc] {
+        let (da, db) = (
+            tempfile::tempdir().expect("tmp"),
+            tempfile::tempdir().expect("tmp"),
+        );
+        rt().block_on(async {
+            let flushed = open(cfg(da.path()), order);
+            let reference = open(cfg(db.path()), order);
+            for s in [&flushed, &reference] {
+                write(s, 1).await;
+            }
+            flushed.flush(T).await.expect("flush");
+            assert_eq!(indexed_partitions(&flushed), 2, "both partitions are wide");
+            compare(&flushed, &reference, order, "one SSTable");
+            for s in [&flushed, &reference] {
+                write(s, 2).await;
+            }
+            compare(&flushed, &reference, order, "round 2 in the memtable");
+            flushed.flush(T).await.expect("flush");
+            compare(&flushed, &reference, order, "two SSTables");
+            flushed.compact_major(T).await.expect("compact");
+            assert_eq!(flushed.metrics().sstable_count, 1);
+            assert_eq!(indexed_partitions(&flushed), 2);
+            compare(&flushed, &reference, order, "compacted");
+            assert_eq!(
+                reference.metrics().sstable_count,
+                0,
+                "the reference is all memtable"
+            );
+        });
+    }
+}
+
+/// A damaged row index block is reported as corruption of that SSTable (by the read that
+/// uses it, and by verification), not answered from.
+#[test]
+fn a_damaged_row_index_block_is_corruption() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let s = open(cfg(dir.path()), ClusteringOrder::Asc);
+        write(&s, 1).await;
+        s.flush(T).await.expect("flush");
+        let data = s.sstable_paths(T).remove(0);
+        let ri =
+            std::path::PathBuf::from(data.to_string_lossy().replace("-Data.db", "-RowIndex.db"));
+        let mut bytes = std::fs::read(&ri).expect("read");
+        // A byte inside the first block (after the 12-byte header).
+        bytes[40] ^= 0x5a;
+        std::fs::write(&ri, &bytes).expect("write");
+        let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk("wide")), NOW);
+        cmd.slices = vec![between(Some((1_000, true)), Some((1_010, true)))];
+        cmd.row_limit = 5;
+        // The reader opened before the damage reads the block now.
+        let first = s.read(&cmd);
+        let other = {
+            let mut c = cmd.clone();
+            c.partitions = PartitionRange::Single(pk("other"));
+            s.read(&c)
+        };
+        // The block of one of the two partitions is damaged: reading it fails.
+        assert!(
+            first.is_err() || other.is_err(),
+            "{:?} / {:?}",
+            first.map(|r| values(&r).len()),
+            other.map(|r| values(&r).len())
+        );
+        let e = match (first, other) {
+            (Err(e), _) | (_, Err(e)) => e.to_string(),
+            _ => unreachable!(),
+        };
+        assert!(e.contains("RowIndex.db"), "{e}");
+    });
+}
