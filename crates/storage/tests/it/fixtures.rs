@@ -152,7 +152,6 @@ fn golden_fixture_reads_back() {
         "Summary.db",
         "Filter.db",
         "Statistics.db",
-        "RowIndex.db",
         "TOC.txt",
     ] {
         assert_eq!(find(d.path(), &format!("am1-1-{c}")).len(), 1, "{c}");
