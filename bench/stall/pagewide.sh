@@ -5,11 +5,13 @@
 # read twice with a prepared SELECT at 5,000 rows a page; prints each round's seconds.
 # ORDER=DESC reads it in reverse clustering order (ORDER BY c DESC). FLUSH=1 flushes it
 # to an SSTable before reading (a partition over the row cache's size limit is then read
-# from the SSTable for every page).
+# from the SSTable for every page). RANGES=N then runs N queries of 100 consecutive rows
+# at random places in the partition (`c >= x AND c < x + 100`, one at a time) and prints
+# their rate and mean latency.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
-export ORDER=${ORDER:-} FLUSH=${FLUSH:-} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
+export ORDER=${ORDER:-} FLUSH=${FLUSH:-} RANGES=${RANGES:-0} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
 start_server "$bin" "$label"
 "$REPO/tests/compat/.venv-datastax/bin/python" - "$label" "$rows" <<'PY'
 import os, sys, time
@@ -31,4 +33,17 @@ for rnd in range(int(os.environ.get("ROUNDS", "2"))):
     t = time.time()
     n = sum(1 for _ in s.execute(sel))
     print(f"{label} round {rnd}: {n} rows in {time.time() - t:.2f} s")
+nq = int(os.environ['RANGES'])
+if nq:
+    import random
+    rng = random.Random(7)
+    q = s.prepare("SELECT c, v FROM pg.t WHERE k = 0 AND c >= ? AND c < ?")
+    t = time.time()
+    got = 0
+    for _ in range(nq):
+        x = rng.randrange(rows - 100)
+        got += sum(1 for _ in s.execute(q, (x, x + 100)))
+    el = time.time() - t
+    assert got == nq * 100, got
+    print(f"{label} ranges: {nq} queries of 100 rows in {el:.2f} s: {nq / el:.0f}/s, {el / nq * 1000:.2f} ms each")
 PY

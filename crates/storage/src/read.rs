@@ -361,8 +361,9 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 /// copy of its bytes (values that keep no data chunk alive, for the row cache), with the
 /// row cache's partition limit: partitions up to it do not add their chunks to the block
 /// cache ([`SSTableReader::get_detached_with`]). `cap`: with `slices`, at most this many
-/// rows of each SSTable (the first ones); the result then comes with the earliest of the
-/// SSTables' cutoffs (the clustering of the last row taken from one that had more).
+/// rows of each SSTable (the first ones, the last ones when `from_end`); the result then
+/// comes with the earliest of the SSTables' cutoffs in that order (the clustering of the
+/// last row taken from one that had more).
 #[allow(clippy::too_many_arguments)]
 fn read_sstables(
     t: &TableSources<'_, impl Iterator>,
@@ -373,6 +374,7 @@ fn read_sstables(
     sstables_read: &mut u32,
     detach: Option<u64>,
     cap: usize,
+    from_end: bool,
 ) -> Result<(Option<PartitionUpdate>, Option<Clustering>)> {
     // One SSTable (the common case after compaction) needs no sorted copy of the set.
     let (single, mut sorted);
@@ -421,13 +423,16 @@ fn read_sstables(
                     cmp: t.cmp,
                     slices,
                     cap,
+                    from_end,
                 };
                 s.get_sliced(key, Some(&mut *cache), detach, rows)?
                     .map(|(u, cut)| {
+                        // The earliest in the read's order.
                         if let Some(c) = cut
-                            && cutoff
-                                .as_ref()
-                                .is_none_or(|o| t.cmp.compare(&c.0, &o.0).is_lt())
+                            && cutoff.as_ref().is_none_or(|o| {
+                                let ord = t.cmp.compare(&c.0, &o.0);
+                                if from_end { ord.is_gt() } else { ord.is_lt() }
+                            })
                         {
                             cutoff = Some(c);
                         }
@@ -558,14 +563,10 @@ pub(crate) fn read_single<'a>(
             .fold(None, |d, (_, p)| max_deletion(d, p.deletion()))
     };
     let wanted = sstable_slices(t.cmp, key, cmd);
-    // Reads of the SSTables' slices (not through the row cache) with a limit, in clustering
-    // order, take only the first rows of each SSTable (with a row index, they read only
+    // Reads of the SSTables' slices (not through the row cache) with a limit take only the
+    // first rows of each SSTable in the read's order (with a row index, they read only
     // those): enough when the merge's limit ends before the earliest SSTable's cutoff.
-    let sst_cap = if cmd.reversed {
-        usize::MAX
-    } else {
-        row_cap(cmd)
-    };
+    let sst_cap = row_cap(cmd);
     let mut sst_cut = None;
     // Set when the SSTables were read without the row cache: with which detach limit.
     let mut uncached: Option<Option<u64>> = None;
@@ -580,6 +581,7 @@ pub(crate) fn read_single<'a>(
             &mut sstables_read,
             None,
             sst_cap,
+            cmd.reversed,
         )?;
     } else {
         let hit = match row_cache.get(t.table, key) {
@@ -618,6 +620,7 @@ pub(crate) fn read_single<'a>(
                     &mut sstables_read,
                     Some(row_cache.partition_max()),
                     sst_cap,
+                    cmd.reversed,
                 )?;
             }
             None => {
@@ -635,6 +638,7 @@ pub(crate) fn read_single<'a>(
                     &mut sstables_read,
                     limit,
                     usize::MAX,
+                    false,
                 )?
                 .0
                 .unwrap_or_default();
@@ -678,6 +682,7 @@ pub(crate) fn read_single<'a>(
                 &mut sstables_read,
                 detach,
                 usize::MAX,
+                false,
             )?
             .0;
         }

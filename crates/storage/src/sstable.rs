@@ -2042,7 +2042,7 @@ impl SSTableReader {
         let bytes = self.partition_bytes(e, cache, detach, true)?;
         let may_end = self.stats.tombstones == 0;
         let mut picker = CappedPick::new(rows, may_end);
-        let (k, u) =
+        let (k, mut u) =
             decode_partition_picking(&self.data_path, bytes, e.position, |c| picker.pick(c))?;
         if &k != key {
             return Err(StorageError::corrupt(
@@ -2051,7 +2051,11 @@ impl SSTableReader {
                 "index points at another partition",
             ));
         }
-        let cut = picker.cut(&u.rows);
+        let cut = if rows.from_end {
+            keep_last(&mut u.rows, rows.cap, false)
+        } else {
+            picker.cut(&u.rows)
+        };
         Ok(Some((u, cut)))
     }
 
@@ -2074,17 +2078,7 @@ impl SSTableReader {
         if block.rts_at > e.len {
             return Err(corrupt(0, "row index past the partition's end"));
         }
-        // Bytes `at..at + len` of the partition, read as `get_from` reads a whole one.
-        let read = |at: u64, len: u64, cache: Option<&mut BlockCache>| -> Result<Reader> {
-            let bytes = match detach {
-                Some(limit) if e.len <= limit => {
-                    self.read_range_detached(e.position + at, len, cache)?
-                }
-                _ => self.read_range(e.position + at, len, cache)?,
-            };
-            Ok(Reader::with_offset(bytes, (e.position + at) as usize))
-        };
-        let mut r = read(0, block.rows_at, cache.as_deref_mut())?;
+        let mut r = self.partition_range(e, 0, block.rows_at, detach, cache.as_deref_mut())?;
         let k = r.bytes().map_err(de)?;
         let token = i64::from_be_bytes(r.fixed::<8>().map_err(de)?);
         if k != key.key || token != key.token {
@@ -2095,52 +2089,77 @@ impl SSTableReader {
         if r.remaining() != 0 || head.rows as u64 != block.nrows {
             return Err(corrupt(0, "row index does not match the partition"));
         }
-        // The block to start from: the last whose first row is not after every slice's
-        // start (rows before a slice's start are in it or in earlier blocks).
-        let n = block.len();
-        let mut from = n;
-        for s in rows.slices {
-            let (mut lo, mut hi) = (0, n);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                let c = block.entry(mid, path)?.clustering;
-                if rows.cmp.after_start(&c, &s.start) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            from = from.min(lo.saturating_sub(1));
-        }
-        let mut picker = CappedPick::new(rows, true);
-        let mut kept = Vec::new();
-        let mut at = block.entry(from, path)?;
-        for i in from..n {
-            let next = block.entry(i + 1, path)?;
+        // The rows of block `i` (from its entry to the next) that `pick` keeps; whether
+        // it ended them.
+        let block_rows = |i: usize,
+                          pick: &mut CappedPick<'_>,
+                          out: &mut Vec<Row>,
+                          cache: Option<&mut BlockCache>|
+         -> Result<bool> {
+            let (at, next) = (block.entry(i, path)?, block.entry(i + 1, path)?);
             if next.ordinal <= at.ordinal || next.offset <= at.offset {
                 return Err(corrupt(at.offset, "row index entries out of order"));
             }
-            let mut r = read(at.offset, next.offset - at.offset, cache.as_deref_mut())?;
+            let mut r =
+                self.partition_range(e, at.offset, next.offset - at.offset, detach, cache)?;
             let count = (next.ordinal - at.ordinal) as usize;
-            let ended = read_rows_picking(&mut r, base, count, |c| picker.pick(c), &mut kept)
-                .map_err(de)?;
-            if ended {
-                break;
-            }
-            if r.remaining() != 0 {
+            let ended =
+                read_rows_picking(&mut r, base, count, |c| pick.pick(c), out).map_err(de)?;
+            if !ended && r.remaining() != 0 {
                 return Err(corrupt(
                     at.offset,
                     "rows do not end where the row index says",
                 ));
             }
-            // The next block starts past every slice: none of its rows is wanted.
-            if i + 1 < n && !picker.may_want(&next.clustering) {
-                break;
-            }
-            at = next;
+            Ok(ended)
+        };
+        // Blocks `from..to` hold the slices' rows: `from` is the last whose first row is
+        // not after every slice's start (rows before a slice's start are in it or in
+        // earlier blocks), `to` the first after it whose first row is past every slice.
+        let n = block.len();
+        let mut from = n;
+        for s in rows.slices {
+            let lo = first_entry(block, path, 0, |c| rows.cmp.after_start(c, &s.start))?;
+            from = from.min(lo.saturating_sub(1));
         }
+        let to = first_entry(block, path, from + 1, |c| !rows.may_want(c))?;
+        let (kept, cut) = if rows.from_end {
+            // The last rows: blocks from the end until they hold `cap` rows.
+            let every = RowSlices {
+                cap: usize::MAX,
+                ..rows
+            };
+            let mut parts = Vec::new();
+            let (mut i, mut taken) = (to, 0);
+            while i > from && taken < rows.cap {
+                i -= 1;
+                let mut got = Vec::new();
+                block_rows(
+                    i,
+                    &mut CappedPick::new(every, true),
+                    &mut got,
+                    cache.as_deref_mut(),
+                )?;
+                taken += got.len();
+                parts.push(got);
+            }
+            let mut kept: Vec<Row> = parts.into_iter().rev().flatten().collect();
+            let cut = keep_last(&mut kept, rows.cap, i > from);
+            (kept, cut)
+        } else {
+            let mut picker = CappedPick::new(rows, true);
+            let mut kept = Vec::new();
+            for i in from..to {
+                if block_rows(i, &mut picker, &mut kept, cache.as_deref_mut())? {
+                    break;
+                }
+            }
+            let cut = picker.cut(&kept);
+            (kept, cut)
+        };
         let range_tombstones = if self.stats.tombstones > 0 {
-            let mut r = read(block.rts_at, e.len - block.rts_at, cache)?;
+            let mut r =
+                self.partition_range(e, block.rts_at, e.len - block.rts_at, detach, cache)?;
             let rts = read_range_tombstones(&mut r, base).map_err(de)?;
             if r.remaining() != 0 {
                 return Err(corrupt(block.rts_at, "trailing bytes after partition"));
@@ -2149,7 +2168,6 @@ impl SSTableReader {
         } else {
             Vec::new()
         };
-        let cut = picker.cut(&kept);
         let u = PartitionUpdate {
             partition_deletion: head.partition_deletion,
             static_row: head.static_row,
@@ -2157,6 +2175,25 @@ impl SSTableReader {
             range_tombstones,
         };
         Ok((u, cut))
+    }
+
+    /// A reader of bytes `at..at + len` of the partition at `e`, read as
+    /// [`partition_bytes`](Self::partition_bytes) reads the whole one for a sliced read.
+    fn partition_range(
+        &self,
+        e: IndexEntry,
+        at: u64,
+        len: u64,
+        detach: Option<u64>,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Reader> {
+        let bytes = match detach {
+            Some(limit) if e.len <= limit => {
+                self.read_range_detached(e.position + at, len, cache)?
+            }
+            _ => self.read_range(e.position + at, len, cache)?,
+        };
+        Ok(Reader::with_offset(bytes, (e.position + at) as usize))
     }
 
     /// The bytes of the partition at `e`, read for [`get_from`](Self::get_from) or (when
@@ -2347,9 +2384,11 @@ pub fn partition_body(raw: &[u8]) -> Option<&[u8]> {
 pub struct RowSlices<'a> {
     pub cmp: &'a ClusteringComparator,
     pub slices: &'a [ClusteringSlice],
-    /// At most this many rows (the first ones in the slices), at least 1; `usize::MAX`:
-    /// every one.
+    /// At most this many rows (the first ones in the slices, the last ones when
+    /// `from_end`), at least 1; `usize::MAX`: every one.
     pub cap: usize,
+    /// The cap keeps the last rows (a reversed read).
+    pub from_end: bool,
 }
 
 impl RowSlices<'_> {
@@ -2384,7 +2423,16 @@ struct CappedPick<'a> {
 }
 
 impl<'a> CappedPick<'a> {
+    /// With `rows.from_end` the cap is applied after decoding ([`keep_last`]).
     fn new(rows: RowSlices<'a>, may_end: bool) -> Self {
+        let rows = if rows.from_end {
+            RowSlices {
+                cap: usize::MAX,
+                ..rows
+            }
+        } else {
+            rows
+        };
         CappedPick {
             rows,
             may_end,
@@ -2411,10 +2459,6 @@ impl<'a> CappedPick<'a> {
         }
     }
 
-    fn may_want(&self, c: &Clustering) -> bool {
-        !self.full && self.rows.may_want(c)
-    }
-
     /// The clustering of the last of `kept` when the cap left rows out.
     fn cut(&self, kept: &[Row]) -> Option<Clustering> {
         if self.full {
@@ -2422,6 +2466,40 @@ impl<'a> CappedPick<'a> {
         } else {
             None
         }
+    }
+}
+
+/// The first entry of `block` from `start` on whose clustering satisfies `past` (which
+/// holds for every entry after one it holds for), or the number of entries.
+fn first_entry(
+    block: &RowIndexBlock,
+    path: &Path,
+    start: usize,
+    past: impl Fn(&Clustering) -> bool,
+) -> Result<usize> {
+    let (mut lo, mut hi) = (start, block.len().max(start));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if past(&block.entry(mid, path)?.clustering) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
+/// Keeps the last `cap` of `rows` (in clustering order); returns the clustering of the
+/// first one kept when rows were dropped or `more_before` says others may precede them.
+fn keep_last(rows: &mut Vec<Row>, cap: usize, more_before: bool) -> Option<Clustering> {
+    let cut = rows.len() > cap || more_before;
+    if rows.len() > cap {
+        rows.drain(..rows.len() - cap);
+    }
+    if cut {
+        rows.first().map(|r| r.clustering.clone())
+    } else {
+        None
     }
 }
 
