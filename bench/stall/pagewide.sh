@@ -8,7 +8,8 @@
 # to an SSTable before reading (a partition over the row cache's size limit is then read
 # from the SSTable for every page). RANGES=N then runs N queries of 100 consecutive rows
 # at random places in the partition (`c >= x AND c < x + 100`, one at a time) and prints
-# their rate and mean latency.
+# their rate and mean latency. SCAN=1 pages through the table with no partition key in the
+# query (a range read, as a full-table scan does).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
@@ -39,7 +40,9 @@ if os.environ['FLUSH']:
     import subprocess
     subprocess.run(os.environ['NODETOOL'].split() + ['flush'], check=True, stdout=subprocess.DEVNULL)
 order = f" ORDER BY c {os.environ['ORDER']}" if os.environ['ORDER'] else ""
-sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0" + order)
+# SCAN=1: the same rows through a range read (no partition key: a full-table scan).
+where = "" if os.environ.get("SCAN") else " WHERE k = 0"
+sel = s.prepare("SELECT c, v FROM pg.t" + where + order)
 sel.fetch_size = 5000
 for rnd in range(int(os.environ.get("ROUNDS", "2"))):
     t = time.time()

@@ -2433,7 +2433,14 @@ impl ShardStorage {
                 &mut inner.block_cache,
                 &mut inner.row_cache,
             ),
-            PartitionRange::TokenRange { start, end } => read_range(t, start, end, cmd),
+            PartitionRange::TokenRange { start, end } => read_range(
+                t,
+                start,
+                end,
+                cmd,
+                &mut inner.block_cache,
+                &mut inner.row_cache,
+            ),
         };
         match res {
             Ok(r) => {
@@ -2802,23 +2809,58 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 }
 
 /// A source of partitions in ring order.
+type MemRange<'a> = Box<dyn Iterator<Item = (&'a PartitionKey, &'a MemPartition)> + 'a>;
+
+/// A range read's source of partitions in ring order.
 enum Source<'a> {
-    Mem(std::iter::Peekable<Box<dyn Iterator<Item = (PartitionKey, PartitionUpdate)> + 'a>>),
+    Mem(&'a Memtable, std::iter::Peekable<MemRange<'a>>),
     Sst(crate::sstable::Scanner<'a>),
 }
+
+/// A range read hands a partition to the single-partition read (which starts a resumed
+/// page where it stopped, reads only the rows it returns, and uses the row index) when
+/// some source holds at least this many rows of it in a memtable...
+const RANGE_WIDE_MEM_ROWS: usize = 512;
+/// ...or at least this many serialized bytes of it in an SSTable (where it has a row
+/// index).
+const RANGE_WIDE_SST_BYTES: u64 = crate::rowindex::MIN_PARTITION_BYTES as u64;
 
 impl Source<'_> {
     fn peek_key(&mut self) -> Result<Option<PartitionKey>> {
         match self {
-            Source::Mem(it) => Ok(it.peek().map(|(k, _)| k.clone())),
+            Source::Mem(_, it) => Ok(it.peek().map(|(k, _)| (*k).clone())),
             Source::Sst(s) => Ok(s.peek_key()?.cloned()),
         }
     }
-    fn next(&mut self) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
+    /// The next partition, its rows within `slices`.
+    fn next(
+        &mut self,
+        slices: &[ClusteringSlice],
+    ) -> Result<Option<(PartitionKey, PartitionUpdate)>> {
         match self {
-            Source::Mem(it) => Ok(it.next()),
+            Source::Mem(m, it) => Ok(it.next().map(|(k, p)| (k.clone(), m.to_update(p, slices)))),
             Source::Sst(s) => s.next_partition(),
         }
+    }
+    /// Steps over the next partition.
+    fn skip(&mut self) {
+        match self {
+            Source::Mem(_, it) => {
+                it.next();
+            }
+            Source::Sst(s) => s.skip(),
+        }
+    }
+    /// Whether the next partition is wide here ([`RANGE_WIDE_MEM_ROWS`],
+    /// [`RANGE_WIDE_SST_BYTES`]).
+    fn next_is_wide(&mut self) -> Result<bool> {
+        Ok(match self {
+            Source::Mem(_, it) => matches!(
+                it.peek(),
+                Some((_, MemPartition::General(g))) if g.rows.len() >= RANGE_WIDE_MEM_ROWS
+            ),
+            Source::Sst(s) => s.peek_len()?.is_some_and(|l| l >= RANGE_WIDE_SST_BYTES),
+        })
     }
 }
 
@@ -2855,6 +2897,8 @@ fn read_range(
     start: &Bound<(i64, Option<Bytes>)>,
     end: &Bound<(i64, Option<Bytes>)>,
     cmd: &ReadCommand,
+    block_cache: &mut BlockCache,
+    row_cache: &mut crate::rowcache::RowCache,
 ) -> Result<ReadResult> {
     let schema = &t.schema;
     // Effective start: the range start, or just after the paging position.
@@ -2870,12 +2914,8 @@ fn read_range(
         .chain(t.flushing.iter().rev().map(|f| f.mem.as_ref()))
         .collect();
     for m in mems {
-        let slices = slices.clone();
-        let it: Box<dyn Iterator<Item = (PartitionKey, PartitionUpdate)> + '_> = Box::new(
-            m.range(sk.as_ref(), Bound::Unbounded)
-                .map(move |(k, p)| (k.clone(), m.to_update(p, &slices))),
-        );
-        sources.push(Source::Mem(it.peekable()));
+        let it: MemRange<'_> = Box::new(m.range(sk.as_ref(), Bound::Unbounded));
+        sources.push(Source::Mem(m, it.peekable()));
     }
     let mut sstables_read = 0;
     for s in t.sstables.iter().filter(|s| !s.is_quarantined()) {
@@ -2908,10 +2948,67 @@ fn read_range(
         if !in_range(&key, &Bound::Unbounded, end) {
             break;
         }
+        let mut wide = false;
+        for s in sources.iter_mut() {
+            if s.peek_key()?.as_ref() == Some(&key) && s.next_is_wide()? {
+                wide = true;
+                break;
+            }
+        }
+        if wide {
+            // Read as a single-partition read of the rows this page still takes: a scan
+            // paging through a partition of a million rows would otherwise merge the
+            // whole partition for every page.
+            for s in sources.iter_mut() {
+                if s.peek_key()?.as_ref() == Some(&key) {
+                    s.skip();
+                }
+            }
+            if !in_range(&key, &start_bound, end) {
+                continue;
+            }
+            if remaining == 0 {
+                result.exhausted = false;
+                break;
+            }
+            let mut one = cmd.clone();
+            one.partitions = PartitionRange::Single(key.clone());
+            one.row_limit = u32::try_from(remaining).unwrap_or(0);
+            one.partition_limit = 0;
+            one.start_after = match &cmd.start_after {
+                Some((k, Some(c))) if *k == key => Some((key.clone(), Some(c.clone()))),
+                _ => None,
+            };
+            let r = crate::read::read_single(
+                crate::read::TableSources {
+                    table: cmd.table,
+                    schema,
+                    cmp: &t.memtable.cmp,
+                    memtables: std::iter::once(&t.memtable)
+                        .chain(t.flushing.iter().rev().map(|f| f.mem.as_ref())),
+                    sstables: &t.sstables,
+                },
+                &key,
+                &one,
+                block_cache,
+                row_cache,
+            )?;
+            remaining = remaining.saturating_sub(r.rows_counted);
+            result.partitions.extend(r.partitions);
+            if !r.exhausted {
+                result.exhausted = false;
+                break;
+            }
+            if result.partitions.len() as u64 >= partition_limit {
+                result.exhausted = false;
+                break;
+            }
+            continue;
+        }
         let mut acc: Option<PartitionUpdate> = None;
         for s in sources.iter_mut() {
             if s.peek_key()?.as_ref() == Some(&key)
-                && let Some((_, mut u)) = s.next()?
+                && let Some((_, mut u)) = s.next(&slices)?
             {
                 if let Source::Sst(..) = s {
                     restrict(&mut u, schema, &cmd.slices);

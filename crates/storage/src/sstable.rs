@@ -2846,6 +2846,13 @@ impl<'a> Scanner<'a> {
     pub fn skip(&mut self) {
         self.current = None;
     }
+
+    /// The serialized length of the partition [`peek_key`](Self::peek_key) returns (None
+    /// at the end).
+    pub fn peek_len(&mut self) -> Result<Option<u64>> {
+        self.peek_key()?;
+        Ok(self.current.as_ref().map(|e| e.1.len))
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The row index of wide partitions (RowIndex.db): reads of some rows of a partition
 //! that is not cached start at the index entry before their slice and stop after it or
-//! at their limit, and return what the same writes held in a memtable return.
+//! at their limit, and return what the same writes held in a memtable return; range reads
+//! (scans) hand such partitions to the single-partition read.
 
 use amphora_storage::rowindex::RowIndexFile;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
@@ -56,6 +57,13 @@ async fn write(s: &ShardStorage, round: i64) {
                     .await
                     .expect("ack");
             }
+        }
+        // Narrow partitions around them (read by the range read's own merge).
+        for k in 0..20 {
+            s.apply(&row_write(1, &format!("n{k}"), 1, &format!("n{k}"), 10))
+                .expect("apply")
+                .await
+                .expect("ack");
         }
         let stat = Row {
             clustering: Clustering(Vec::new()),
@@ -185,7 +193,66 @@ fn all_pages(s: &ShardStorage, cmd: &ReadCommand, key: &str) -> Vec<(String, i32
     got
 }
 
+type Rows = Vec<(String, i32, String)>;
+
+/// Every page of a range read over the whole table (`limit` rows a page, slices `slices`),
+/// each page resuming after the last row the one before returned.
+fn scan_pages(
+    s: &ShardStorage,
+    limit: u32,
+    slices: &[ClusteringSlice],
+    reversed: bool,
+) -> Vec<(Rows, bool)> {
+    let mut cmd = ReadCommand::new(T, PartitionRange::all(), NOW);
+    cmd.row_limit = limit;
+    cmd.slices = slices.to_vec();
+    cmd.reversed = reversed;
+    let mut pages = Vec::new();
+    loop {
+        // No more pages than the table has rows in pages of 7 (a page that does not move
+        // on would otherwise repeat forever).
+        assert!(pages.len() < 1_000, "the scan does not end");
+        let r = s.read(&cmd).expect("scan");
+        let v = values(&r);
+        let done = r.exhausted || v.is_empty();
+        let last = v.last().cloned();
+        pages.push((v, r.exhausted));
+        let Some(last) = last else { break };
+        if done {
+            break;
+        }
+        cmd.start_after = Some((pk(&last.0), Some(Clustering(vec![i(last.1)]))));
+    }
+    pages
+}
+
 fn compare(a: &ShardStorage, reference: &ShardStorage, order: ClusteringOrder, stage: &str) {
+    // Range reads (a full-table scan in pages) hand wide partitions to the
+    // single-partition read: the same pages as the reference's.
+    let middle = match order {
+        ClusteringOrder::Asc => between(Some((1_990, true)), Some((2_110, false))),
+        ClusteringOrder::Desc => between(Some((2_110, false)), Some((1_990, true))),
+    };
+    for (limit, slices, reversed) in [
+        (0, Vec::new(), false),
+        (1_000, Vec::new(), false),
+        (777, Vec::new(), true),
+        (7, vec![middle.clone()], false),
+        (7, vec![middle], true),
+    ] {
+        let got = scan_pages(a, limit, &slices, reversed);
+        assert_eq!(
+            got,
+            scan_pages(reference, limit, &slices, reversed),
+            "{stage}: scan limit {limit} reversed {reversed}"
+        );
+        assert!(
+            limit < 1_000 || got.len() >= 4,
+            "{stage}: {} pages",
+            got.len()
+        );
+    }
+
     for key in ["wide", "other"] {
         for (n, cmd) in commands(key, order).into_iter().enumerate() {
             let (x, y) = (
