@@ -33,7 +33,7 @@ s = Cluster(['127.0.0.1'], port=19600).connect()
 s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
 s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))")
 ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
-# In batches: one call over a million rows timed requests out (in the driver).
+# In batches: one call over a million rows had requests time out (not looked into).
 for b in range(0, rows, 100000):
     execute_concurrent_with_args(s, ins, [(i,) for i in range(b, min(rows, b + 100000))], concurrency=128)
 if os.environ['FLUSH']:
