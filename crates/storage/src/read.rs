@@ -462,7 +462,8 @@ fn read_sstables(
 /// with at most one slice, only the rows after the last one returned (before it when
 /// reversed), as the capped merge narrows them; the rows before are dropped by the merge
 /// anyway. A wide partition read from an SSTable page by page then builds each page's
-/// rows, not every row up to it.
+/// rows, not every row up to it. A read of every row asks for the whole clustering range
+/// (so that a limit caps it and a row index serves it).
 fn sstable_slices<'c>(
     cmp: &ClusteringComparator,
     key: &PartitionKey,
@@ -472,6 +473,7 @@ fn sstable_slices<'c>(
         Some((k, Some(after))) if k == key && cmd.slices.len() <= 1 => {
             Cow::Owned(vec![resumed_slice(cmp, cmd, after)])
         }
+        _ if cmd.slices.is_empty() => Cow::Owned(vec![ClusteringSlice::all()]),
         _ => Cow::Borrowed(&cmd.slices),
     }
 }
@@ -530,12 +532,15 @@ fn may_hold_rows_in(
 /// A single-partition read: the memtables merged with the partition's SSTable-side
 /// content, taken from the row cache, or read from the SSTables (and then cached).
 /// A table without SSTables does not use the cache.
+/// `fill`: a miss may add the partition to the row cache (false for a scan's wide
+/// partitions, which would evict what point reads use).
 pub(crate) fn read_single<'a>(
     mut t: TableSources<'a, impl Iterator<Item = &'a Memtable>>,
     key: &PartitionKey,
     cmd: &ReadCommand,
     block_cache: &mut BlockCache,
     row_cache: &mut RowCache,
+    fill: bool,
 ) -> Result<ReadResult> {
     // The memtables holding the partition, newest first (rarely more than two: the active
     // one and one being flushed).
@@ -601,7 +606,10 @@ pub(crate) fn read_single<'a>(
         };
         match hit {
             Some(entry) => cached = Some(entry),
-            None if row_cache.known_too_big(t.table, key) || !row_cache.admits(t.table, key) => {
+            None if !fill
+                || row_cache.known_too_big(t.table, key)
+                || !row_cache.admits(t.table, key) =>
+            {
                 amphora_trace::event(|| {
                     "Row cache miss, not cached: over the size limit, or asked for less often than the entry it would evict"
                         .to_string()
@@ -665,13 +673,27 @@ pub(crate) fn read_single<'a>(
     if let Some(detach) = uncached {
         // The SSTables' first rows: exact when the limit ends the merge before their
         // cutoff; otherwise they are read again whole (rare: it takes more of the rows
-        // read shadowed or dead than the limit's margin of one).
+        // read shadowed or dead than the limit's margin of one). SSTable rows that were
+        // not cut (no cutoff) serve the uncapped merge as they are: then only a memtable's
+        // cutoff can have made the capped one fail.
+        let whole = (sst_cut.is_none() && sst_cap != usize::MAX && !held.is_empty())
+            .then(|| from_sstables.clone());
+        let mut read_again = false;
         if sst_cap != usize::MAX {
             if let Some(r) =
                 sources.merge(key, cmd, sst_cap, from_sstables, sst_cut, sstables_read)?
             {
                 return Ok(r);
             }
+            match whole {
+                Some(w) => from_sstables = w,
+                None => {
+                    from_sstables = None;
+                    read_again = true;
+                }
+            }
+        }
+        if read_again {
             sstables_read = 0;
             from_sstables = read_sstables(
                 &t,

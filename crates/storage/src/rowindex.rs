@@ -229,7 +229,12 @@ impl RowIndexFile {
                 offset: u(8..16),
                 len: u(16..20) as u32,
             };
-            if d.offset < 12 || d.len < 5 || d.offset + d.len as u64 > dir_offset {
+            if d.offset < 12
+                || d.len < 5
+                || d.offset
+                    .checked_add(d.len as u64)
+                    .is_none_or(|end| end > dir_offset)
+            {
                 return Err(bad(dir_offset, "block out of range"));
             }
             if directory

@@ -2432,6 +2432,7 @@ impl ShardStorage {
                 cmd,
                 &mut inner.block_cache,
                 &mut inner.row_cache,
+                true,
             ),
             PartitionRange::TokenRange { start, end } => read_range(
                 t,
@@ -2821,8 +2822,9 @@ enum Source<'a> {
 /// page where it stopped, reads only the rows it returns, and uses the row index) when
 /// some source holds at least this many rows of it in a memtable...
 const RANGE_WIDE_MEM_ROWS: usize = 512;
-/// ...or at least this many serialized bytes of it in an SSTable (where it has a row
-/// index).
+/// ...or at least this many serialized bytes of it in an SSTable with a row index of it
+/// (a partition of one huge row, or from an SSTable written before row indexes, is
+/// merged here as before: the single-partition read would not read less of it).
 const RANGE_WIDE_SST_BYTES: u64 = crate::rowindex::MIN_PARTITION_BYTES as u64;
 
 impl Source<'_> {
@@ -2859,7 +2861,7 @@ impl Source<'_> {
                 it.peek(),
                 Some((_, MemPartition::General(g))) if g.rows.len() >= RANGE_WIDE_MEM_ROWS
             ),
-            Source::Sst(s) => s.peek_len()?.is_some_and(|l| l >= RANGE_WIDE_SST_BYTES),
+            Source::Sst(s) => s.peek_row_indexed(RANGE_WIDE_SST_BYTES)?,
         })
     }
 }
@@ -2992,7 +2994,9 @@ fn read_range(
                 &one,
                 block_cache,
                 row_cache,
+                false,
             )?;
+            result.sstables_read += r.sstables_read;
             remaining = remaining.saturating_sub(r.rows_counted);
             result.partitions.extend(r.partitions);
             if !r.exhausted {

@@ -2847,11 +2847,18 @@ impl<'a> Scanner<'a> {
         self.current = None;
     }
 
-    /// The serialized length of the partition [`peek_key`](Self::peek_key) returns (None
-    /// at the end).
-    pub fn peek_len(&mut self) -> Result<Option<u64>> {
+    /// Whether the partition [`peek_key`](Self::peek_key) returns has at least `min_len`
+    /// serialized bytes and a row index (false at the end).
+    pub fn peek_row_indexed(&mut self, min_len: u64) -> Result<bool> {
         self.peek_key()?;
-        Ok(self.current.as_ref().map(|e| e.1.len))
+        Ok(self.current.as_ref().is_some_and(|(_, e)| {
+            e.len >= min_len
+                && self
+                    .sst
+                    .row_index
+                    .as_ref()
+                    .is_some_and(|ri| ri.find(e.position).is_some())
+        }))
     }
 }
 

@@ -371,3 +371,34 @@ fn a_damaged_row_index_block_is_corruption() {
         assert!(e.contains("RowIndex.db"), "{e}");
     });
 }
+
+/// A scan's wide partitions are read past the row cache (a full-table scan would evict
+/// what point reads use); a point read of one still fills it.
+#[test]
+fn scans_of_wide_partitions_leave_the_row_cache_alone() {
+    let dir = tempfile::tempdir().expect("tmp");
+    rt().block_on(async {
+        let mut c = cfg(dir.path());
+        c.row_cache_bytes = Some(64 << 20);
+        let s = open(c, ClusteringOrder::Asc);
+        write(&s, 1).await;
+        s.flush(T).await.expect("flush");
+        let pages = scan_pages(&s, 1_000, &[], false);
+        let rows: usize = pages.iter().map(|p| p.0.len()).sum();
+        assert_eq!(rows, 2 * ROWS as usize + 20);
+        assert_eq!(
+            s.row_cache_stats().partitions,
+            0,
+            "{:?}",
+            s.row_cache_stats()
+        );
+        let cmd = ReadCommand::new(T, PartitionRange::Single(pk("wide")), NOW);
+        assert_eq!(values(&s.read(&cmd).expect("read")).len(), ROWS as usize);
+        assert_eq!(
+            s.row_cache_stats().partitions,
+            1,
+            "{:?}",
+            s.row_cache_stats()
+        );
+    });
+}
