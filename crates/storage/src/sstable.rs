@@ -2103,8 +2103,29 @@ impl SSTableReader {
             let mut r =
                 self.partition_range(e, at.offset, next.offset - at.offset, detach, cache)?;
             let count = (next.ordinal - at.ordinal) as usize;
-            let ended =
-                read_rows_picking(&mut r, base, count, |c| pick.pick(c), out).map_err(de)?;
+            // The block's first row must be its entry's (an index that does not match its
+            // data, with valid checksums, would otherwise misplace rows).
+            let mut first = Some(&at.clustering);
+            let mut matches = true;
+            let ended = read_rows_picking(
+                &mut r,
+                base,
+                count,
+                |c| {
+                    if let Some(want) = first.take() {
+                        matches = c == want;
+                    }
+                    pick.pick(c)
+                },
+                out,
+            )
+            .map_err(de)?;
+            if !matches {
+                return Err(corrupt(
+                    at.offset,
+                    "row index entry does not match the row it points at",
+                ));
+            }
             if !ended && r.remaining() != 0 {
                 return Err(corrupt(
                     at.offset,
