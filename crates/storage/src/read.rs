@@ -675,8 +675,12 @@ pub(crate) fn read_single<'a>(
         // cutoff; otherwise they are read again whole (rare: it takes more of the rows
         // read shadowed or dead than the limit's margin of one). SSTable rows that were
         // not cut (no cutoff) serve the uncapped merge as they are: then only a memtable's
-        // cutoff can have made the capped one fail.
-        let whole = (sst_cut.is_none() && sst_cap != usize::MAX && !held.is_empty())
+        // cutoff can have made the capped one fail, which takes a memtable partition with
+        // at least `sst_cap` rows (only then are they kept aside).
+        let mem_may_cut = held
+            .iter()
+            .any(|(_, p)| matches!(p, MemPartition::General(g) if g.rows.len() >= sst_cap));
+        let whole = (sst_cut.is_none() && sst_cap != usize::MAX && mem_may_cut)
             .then(|| from_sstables.clone());
         let mut read_again = false;
         if sst_cap != usize::MAX {
