@@ -562,7 +562,6 @@ pub(crate) fn read_single<'a>(
     // The SSTable side: the partition's row cache entry, or (without the cache) what the
     // SSTables hold within the slices.
     let mut cached = None;
-    let mut from_sstables = None;
     let mem_deletion = || {
         held.iter()
             .fold(None, |d, (_, p)| max_deletion(d, p.deletion()))
@@ -572,22 +571,29 @@ pub(crate) fn read_single<'a>(
     // first rows of each SSTable in the read's order (with a row index, they read only
     // those): enough when the merge's limit ends before the earliest SSTable's cutoff.
     let sst_cap = row_cap(cmd);
-    let mut sst_cut = None;
-    // Set when the SSTables were read without the row cache: with which detach limit.
-    let mut uncached: Option<Option<u64>> = None;
-    if !row_cache.enabled() || t.sstables.is_empty() {
-        uncached = Some(None);
-        (from_sstables, sst_cut) = read_sstables(
+    // The SSTables' rows within `wanted`, read as without the row cache (`detach`: the
+    // cache's partition limit when it is on).
+    let read_uncached = |block_cache: &mut BlockCache,
+                         sstables_read: &mut u32,
+                         detach: Option<u64>,
+                         cap: usize,
+                         from_end: bool| {
+        read_sstables(
             &t,
             key,
             Some(&wanted),
             mem_deletion(),
             block_cache,
-            &mut sstables_read,
-            None,
-            sst_cap,
-            cmd.reversed,
-        )?;
+            sstables_read,
+            detach,
+            cap,
+            from_end,
+        )
+    };
+    // Set when the SSTables are read without the row cache: with which detach limit.
+    let mut uncached: Option<Option<u64>> = None;
+    if !row_cache.enabled() || t.sstables.is_empty() {
+        uncached = Some(None);
     } else {
         let hit = match row_cache.get(t.table, key) {
             Some(entry) => {
@@ -619,17 +625,6 @@ pub(crate) fn read_single<'a>(
                 // partition is over the cache's size limit: then it is read again next
                 // time, and its chunks are cached.
                 uncached = Some(Some(row_cache.partition_max()));
-                (from_sstables, sst_cut) = read_sstables(
-                    &t,
-                    key,
-                    Some(&wanted),
-                    mem_deletion(),
-                    block_cache,
-                    &mut sstables_read,
-                    Some(row_cache.partition_max()),
-                    sst_cap,
-                    cmd.reversed,
-                )?;
             }
             None => {
                 amphora_trace::event(|| "Row cache miss".to_string());
@@ -671,6 +666,13 @@ pub(crate) fn read_single<'a>(
         cached: cached.as_deref(),
     };
     if let Some(detach) = uncached {
+        let (mut from_sstables, sst_cut) = read_uncached(
+            block_cache,
+            &mut sstables_read,
+            detach,
+            sst_cap,
+            cmd.reversed,
+        )?;
         // The SSTables' first rows: exact when the limit ends the merge before their
         // cutoff; otherwise they are read again whole (rare: it takes more of the rows
         // read shadowed or dead than the limit's margin of one). SSTable rows that were
@@ -699,18 +701,8 @@ pub(crate) fn read_single<'a>(
         }
         if read_again {
             sstables_read = 0;
-            from_sstables = read_sstables(
-                &t,
-                key,
-                Some(&wanted),
-                mem_deletion(),
-                block_cache,
-                &mut sstables_read,
-                detach,
-                usize::MAX,
-                false,
-            )?
-            .0;
+            from_sstables =
+                read_uncached(block_cache, &mut sstables_read, detach, usize::MAX, false)?.0;
         }
         let r = sources.merge(key, cmd, usize::MAX, from_sstables, None, sstables_read)?;
         return Ok(r.unwrap_or_default());

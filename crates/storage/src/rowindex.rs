@@ -141,11 +141,6 @@ impl RowIndexWriter {
         self.count += 1;
     }
 
-    /// How many partitions are indexed.
-    pub fn partitions(&self) -> u32 {
-        self.count
-    }
-
     /// The file's bytes.
     pub fn finish(mut self) -> Vec<u8> {
         let dir_offset = self.file.len() as u64;

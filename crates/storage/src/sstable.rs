@@ -2039,7 +2039,7 @@ impl SSTableReader {
                 .get_indexed(key, e, &block, cache, detach, rows)
                 .map(Some);
         }
-        let bytes = self.partition_bytes(e, cache, detach, true)?;
+        let bytes = self.partition_bytes(e, 0, e.len, cache, detach, true)?;
         let may_end = self.stats.tombstones == 0;
         let mut picker = CappedPick::new(rows, may_end);
         let (k, mut u) =
@@ -2198,8 +2198,7 @@ impl SSTableReader {
         Ok((u, cut))
     }
 
-    /// A reader of bytes `at..at + len` of the partition at `e`, read as
-    /// [`partition_bytes`](Self::partition_bytes) reads the whole one for a sliced read.
+    /// A reader of bytes `at..at + len` of the partition at `e`, read for a sliced read.
     fn partition_range(
         &self,
         e: IndexEntry,
@@ -2208,24 +2207,22 @@ impl SSTableReader {
         detach: Option<u64>,
         cache: Option<&mut BlockCache>,
     ) -> Result<Reader> {
-        let bytes = match detach {
-            Some(limit) if e.len <= limit => {
-                self.read_range_detached(e.position + at, len, cache)?
-            }
-            _ => self.read_range(e.position + at, len, cache)?,
-        };
+        let bytes = self.partition_bytes(e, at, len, cache, detach, true)?;
         Ok(Reader::with_offset(bytes, (e.position + at) as usize))
     }
 
-    /// The bytes of the partition at `e`, read for [`get_from`](Self::get_from) or (when
-    /// `sliced`) [`get_sliced`](Self::get_sliced).
+    /// Bytes `at..at + len` of the partition at `e`, read for [`get_from`](Self::get_from)
+    /// or (when `sliced`) [`get_sliced`](Self::get_sliced).
     fn partition_bytes(
         &self,
         e: IndexEntry,
+        at: u64,
+        len: u64,
         cache: Option<&mut BlockCache>,
         detach: Option<u64>,
         sliced: bool,
     ) -> Result<Bytes> {
+        let pos = e.position + at;
         Ok(match detach {
             // A detached read fills the row cache, which then holds the partition, or is a
             // miss the row cache kept out (its slices only; [`RowCache::admits`]): its
@@ -2236,15 +2233,15 @@ impl SSTableReader {
             // buffer, and copies the partition out, which is the detached copy.
             //
             // [`RowCache::admits`]: crate::rowcache::RowCache::admits
-            Some(limit) if e.len <= limit => self.read_range_detached(e.position, e.len, cache)?,
+            Some(limit) if e.len <= limit => self.read_range_detached(pos, len, cache)?,
             // Too large for the row cache, so read again next time: its chunks are cached.
             // A sliced read keeps only a few rows for its answer, which may hold the chunk
             // for that long; a whole one is copied so what it returns holds no chunk.
             Some(_) if cache.is_some() && !sliced => {
-                Bytes::copy_from_slice(&self.read_range(e.position, e.len, cache)?)
+                Bytes::copy_from_slice(&self.read_range(pos, len, cache)?)
             }
             // Without the block cache the bytes are already a copy of their own.
-            _ => self.read_range(e.position, e.len, cache)?,
+            _ => self.read_range(pos, len, cache)?,
         })
     }
 
@@ -2274,7 +2271,7 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        let bytes = self.partition_bytes(e, cache, detach, false)?;
+        let bytes = self.partition_bytes(e, 0, e.len, cache, detach, false)?;
         let (k, u) = decode_partition(&self.data_path, bytes, e.position)?;
         if &k != key {
             return Err(StorageError::corrupt(
