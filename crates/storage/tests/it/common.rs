@@ -106,6 +106,19 @@ pub fn row_write(table: u128, k: &str, c: i32, v: &str, ts: i64) -> Mutation {
     }
 }
 
+/// Applies `update` to partition `key` of table `table` and waits for its ack.
+#[allow(dead_code)]
+pub async fn apply_update(s: &ShardStorage, table: u128, key: &str, update: PartitionUpdate) {
+    s.apply(&Mutation {
+        table: TableId(table),
+        key: pk(key),
+        update,
+    })
+    .expect("apply")
+    .await
+    .expect("ack");
+}
+
 /// A standard1 row (`table` has [`standard1`]'s columns): key `k`, five cells of `v`
 /// written at timestamp 1.
 #[allow(dead_code)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use amphora_storage::rowcache::RowCacheStats;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
 use amphora_types::data::{
-    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, Mutation,
-    PartitionUpdate, RangeTombstone, Row,
+    Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionUpdate,
+    RangeTombstone, Row,
 };
 use amphora_types::schema::{ClusteringOrder, TableId, TableSchema};
 use bytes::Bytes;
@@ -39,17 +39,6 @@ fn rows(k: &str, rs: &[(i32, &str)]) -> Vec<(String, i32, String)> {
     rs.iter()
         .map(|(c, v)| (k.to_string(), *c, v.to_string()))
         .collect()
-}
-
-async fn apply(s: &ShardStorage, key: &str, update: PartitionUpdate) {
-    s.apply(&Mutation {
-        table: T,
-        key: pk(key),
-        update,
-    })
-    .expect("apply")
-    .await
-    .expect("ack");
 }
 
 async fn put(s: &ShardStorage, k: &str, c: i32, v: &str, ts: i64) {
@@ -268,7 +257,7 @@ fn deletions_of_a_cached_partition() {
         rt().block_on(async {
             let s = open(dir.path(), cfg(dir.path(), 1 << 20));
             cached_partition(&s).await;
-            apply(&s, "k1", update).await;
+            apply_update(&s, 1, "k1", update).await;
             assert_eq!(read(&s, "k1"), want, "{what}, in the memtable");
             s.flush(T).await.expect("flush");
             assert_eq!(read(&s, "k1"), want, "{what}, flushed into the entry");
@@ -304,7 +293,7 @@ fn ttl_expiry_of_a_cached_cell_is_applied_at_read_time() {
             }],
             ..Default::default()
         };
-        apply(&s, "k", update).await;
+        apply_update(&s, 1, "k", update).await;
         s.flush(T).await.expect("flush");
         assert_eq!(read_at(&s, "k", NOW + 99), rows("k", &[(1, "t")]));
         assert_eq!(read_at(&s, "k", NOW + 99), rows("k", &[(1, "t")]));
@@ -331,7 +320,7 @@ fn purging_compaction_drops_entries_and_resurrects_nothing() {
         cached_partition(&s).await;
         // The tombstones and the data they shadow are in different SSTables.
         for (_, update) in tombstone_updates().into_iter().take(3) {
-            apply(&s, "k1", update).await;
+            apply_update(&s, 1, "k1", update).await;
         }
         s.flush(T).await.expect("flush");
         assert_eq!(read(&s, "k1"), rows("k1", &[(1, "v1")]));
@@ -633,7 +622,7 @@ fn reads_kept_out_of_a_full_cache_answer_as_without_it() {
                     range_tombstones: vec![rt],
                     ..Default::default()
                 };
-                apply(s, &key(k), update).await;
+                apply_update(s, 1, &key(k), update).await;
             }
         }
         let commands = |k: usize| {
@@ -710,7 +699,7 @@ fn pages_of_partitions_over_the_cache_limit_read_as_without_it() {
                 range_tombstones: vec![rt],
                 ..Default::default()
             };
-            apply(s, &key(2), update).await;
+            apply_update(s, 1, &key(2), update).await;
         }
         for k in 0..3 {
             for reversed in [false, true] {

@@ -7,7 +7,7 @@ use amphora_storage::rowindex::RowIndexFile;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, LivenessInfo,
-    Mutation, PartitionUpdate, RangeTombstone, Row,
+    PartitionUpdate, RangeTombstone, Row,
 };
 use amphora_types::schema::{ClusteringOrder, TableId};
 use bytes::Bytes;
@@ -29,17 +29,6 @@ fn open(c: StorageConfig, order: ClusteringOrder) -> ShardStorage {
     ShardStorage::open(c, vec![clustered_schema(1, order)])
         .expect("open")
         .0
-}
-
-async fn apply(s: &ShardStorage, key: &str, update: PartitionUpdate) {
-    s.apply(&Mutation {
-        table: T,
-        key: pk(key),
-        update,
-    })
-    .expect("apply")
-    .await
-    .expect("ack");
 }
 
 fn value(k: &str, c: i32, round: i64) -> String {
@@ -71,8 +60,9 @@ async fn write(s: &ShardStorage, round: i64) {
             deletion: None,
             cells: vec![(3, ColumnData::Simple(Cell::live(10, Bytes::from("st"))))],
         };
-        apply(
+        apply_update(
             s,
+            1,
             "wide",
             PartitionUpdate {
                 static_row: Some(stat),
@@ -99,8 +89,9 @@ async fn write(s: &ShardStorage, round: i64) {
         end: ClusteringBound::exclusive(vec![i(2_100)]),
         deletion: DeletionTime::new(22, NOW),
     };
-    apply(
+    apply_update(
         s,
+        1,
         "wide",
         PartitionUpdate {
             rows: vec![deleted],
@@ -123,8 +114,9 @@ async fn write(s: &ShardStorage, round: i64) {
         end: ClusteringBound::exclusive(vec![i(ROWS + 40)]),
         deletion: DeletionTime::new(25, NOW),
     };
-    apply(
+    apply_update(
         s,
+        1,
         "wide",
         PartitionUpdate {
             range_tombstones: vec![tail],
@@ -305,13 +297,24 @@ fn compare(a: &ShardStorage, reference: &ShardStorage, order: ClusteringOrder, s
     }
 }
 
-/// Row index entries of the table's live SSTables.
-fn indexed_partitions(s: &ShardStorage) -> usize {
+/// The RowIndex.db of each of the table's live SSTables.
+fn row_index_paths(s: &ShardStorage) -> Vec<std::path::PathBuf> {
     s.sstable_paths(T)
         .iter()
         .map(|p| {
-            let ri = p.to_string_lossy().replace("-Data.db", "-RowIndex.db");
-            RowIndexFile::open(std::path::Path::new(&ri))
+            p.to_string_lossy()
+                .replace("-Data.db", "-RowIndex.db")
+                .into()
+        })
+        .collect()
+}
+
+/// Row index entries of the table's live SSTables.
+fn indexed_partitions(s: &ShardStorage) -> usize {
+    row_index_paths(s)
+        .iter()
+        .map(|p| {
+            RowIndexFile::open(p)
                 .expect("open")
                 .expect("every new SSTable has one")
                 .len()
@@ -363,9 +366,7 @@ fn a_damaged_row_index_block_is_corruption() {
         let s = open(cfg(dir.path()), ClusteringOrder::Asc);
         write(&s, 1).await;
         s.flush(T).await.expect("flush");
-        let data = s.sstable_paths(T).remove(0);
-        let ri =
-            std::path::PathBuf::from(data.to_string_lossy().replace("-Data.db", "-RowIndex.db"));
+        let ri = row_index_paths(&s).remove(0);
         let mut bytes = std::fs::read(&ri).expect("read");
         // A byte inside the first block (after the 12-byte header).
         bytes[40] ^= 0x5a;
@@ -449,9 +450,7 @@ fn a_row_index_entry_that_does_not_match_its_row_is_corruption() {
         let s = open(cfg(dir.path()), ClusteringOrder::Asc);
         write(&s, 1).await;
         s.flush(T).await.expect("flush");
-        let data = s.sstable_paths(T).remove(0);
-        let ri =
-            std::path::PathBuf::from(data.to_string_lossy().replace("-Data.db", "-RowIndex.db"));
+        let ri = row_index_paths(&s).remove(0);
         let mut b = std::fs::read(&ri).expect("read");
         // The directory's first block; in it, entry 1's clustering (one int: length 4,
         // then its big-endian bytes) names the next row instead.
