@@ -14,7 +14,10 @@ use amphora_types::data::{
 use amphora_types::schema::TableSchema;
 
 use crate::error::{Result, StorageError};
-use crate::sstable::{RawSource, SSTableReader, SSTableWriter, Scanner, partition_body};
+use crate::sstable::{
+    IndexEntry, PartitionStream, RawSource, SSTableReader, SSTableWriter, Scanner, StreamedStats,
+    partition_body,
+};
 
 /// What a chooser sees of one SSTable.
 #[derive(Debug, Clone, PartialEq)]
@@ -549,7 +552,22 @@ thread_local! {
     // Partitions this thread's compactions kept whole from their newest source
     // ([`shadowing_holder`]) instead of merging: tests read it to see the path taken.
     static SHADOW_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    // Partitions this thread's compactions merged a window of rows at a time
+    // ([`merge_streamed`]): tests read it to see the path taken.
+    static STREAMED_MERGES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    // [`STREAMED_MERGE_MIN_BYTES`] and [`STREAM_WINDOW_ROWS`] on this thread, changed by
+    // tests to take the streamed merge for small partitions and small windows.
+    static STREAMING: std::cell::Cell<(u64, usize)> =
+        const { std::cell::Cell::new((STREAMED_MERGE_MIN_BYTES, STREAM_WINDOW_ROWS)) };
 }
+
+/// Partitions whose sources hold at least this many serialized bytes together are merged
+/// a window of rows at a time ([`merge_streamed`]) instead of decoded whole: decoded, a
+/// partition takes about ten times its serialized size, so a partition of tens of millions
+/// of rows needed gigabytes (the node's whole memory) to be compacted.
+const STREAMED_MERGE_MIN_BYTES: u64 = 8 << 20;
+/// Rows each source contributes to a window of [`merge_streamed`] at most.
+const STREAM_WINDOW_ROWS: usize = 4096;
 
 /// Called by the executor between partitions, with the weight of the work since the
 /// last call ([`THROTTLE_CHECK_EVERY`] for a merged partition, 1 for a raw copy): sleeps
@@ -1096,6 +1114,28 @@ fn compact_into_writer(
             weight = holders.len() as u32;
             continue;
         }
+        // Too wide to decode whole: merged a window of rows at a time.
+        let (stream_min, window) = STREAMING.with(|c| c.get());
+        if hook.is_none() {
+            let mut bytes = 0u64;
+            for &i in &holders {
+                bytes += scanners[i].current_entry().map_or(0, |e| e.len);
+            }
+            if bytes >= stream_min {
+                let mut sources = Vec::with_capacity(holders.len());
+                for &i in &holders {
+                    if let Some((_, e)) = scanners[i].take_current()? {
+                        sources.push((scanners[i].sstable(), e));
+                    }
+                }
+                if let Some(w) = writer.as_mut() {
+                    merge_streamed(schema, &sources, &key, purge_ctx, window, bytes, w)?;
+                }
+                STREAMED_MERGES.with(|c| c.set(c.get() + 1));
+                split_if_full(writer, &mut outputs, job, upper, txn)?;
+                continue;
+            }
+        }
         let mut merged: Option<PartitionUpdate> = None;
         for &i in &holders {
             if let Some((_, u)) = scanners[i].next_partition()? {
@@ -1129,6 +1169,150 @@ fn compact_into_writer(
     }
     txn.commit()?;
     Ok(outputs)
+}
+
+/// Merges the partition `key` of `sources` (each an SSTable and the partition's index
+/// entry there, oldest input first as the scanners are) into `w` without holding it
+/// decoded: the same bytes as decoding each source whole, merging, applying deletions and
+/// purging ([`compact_into_writer`]'s general case), with at most `window` rows of each
+/// source decoded at a time. Those steps are row by row once the partition's deletions are
+/// known (its partition deletion, static row and range tombstones, read first from each
+/// source), so each window goes through them with those parts; a first pass over the
+/// windows counts the rows and gathers the statistics the head of the partition needs
+/// (row count, base timestamp), a second writes them. `len_hint` (the sources' bytes)
+/// spaces the output's row index.
+#[allow(clippy::too_many_arguments)]
+fn merge_streamed(
+    schema: &TableSchema,
+    sources: &[(&SSTableReader, IndexEntry)],
+    key: &PartitionKey,
+    ctx: &PurgeContext,
+    window: usize,
+    len_hint: u64,
+    w: &mut SSTableWriter,
+) -> Result<()> {
+    // Each source's deletions and static row (its rows stepped over).
+    let mut frames = Vec::with_capacity(sources.len());
+    for &(sst, e) in sources {
+        let (mut st, head) = sst.stream_partition(key, e)?;
+        let range_tombstones = st.range_tombstones()?;
+        frames.push(PartitionUpdate {
+            partition_deletion: head.partition_deletion,
+            static_row: head.static_row,
+            rows: Vec::new(),
+            range_tombstones,
+        });
+    }
+    // The output's deletion, static row and range tombstones.
+    let mut head: Option<PartitionUpdate> = None;
+    for f in &frames {
+        head = Some(match head {
+            None => f.clone(),
+            Some(m) => merge_partition_updates_owned(schema, m, f),
+        });
+    }
+    let Some(mut head) = head else { return Ok(()) };
+    apply_own_deletions(schema, &mut head);
+    purge(&mut head, key, ctx);
+    let mut stats = StreamedStats::new(
+        head.partition_deletion,
+        head.static_row.as_ref(),
+        &head.range_tombstones,
+    );
+    for_each_window(schema, sources, &frames, key, ctx, window, |rows| {
+        stats.rows(rows);
+        Ok(())
+    })?;
+    if stats.row_count() == 0 && head.is_empty() {
+        return Ok(());
+    }
+    let len_hint = usize::try_from(len_hint).unwrap_or(usize::MAX);
+    w.begin_streamed(
+        key,
+        &stats,
+        head.partition_deletion,
+        head.static_row.as_ref(),
+        len_hint,
+    )?;
+    for_each_window(schema, sources, &frames, key, ctx, window, |rows| {
+        w.streamed_rows(rows)
+    })?;
+    w.finish_streamed(key, &head.range_tombstones, &stats)
+}
+
+/// The merged, shadowed and purged clustering rows of partition `key` of `sources`, in
+/// order, a window at a time to `each`. A window takes every source's rows up to a bound
+/// no source with rows left past its lookahead goes beyond, so each clustering is merged
+/// whole in one window; `frames` are the sources' deletions, merged with each window as
+/// the whole partition's merge would.
+#[allow(clippy::too_many_arguments)]
+fn for_each_window(
+    schema: &TableSchema,
+    sources: &[(&SSTableReader, IndexEntry)],
+    frames: &[PartitionUpdate],
+    key: &PartitionKey,
+    ctx: &PurgeContext,
+    window: usize,
+    mut each: impl FnMut(&[Row]) -> Result<()>,
+) -> Result<()> {
+    let cmp = schema.clustering_comparator();
+    let window = window.max(1);
+    let mut streams: Vec<PartitionStream<'_>> = Vec::with_capacity(sources.len());
+    for &(sst, e) in sources {
+        streams.push(sst.stream_partition(key, e)?.0);
+    }
+    let mut ahead: Vec<std::collections::VecDeque<Row>> =
+        (0..sources.len()).map(|_| Default::default()).collect();
+    loop {
+        throttle_point(THROTTLE_CHECK_EVERY);
+        for (st, a) in streams.iter_mut().zip(ahead.iter_mut()) {
+            while a.len() < window {
+                match st.next_row()? {
+                    Some(r) => a.push_back(r),
+                    None => break,
+                }
+            }
+        }
+        if ahead.iter().all(|a| a.is_empty()) {
+            return Ok(());
+        }
+        // The lowest last clustering looked ahead among sources that have more rows.
+        let mut bound: Option<&Row> = None;
+        for (st, a) in streams.iter().zip(ahead.iter()) {
+            if st.rows_left() > 0
+                && let Some(last) = a.back()
+                && bound.is_none_or(|b| cmp.compare(&last.clustering.0, &b.clustering.0).is_lt())
+            {
+                bound = Some(last);
+            }
+        }
+        let bound = bound.map(|b| b.clustering.clone());
+        let mut merged: Option<PartitionUpdate> = None;
+        for (a, f) in ahead.iter_mut().zip(frames) {
+            let n = match &bound {
+                None => a.len(),
+                Some(b) => a.partition_point(|r| cmp.compare(&r.clustering.0, &b.0).is_le()),
+            };
+            let part = PartitionUpdate {
+                partition_deletion: f.partition_deletion,
+                static_row: None,
+                rows: a.drain(..n).collect(),
+                range_tombstones: f.range_tombstones.clone(),
+            };
+            merged = Some(match merged {
+                None => part,
+                Some(m) => merge_partition_updates_owned(schema, m, &part),
+            });
+        }
+        let Some(mut merged) = merged else {
+            return Ok(());
+        };
+        apply_own_deletions(schema, &mut merged);
+        purge(&mut merged, key, ctx);
+        if !merged.rows.is_empty() {
+            each(&merged.rows)?;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1359,6 +1543,207 @@ mod tests {
         // Keys n % 7 == 0 and 4 (20 of the 70) take the shadowing path; no other does.
         assert_eq!(SHADOW_COPIES.with(|c| c.get()) - before, 20);
         assert_reads_back(&outputs, &expected);
+    }
+
+    /// `ks.w` (id 8): blob key `k`, blob clustering `c`, static `s`, regular `v1` and `v2`
+    /// (column ids 0-4), in 1 KiB chunks.
+    fn wide_table_1k_chunks() -> TableSchema {
+        use amphora_types::schema::{ColumnKind, TableId, TableOptions};
+        let cd = crate::test_support::blob_column;
+        let mut options = TableOptions::default();
+        options
+            .compression
+            .insert("chunk_length_in_kb".into(), "1".into());
+        let cols = vec![
+            cd("k", ColumnKind::PartitionKey),
+            cd("c", ColumnKind::Clustering),
+            cd("s", ColumnKind::Static),
+            cd("v1", ColumnKind::Regular),
+            cd("v2", ColumnKind::Regular),
+        ];
+        TableSchema::new(TableId(8), "ks", "w", cols, options)
+    }
+
+    /// A partition merged a window of rows at a time comes out byte for byte as the same
+    /// partition merged whole: three sources of overlapping rows with newer and older
+    /// cells, row deletions, a range tombstone, a partition deletion, static rows, expired
+    /// TTLs and purgeable tombstones, in windows of 1, 7 and 4,096 rows; a partition held by
+    /// one source (with tombstones, so not copied raw) too. Index.db and RowIndex.db are the
+    /// same too, each output's checksums and row index verify, and every partition reads
+    /// back as the whole merge's.
+    #[test]
+    fn streamed_merges_write_what_whole_merges_write() {
+        use amphora_types::data::{
+            Cell, Clustering, ClusteringBound, DeletionTime, LivenessInfo, RangeTombstone,
+        };
+        use bytes::Bytes;
+        let schema = wide_table_1k_chunks();
+        let dir = tempfile::tempdir().expect("tmp");
+        let c = |n: u32| Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]);
+        // Deterministic variety: which source holds a row, and the shapes of its cells.
+        let mix = |g: u32, n: u32| (n.wrapping_mul(2_654_435_761) ^ g.wrapping_mul(40_503)) % 97;
+        let row = |g: u32, n: u32| {
+            let m = mix(g, n);
+            let ts = i64::from(g) * 1_000 + i64::from(m);
+            let value = |tag: u8| Bytes::from(vec![tag; (m as usize * 3) % 40]);
+            let v1 = match m % 5 {
+                // A tombstone old enough to purge (deleted at second 10, gc_before 1,000).
+                0 => Cell::tombstone(ts, 10),
+                // Expired by now (second 2,000): becomes a tombstone, then purged.
+                1 => Cell::expiring(ts, 100, 50, value(1)),
+                // Expires later: kept.
+                2 => Cell::expiring(ts, 100_000, 50, value(2)),
+                _ => Cell::live(ts, value(3)),
+            };
+            let mut cells = vec![(3, ColumnData::Simple(v1))];
+            if m % 3 != 0 {
+                cells.push((4, ColumnData::Simple(Cell::live(ts + 1, value(4)))));
+            }
+            Row {
+                clustering: c(n),
+                marker: (m % 4 != 0).then(|| LivenessInfo::new(ts)),
+                // A recent row deletion (kept) shadowing what is older in the row.
+                deletion: (m == 7).then(|| DeletionTime::new(ts - 50, 1_500)),
+                cells,
+            }
+        };
+        let static_row = |g: u32| Row {
+            clustering: Clustering::empty(),
+            marker: None,
+            deletion: None,
+            cells: vec![(
+                2,
+                ColumnData::Simple(Cell::live(
+                    i64::from(g) * 1_000,
+                    Bytes::from(vec![g as u8; 9]),
+                )),
+            )],
+        };
+        let wide = PartitionKey::new(Bytes::from_static(b"wide"));
+        let single = PartitionKey::new(Bytes::from_static(b"single"));
+        let narrow = PartitionKey::new(Bytes::from_static(b"narrow"));
+        let mut inputs = Vec::new();
+        for g in 1..=3u32 {
+            let mut parts = vec![
+                (
+                    wide.clone(),
+                    PartitionUpdate {
+                        // Source 3's partition deletion shadows source 1's older cells.
+                        partition_deletion: (g == 3).then(|| DeletionTime::new(1_050, 1_600)),
+                        static_row: (g != 2).then(|| static_row(g)),
+                        rows: (0..2500)
+                            .filter(|n| mix(g, *n) % 4 != 1)
+                            .map(|n| row(g, n))
+                            .collect(),
+                        range_tombstones: if g == 2 {
+                            vec![RangeTombstone {
+                                start: ClusteringBound {
+                                    prefix: c(100),
+                                    inclusive: true,
+                                },
+                                end: ClusteringBound {
+                                    prefix: c(160),
+                                    inclusive: false,
+                                },
+                                deletion: DeletionTime::new(2_500, 1_700),
+                            }]
+                        } else {
+                            Vec::new()
+                        },
+                    },
+                ),
+                (
+                    narrow.clone(),
+                    PartitionUpdate {
+                        rows: vec![row(g, 5)],
+                        ..Default::default()
+                    },
+                ),
+            ];
+            if g == 1 {
+                parts.push((
+                    single.clone(),
+                    PartitionUpdate {
+                        rows: (0..400).map(|n| row(g, n)).collect(),
+                        ..Default::default()
+                    },
+                ));
+            }
+            parts.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut w = SSTableWriter::new(dir.path(), u64::from(g), &schema).expect("writer");
+            for (k, u) in &parts {
+                w.append(k, u).expect("append");
+            }
+            inputs.push(Arc::new(
+                w.finish(0, 0).expect("finish").expect("an SSTable"),
+            ));
+        }
+        let job = CompactionJob {
+            inputs: inputs.iter().map(|s| s.generation).collect(),
+            output_level: 0,
+            max_output_bytes: None,
+            drop_only: false,
+        };
+        let ctx = PurgeContext {
+            gc_before: 1_000,
+            now_seconds: 2_000,
+            others: Vec::new(),
+            memtable_min_timestamp: i64::MAX,
+        };
+        let compact = |first: u64, streaming: (u64, usize)| {
+            STREAMING.with(|c| c.set(streaming));
+            let before = STREAMED_MERGES.with(|c| c.get());
+            let next = AtomicU64::new(first);
+            let (mut outputs, txn) =
+                run_compaction(&schema, dir.path(), &inputs, &next, &job, &ctx)
+                    .expect("compaction");
+            STREAMING.with(|c| c.set((STREAMED_MERGE_MIN_BYTES, STREAM_WINDOW_ROWS)));
+            std::fs::remove_file(&txn.path).expect("txn log");
+            assert_eq!(outputs.len(), 1);
+            (
+                outputs.remove(0),
+                STREAMED_MERGES.with(|c| c.get()) - before,
+            )
+        };
+        let (whole, n) = compact(10, (u64::MAX, STREAM_WINDOW_ROWS));
+        assert_eq!(n, 0);
+        let whole_data = std::fs::read(whole.data_path()).expect("data");
+        let component = |r: &SSTableReader, c: &str| {
+            std::fs::read(crate::sstable::component_path(dir.path(), r.generation, c))
+                .expect("component")
+        };
+        for (first, window) in [(20, 1), (30, 7), (40, STREAM_WINDOW_ROWS)] {
+            let (out, n) = compact(first, (0, window));
+            // Every partition but the narrow one, whose three sources are one row each: it
+            // is under any threshold but 0, so it is streamed too.
+            assert_eq!(n, 3, "window {window}");
+            out.verify().expect("checksums and row index");
+            assert!(
+                std::fs::read(out.data_path()).expect("data") == whole_data,
+                "window {window}: Data.db differs"
+            );
+            assert_eq!(component(&out, "Index.db"), component(&whole, "Index.db"));
+            // The wide partitions are indexed as they are written, with entries where the
+            // whole partition's are (their spacing is the same below 8 MiB).
+            let ri = component(&out, "RowIndex.db");
+            assert!(ri.len() > 200, "{}", ri.len());
+            assert_eq!(ri, component(&whole, "RowIndex.db"));
+            assert_eq!(out.stats, whole.stats, "window {window}");
+            for k in [&wide, &single, &narrow] {
+                assert_eq!(
+                    out.get(k).expect("get"),
+                    whole.get(k).expect("get"),
+                    "{k:?}"
+                );
+            }
+        }
+        // The merge did what it is meant to: the wide partition lost purged cells, kept
+        // its range tombstone, and source 3's deletion.
+        let u = whole.get(&wide).expect("get").expect("wide");
+        assert_eq!(u.partition_deletion, Some(DeletionTime::new(1_050, 1_600)));
+        assert_eq!(u.range_tombstones.len(), 1);
+        assert!(u.static_row.is_some());
+        assert!(u.rows.len() > 500, "{}", u.rows.len());
     }
 
     #[test]

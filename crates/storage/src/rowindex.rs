@@ -92,53 +92,38 @@ impl RowIndexWriter {
         if part.len() < MIN_PARTITION_BYTES {
             return;
         }
-        let spacing = SPACING_BYTES.max(part.len() / MAX_ENTRIES);
+        let mut b = self.begin(part.len());
         let mut r = Reader::new(Bytes::copy_from_slice(part));
-        let (offsets, entries) = (&mut self.offsets, &mut self.entries);
-        offsets.clear();
-        entries.clear();
         let layout = (|| {
             r.skip_bytes()?;
             r.fixed::<8>()?;
             let base = r.z()?;
             let head = read_update_head(&mut r, base)?;
             let rows_at = r.position();
-            let mut last: Option<usize> = None;
             let mut ordinal = 0u64;
             scan_rows(&mut r, head.rows, |start, clustering_end| {
-                if last.is_none_or(|l| start - l >= spacing) {
-                    offsets.push(entries.len() as u32);
-                    put_var(entries, ordinal);
-                    put_var(entries, start as u64);
-                    entries.extend_from_slice(&part[start..clustering_end]);
-                    last = Some(start);
-                }
+                b.row(self, ordinal, start, |e| {
+                    e.extend_from_slice(&part[start..clustering_end]);
+                });
                 ordinal += 1;
             })?;
             Ok::<_, amphora_types::codec::DecodeError>((rows_at, r.position(), head.rows))
         })();
-        let Ok((rows_at, rts_at, nrows)) = layout else {
-            return;
-        };
-        if offsets.len() < 2 {
-            return;
+        if let Ok((rows_at, rts_at, nrows)) = layout {
+            b.commit(self, position, rows_at, rts_at, nrows);
         }
-        let at = self.file.len();
-        put_var(&mut self.file, rows_at as u64);
-        put_var(&mut self.file, rts_at as u64);
-        put_var(&mut self.file, nrows as u64);
-        put_var(&mut self.file, offsets.len() as u64);
-        for o in offsets.iter() {
-            self.file.extend_from_slice(&o.to_le_bytes());
+    }
+
+    /// Starts the block of a partition of about `len` serialized bytes (which sets the
+    /// entries' spacing), whose rows are then given in order to [`BlockBuilder::row`]: a
+    /// partition written a row at a time is indexed as it is written.
+    pub fn begin(&mut self, len: usize) -> BlockBuilder {
+        self.offsets.clear();
+        self.entries.clear();
+        BlockBuilder {
+            spacing: SPACING_BYTES.max(len / MAX_ENTRIES),
+            last: None,
         }
-        self.file.extend_from_slice(entries);
-        let crc = crc32c::crc32c(&self.file[at..]);
-        self.file.extend_from_slice(&crc.to_le_bytes());
-        self.directory.extend_from_slice(&position.to_le_bytes());
-        self.directory.extend_from_slice(&(at as u64).to_le_bytes());
-        self.directory
-            .extend_from_slice(&((self.file.len() - at) as u32).to_le_bytes());
-        self.count += 1;
     }
 
     /// The file's bytes.
@@ -151,6 +136,73 @@ impl RowIndexWriter {
         self.file.extend_from_slice(&crc.to_le_bytes());
         self.file.extend_from_slice(&dir_offset.to_le_bytes());
         self.file
+    }
+}
+
+/// The block of one partition being built in a [`RowIndexWriter`] ([`RowIndexWriter::begin`]);
+/// nothing is added to the file unless it is committed with at least two entries.
+pub struct BlockBuilder {
+    spacing: usize,
+    last: Option<usize>,
+}
+
+impl BlockBuilder {
+    /// Whether the row starting `start` bytes into the partition gets an entry (the first
+    /// row does, then one every `spacing` bytes or more).
+    pub fn wants(&self, start: usize) -> bool {
+        self.last.is_none_or(|l| start - l >= self.spacing)
+    }
+
+    /// The row of `ordinal` starting `start` bytes into the partition: an entry if
+    /// [`wants`](Self::wants) says so, its clustering (as rows encode it) written by
+    /// `clustering`.
+    pub fn row(
+        &mut self,
+        w: &mut RowIndexWriter,
+        ordinal: u64,
+        start: usize,
+        clustering: impl FnOnce(&mut Vec<u8>),
+    ) {
+        if !self.wants(start) {
+            return;
+        }
+        w.offsets.push(w.entries.len() as u32);
+        put_var(&mut w.entries, ordinal);
+        put_var(&mut w.entries, start as u64);
+        clustering(&mut w.entries);
+        self.last = Some(start);
+    }
+
+    /// Adds the block of the partition at `position` (its first clustering row at
+    /// `rows_at`, its range tombstone count at `rts_at`, both relative to the partition,
+    /// `nrows` rows), if it has more than one entry.
+    pub fn commit(
+        self,
+        w: &mut RowIndexWriter,
+        position: u64,
+        rows_at: usize,
+        rts_at: usize,
+        nrows: usize,
+    ) {
+        if w.offsets.len() < 2 {
+            return;
+        }
+        let at = w.file.len();
+        put_var(&mut w.file, rows_at as u64);
+        put_var(&mut w.file, rts_at as u64);
+        put_var(&mut w.file, nrows as u64);
+        put_var(&mut w.file, w.offsets.len() as u64);
+        for o in w.offsets.iter() {
+            w.file.extend_from_slice(&o.to_le_bytes());
+        }
+        w.file.extend_from_slice(&w.entries);
+        let crc = crc32c::crc32c(&w.file[at..]);
+        w.file.extend_from_slice(&crc.to_le_bytes());
+        w.directory.extend_from_slice(&position.to_le_bytes());
+        w.directory.extend_from_slice(&(at as u64).to_le_bytes());
+        w.directory
+            .extend_from_slice(&((w.file.len() - at) as u32).to_le_bytes());
+        w.count += 1;
     }
 }
 

@@ -11,8 +11,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{
-    Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_parts,
-    read_range_tombstones, read_rows_picking, read_update_head, read_update_picking, read_var,
+    Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_head,
+    encode_update_parts, encode_update_tail, put_clustering, put_row, read_range_tombstones,
+    read_rows_picking, read_update_head, read_update_picking, read_var,
 };
 use amphora_types::data::{
     Clustering, ClusteringSlice, ColumnData, DeletionTime, PartitionKey, PartitionUpdate,
@@ -25,7 +26,7 @@ use crate::bloom::Bloom;
 use crate::cache::{BlockCache, BlockKind};
 use crate::commitlog::LogPosition;
 use crate::error::{Result, StorageError};
-use crate::rowindex::{RowIndexBlock, RowIndexFile, RowIndexWriter};
+use crate::rowindex::{BlockBuilder, RowIndexBlock, RowIndexFile, RowIndexWriter};
 
 pub const FORMAT_VERSION: u32 = 1;
 pub const FORMAT_PREFIX: &str = "am1";
@@ -796,6 +797,87 @@ pub struct SSTableWriter {
     compressed: Vec<u8>,
     /// RowIndex.db: where some rows of each wide partition start.
     row_index: RowIndexWriter,
+    /// The partition being written a row at a time, if any.
+    streamed: Option<Streamed>,
+}
+
+/// A partition being written a row at a time ([`SSTableWriter::begin_streamed`]).
+struct Streamed {
+    /// Where it starts in the uncompressed stream.
+    start: u64,
+    base: i64,
+    /// Where its first clustering row starts, relative to `start`.
+    rows_at: usize,
+    written: usize,
+    block: BlockBuilder,
+}
+
+/// What writing a partition a row at a time ([`SSTableWriter::begin_streamed`]) needs known
+/// before its first row: its statistics, its row count and its highest timestamp (the
+/// base its timestamps are encoded against), gathered by a first pass over the rows it
+/// will be given (a compaction's merge of a partition too wide to hold decoded).
+pub struct StreamedStats {
+    part: PartStats,
+    rows: usize,
+    first: Option<Clustering>,
+    last: Option<Clustering>,
+}
+
+impl StreamedStats {
+    /// The statistics of a partition's deletion, static row and range tombstones.
+    pub fn new(
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        rts: &[RangeTombstone],
+    ) -> Self {
+        let mut part = PartStats::new();
+        if let Some(d) = deletion {
+            part.deletion(d);
+        }
+        for rt in rts {
+            part.deletion(rt.deletion);
+        }
+        if let Some(r) = static_row {
+            part.row(r);
+        }
+        StreamedStats {
+            part,
+            rows: 0,
+            first: None,
+            last: None,
+        }
+    }
+
+    /// Adds the next clustering rows (in order).
+    pub fn rows(&mut self, rows: &[Row]) {
+        for r in rows {
+            self.part.row(r);
+        }
+        self.rows += rows.len();
+        if let Some(f) = rows.first()
+            && self.first.is_none()
+        {
+            self.first = Some(f.clustering.clone());
+        }
+        if let Some(l) = rows.last() {
+            self.last = Some(l.clustering.clone());
+        }
+    }
+
+    /// How many clustering rows were added.
+    pub fn row_count(&self) -> usize {
+        self.rows
+    }
+
+    /// The partition's highest timestamp (0 when it has none): what [`SSTableWriter::append`]
+    /// encodes its timestamps against.
+    fn base(&self) -> i64 {
+        if self.part.min_ts == i64::MAX {
+            0
+        } else {
+            self.part.max_ts
+        }
+    }
 }
 
 impl SSTableWriter {
@@ -871,6 +953,7 @@ impl SSTableWriter {
             cmp: schema.clustering_comparator(),
             compressed: Vec::new(),
             row_index: RowIndexWriter::new(),
+            streamed: None,
         })
     }
 
@@ -1000,6 +1083,112 @@ impl SSTableWriter {
         {
             s.max_clustering = src.max_clustering.clone();
         }
+        Ok(())
+    }
+
+    /// Starts a partition written a row at a time: its key, deletion and static row now,
+    /// then its clustering rows in order ([`streamed_rows`](Self::streamed_rows)), then its
+    /// range tombstones ([`finish_streamed`](Self::finish_streamed)). `stats` must be what
+    /// those rows and these parts add up to (the row count and base timestamp come first
+    /// in the bytes); the bytes are then the same [`append`](Self::append) writes for the
+    /// whole partition, and at most a chunk of them is held at a time. `len_hint`, about
+    /// the partition's serialized size, spaces its row index entries.
+    pub fn begin_streamed(
+        &mut self,
+        key: &PartitionKey,
+        stats: &StreamedStats,
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        len_hint: usize,
+    ) -> Result<()> {
+        if self.streamed.is_some() {
+            return Err(StorageError::Invalid(
+                "a streamed partition was started before the last one was finished".into(),
+            ));
+        }
+        self.check_ring_order(key);
+        let start = self.uncompressed_bytes();
+        let base = stats.base();
+        put_bytes(&mut self.pending, &key.key);
+        self.pending.extend_from_slice(&key.token.to_be_bytes());
+        put_var(&mut self.pending, ((base << 1) ^ (base >> 63)) as u64);
+        encode_update_head(deletion, static_row, stats.rows, base, &mut self.pending);
+        let rows_at = (self.uncompressed_bytes() - start) as usize;
+        let block = self.row_index.begin(len_hint);
+        self.streamed = Some(Streamed {
+            start,
+            base,
+            rows_at,
+            written: 0,
+            block,
+        });
+        self.write_full_chunks()
+    }
+
+    /// Writes the next clustering rows of the partition [`begin_streamed`](Self::begin_streamed)
+    /// started.
+    pub fn streamed_rows(&mut self, rows: &[Row]) -> Result<()> {
+        let Some(st) = self.streamed.as_mut() else {
+            return Err(StorageError::Invalid(
+                "rows streamed with no partition started".into(),
+            ));
+        };
+        for r in rows {
+            let at = (self.uncompressed_len + self.pending.len() as u64 - st.start) as usize;
+            st.block
+                .row(&mut self.row_index, st.written as u64, at, |e| {
+                    put_clustering(e, &r.clustering);
+                });
+            put_row(&mut self.pending, r, st.base);
+            st.written += 1;
+        }
+        self.write_full_chunks()
+    }
+
+    /// Ends the partition [`begin_streamed`](Self::begin_streamed) started with its range
+    /// tombstones, and indexes it; `stats` is what was given to `begin_streamed`, and the
+    /// rows written must be the ones it counted.
+    pub fn finish_streamed(
+        &mut self,
+        key: &PartitionKey,
+        rts: &[RangeTombstone],
+        stats: &StreamedStats,
+    ) -> Result<()> {
+        let Some(st) = self.streamed.take() else {
+            return Err(StorageError::Invalid(
+                "a streamed partition was finished but never started".into(),
+            ));
+        };
+        if st.written != stats.rows {
+            return Err(StorageError::Invalid(format!(
+                "a streamed partition was announced with {} rows and given {}",
+                stats.rows, st.written
+            )));
+        }
+        let rts_at = (self.uncompressed_bytes() - st.start) as usize;
+        encode_update_tail(rts, st.base, &mut self.pending);
+        let len = self.uncompressed_bytes() - st.start;
+        // Indexed as `append` would index it (not below the row index's minimum size).
+        if len >= crate::rowindex::MIN_PARTITION_BYTES as u64 {
+            st.block.commit(
+                &mut self.row_index,
+                st.start,
+                st.rows_at,
+                rts_at,
+                st.written,
+            );
+        }
+        self.index_partition(key, st.start, len)?;
+        self.write_full_chunks()?;
+        self.note_stats(&stats.part, stats.rows);
+        if let (Some(first), Some(last)) = (&stats.first, &stats.last) {
+            self.note_clustering(&first.0, &last.0);
+        }
+        let s = &mut self.stats;
+        s.partitions += 1;
+        s.min_token = s.min_token.min(key.token);
+        s.max_token = s.max_token.max(key.token);
+        s.partition_size_histogram[histogram_bucket(len)] += 1;
         Ok(())
     }
 
@@ -1206,6 +1395,11 @@ impl SSTableWriter {
         level: u32,
         before_publish: Option<&mut (dyn FnMut() -> Result<()> + Send)>,
     ) -> Result<Option<SSTableReader>> {
+        if self.streamed.is_some() {
+            return Err(StorageError::Invalid(
+                "an SSTable was finished inside a streamed partition".into(),
+            ));
+        }
         if self.stats.partitions == 0 {
             for c in ["Data.db", "Index.db"] {
                 let _ = fs::remove_file(tmp_path(&self.dir, self.generation, c));
@@ -2877,6 +3071,174 @@ impl<'a> Scanner<'a> {
                     .as_ref()
                     .is_some_and(|ri| ri.find(e.position).is_some())
         }))
+    }
+}
+
+impl Scanner<'_> {
+    /// The index entry of the partition [`peek_key`](Self::peek_key) loaded.
+    pub fn current_entry(&self) -> Option<&IndexEntry> {
+        self.current.as_ref().map(|e| &e.1)
+    }
+
+    /// Consumes the next partition's index entry without reading its bytes (for
+    /// [`SSTableReader::stream_partition`]).
+    pub fn take_current(&mut self) -> Result<Option<(PartitionKey, IndexEntry)>> {
+        self.take_entry()
+    }
+}
+
+/// Bytes kept loaded ahead of a [`PartitionStream`]'s next read, so that most rows decode
+/// at the first try.
+const STREAM_AHEAD_BYTES: usize = 16 << 10;
+
+/// One partition of an SSTable read a row at a time, a chunk at a time: what a
+/// compaction merges when the partition is too wide to hold decoded
+/// ([`SSTableReader::stream_partition`]). The rows it returns share its buffers.
+pub struct PartitionStream<'a> {
+    sst: &'a SSTableReader,
+    /// The partition's start and end in the uncompressed stream, and where the next byte
+    /// not yet loaded is.
+    start: u64,
+    end: u64,
+    next: u64,
+    /// Loaded bytes not yet consumed; `buf_at` is where they start in the stream.
+    buf: Bytes,
+    buf_at: u64,
+    base: i64,
+    rows_left: usize,
+    chunk_raw: Vec<u8>,
+    chunk_data: Vec<u8>,
+}
+
+impl SSTableReader {
+    /// Opens the partition of index entry `e` (with key `key`) for reading a row at a
+    /// time: its head is read; its rows follow ([`PartitionStream::next_row`]).
+    pub fn stream_partition(
+        &self,
+        key: &PartitionKey,
+        e: IndexEntry,
+    ) -> Result<(PartitionStream<'_>, amphora_types::codec::UpdateHead)> {
+        let end = e
+            .position
+            .checked_add(e.len)
+            .filter(|&x| x <= self.uncompressed_len);
+        let Some(end) = end else {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                e.position,
+                "partition extends past the end of the data",
+            ));
+        };
+        let mut s = PartitionStream {
+            sst: self,
+            start: e.position,
+            end,
+            next: e.position,
+            buf: Bytes::new(),
+            buf_at: e.position,
+            base: 0,
+            rows_left: 0,
+            chunk_raw: Vec::new(),
+            chunk_data: Vec::new(),
+        };
+        let (k, token, base) = s.decode(|r| {
+            let k = r.bytes()?;
+            let token = i64::from_be_bytes(r.fixed::<8>()?);
+            Ok((k, token, r.z()?))
+        })?;
+        if k != key.key || token != key.token {
+            return Err(StorageError::corrupt(
+                &self.data_path,
+                e.position,
+                "index and data disagree on the key",
+            ));
+        }
+        s.base = base;
+        let head = s.decode(|r| read_update_head(r, base))?;
+        s.rows_left = head.rows;
+        Ok((s, head))
+    }
+}
+
+impl PartitionStream<'_> {
+    /// Loads the next chunk's share of the partition after what is loaded; false when
+    /// everything is.
+    fn fill(&mut self) -> Result<bool> {
+        if self.next >= self.end {
+            return Ok(false);
+        }
+        let sst = self.sst;
+        let cb = sst.chunk_bytes;
+        let i = (self.next / cb) as usize;
+        sst.read_chunk_into(i, &mut self.chunk_raw, &mut self.chunk_data)?;
+        let cstart = i as u64 * cb;
+        let from = (self.next - cstart) as usize;
+        let to = (self.end.min(cstart + cb) - cstart) as usize;
+        let part = self
+            .chunk_data
+            .get(from..to)
+            .ok_or_else(|| StorageError::corrupt(&sst.data_path, self.next, "short chunk"))?;
+        let mut b = Vec::with_capacity(self.buf.len() + part.len());
+        b.extend_from_slice(&self.buf);
+        b.extend_from_slice(part);
+        self.buf = Bytes::from(b);
+        self.next = cstart + to as u64;
+        Ok(true)
+    }
+
+    /// Runs `f` over the loaded bytes, loading more while it fails for want of them;
+    /// consumes what it read. A failure with the whole partition loaded is corruption.
+    fn decode<T>(
+        &mut self,
+        f: impl Fn(&mut Reader) -> std::result::Result<T, amphora_types::codec::DecodeError>,
+    ) -> Result<T> {
+        while self.buf.len() < STREAM_AHEAD_BYTES && self.fill()? {}
+        loop {
+            let mut r = Reader::new(self.buf.clone());
+            match f(&mut r) {
+                Ok(v) => {
+                    let used = r.position();
+                    self.buf = self.buf.slice(used..);
+                    self.buf_at += used as u64;
+                    return Ok(v);
+                }
+                Err(e) => {
+                    if !self.fill()? {
+                        return Err(StorageError::corrupt(
+                            &self.sst.data_path,
+                            self.buf_at + e.offset as u64,
+                            format!("partition at {}: {}", self.start, e.reason),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many clustering rows are left.
+    pub fn rows_left(&self) -> usize {
+        self.rows_left
+    }
+
+    /// The next clustering row (None after the last).
+    pub fn next_row(&mut self) -> Result<Option<Row>> {
+        if self.rows_left == 0 {
+            return Ok(None);
+        }
+        let base = self.base;
+        let row = self.decode(|r| amphora_types::codec::read_row(r, base))?;
+        self.rows_left -= 1;
+        Ok(Some(row))
+    }
+
+    /// Steps over the rest of the rows and reads the range tombstones after them.
+    pub fn range_tombstones(&mut self) -> Result<Vec<RangeTombstone>> {
+        while self.rows_left > 0 {
+            self.decode(|r| amphora_types::codec::scan_rows(r, 1, |_, _| {}))?;
+            self.rows_left -= 1;
+        }
+        let base = self.base;
+        self.decode(|r| read_range_tombstones(r, base))
     }
 }
 

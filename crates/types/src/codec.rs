@@ -134,6 +134,24 @@ pub fn encode_update_parts(
     base: i64,
     out: &mut Vec<u8>,
 ) {
+    encode_update_head(partition_deletion, static_row, rows.len(), base, out);
+    for r in rows {
+        put_row(out, r, base);
+    }
+    encode_update_tail(range_tombstones, base, out);
+}
+
+/// The part of [`encode_update_parts`] before the clustering rows: flags, partition
+/// deletion, static row and the count of the rows that follow. With the rows (each by
+/// [`put_row`]) and [`encode_update_tail`] after it, the same bytes: a partition too large
+/// to hold decoded is written this way a row at a time.
+pub fn encode_update_head(
+    partition_deletion: Option<DeletionTime>,
+    static_row: Option<&Row>,
+    rows: usize,
+    base: i64,
+    out: &mut Vec<u8>,
+) {
     let flags = partition_deletion.is_some() as u8 | ((static_row.is_some() as u8) << 1);
     out.push(flags);
     if let Some(d) = partition_deletion {
@@ -142,10 +160,11 @@ pub fn encode_update_parts(
     if let Some(r) = static_row {
         put_row(out, r, base);
     }
-    put_var(out, rows.len() as u64);
-    for r in rows {
-        put_row(out, r, base);
-    }
+    put_var(out, rows as u64);
+}
+
+/// The part of [`encode_update_parts`] after the clustering rows: the range tombstones.
+pub fn encode_update_tail(range_tombstones: &[RangeTombstone], base: i64, out: &mut Vec<u8>) {
     put_var(out, range_tombstones.len() as u64);
     for rt in range_tombstones {
         put_bound(out, &rt.start);
@@ -159,7 +178,8 @@ fn put_deletion(out: &mut Vec<u8>, d: DeletionTime, base: i64) {
     put_z(out, d.local_deletion_time);
 }
 
-fn put_clustering(out: &mut Vec<u8>, c: &Clustering) {
+/// A clustering as rows begin with it ([`read_clustering`] reads it back).
+pub fn put_clustering(out: &mut Vec<u8>, c: &Clustering) {
     put_var(out, c.0.len() as u64);
     for b in &c.0 {
         put_bytes(out, b);
