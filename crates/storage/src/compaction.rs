@@ -867,10 +867,17 @@ pub fn run_compaction(
     )
 }
 
-/// Sees each merged partition of a rewrite before it is purged and written; `None` drops
-/// it (maintenance operations: cleanup, garbagecollect, refresh; `crate::maintenance`).
-pub type PartitionHook<'a> =
-    &'a mut dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>;
+/// What a rewrite (a maintenance operation: `crate::maintenance`) does to each partition
+/// besides what a compaction does.
+pub enum PartitionHook<'a> {
+    /// Sees each merged partition before it is purged and written; `None` drops it
+    /// (garbagecollect). Every partition is then decoded whole.
+    Partitions(&'a mut dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>),
+    /// Keeps the partitions whose key it accepts, merged as a compaction merges them (raw
+    /// copies, streamed merges of wide partitions), and drops the others unread (cleanup,
+    /// refresh).
+    Keys(&'a mut dyn FnMut(&PartitionKey) -> bool),
+}
 
 /// [`run_compaction`] with a per-partition hook, and the generations the transaction log
 /// names as inputs given apart (`txn_inputs`: the table-directory SSTables the outputs
@@ -1075,6 +1082,17 @@ fn compact_into_writer(
                 holders.push(i);
             }
         }
+        if let (Some(PartitionHook::Keys(keep)), Some(k)) = (hook.as_mut(), key)
+            && !keep(k)
+        {
+            for &i in &holders {
+                scanners[i].skip();
+            }
+            weight = 1;
+            continue;
+        }
+        // Whether each merged partition must be decoded whole for the hook.
+        let whole = matches!(hook, Some(PartitionHook::Partitions(_)));
         let w = match writer.as_mut() {
             Some(w) => w,
             None => {
@@ -1086,7 +1104,7 @@ fn compact_into_writer(
         };
         // Fast path: one source, and nothing in that SSTable can expire or be purged:
         // copy the serialized partition as is, straight from the source's chunk.
-        if let ([only], None) = (&holders[..], &hook) {
+        if let ([only], false) = (&holders[..], whole) {
             let st = &scanners[*only].sstable().stats;
             if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
                 let src = &raw_sources[*only];
@@ -1100,7 +1118,7 @@ fn compact_into_writer(
         // Several sources of one simple row, the newest of them newer in every column
         // than the others hold: that row is the merge (the key written again and again).
         if holders.len() > 1
-            && hook.is_none()
+            && !whole
             && schema.clustering_key.is_empty()
             && let Some(newest) = shadowing_holder(&mut scanners, &holders, &mut sums)?
         {
@@ -1116,7 +1134,7 @@ fn compact_into_writer(
         }
         // Too wide to decode whole: merged a window of rows at a time.
         let (stream_min, window) = STREAMING.with(|c| c.get());
-        if hook.is_none() {
+        if !whole {
             let mut bytes = 0u64;
             for &i in &holders {
                 bytes += scanners[i].current_entry().map_or(0, |e| e.len);
@@ -1146,7 +1164,7 @@ fn compact_into_writer(
             }
         }
         let Some(mut merged) = merged else { continue };
-        if let Some(h) = hook.as_mut() {
+        if let Some(PartitionHook::Partitions(h)) = hook.as_mut() {
             match h(&key, merged) {
                 Some(u) => merged = u,
                 None => continue,

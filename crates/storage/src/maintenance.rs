@@ -5,8 +5,10 @@
 //! so its outputs replace its inputs under the same transaction log as a compaction's
 //! (crash safe), and it is counted in pending/completed compactions. Garbagecollect,
 //! cleanup and refresh use the compaction executor
-//! ([`crate::compaction::run_rewrite`]) with a per-partition hook; scrub has its own
-//! loop because it must keep going past the read errors the executor stops at.
+//! ([`crate::compaction::run_rewrite`]) with a hook: garbagecollect sees each merged
+//! partition, cleanup and refresh only keys (the partitions they keep are merged as a
+//! compaction merges them: raw copies, wide partitions a window of rows at a time); scrub
+//! has its own loop because it must keep going past the read errors the executor stops at.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use amphora_types::data::{
 };
 use amphora_types::schema::{ClusteringComparator, TableId, TableSchema};
 
-use crate::compaction::{CompactionJob, CompactionTxn, run_rewrite};
+use crate::compaction::{CompactionJob, CompactionTxn, PartitionHook, run_rewrite};
 use crate::error::{Result, StorageError};
 use crate::shard::{RewriteInput, ShardStorage};
 use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
@@ -127,15 +129,17 @@ pub async fn garbage_collect(
         rewrite_one(st, id, &s, &mut report, move |inp: &RewriteInput| {
             let cmp = inp.schema.clustering_comparator();
             let others = inp.purge.others.clone();
-            move |key: &PartitionKey, mut u: PartitionUpdate| {
-                for o in others.iter().filter(|o| o.may_contain(key)) {
-                    // A read error here only means less is dropped.
-                    if let Ok(Some(d)) = o.get(key) {
-                        shadow_by(&cmp, &mut u, &d, granularity);
+            Filter::Partitions(Box::new(
+                move |key: &PartitionKey, mut u: PartitionUpdate| {
+                    for o in others.iter().filter(|o| o.may_contain(key)) {
+                        // A read error here only means less is dropped.
+                        if let Ok(Some(d)) = o.get(key) {
+                            shadow_by(&cmp, &mut u, &d, granularity);
+                        }
                     }
-                }
-                (!u.is_empty()).then_some(u)
-            }
+                    (!u.is_empty()).then_some(u)
+                },
+            ))
         })
         .await?;
         progress(s.data_size());
@@ -143,11 +147,22 @@ pub async fn garbage_collect(
     Ok(report)
 }
 
+/// A filter of merged partitions: each kept (maybe changed) or dropped.
+type PartitionFilter = Box<dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>>;
+
+/// What [`rewrite_one`] passes each partition of its SSTable through.
+enum Filter {
+    /// The merged partition: kept (maybe changed) or dropped.
+    Partitions(PartitionFilter),
+    /// The key alone: the partition is kept as a compaction keeps it, or dropped unread.
+    Keys(Box<dyn FnMut(&PartitionKey) -> bool>),
+}
+
 /// Rewrites the single SSTable `s` (its own compaction transaction, purging under a
 /// compaction's rules), passing each partition through the filter `make_filter` builds
-/// on the background thread (None drops the partition), and adds what it did to
+/// on the background thread (dropping what it rejects), and adds what it did to
 /// `report`: one SSTable and its bytes in, the outputs, partitions kept and dropped.
-async fn rewrite_one<M, F>(
+async fn rewrite_one<M>(
     st: &ShardStorage,
     id: TableId,
     s: &SSTableReader,
@@ -155,21 +170,36 @@ async fn rewrite_one<M, F>(
     make_filter: M,
 ) -> Result<()>
 where
-    M: FnOnce(&RewriteInput) -> F + Send + 'static,
-    F: FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>,
+    M: FnOnce(&RewriteInput) -> Filter + Send + 'static,
 {
     let (tx, rx) = std::sync::mpsc::channel();
     let work = Box::new(move |inp: RewriteInput| {
         let mut r = MaintenanceReport::default();
-        let mut filter = make_filter(&inp);
-        let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
-            let kept = filter(key, u);
-            if kept.is_some() {
+        let mut count = |kept: bool| {
+            if kept {
                 r.partitions_kept += 1;
             } else {
                 r.partitions_dropped += 1;
             }
-            kept
+        };
+        let (mut by_partition, mut by_key);
+        let hook = match make_filter(&inp) {
+            Filter::Partitions(mut f) => {
+                by_partition = move |key: &PartitionKey, u: PartitionUpdate| {
+                    let kept = f(key, u);
+                    count(kept.is_some());
+                    kept
+                };
+                PartitionHook::Partitions(&mut by_partition)
+            }
+            Filter::Keys(mut f) => {
+                by_key = move |key: &PartitionKey| {
+                    let kept = f(key);
+                    count(kept);
+                    kept
+                };
+                PartitionHook::Keys(&mut by_key)
+            }
         };
         let gens: Vec<u64> = inp.inputs.iter().map(|s| s.generation).collect();
         let out = run_rewrite(
@@ -180,7 +210,7 @@ where
             &inp.next_generation,
             &job_for(&inp.inputs),
             &inp.purge,
-            Some(&mut hook),
+            Some(hook),
         )?;
         let (n, b) = sizes(&out.0);
         r.sstables_out = n;
@@ -302,7 +332,7 @@ pub async fn cleanup(
         }
         let owns = owns.clone();
         rewrite_one(st, id, &s, &mut report, move |_: &RewriteInput| {
-            move |key: &PartitionKey, u: PartitionUpdate| owns(key.token).then_some(u)
+            Filter::Keys(Box::new(move |key: &PartitionKey| owns(key.token)))
         })
         .await?;
         progress(s.data_size());
@@ -569,14 +599,14 @@ pub async fn refresh(
             bytes_in: sources.iter().map(|s| s.data_size()).sum(),
             ..Default::default()
         };
-        let mut hook = |key: &PartitionKey, u: PartitionUpdate| {
-            if owns(key.token) {
+        let mut keep = |key: &PartitionKey| {
+            let kept = owns(key.token);
+            if kept {
                 r.partitions_kept += 1;
-                Some(u)
             } else {
                 r.partitions_dropped += 1;
-                None
             }
+            kept
         };
         let out = run_rewrite(
             &inp.schema,
@@ -586,7 +616,7 @@ pub async fn refresh(
             &inp.next_generation,
             &job_for(&sources),
             &inp.purge,
-            Some(&mut hook),
+            Some(PartitionHook::Keys(&mut keep)),
         )?;
         let (n, b) = sizes(&out.0);
         r.sstables_out = n;
