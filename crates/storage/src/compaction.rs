@@ -1588,7 +1588,7 @@ mod tests {
     /// TTLs and purgeable tombstones, in windows of 1, 7 and 4,096 rows; a partition held by
     /// one source (with tombstones, so not copied raw) too. Index.db and RowIndex.db are the
     /// same too, each output's checksums and row index verify, and every partition reads
-    /// back as the whole merge's.
+    /// back as the whole merge's; a rewrite that filters by key streams what it keeps.
     #[test]
     fn streamed_merges_write_what_whole_merges_write() {
         use amphora_types::data::{
@@ -1754,6 +1754,35 @@ mod tests {
                     "{k:?}"
                 );
             }
+        }
+        // A rewrite that filters by key (cleanup, refresh) drops the rejected partition
+        // unread and streams the others as a compaction does.
+        STREAMING.with(|c| c.set((0, 7)));
+        let before = STREAMED_MERGES.with(|c| c.get());
+        let next = AtomicU64::new(50);
+        let mut keep = |k: &PartitionKey| k != &narrow;
+        let (mut outputs, txn) = run_rewrite(
+            &schema,
+            dir.path(),
+            &inputs,
+            &job.inputs,
+            &next,
+            &job,
+            &ctx,
+            Some(PartitionHook::Keys(&mut keep)),
+        )
+        .expect("rewrite");
+        STREAMING.with(|c| c.set((STREAMED_MERGE_MIN_BYTES, STREAM_WINDOW_ROWS)));
+        std::fs::remove_file(&txn.path).expect("txn log");
+        assert_eq!(STREAMED_MERGES.with(|c| c.get()) - before, 2);
+        let kept = outputs.remove(0);
+        assert_eq!(kept.get(&narrow).expect("get"), None);
+        for k in [&wide, &single] {
+            assert_eq!(
+                kept.get(k).expect("get"),
+                whole.get(k).expect("get"),
+                "{k:?}"
+            );
         }
         // The merge did what it is meant to: the wide partition lost purged cells, kept
         // its range tombstone, and source 3's deletion.
