@@ -1358,6 +1358,20 @@ mod tests {
         dir: &Path,
         inputs: &[Arc<SSTableReader>],
     ) -> Vec<SSTableReader> {
+        let (job, ctx) = major_job(inputs, 0, 0);
+        let next = AtomicU64::new(inputs.len() as u64 + 1);
+        run_compaction(schema, dir, inputs, &next, &job, &ctx)
+            .expect("compaction")
+            .0
+    }
+
+    /// A major compaction of `inputs` into one output, purging under `gc_before` at
+    /// `now_seconds` with nothing outside the inputs.
+    fn major_job(
+        inputs: &[Arc<SSTableReader>],
+        gc_before: i32,
+        now_seconds: i32,
+    ) -> (CompactionJob, PurgeContext) {
         let job = CompactionJob {
             inputs: inputs.iter().map(|s| s.generation).collect(),
             output_level: 0,
@@ -1365,15 +1379,12 @@ mod tests {
             drop_only: false,
         };
         let ctx = PurgeContext {
-            gc_before: 0,
-            now_seconds: 0,
+            gc_before,
+            now_seconds,
             others: Vec::new(),
             memtable_min_timestamp: i64::MAX,
         };
-        let next = AtomicU64::new(inputs.len() as u64 + 1);
-        run_compaction(schema, dir, inputs, &next, &job, &ctx)
-            .expect("compaction")
-            .0
+        (job, ctx)
     }
 
     /// One output, checksums intact, holding exactly `expected` (by scan and by lookup).
@@ -1696,18 +1707,7 @@ mod tests {
                 w.finish(0, 0).expect("finish").expect("an SSTable"),
             ));
         }
-        let job = CompactionJob {
-            inputs: inputs.iter().map(|s| s.generation).collect(),
-            output_level: 0,
-            max_output_bytes: None,
-            drop_only: false,
-        };
-        let ctx = PurgeContext {
-            gc_before: 1_000,
-            now_seconds: 2_000,
-            others: Vec::new(),
-            memtable_min_timestamp: i64::MAX,
-        };
+        let (job, ctx) = major_job(&inputs, 1_000, 2_000);
         let compact = |first: u64, streaming: (u64, usize)| {
             STREAMING.with(|c| c.set(streaming));
             let before = STREAMED_MERGES.with(|c| c.get());

@@ -322,6 +322,26 @@ impl PartStats {
         }
     }
 
+    /// The statistics of a partition's deletion, range tombstones and static row (its
+    /// clustering rows are added with [`Self::row`]).
+    fn head(
+        deletion: Option<DeletionTime>,
+        static_row: Option<&Row>,
+        rts: &[RangeTombstone],
+    ) -> Self {
+        let mut n = PartStats::new();
+        if let Some(d) = deletion {
+            n.deletion(d);
+        }
+        for rt in rts {
+            n.deletion(rt.deletion);
+        }
+        if let Some(r) = static_row {
+            n.row(r);
+        }
+        n
+    }
+
     fn ts(&mut self, t: i64) {
         self.min_ts = self.min_ts.min(t);
         self.max_ts = self.max_ts.max(t);
@@ -830,18 +850,8 @@ impl StreamedStats {
         static_row: Option<&Row>,
         rts: &[RangeTombstone],
     ) -> Self {
-        let mut part = PartStats::new();
-        if let Some(d) = deletion {
-            part.deletion(d);
-        }
-        for rt in rts {
-            part.deletion(rt.deletion);
-        }
-        if let Some(r) = static_row {
-            part.row(r);
-        }
         StreamedStats {
-            part,
+            part: PartStats::head(deletion, static_row, rts),
             rows: 0,
             first: None,
             last: None,
@@ -1327,16 +1337,7 @@ impl SSTableWriter {
         rows: &[&Row],
         rts: &[RangeTombstone],
     ) -> (i64, i64) {
-        let mut n = PartStats::new();
-        if let Some(d) = deletion {
-            n.deletion(d);
-        }
-        for rt in rts {
-            n.deletion(rt.deletion);
-        }
-        if let Some(r) = static_row {
-            n.row(r);
-        }
+        let mut n = PartStats::head(deletion, static_row, rts);
         for r in rows {
             n.row(r);
         }

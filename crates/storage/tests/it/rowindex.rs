@@ -357,17 +357,24 @@ fn wide_partitions_read_through_their_row_index_as_from_a_memtable() {
     }
 }
 
+/// A node with the first round written and flushed, its SSTable's RowIndex.db path and
+/// bytes.
+async fn flushed_row_index(dir: &std::path::Path) -> (ShardStorage, std::path::PathBuf, Vec<u8>) {
+    let s = open(cfg(dir), ClusteringOrder::Asc);
+    write(&s, 1).await;
+    s.flush(T).await.expect("flush");
+    let ri = row_index_paths(&s).remove(0);
+    let bytes = std::fs::read(&ri).expect("read");
+    (s, ri, bytes)
+}
+
 /// A damaged row index block is reported as corruption of that SSTable (by the read that
 /// uses it, and by verification), not answered from.
 #[test]
 fn a_damaged_row_index_block_is_corruption() {
     let dir = tempfile::tempdir().expect("tmp");
     rt().block_on(async {
-        let s = open(cfg(dir.path()), ClusteringOrder::Asc);
-        write(&s, 1).await;
-        s.flush(T).await.expect("flush");
-        let ri = row_index_paths(&s).remove(0);
-        let mut bytes = std::fs::read(&ri).expect("read");
+        let (s, ri, mut bytes) = flushed_row_index(dir.path()).await;
         // A byte inside the first block (after the 12-byte header).
         bytes[40] ^= 0x5a;
         std::fs::write(&ri, &bytes).expect("write");
@@ -447,11 +454,7 @@ fn var(b: &[u8], at: &mut usize) -> u64 {
 fn a_row_index_entry_that_does_not_match_its_row_is_corruption() {
     let dir = tempfile::tempdir().expect("tmp");
     rt().block_on(async {
-        let s = open(cfg(dir.path()), ClusteringOrder::Asc);
-        write(&s, 1).await;
-        s.flush(T).await.expect("flush");
-        let ri = row_index_paths(&s).remove(0);
-        let mut b = std::fs::read(&ri).expect("read");
+        let (s, ri, mut b) = flushed_row_index(dir.path()).await;
         // The directory's first block; in it, entry 1's clustering (one int: length 4,
         // then its big-endian bytes) names the next row instead.
         let n = b.len();
