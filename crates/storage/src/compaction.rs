@@ -569,6 +569,19 @@ const STREAMED_MERGE_MIN_BYTES: u64 = 8 << 20;
 /// Rows each source contributes to a window of [`merge_streamed`] at most.
 const STREAM_WINDOW_ROWS: usize = 4096;
 
+/// Sets this thread's streaming threshold and window (None: the defaults), for tests of
+/// other modules.
+#[cfg(test)]
+pub(crate) fn set_streaming(v: Option<(u64, usize)>) {
+    STREAMING.with(|c| c.set(v.unwrap_or((STREAMED_MERGE_MIN_BYTES, STREAM_WINDOW_ROWS))));
+}
+
+/// Partitions this thread merged or copied a window of rows at a time so far (tests).
+#[cfg(test)]
+pub(crate) fn streamed_count() -> u64 {
+    STREAMED_MERGES.with(|c| c.get())
+}
+
 /// Called by the executor between partitions, with the weight of the work since the
 /// last call ([`THROTTLE_CHECK_EVERY`] for a merged partition, 1 for a raw copy): sleeps
 /// to keep the thread at its share. Waits first while the shard runs requests
@@ -870,9 +883,17 @@ pub fn run_compaction(
 /// What a rewrite (a maintenance operation: `crate::maintenance`) does to each partition
 /// besides what a compaction does.
 pub enum PartitionHook<'a> {
-    /// Sees each merged partition before it is purged and written; `None` drops it
-    /// (garbagecollect). Every partition is then decoded whole.
-    Partitions(&'a mut dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>),
+    /// Garbagecollect: each merged partition first loses what the deletions of the same
+    /// partition in the table's other SSTables ([`PurgeContext::others`]) shadow, then is
+    /// purged and written as a compaction's. `shadow(part, other)` removes from `part` (the
+    /// partition, or a window of its rows with its deletions) what the same part of one
+    /// other source shadows; `count` is told of each partition whether anything of it was
+    /// left by the shadowing (a partition no other SSTable holds is kept as a compaction
+    /// keeps it; a wide one is shadowed a window of rows at a time).
+    Shadow {
+        shadow: &'a dyn Fn(&mut PartitionUpdate, &PartitionUpdate),
+        count: &'a mut dyn FnMut(bool),
+    },
     /// Keeps the partitions whose key it accepts, merged as a compaction merges them (raw
     /// copies, streamed merges of wide partitions), and drops the others unread (cleanup,
     /// refresh).
@@ -1091,8 +1112,16 @@ fn compact_into_writer(
             weight = 1;
             continue;
         }
-        // Whether each merged partition must be decoded whole for the hook.
-        let whole = matches!(hook, Some(PartitionHook::Partitions(_)));
+        // Garbagecollect: the partition's sources among the table's other SSTables, whose
+        // deletions shadow it (none: it is kept as a compaction keeps it).
+        let mut shadowers: Vec<(&SSTableReader, IndexEntry)> = Vec::new();
+        if let (Some(PartitionHook::Shadow { count, .. }), Some(k)) = (hook.as_mut(), key) {
+            shadowers = find_in(&purge_ctx.others, k);
+            if shadowers.is_empty() {
+                count(true);
+            }
+        }
+        let shadowing = !shadowers.is_empty();
         let w = match writer.as_mut() {
             Some(w) => w,
             None => {
@@ -1104,7 +1133,7 @@ fn compact_into_writer(
         };
         // Fast path: one source, and nothing in that SSTable can expire or be purged:
         // copy the serialized partition as is, straight from the source's chunk.
-        if let ([only], false) = (&holders[..], whole) {
+        if let ([only], false) = (&holders[..], shadowing) {
             let st = &scanners[*only].sstable().stats;
             if st.tombstones == 0 && st.max_local_deletion_time == i32::MIN {
                 let src = &raw_sources[*only];
@@ -1118,7 +1147,7 @@ fn compact_into_writer(
         // Several sources of one simple row, the newest of them newer in every column
         // than the others hold: that row is the merge (the key written again and again).
         if holders.len() > 1
-            && !whole
+            && !shadowing
             && schema.clustering_key.is_empty()
             && let Some(newest) = shadowing_holder(&mut scanners, &holders, &mut sums)?
         {
@@ -1134,25 +1163,48 @@ fn compact_into_writer(
         }
         // Too wide to decode whole: merged a window of rows at a time.
         let (stream_min, window) = STREAMING.with(|c| c.get());
-        if !whole {
-            let mut bytes = 0u64;
+        let mut bytes = 0u64;
+        for &i in &holders {
+            bytes += scanners[i].current_entry().map_or(0, |e| e.len);
+        }
+        let others_bytes: u64 = shadowers.iter().map(|(_, e)| e.len).sum();
+        if bytes + others_bytes >= stream_min {
+            let mut sources = Vec::with_capacity(holders.len() + shadowers.len());
             for &i in &holders {
-                bytes += scanners[i].current_entry().map_or(0, |e| e.len);
-            }
-            if bytes >= stream_min {
-                let mut sources = Vec::with_capacity(holders.len());
-                for &i in &holders {
-                    if let Some((_, e)) = scanners[i].take_current()? {
-                        sources.push((scanners[i].sstable(), e));
-                    }
+                if let Some((_, e)) = scanners[i].take_current()? {
+                    sources.push((scanners[i].sstable(), e));
                 }
-                if let Some(w) = writer.as_mut() {
-                    merge_streamed(schema, &sources, &key, purge_ctx, window, bytes, w)?;
-                }
-                STREAMED_MERGES.with(|c| c.set(c.get() + 1));
-                split_if_full(writer, &mut outputs, job, upper, txn)?;
-                continue;
             }
+            let own = sources.len();
+            sources.extend(shadowers.iter().copied());
+            let kept = match (writer.as_mut(), hook.as_mut()) {
+                (Some(w), Some(PartitionHook::Shadow { shadow, .. })) if shadowing => {
+                    let by = Shadowers {
+                        own,
+                        shadow: *shadow,
+                    };
+                    merge_streamed(
+                        schema,
+                        &sources,
+                        Some(by),
+                        &key,
+                        purge_ctx,
+                        window,
+                        bytes,
+                        w,
+                    )?
+                }
+                (Some(w), _) => {
+                    merge_streamed(schema, &sources, None, &key, purge_ctx, window, bytes, w)?
+                }
+                (None, _) => false,
+            };
+            if let (true, Some(PartitionHook::Shadow { count, .. })) = (shadowing, hook.as_mut()) {
+                count(kept);
+            }
+            STREAMED_MERGES.with(|c| c.set(c.get() + 1));
+            split_if_full(writer, &mut outputs, job, upper, txn)?;
+            continue;
         }
         let mut merged: Option<PartitionUpdate> = None;
         for &i in &holders {
@@ -1164,10 +1216,19 @@ fn compact_into_writer(
             }
         }
         let Some(mut merged) = merged else { continue };
-        if let Some(PartitionHook::Partitions(h)) = hook.as_mut() {
-            match h(&key, merged) {
-                Some(u) => merged = u,
-                None => continue,
+        if let (true, Some(PartitionHook::Shadow { shadow, count })) = (shadowing, hook.as_mut()) {
+            for (o, e) in &shadowers {
+                // A read error here only means less is dropped.
+                if let Ok((k, d)) = o.read_partition_at(*e)
+                    && k == key
+                {
+                    shadow(&mut merged, &d);
+                }
+            }
+            let kept = !merged.is_empty();
+            count(kept);
+            if !kept {
+                continue;
             }
         }
         // Apply shadowing inside the partition before purging tombstones (a single
@@ -1189,6 +1250,126 @@ fn compact_into_writer(
     Ok(outputs)
 }
 
+/// The window of rows a partition of `len` serialized bytes is copied in by a rewrite that
+/// copies partitions itself (scrub), or None when it is narrow enough to decode whole
+/// (the same threshold as [`merge_streamed`]'s).
+pub(crate) fn streamed_window(len: u64) -> Option<usize> {
+    let (min, window) = STREAMING.with(|c| c.get());
+    (len >= min).then_some(window.max(1))
+}
+
+/// A wide partition of one SSTable read once through, a window of rows at a time: its
+/// deletion, static row and range tombstones, and its rows' statistics. Reading it proved
+/// that every row decodes; [`copy_streamed`] then writes it.
+pub(crate) struct StreamedPartition {
+    key: PartitionKey,
+    entry: IndexEntry,
+    head: codec::UpdateHead,
+    range_tombstones: Vec<amphora_types::data::RangeTombstone>,
+    stats: StreamedStats,
+}
+
+/// Reads partition `key` (index entry `e`) of `sst` through, at most `window` rows decoded
+/// at a time ([`StreamedPartition`]); a partition that does not decode is an error here,
+/// before anything is written.
+pub(crate) fn read_streamed(
+    sst: &SSTableReader,
+    key: &PartitionKey,
+    e: IndexEntry,
+    window: usize,
+) -> Result<StreamedPartition> {
+    let (mut st, head) = sst.stream_partition(key, e)?;
+    let range_tombstones = st.range_tombstones()?;
+    let mut stats = StreamedStats::new(
+        head.partition_deletion,
+        head.static_row.as_ref(),
+        &range_tombstones,
+    );
+    for_each_row_window(sst, key, e, window, |rows| {
+        stats.rows(rows);
+        Ok(())
+    })?;
+    STREAMED_MERGES.with(|c| c.set(c.get() + 1));
+    Ok(StreamedPartition {
+        key: key.clone(),
+        entry: e,
+        head,
+        range_tombstones,
+        stats,
+    })
+}
+
+/// Writes the partition `p` read (of `sst`) into `w` as it is, a window of rows at a
+/// time: the bytes [`SSTableWriter::append`] of it decoded whole writes.
+pub(crate) fn copy_streamed(
+    sst: &SSTableReader,
+    p: &StreamedPartition,
+    window: usize,
+    w: &mut SSTableWriter,
+) -> Result<()> {
+    let len_hint = usize::try_from(p.entry.len).unwrap_or(usize::MAX);
+    w.begin_streamed(
+        &p.key,
+        &p.stats,
+        p.head.partition_deletion,
+        p.head.static_row.as_ref(),
+        len_hint,
+    )?;
+    for_each_row_window(sst, &p.key, p.entry, window, |rows| w.streamed_rows(rows))?;
+    w.finish_streamed(&p.key, &p.range_tombstones, &p.stats)
+}
+
+/// The clustering rows of partition `key` (index entry `e`) of `sst`, in order, up to
+/// `window` at a time to `each`.
+fn for_each_row_window(
+    sst: &SSTableReader,
+    key: &PartitionKey,
+    e: IndexEntry,
+    window: usize,
+    mut each: impl FnMut(&[Row]) -> Result<()>,
+) -> Result<()> {
+    let (mut st, _) = sst.stream_partition(key, e)?;
+    let mut rows = Vec::with_capacity(window.clamp(1, STREAM_WINDOW_ROWS));
+    loop {
+        throttle_point(THROTTLE_CHECK_EVERY);
+        rows.clear();
+        while rows.len() < window.max(1) {
+            match st.next_row()? {
+                Some(r) => rows.push(r),
+                None => break,
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        each(&rows)?;
+    }
+}
+
+/// Of `others` (SSTables), those that hold partition `key`, with its index entry there.
+/// A read error here only means that SSTable is left out (garbagecollect then drops less).
+fn find_in<'a>(
+    others: &'a [Arc<SSTableReader>],
+    key: &PartitionKey,
+) -> Vec<(&'a SSTableReader, IndexEntry)> {
+    others
+        .iter()
+        .filter(|o| o.may_contain(key))
+        .filter_map(|o| match o.find(key) {
+            Ok(Some(e)) => Some((&**o, e)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The sources of a streamed merge past the first `own` that only shadow the merge (see
+/// [`PartitionHook::Shadow`]): their rows are read alongside, never written.
+#[derive(Clone, Copy)]
+struct Shadowers<'a> {
+    own: usize,
+    shadow: &'a dyn Fn(&mut PartitionUpdate, &PartitionUpdate),
+}
+
 /// Merges the partition `key` of `sources` (each an SSTable and the partition's index
 /// entry there, oldest input first as the scanners are) into `w` without holding it
 /// decoded: the same bytes as decoding each source whole, merging, applying deletions and
@@ -1198,17 +1379,23 @@ fn compact_into_writer(
 /// source), so each window goes through them with those parts; a first pass over the
 /// windows counts the rows and gathers the statistics the head of the partition needs
 /// (row count, base timestamp), a second writes them. `len_hint` (the sources' bytes)
-/// spaces the output's row index.
+/// spaces the output's row index. With `shadowers`, the sources past its `own` are not
+/// merged but shadow the merge (garbagecollect), its head and then each window with the
+/// same part of theirs, before the deletions are applied, as the whole partition would
+/// be. Returns whether anything was left after that shadowing (so whether garbagecollect
+/// keeps the partition; true without shadowers).
 #[allow(clippy::too_many_arguments)]
 fn merge_streamed(
     schema: &TableSchema,
     sources: &[(&SSTableReader, IndexEntry)],
+    shadowers: Option<Shadowers<'_>>,
     key: &PartitionKey,
     ctx: &PurgeContext,
     window: usize,
     len_hint: u64,
     w: &mut SSTableWriter,
-) -> Result<()> {
+) -> Result<bool> {
+    let own = shadowers.map_or(sources.len(), |s| s.own.min(sources.len()));
     // Each source's deletions and static row (its rows stepped over).
     let mut frames = Vec::with_capacity(sources.len());
     for &(sst, e) in sources {
@@ -1223,13 +1410,21 @@ fn merge_streamed(
     }
     // The output's deletion, static row and range tombstones.
     let mut head: Option<PartitionUpdate> = None;
-    for f in &frames {
+    for f in &frames[..own] {
         head = Some(match head {
             None => f.clone(),
             Some(m) => merge_partition_updates_owned(schema, m, f),
         });
     }
-    let Some(mut head) = head else { return Ok(()) };
+    let Some(mut head) = head else {
+        return Ok(false);
+    };
+    if let Some(by) = shadowers {
+        for f in &frames[own..] {
+            (by.shadow)(&mut head, f);
+        }
+    }
+    let head_left = !head.is_empty();
     apply_own_deletions(schema, &mut head);
     purge(&mut head, key, ctx);
     let mut stats = StreamedStats::new(
@@ -1237,12 +1432,21 @@ fn merge_streamed(
         head.static_row.as_ref(),
         &head.range_tombstones,
     );
-    for_each_window(schema, sources, &frames, key, ctx, window, |rows| {
-        stats.rows(rows);
-        Ok(())
-    })?;
+    let rows_left = for_each_window(
+        schema,
+        sources,
+        shadowers,
+        &frames,
+        key,
+        ctx,
+        window,
+        |rows| {
+            stats.rows(rows);
+            Ok(())
+        },
+    )?;
     if stats.row_count() == 0 && head.is_empty() {
-        return Ok(());
+        return Ok(head_left || rows_left);
     }
     let len_hint = usize::try_from(len_hint).unwrap_or(usize::MAX);
     w.begin_streamed(
@@ -1252,35 +1456,48 @@ fn merge_streamed(
         head.static_row.as_ref(),
         len_hint,
     )?;
-    for_each_window(schema, sources, &frames, key, ctx, window, |rows| {
-        w.streamed_rows(rows)
-    })?;
-    w.finish_streamed(key, &head.range_tombstones, &stats)
+    for_each_window(
+        schema,
+        sources,
+        shadowers,
+        &frames,
+        key,
+        ctx,
+        window,
+        |rows| w.streamed_rows(rows),
+    )?;
+    w.finish_streamed(key, &head.range_tombstones, &stats)?;
+    Ok(head_left || rows_left)
 }
 
 /// The merged, shadowed and purged clustering rows of partition `key` of `sources`, in
 /// order, a window at a time to `each`. A window takes every source's rows up to a bound
 /// no source with rows left past its lookahead goes beyond, so each clustering is merged
 /// whole in one window; `frames` are the sources' deletions, merged with each window as
-/// the whole partition's merge would.
+/// the whole partition's merge would. With `shadowers`, the sources past its `own` only
+/// shadow each window's merge (see [`merge_streamed`]). Returns whether any window had
+/// rows left after that shadowing.
 #[allow(clippy::too_many_arguments)]
 fn for_each_window(
     schema: &TableSchema,
     sources: &[(&SSTableReader, IndexEntry)],
+    shadowers: Option<Shadowers<'_>>,
     frames: &[PartitionUpdate],
     key: &PartitionKey,
     ctx: &PurgeContext,
     window: usize,
     mut each: impl FnMut(&[Row]) -> Result<()>,
-) -> Result<()> {
+) -> Result<bool> {
     let cmp = schema.clustering_comparator();
     let window = window.max(1);
+    let own = shadowers.map_or(sources.len(), |s| s.own.min(sources.len()));
     let mut streams: Vec<PartitionStream<'_>> = Vec::with_capacity(sources.len());
     for &(sst, e) in sources {
         streams.push(sst.stream_partition(key, e)?.0);
     }
     let mut ahead: Vec<std::collections::VecDeque<Row>> =
         (0..sources.len()).map(|_| Default::default()).collect();
+    let mut left = false;
     loop {
         throttle_point(THROTTLE_CHECK_EVERY);
         for (st, a) in streams.iter_mut().zip(ahead.iter_mut()) {
@@ -1291,8 +1508,9 @@ fn for_each_window(
                 }
             }
         }
-        if ahead.iter().all(|a| a.is_empty()) {
-            return Ok(());
+        // Done once the merged sources are (the shadowing ones' other rows shadow nothing).
+        if ahead[..own].iter().all(|a| a.is_empty()) {
+            return Ok(left);
         }
         // The lowest last clustering looked ahead among sources that have more rows.
         let mut bound: Option<&Row> = None;
@@ -1306,25 +1524,33 @@ fn for_each_window(
         }
         let bound = bound.map(|b| b.clustering.clone());
         let mut merged: Option<PartitionUpdate> = None;
-        for (a, f) in ahead.iter_mut().zip(frames) {
+        let mut parts = ahead.iter_mut().zip(frames).map(|(a, f)| {
             let n = match &bound {
                 None => a.len(),
                 Some(b) => a.partition_point(|r| cmp.compare(&r.clustering.0, &b.0).is_le()),
             };
-            let part = PartitionUpdate {
+            PartitionUpdate {
                 partition_deletion: f.partition_deletion,
                 static_row: None,
                 rows: a.drain(..n).collect(),
                 range_tombstones: f.range_tombstones.clone(),
-            };
+            }
+        });
+        for part in parts.by_ref().take(own) {
             merged = Some(match merged {
                 None => part,
                 Some(m) => merge_partition_updates_owned(schema, m, &part),
             });
         }
         let Some(mut merged) = merged else {
-            return Ok(());
+            return Ok(left);
         };
+        if let Some(by) = shadowers {
+            for part in parts {
+                (by.shadow)(&mut merged, &part);
+            }
+        }
+        left |= !merged.rows.is_empty();
         apply_own_deletions(schema, &mut merged);
         purge(&mut merged, key, ctx);
         if !merged.rows.is_empty() {
@@ -1574,25 +1800,6 @@ mod tests {
         assert_reads_back(&outputs, &expected);
     }
 
-    /// `ks.w` (id 8): blob key `k`, blob clustering `c`, static `s`, regular `v1` and `v2`
-    /// (column ids 0-4), in 1 KiB chunks.
-    fn wide_table_1k_chunks() -> TableSchema {
-        use amphora_types::schema::{ColumnKind, TableId, TableOptions};
-        let cd = crate::test_support::blob_column;
-        let mut options = TableOptions::default();
-        options
-            .compression
-            .insert("chunk_length_in_kb".into(), "1".into());
-        let cols = vec![
-            cd("k", ColumnKind::PartitionKey),
-            cd("c", ColumnKind::Clustering),
-            cd("s", ColumnKind::Static),
-            cd("v1", ColumnKind::Regular),
-            cd("v2", ColumnKind::Regular),
-        ];
-        TableSchema::new(TableId(8), "ks", "w", cols, options)
-    }
-
     /// A partition merged a window of rows at a time comes out byte for byte as the same
     /// partition merged whole: three sources of overlapping rows with newer and older
     /// cells, row deletions, a range tombstone, a partition deletion, static rows, expired
@@ -1606,7 +1813,7 @@ mod tests {
             Cell, Clustering, ClusteringBound, DeletionTime, LivenessInfo, RangeTombstone,
         };
         use bytes::Bytes;
-        let schema = wide_table_1k_chunks();
+        let schema = crate::test_support::wide_table_1k_chunks();
         let dir = tempfile::tempdir().expect("tmp");
         let c = |n: u32| Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]);
         // Deterministic variety: which source holds a row, and the shapes of its cells.
@@ -1791,6 +1998,85 @@ mod tests {
         assert_eq!(u.range_tombstones.len(), 1);
         assert!(u.static_row.is_some());
         assert!(u.rows.len() > 500, "{}", u.rows.len());
+
+        // Garbagecollect (one SSTable rewritten, shadowed by the deletions of the others)
+        // writes the same bytes streamed as whole, and keeps and drops the same partitions.
+        let cmp = schema.clustering_comparator();
+        let shadow = |u: &mut PartitionUpdate, o: &PartitionUpdate| {
+            crate::maintenance::shadow_by(&cmp, u, o, crate::maintenance::Granularity::Cell);
+        };
+        let gc = |alone: usize, first: u64, streaming: (u64, usize)| {
+            let one = [inputs[alone].clone()];
+            let (job, mut ctx) = major_job(&one, 1_000, 2_000);
+            ctx.others = inputs
+                .iter()
+                .filter(|s| s.generation != one[0].generation)
+                .cloned()
+                .collect();
+            let mut counts = (0, 0);
+            let mut count = |kept: bool| {
+                if kept {
+                    counts.0 += 1;
+                } else {
+                    counts.1 += 1;
+                }
+            };
+            STREAMING.with(|c| c.set(streaming));
+            let before = STREAMED_MERGES.with(|c| c.get());
+            let next = AtomicU64::new(first);
+            let hook = PartitionHook::Shadow {
+                shadow: &shadow,
+                count: &mut count,
+            };
+            let (outputs, txn) = run_rewrite(
+                &schema,
+                dir.path(),
+                &one,
+                &job.inputs,
+                &next,
+                &job,
+                &ctx,
+                Some(hook),
+            )
+            .expect("garbagecollect");
+            STREAMING.with(|c| c.set((STREAMED_MERGE_MIN_BYTES, STREAM_WINDOW_ROWS)));
+            std::fs::remove_file(&txn.path).expect("txn log");
+            let streamed = STREAMED_MERGES.with(|c| c.get()) - before;
+            (outputs, counts, streamed)
+        };
+        let mut first = 60;
+        for alone in [0, 1] {
+            let (whole, whole_counts, n) = gc(alone, first, (u64::MAX, STREAM_WINDOW_ROWS));
+            first += 10;
+            assert_eq!(n, 0);
+            let source = inputs[alone].get(&wide).expect("get").expect("wide");
+            // Source 3's partition deletion (source 1), and its row deletions and cell
+            // tombstones (sources 1 and 2), shadow part of the wide partition.
+            let gced = whole.first().and_then(|o| o.get(&wide).expect("get"));
+            let kept_rows = gced.map_or(0, |u| u.rows.len());
+            assert!(
+                kept_rows > 100 && kept_rows < source.rows.len(),
+                "alone {alone}: {kept_rows} of {} rows kept",
+                source.rows.len()
+            );
+            for window in [1, 7, STREAM_WINDOW_ROWS] {
+                let (out, counts, n) = gc(alone, first, (0, window));
+                first += 10;
+                assert!(n >= 2, "alone {alone} window {window}: {n} streamed");
+                assert_eq!(counts, whole_counts, "alone {alone} window {window}");
+                assert_eq!(out.len(), whole.len());
+                for (o, w) in out.iter().zip(&whole) {
+                    o.verify().expect("checksums and row index");
+                    assert!(
+                        std::fs::read(o.data_path()).expect("data")
+                            == std::fs::read(w.data_path()).expect("data"),
+                        "alone {alone} window {window}: Data.db differs"
+                    );
+                    assert_eq!(component(o, "RowIndex.db"), component(w, "RowIndex.db"));
+                    assert_eq!(o.stats, w.stats);
+                }
+            }
+        }
     }
 
     #[test]

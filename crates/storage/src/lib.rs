@@ -105,7 +105,7 @@ pub(crate) mod counting_alloc {
 #[cfg(test)]
 mod test_support {
     use amphora_types::CqlType;
-    use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind};
+    use amphora_types::schema::{ClusteringOrder, ColumnDef, ColumnKind, TableSchema};
 
     /// A blob column of `kind` (position 0, ascending), for test schemas.
     pub fn blob_column(name: &str, kind: ColumnKind) -> ColumnDef {
@@ -116,5 +116,24 @@ mod test_support {
             position: 0,
             order: ClusteringOrder::Asc,
         }
+    }
+
+    /// `ks.w` (id 8): blob key `k`, blob clustering `c`, static `s`, regular `v1` and `v2`
+    /// (column ids 0-4), in 1 KiB chunks.
+    pub fn wide_table_1k_chunks() -> TableSchema {
+        use amphora_types::schema::{TableId, TableOptions};
+        let cd = blob_column;
+        let mut options = TableOptions::default();
+        options
+            .compression
+            .insert("chunk_length_in_kb".into(), "1".into());
+        let cols = vec![
+            cd("k", ColumnKind::PartitionKey),
+            cd("c", ColumnKind::Clustering),
+            cd("s", ColumnKind::Static),
+            cd("v1", ColumnKind::Regular),
+            cd("v2", ColumnKind::Regular),
+        ];
+        TableSchema::new(TableId(8), "ks", "w", cols, options)
     }
 }

@@ -5,10 +5,12 @@
 //! so its outputs replace its inputs under the same transaction log as a compaction's
 //! (crash safe), and it is counted in pending/completed compactions. Garbagecollect,
 //! cleanup and refresh use the compaction executor
-//! ([`crate::compaction::run_rewrite`]) with a hook: garbagecollect sees each merged
-//! partition, cleanup and refresh only keys (the partitions they keep are merged as a
-//! compaction merges them: raw copies, wide partitions a window of rows at a time); scrub
-//! has its own loop because it must keep going past the read errors the executor stops at.
+//! ([`crate::compaction::run_rewrite`]) with a hook: garbagecollect shadows each merged
+//! partition by the same partition in the table's other SSTables (a wide one a window of
+//! rows at a time, alongside theirs), cleanup and refresh see only keys (the partitions
+//! they keep are merged as a compaction merges them: raw copies, wide partitions a window
+//! of rows at a time); scrub has its own loop because it must keep going past the read
+//! errors the executor stops at.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +21,10 @@ use amphora_types::data::{
 };
 use amphora_types::schema::{ClusteringComparator, TableId, TableSchema};
 
-use crate::compaction::{CompactionJob, CompactionTxn, PartitionHook, run_rewrite};
+use crate::compaction::{
+    CompactionJob, CompactionTxn, PartitionHook, copy_streamed, read_streamed, run_rewrite,
+    streamed_window,
+};
 use crate::error::{Result, StorageError};
 use crate::shard::{RewriteInput, ShardStorage};
 use crate::sstable::{SSTableReader, SSTableWriter, parse_toc_name};
@@ -128,16 +133,9 @@ pub async fn garbage_collect(
     for s in st.sstables(id) {
         rewrite_one(st, id, &s, &mut report, move |inp: &RewriteInput| {
             let cmp = inp.schema.clustering_comparator();
-            let others = inp.purge.others.clone();
-            Filter::Partitions(Box::new(
-                move |key: &PartitionKey, mut u: PartitionUpdate| {
-                    for o in others.iter().filter(|o| o.may_contain(key)) {
-                        // A read error here only means less is dropped.
-                        if let Ok(Some(d)) = o.get(key) {
-                            shadow_by(&cmp, &mut u, &d, granularity);
-                        }
-                    }
-                    (!u.is_empty()).then_some(u)
+            Filter::Shadow(Box::new(
+                move |u: &mut PartitionUpdate, other: &PartitionUpdate| {
+                    shadow_by(&cmp, u, other, granularity);
                 },
             ))
         })
@@ -147,13 +145,15 @@ pub async fn garbage_collect(
     Ok(report)
 }
 
-/// A filter of merged partitions: each kept (maybe changed) or dropped.
-type PartitionFilter = Box<dyn FnMut(&PartitionKey, PartitionUpdate) -> Option<PartitionUpdate>>;
+/// Removes from a partition (or a window of its rows) what the same part of another
+/// source shadows.
+type Shadow = Box<dyn Fn(&mut PartitionUpdate, &PartitionUpdate)>;
 
 /// What [`rewrite_one`] passes each partition of its SSTable through.
 enum Filter {
-    /// The merged partition: kept (maybe changed) or dropped.
-    Partitions(PartitionFilter),
+    /// Shadowing by the same partition in each of the table's other SSTables
+    /// ([`PartitionHook::Shadow`]).
+    Shadow(Shadow),
     /// The key alone: the partition is kept as a compaction keeps it, or dropped unread.
     Keys(Box<dyn FnMut(&PartitionKey) -> bool>),
 }
@@ -182,15 +182,14 @@ where
                 r.partitions_dropped += 1;
             }
         };
-        let (mut by_partition, mut by_key);
+        let (shadow, mut by_key);
         let hook = match make_filter(&inp) {
-            Filter::Partitions(mut f) => {
-                by_partition = move |key: &PartitionKey, u: PartitionUpdate| {
-                    let kept = f(key, u);
-                    count(kept.is_some());
-                    kept
-                };
-                PartitionHook::Partitions(&mut by_partition)
+            Filter::Shadow(f) => {
+                shadow = f;
+                PartitionHook::Shadow {
+                    shadow: &*shadow,
+                    count: &mut count,
+                }
             }
             Filter::Keys(mut f) => {
                 by_key = move |key: &PartitionKey| {
@@ -229,8 +228,9 @@ where
 }
 
 /// Removes from `u` what the deletions of `other` (the same partition in another source)
-/// shadow. Nothing of `other` is copied into `u`.
-fn shadow_by(
+/// shadow. Nothing of `other` is copied into `u`. Row by row: `u` and `other` may be the
+/// same window of a wide partition's rows, each with its partition's deletions.
+pub(crate) fn shadow_by(
     cmp: &ClusteringComparator,
     u: &mut PartitionUpdate,
     other: &PartitionUpdate,
@@ -524,6 +524,35 @@ fn copy_readable(
                 continue;
             }
         }
+        // A wide partition is read through a window of rows at a time (every row must
+        // decode), then copied the same way: never decoded whole.
+        if let Some(window) = sc.current_entry().and_then(|e| streamed_window(e.len)) {
+            let Some((k, e)) = sc.take_current()? else {
+                return Ok(());
+            };
+            if last.as_ref().is_some_and(|l| *l >= k) {
+                r.partitions_skipped += 1;
+                skip(StorageError::corrupt(
+                    s.data_path(),
+                    e.position,
+                    "partitions out of ring order",
+                ))?;
+                continue;
+            }
+            match read_streamed(s, &k, e, window) {
+                Ok(p) => {
+                    copy_streamed(s, &p, window, w)?;
+                    r.partitions_kept += 1;
+                    last = Some(k);
+                }
+                Err(e @ StorageError::Corrupt { .. }) => {
+                    r.partitions_skipped += 1;
+                    skip(e)?;
+                }
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
         match sc.next_partition() {
             Ok(Some((k, u))) => {
                 if last.as_ref().is_some_and(|l| *l >= k) {
@@ -663,4 +692,142 @@ pub fn sstable_histograms(st: &ShardStorage, id: TableId) -> SSTableHistograms {
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::{set_streaming, streamed_count};
+    use crate::sstable::component_path;
+    use amphora_types::data::{Cell, Clustering, ClusteringBound, LivenessInfo, RangeTombstone};
+    use bytes::Bytes;
+
+    /// Scrub copies a wide partition a window of rows at a time, reading it through first
+    /// (so a corrupt one is skipped with nothing written), into the bytes the whole copy
+    /// writes: two wide partitions (one with a partition deletion, a static row, a range
+    /// tombstone, row deletions, expiring cells and cell tombstones) and a narrow one, copied
+    /// whole and streamed in windows of 1, 7 and 4,096 rows; then the same SSTable with a
+    /// byte of its data flipped: the partition it falls in is skipped either way, the rest
+    /// copied the same.
+    #[test]
+    fn scrub_streams_wide_partitions_into_the_whole_copy_bytes() {
+        let schema = crate::test_support::wide_table_1k_chunks();
+        let dir = tempfile::tempdir().expect("tmp");
+        let c = |n: u32| Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]);
+        let row = |n: u32| {
+            let ts = 1_000 + i64::from(n % 89);
+            let v = Bytes::from(vec![n as u8; (n as usize * 7) % 50]);
+            let v1 = match n % 6 {
+                0 => Cell::tombstone(ts, 10),
+                1 => Cell::expiring(ts, 100, 50, v.clone()),
+                _ => Cell::live(ts, v.clone()),
+            };
+            Row {
+                clustering: c(n),
+                marker: (!n.is_multiple_of(4)).then(|| LivenessInfo::new(ts)),
+                deletion: n.is_multiple_of(13).then(|| DeletionTime::new(ts - 5, 1_500)),
+                cells: vec![
+                    (3, ColumnData::Simple(v1)),
+                    (4, ColumnData::Simple(Cell::live(ts + 1, v))),
+                ],
+            }
+        };
+        let wide1 = PartitionUpdate {
+            partition_deletion: Some(DeletionTime::new(900, 1_400)),
+            static_row: Some(Row {
+                clustering: Clustering::empty(),
+                marker: None,
+                deletion: None,
+                cells: vec![(
+                    2,
+                    ColumnData::Simple(Cell::live(1_000, Bytes::from_static(b"st"))),
+                )],
+            }),
+            rows: (0..2_000).map(row).collect(),
+            range_tombstones: vec![RangeTombstone {
+                start: ClusteringBound {
+                    prefix: c(300),
+                    inclusive: true,
+                },
+                end: ClusteringBound {
+                    prefix: c(420),
+                    inclusive: false,
+                },
+                deletion: DeletionTime::new(1_040, 1_600),
+            }],
+        };
+        let wide2 = PartitionUpdate {
+            rows: (5_000..6_500).map(row).collect(),
+            ..Default::default()
+        };
+        let narrow = PartitionUpdate {
+            rows: vec![row(7)],
+            ..Default::default()
+        };
+        let mut parts = vec![
+            (PartitionKey::new(Bytes::from_static(b"wide1")), wide1),
+            (PartitionKey::new(Bytes::from_static(b"wide2")), wide2),
+            (PartitionKey::new(Bytes::from_static(b"narrow")), narrow),
+        ];
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
+        // Generation 1 as written, generation 2 the same with one byte flipped.
+        for g in [1, 2] {
+            let mut w = SSTableWriter::new(dir.path(), g, &schema).expect("writer");
+            for (k, u) in &parts {
+                w.append(k, u).expect("append");
+            }
+            w.finish(0, 0).expect("finish").expect("an SSTable");
+        }
+        let data = component_path(dir.path(), 2, "Data.db");
+        let mut bytes = std::fs::read(&data).expect("data");
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x5a;
+        std::fs::write(&data, &bytes).expect("corrupt");
+
+        let copy = |g: u64, out: u64, streaming: Option<(u64, usize)>| {
+            let s = SSTableReader::open(dir.path(), g).expect("open");
+            let mut w = SSTableWriter::new(dir.path(), out, &schema).expect("writer");
+            let mut r = MaintenanceReport::default();
+            set_streaming(streaming);
+            let before = streamed_count();
+            let res = copy_readable(&s, &mut w, &mut r, false);
+            let streamed = streamed_count() - before;
+            set_streaming(None);
+            res.expect("copy");
+            let o = w.finish(0, 0).expect("finish").expect("an SSTable");
+            o.verify().expect("checksums and row index");
+            (o, r, streamed)
+        };
+        let file = |o: &SSTableReader, c: &str| {
+            std::fs::read(component_path(dir.path(), o.generation, c)).expect("component")
+        };
+        let mut out = 10;
+        for (g, kept) in [(1, 3), (2, 2)] {
+            let (whole, whole_r, n) = copy(g, out, None);
+            out += 1;
+            assert_eq!(n, 0);
+            assert_eq!(whole_r.partitions_kept, kept, "generation {g}");
+            assert_eq!(whole_r.partitions_skipped, 3 - kept, "generation {g}");
+            for window in [1, 7, 4_096] {
+                let (o, r, n) = copy(g, out, Some((0, window)));
+                out += 1;
+                // Every partition read is streamed (the threshold is 0), kept or not.
+                assert_eq!(n, kept, "generation {g} window {window}");
+                assert_eq!(r, whole_r, "generation {g} window {window}");
+                assert!(
+                    file(&o, "Data.db") == file(&whole, "Data.db"),
+                    "generation {g} window {window}: Data.db differs"
+                );
+                for c in ["Index.db", "RowIndex.db"] {
+                    assert!(file(&o, c) == file(&whole, c), "{c} differs");
+                }
+                assert_eq!(o.stats, whole.stats);
+            }
+            if g == 1 {
+                for (k, u) in &parts {
+                    assert!(whole.get(k).expect("get").as_ref() == Some(u), "{k:?}");
+                }
+            }
+        }
+    }
 }

@@ -2478,7 +2478,10 @@ impl SSTableReader {
         Ok(Some(u))
     }
 
-    fn read_partition_at(&self, e: IndexEntry) -> Result<(PartitionKey, PartitionUpdate)> {
+    pub(crate) fn read_partition_at(
+        &self,
+        e: IndexEntry,
+    ) -> Result<(PartitionKey, PartitionUpdate)> {
         let bytes = self.read_range(e.position, e.len, None)?;
         decode_partition(&self.data_path, bytes, e.position)
     }
