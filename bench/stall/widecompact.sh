@@ -7,7 +7,9 @@
 # compaction and after it, then checks that every row reads back with its newer value.
 # OP=gc: the second pass deletes the even rows (row tombstones) and writes the odd ones
 # again, and `nodetool garbagecollect pg t` runs instead (each SSTable rewritten alone,
-# shadowed by the other's deletions); the odd rows must read back, newer.
+# shadowed by the other's deletions); the odd rows must read back, newer. OP=scrub:
+# `nodetool scrub pg t` instead of the compaction. The read-back (pages of 5,000 rows) is
+# timed too.
 # BIN `cassandra`: Apache Cassandra 5.0 from bench/cassandra (installed by make bench) on
 # CPU 0 with a 2G heap instead (its RSS is the JVM's: not printed).
 # shellcheck source=lib.sh
@@ -28,7 +30,8 @@ import os, subprocess, sys, time
 from cassandra.cluster import Cluster
 from cassandra.concurrent import execute_concurrent_with_args
 label, rows = sys.argv[1], int(sys.argv[2])
-gc = os.environ.get('OP') == 'gc'
+op = os.environ.get('OP', 'compact')
+gc = op == 'gc'
 nt = os.environ['NODETOOL'].split()
 def hwm():
     if not os.environ['SERVER_PID']:
@@ -55,12 +58,13 @@ for val in ("first-xxxxxxxxxxxxxxxxx", "second-xxxxxxxxxxxxxxxx"):
 before = hwm()
 if gc:
     sst = [l for l in subprocess.run(nt + ['tablestats', 'pg.t'], check=True, capture_output=True, text=True).stdout.splitlines() if 'SSTable count' in l]
-    print(f"{label}: before garbagecollect: {sst[0].strip() if sst else '?'}")
+    print(f"{label}: before garbagecollect: {sst[0].strip() if sst else '?'}", flush=True)
 t = time.time()
-subprocess.run(nt + (['garbagecollect', 'pg', 't'] if gc else ['compact']), check=True, stdout=subprocess.DEVNULL)
+cmd = {'compact': ['compact'], 'gc': ['garbagecollect', 'pg', 't'], 'scrub': ['scrub', 'pg', 't']}[op]
+subprocess.run(nt + cmd, check=True, stdout=subprocess.DEVNULL)
 el = time.time() - t
-what = "garbagecollect" if gc else "compaction"
-print(f"{label}: {what} of {rows} rows x 2 SSTables in {el:.2f} s; peak RSS {before} MB before, {hwm()} MB after")
+print(f"{label}: {cmd[0]} of {rows} rows x 2 SSTables in {el:.2f} s; peak RSS {before} MB before, {hwm()} MB after", flush=True)
+t = time.time()
 sel = s.prepare("SELECT c, v FROM pg.t WHERE k = 0")
 sel.fetch_size = 5000
 n = 0
@@ -68,5 +72,5 @@ for r in s.execute(sel):
     assert r.v.startswith("second"), r
     n += 1
 assert n == (rows // 2 if gc else rows), n
-print(f"{label}: {n} rows read back, all newer")
+print(f"{label}: {n} rows read back, all newer, in {time.time() - t:.2f} s")
 PY

@@ -725,7 +725,9 @@ mod tests {
             Row {
                 clustering: c(n),
                 marker: (!n.is_multiple_of(4)).then(|| LivenessInfo::new(ts)),
-                deletion: n.is_multiple_of(13).then(|| DeletionTime::new(ts - 5, 1_500)),
+                deletion: n
+                    .is_multiple_of(13)
+                    .then(|| DeletionTime::new(ts - 5, 1_500)),
                 cells: vec![
                     (3, ColumnData::Simple(v1)),
                     (4, ColumnData::Simple(Cell::live(ts + 1, v))),
