@@ -1116,7 +1116,7 @@ fn compact_into_writer(
         // deletions shadow it (none: it is kept as a compaction keeps it).
         let mut shadowers: Vec<(&SSTableReader, IndexEntry)> = Vec::new();
         if let (Some(PartitionHook::Shadow { count, .. }), Some(k)) = (hook.as_mut(), key) {
-            shadowers = find_in(&purge_ctx.others, k);
+            shadowers = shadowers_of(&purge_ctx.others, k);
             if shadowers.is_empty() {
                 count(true);
             }
@@ -1346,15 +1346,17 @@ fn for_each_row_window(
     }
 }
 
-/// Of `others` (SSTables), those that hold partition `key`, with its index entry there.
-/// A read error here only means that SSTable is left out (garbagecollect then drops less).
-fn find_in<'a>(
+/// Of `others` (SSTables), those that hold partition `key` and a deletion of any kind
+/// (their statistics count tombstones: without one they shadow nothing), with the
+/// partition's index entry there. A read error here only means that SSTable is left out
+/// (garbagecollect then drops less).
+fn shadowers_of<'a>(
     others: &'a [Arc<SSTableReader>],
     key: &PartitionKey,
 ) -> Vec<(&'a SSTableReader, IndexEntry)> {
     others
         .iter()
-        .filter(|o| o.may_contain(key))
+        .filter(|o| o.stats.tombstones > 0 && o.may_contain(key))
         .filter_map(|o| match o.find(key) {
             Ok(Some(e)) => Some((&**o, e)),
             _ => None,
