@@ -1434,19 +1434,14 @@ fn merge_streamed(
         head.static_row.as_ref(),
         &head.range_tombstones,
     );
-    let rows_left = for_each_window(
-        schema,
-        sources,
-        shadowers,
-        &frames,
-        key,
-        ctx,
-        window,
-        |rows| {
-            stats.rows(rows);
-            Ok(())
-        },
-    )?;
+    // The two passes over the same windows: counting, then writing.
+    let windows = |each: &mut dyn FnMut(&[Row]) -> Result<()>| {
+        for_each_window(schema, sources, shadowers, &frames, key, ctx, window, each)
+    };
+    let rows_left = windows(&mut |rows| {
+        stats.rows(rows);
+        Ok(())
+    })?;
     if stats.row_count() == 0 && head.is_empty() {
         return Ok(head_left || rows_left);
     }
@@ -1458,16 +1453,7 @@ fn merge_streamed(
         head.static_row.as_ref(),
         len_hint,
     )?;
-    for_each_window(
-        schema,
-        sources,
-        shadowers,
-        &frames,
-        key,
-        ctx,
-        window,
-        |rows| w.streamed_rows(rows),
-    )?;
+    windows(&mut |rows| w.streamed_rows(rows))?;
     w.finish_streamed(key, &head.range_tombstones, &stats)?;
     Ok(head_left || rows_left)
 }
