@@ -1582,8 +1582,13 @@ pub struct SSTableReader {
     /// output, [`crate::StorageConfig::flush_direct`] off): once replaced, its file is
     /// worth keeping as a spare ([`crate::spare`]).
     pub data_cached: bool,
-    /// RowIndex.db (None for SSTables written before it existed).
+    /// RowIndex.db (None for SSTables written before it existed, and when it did not
+    /// open: then `row_index_fault` says why).
     row_index: Option<RowIndexFile>,
+    /// Why RowIndex.db is not used: it did not open (damaged or unreadable), or a read
+    /// found it damaged or not matching Data.db. Reads then decode wide partitions from
+    /// their start, as without one; [`verify`](Self::verify) reports it.
+    row_index_fault: std::sync::OnceLock<StorageError>,
 }
 
 /// Index entry: where a partition's bytes are in the uncompressed data stream.
@@ -1678,8 +1683,23 @@ impl SSTableReader {
             .metadata()
             .map_err(|e| StorageError::io(&index_path, e))?
             .len();
-        let row_index =
-            RowIndexFile::open(&component_path(dir, generation, crate::rowindex::COMPONENT))?;
+        // The row index only saves decoding: an SSTable whose RowIndex.db does not open
+        // serves every row from Data.db (whose chunks have their own checksums), so that
+        // a damaged index takes no data out of service and scrub can rewrite it.
+        let (row_index, row_index_fault) = match RowIndexFile::open(&component_path(
+            dir,
+            generation,
+            crate::rowindex::COMPONENT,
+        )) {
+            Ok(ri) => (ri, std::sync::OnceLock::new()),
+            Err(e) => {
+                tracing::error!(
+                    "SSTable {generation} in {}: its row index is unusable, so its wide partitions are read without it until `nodetool scrub` rewrites it: {e}",
+                    dir.display()
+                );
+                (None, std::sync::OnceLock::from(e))
+            }
+        };
         Ok(SSTableReader {
             id: NEXT_READER_ID.fetch_add(1, AtomicOrdering::Relaxed),
             dir: dir.to_path_buf(),
@@ -1702,6 +1722,7 @@ impl SSTableReader {
             delete_on_drop: AtomicBool::new(false),
             data_cached: false,
             row_index,
+            row_index_fault,
         })
     }
 
@@ -1711,6 +1732,32 @@ impl SSTableReader {
 
     pub fn is_quarantined(&self) -> bool {
         self.quarantined.load(AtomicOrdering::Relaxed)
+    }
+
+    /// RowIndex.db, unless it did not open or a read found it damaged.
+    fn usable_row_index(&self) -> Option<&RowIndexFile> {
+        self.row_index
+            .as_ref()
+            .filter(|_| self.row_index_fault.get().is_none())
+    }
+
+    /// Stops reads from using RowIndex.db after `err` (logged once).
+    fn row_index_failed(&self, err: StorageError) {
+        let path = component_path(&self.dir, self.generation, crate::rowindex::COMPONENT);
+        let err = match err {
+            StorageError::Corrupt { path: ref p, .. } if *p == path => err,
+            // Found reading Data.db where the index pointed.
+            other => StorageError::corrupt(path, 0, format!("does not match Data.db: {other}")),
+        };
+        if self.row_index_fault.set(err).is_ok()
+            && let Some(err) = self.row_index_fault.get()
+        {
+            tracing::error!(
+                "SSTable {} in {}: its row index failed a read, so its wide partitions are read without it until `nodetool scrub` rewrites it: {err}",
+                self.generation,
+                self.dir.display()
+            );
+        }
     }
 
     /// On-disk size of the Data component.
@@ -2215,24 +2262,28 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        if let Some(ri) = &self.row_index
+        if let Some(ri) = self.usable_row_index()
             && let Some(b) = ri.find(e.position)
         {
-            let block = match cache.as_deref_mut() {
+            let indexed = match cache.as_deref_mut() {
                 Some(c) => match c.get(self.id, BlockKind::RowIndex, b as u64) {
-                    Some(body) => body,
-                    None => {
-                        let body = ri.read_block(b)?;
+                    Some(body) => Ok(body),
+                    None => ri.read_block(b).inspect(|body| {
                         c.insert(self.id, BlockKind::RowIndex, b as u64, body.clone());
-                        body
-                    }
+                    }),
                 },
-                None => ri.read_block(b)?,
-            };
-            let block = RowIndexBlock::parse(block, ri.path())?;
-            return self
-                .get_indexed(key, e, &block, cache, detach, rows)
-                .map(Some);
+                None => ri.read_block(b),
+            }
+            .and_then(|body| RowIndexBlock::parse(body, ri.path()))
+            .and_then(|block| self.get_indexed(key, e, &block, cache.as_deref_mut(), detach, rows));
+            match indexed {
+                Ok(found) => return Ok(Some(found)),
+                // A Data.db chunk failed its checksum: the SSTable is out of service.
+                Err(err) if self.is_quarantined() => return Err(err),
+                // Anything else is the row index's fault (a damaged block, or entries
+                // that do not match the rows): the partition is decoded from its start.
+                Err(err) => self.row_index_failed(err),
+            }
         }
         let bytes = self.partition_bytes(e, 0, e.len, cache, detach, true)?;
         let may_end = self.stats.tombstones == 0;
@@ -2523,6 +2574,21 @@ impl SSTableReader {
         check_crc(&self.index_path, &data)?;
         for b in 0..self.summary.len() {
             self.index_block(b)?;
+        }
+        match self.row_index_fault.get() {
+            Some(StorageError::Corrupt {
+                path,
+                offset,
+                reason,
+            }) => return Err(StorageError::corrupt(path, *offset, reason.clone())),
+            Some(other) => {
+                return Err(StorageError::corrupt(
+                    component_path(&self.dir, self.generation, crate::rowindex::COMPONENT),
+                    0,
+                    other.to_string(),
+                ));
+            }
+            None => {}
         }
         if let Some(ri) = &self.row_index {
             for b in 0..ri.len() {
@@ -3071,8 +3137,7 @@ impl<'a> Scanner<'a> {
             e.len >= min_len
                 && self
                     .sst
-                    .row_index
-                    .as_ref()
+                    .usable_row_index()
                     .is_some_and(|ri| ri.find(e.position).is_some())
         }))
     }

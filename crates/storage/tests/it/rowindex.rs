@@ -3,6 +3,7 @@
 //! at their limit, and return what the same writes held in a memtable return; range reads
 //! (scans) hand such partitions to the single-partition read.
 
+use amphora_storage::maintenance;
 use amphora_storage::rowindex::RowIndexFile;
 use amphora_storage::{PartitionRange, ReadCommand, ShardStorage, StorageConfig};
 use amphora_types::data::{
@@ -242,6 +243,17 @@ fn scan_pages(
 }
 
 fn compare(a: &ShardStorage, reference: &ShardStorage, order: ClusteringOrder, stage: &str) {
+    compare_paged(a, reference, order, stage, &[1, 9, 400]);
+}
+
+/// [`compare`], each read also in pages of each of `pages` rows.
+fn compare_paged(
+    a: &ShardStorage,
+    reference: &ShardStorage,
+    order: ClusteringOrder,
+    stage: &str,
+    pages: &[u32],
+) {
     // Range reads (a full-table scan in pages) hand wide partitions to the
     // single-partition read: the same pages as the reference's.
     let middle = match order {
@@ -284,7 +296,7 @@ fn compare(a: &ShardStorage, reference: &ShardStorage, order: ClusteringOrder, s
                 y.partitions.first().and_then(|p| p.static_row.clone()),
                 "{stage}: {key} command {n}: static row"
             );
-            for page in [1, 9, 400] {
+            for &page in pages {
                 let mut c = cmd.clone();
                 c.row_limit = page;
                 assert_eq!(
@@ -368,41 +380,6 @@ async fn flushed_row_index(dir: &std::path::Path) -> (ShardStorage, std::path::P
     (s, ri, bytes)
 }
 
-/// A damaged row index block is reported as corruption of that SSTable (by the read that
-/// uses it, and by verification), not answered from.
-#[test]
-fn a_damaged_row_index_block_is_corruption() {
-    let dir = tempfile::tempdir().expect("tmp");
-    rt().block_on(async {
-        let (s, ri, mut bytes) = flushed_row_index(dir.path()).await;
-        // A byte inside the first block (after the 12-byte header).
-        bytes[40] ^= 0x5a;
-        std::fs::write(&ri, &bytes).expect("write");
-        let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk("wide")), NOW);
-        cmd.slices = vec![between(Some((1_000, true)), Some((1_010, true)))];
-        cmd.row_limit = 5;
-        // The reader opened before the damage reads the block now.
-        let first = s.read(&cmd);
-        let other = {
-            let mut c = cmd.clone();
-            c.partitions = PartitionRange::Single(pk("other"));
-            s.read(&c)
-        };
-        // The block of one of the two partitions is damaged: reading it fails.
-        assert!(
-            first.is_err() || other.is_err(),
-            "{:?} / {:?}",
-            first.map(|r| values(&r).len()),
-            other.map(|r| values(&r).len())
-        );
-        let e = match (first, other) {
-            (Err(e), _) | (_, Err(e)) => e.to_string(),
-            _ => unreachable!(),
-        };
-        assert!(e.contains("RowIndex.db"), "{e}");
-    });
-}
-
 /// A scan's wide partitions are read past the row cache (a full-table scan would evict
 /// what point reads use); a point read of one still fills it.
 #[test]
@@ -447,57 +424,94 @@ fn var(b: &[u8], at: &mut usize) -> u64 {
     v
 }
 
-/// A row index whose checksums hold but whose entry names another row than the one it
-/// points at (written by a broken writer, or for other data) is corruption, not a source
-/// of misplaced rows.
-#[test]
-fn a_row_index_entry_that_does_not_match_its_row_is_corruption() {
-    let dir = tempfile::tempdir().expect("tmp");
-    rt().block_on(async {
-        let (s, ri, mut b) = flushed_row_index(dir.path()).await;
-        // The directory's first block; in it, entry 1's clustering (one int: length 4,
-        // then its big-endian bytes) names the next row instead.
-        let n = b.len();
-        let dir_at = u64::from_le_bytes(b[n - 8..].try_into().expect("8")) as usize;
-        let off = u64::from_le_bytes(b[dir_at + 12..dir_at + 20].try_into().expect("8")) as usize;
-        let len = u32::from_le_bytes(b[dir_at + 20..dir_at + 24].try_into().expect("4")) as usize;
-        let mut at = off;
-        for _ in 0..3 {
-            var(&b, &mut at);
-        }
-        let entries = var(&b, &mut at) as usize;
-        assert!(entries >= 2, "{entries} entries");
-        let table = at;
-        let entries_at = table + 4 * entries;
-        let one = u32::from_le_bytes(b[table + 4..table + 8].try_into().expect("4")) as usize;
-        let mut at = entries_at + one;
-        var(&b, &mut at); // ordinal
-        var(&b, &mut at); // offset
-        assert_eq!((b[at], b[at + 1]), (1, 4), "one 4-byte clustering value");
-        b[at + 5] += 1;
-        let crc = crc32c::crc32c(&b[off..off + len - 4]);
-        b[off + len - 4..off + len].copy_from_slice(&crc.to_le_bytes());
-        std::fs::write(&ri, &b).expect("write");
-        // A fresh open reads the damaged file (the block cache holds nothing of it).
-        drop(s);
-        let s = open(cfg(dir.path()), ClusteringOrder::Asc);
-        let failed = ["wide", "other"].iter().any(|k| {
-            let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk(k)), NOW);
-            cmd.slices = vec![between(Some((0, true)), None)];
-            match s.read(&cmd) {
-                Err(e) => {
-                    assert!(e.to_string().contains("does not match the row"), "{e}");
-                    true
-                }
-                Ok(r) => {
-                    assert_eq!(values(&r).len(), ROWS as usize);
-                    false
-                }
+/// Ways RowIndex.db gets damaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Damage {
+    /// A byte inside the first block: its checksum fails when a read needs it.
+    Block,
+    /// The directory's offset at the file's end: the file does not open.
+    Directory,
+    /// An entry of the first block names the next row, with its checksum made to hold
+    /// (a broken writer, or an index of other data): found by the read that uses it.
+    Entry,
+}
+
+fn damage(b: &mut [u8], how: Damage) {
+    let n = b.len();
+    match how {
+        // After the 12-byte header.
+        Damage::Block => b[40] ^= 0x5a,
+        Damage::Directory => b[n - 8] ^= 0x5a,
+        Damage::Entry => {
+            // The directory's first block; in it, entry 1's clustering (one int: length
+            // 4, then its big-endian bytes).
+            let dir_at = u64::from_le_bytes(b[n - 8..].try_into().expect("8")) as usize;
+            let off =
+                u64::from_le_bytes(b[dir_at + 12..dir_at + 20].try_into().expect("8")) as usize;
+            let len =
+                u32::from_le_bytes(b[dir_at + 20..dir_at + 24].try_into().expect("4")) as usize;
+            let mut at = off;
+            for _ in 0..3 {
+                var(b, &mut at);
             }
-        });
-        assert!(
-            failed,
-            "the block with the damaged entry was read without complaint"
+            let entries = var(b, &mut at) as usize;
+            assert!(entries >= 2, "{entries} entries");
+            let table = at;
+            let entries_at = table + 4 * entries;
+            let one = u32::from_le_bytes(b[table + 4..table + 8].try_into().expect("4")) as usize;
+            let mut at = entries_at + one;
+            var(b, &mut at); // ordinal
+            var(b, &mut at); // offset
+            assert_eq!((b[at], b[at + 1]), (1, 4), "one 4-byte clustering value");
+            b[at + 5] += 1;
+            let crc = crc32c::crc32c(&b[off..off + len - 4]);
+            b[off + len - 4..off + len].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+}
+
+/// A damaged RowIndex.db takes no data out of service: the row index only saves
+/// decoding, so an SSTable whose index does not open, or whose index a read finds damaged
+/// or not matching its rows, serves its wide partitions from Data.db (every read and page
+/// answers as the same writes held in a memtable). Validation reports the file (when its
+/// checksums catch the damage), and scrub writes the SSTable again with a new row index.
+#[test]
+fn a_damaged_row_index_is_read_around_and_rewritten_by_scrub() {
+    for how in [Damage::Block, Damage::Directory, Damage::Entry] {
+        let (dir, refdir) = (
+            tempfile::tempdir().expect("tmp"),
+            tempfile::tempdir().expect("tmp"),
         );
-    });
+        rt().block_on(async {
+            let reference = open(cfg(refdir.path()), ClusteringOrder::Asc);
+            write(&reference, 1).await;
+            let (s, ri, mut bytes) = flushed_row_index(dir.path()).await;
+            damage(&mut bytes, how);
+            std::fs::write(&ri, &bytes).expect("write");
+            // A fresh open reads the damaged file (no block cache holds any of it).
+            drop(s);
+            let s = open(cfg(dir.path()), ClusteringOrder::Asc);
+            assert_eq!(s.metrics().sstable_count, 1, "{how:?}: the SSTable serves");
+            // Pages of 400 rows only: without the index every page decodes the partition
+            // from its start (pages of 1 took minutes in a debug build).
+            let order = ClusteringOrder::Asc;
+            compare_paged(&s, &reference, order, &format!("{how:?}"), &[400]);
+            let report = amphora_storage::tools::validate_dir(dir.path());
+            if how == Damage::Entry {
+                assert!(report.errors.is_empty(), "{:?}", report.errors);
+            } else {
+                assert_eq!(report.errors.len(), 1, "{how:?}: {:?}", report.errors);
+                let e = report.errors[0].to_string();
+                assert!(e.contains("RowIndex.db"), "{how:?}: {e}");
+            }
+            let r = maintenance::scrub(&s, T, false, &mut |_| {})
+                .await
+                .expect("scrub");
+            assert_eq!(r.partitions_skipped, 0, "{how:?}: {r:?}");
+            let report = amphora_storage::tools::validate_dir(dir.path());
+            assert!(report.errors.is_empty(), "{how:?}: {:?}", report.errors);
+            assert_eq!(indexed_partitions(&s), 2, "{how:?}: a new row index");
+            compare_paged(&s, &reference, order, &format!("{how:?} scrubbed"), &[400]);
+        });
+    }
 }
