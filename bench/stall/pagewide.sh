@@ -9,11 +9,14 @@
 # from the SSTable for every page). RANGES=N then runs N queries of 100 consecutive rows
 # at random places in the partition (`c >= x AND c < x + 100`, one at a time) and prints
 # their rate and mean latency. SCAN=1 pages through the table with no partition key in the
-# query (a range read, as a full-table scan does).
+# query (a range read, as a full-table scan does). SPLIT=N writes the rows in N runs of
+# consecutive clustering values with a flush after each (N SSTables of disjoint clustering
+# ranges, as time windows leave a time series partition; STCS min_threshold 32 keeps them
+# apart).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
-export ORDER=${ORDER:-} FLUSH=${FLUSH:-} RANGES=${RANGES:-0} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
+export ORDER=${ORDER:-} FLUSH=${FLUSH:-} SPLIT=${SPLIT:-} RANGES=${RANGES:-0} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
 if [[ $bin == cassandra ]]; then
   # Apache Cassandra (bench/cassandra, installed by make bench) on CPU 0 with a 2G heap.
   cdata="$OUT/data-$label"; rm -rf "$cdata"
@@ -31,14 +34,22 @@ from cassandra.concurrent import execute_concurrent_with_args
 label, rows = sys.argv[1], int(sys.argv[2])
 s = Cluster(['127.0.0.1'], port=19600).connect()
 s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
-s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))")
+split = int(os.environ['SPLIT'] or 0)
+compaction = " WITH compaction = {'class': 'SizeTieredCompactionStrategy', 'min_threshold': 32}" if split else ""
+s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))" + compaction)
 ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
-# In batches: one call over a million rows had requests time out (not looked into).
-for b in range(0, rows, 100000):
-    execute_concurrent_with_args(s, ins, [(i,) for i in range(b, min(rows, b + 100000))], concurrency=128)
-if os.environ['FLUSH']:
+def flush():
     import subprocess
     subprocess.run(os.environ['NODETOOL'].split() + ['flush'], check=True, stdout=subprocess.DEVNULL)
+# In batches: one call over a million rows had requests time out (not looked into).
+step = -(-rows // split) if split else 100000
+for b in range(0, rows, step):
+    for c in range(b, min(rows, b + step), 100000):
+        execute_concurrent_with_args(s, ins, [(i,) for i in range(c, min(rows, b + step, c + 100000))], concurrency=128)
+    if split:
+        flush()
+if os.environ['FLUSH']:
+    flush()
 order = f" ORDER BY c {os.environ['ORDER']}" if os.environ['ORDER'] else ""
 # SCAN=1: the same rows through a range read (no partition key: a full-table scan).
 where = "" if os.environ.get("SCAN") else " WHERE k = 0"

@@ -376,6 +376,15 @@ fn read_sstables(
     cap: usize,
     from_end: bool,
 ) -> Result<(Option<PartitionUpdate>, Option<Clustering>)> {
+    // A capped read of one slice takes the SSTables in the order of their first row in
+    // the read's order, and each after the first only up to the earliest cutoff so far:
+    // the merge drops every row past it anyway. SSTables of disjoint clustering ranges
+    // (the time windows of a time series partition) are then read up to the page's end,
+    // or skipped by their bounds, instead of `cap` rows of each.
+    let narrowing = match slices {
+        Some([one]) if cap != usize::MAX => Some(one),
+        _ => None,
+    };
     // One SSTable (the common case after compaction) needs no sorted copy of the set.
     let (single, mut sorted);
     let ssts: &[&Arc<SSTableReader>] = match t.sstables {
@@ -385,19 +394,34 @@ fn read_sstables(
         }
         _ => {
             sorted = t.sstables.iter().collect::<Vec<_>>();
-            sorted.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp));
+            match narrowing {
+                Some(_) => sorted.sort_by(|a, b| first_in_read_order(t.cmp, a, b, from_end)),
+                None => sorted.sort_by_key(|s| std::cmp::Reverse(s.stats.max_timestamp)),
+            }
             &sorted
         }
     };
     let mut acc = None;
     let mut cutoff: Option<Clustering> = None;
+    let mut narrowed;
     for &s in ssts {
         if s.is_quarantined() {
             continue;
         }
         if floor.is_some_and(|d| d.marked_for_delete_at >= s.stats.max_timestamp) {
-            break;
+            // Newest first, the rest are shadowed too; in row order, only this one is.
+            if narrowing.is_none() {
+                break;
+            }
+            continue;
         }
+        let slices = match (narrowing, &cutoff) {
+            (Some(one), Some(c)) => {
+                narrowed = [up_to(t.cmp, one, c, from_end)];
+                Some(&narrowed[..])
+            }
+            _ => slices,
+        };
         if let Some(slices) = slices.filter(|s| !s.is_empty())
             && !may_hold_rows_in(t, s, slices)
         {
@@ -455,6 +479,48 @@ fn read_sstables(
         }
     }
     Ok((acc, cutoff))
+}
+
+/// Orders SSTables by where their rows start in a read's order (their smallest
+/// clustering, or their largest when reading from the end); those with unknown bounds
+/// first.
+fn first_in_read_order(
+    cmp: &ClusteringComparator,
+    a: &SSTableReader,
+    b: &SSTableReader,
+    from_end: bool,
+) -> std::cmp::Ordering {
+    let (x, y) = if from_end {
+        (&a.stats.max_clustering, &b.stats.max_clustering)
+    } else {
+        (&a.stats.min_clustering, &b.stats.min_clustering)
+    };
+    match (x.is_empty(), y.is_empty()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (false, false) if from_end => cmp.compare(y, x),
+        (false, false) => cmp.compare(x, y),
+    }
+}
+
+/// `slice` ending at clustering `c` inclusive in a read's order (starting there when
+/// reading from the end), when `c` is inside it.
+fn up_to(
+    cmp: &ClusteringComparator,
+    slice: &ClusteringSlice,
+    c: &Clustering,
+    from_end: bool,
+) -> ClusteringSlice {
+    let mut s = slice.clone();
+    if from_end {
+        if cmp.after_start(c, &s.start) {
+            s.start = ClusteringBound::inclusive(c.0.clone());
+        }
+    } else if cmp.before_end(c, &s.end) {
+        s.end = ClusteringBound::inclusive(c.0.clone());
+    }
+    s
 }
 
 /// The clustering slices an SSTable read must cover for `cmd` when what it reads is not
