@@ -817,6 +817,10 @@ pub struct SSTableWriter {
     compressed: Vec<u8>,
     /// RowIndex.db: where some rows of each wide partition start.
     row_index: RowIndexWriter,
+    /// Its temporary file once blocks have been written out ([`SPILL_BYTES`]).
+    ///
+    /// [`SPILL_BYTES`]: crate::rowindex::SPILL_BYTES
+    row_index_out: Option<File>,
     /// The partition being written a row at a time, if any.
     streamed: Option<Streamed>,
 }
@@ -963,6 +967,7 @@ impl SSTableWriter {
             cmp: schema.clustering_comparator(),
             compressed: Vec::new(),
             row_index: RowIndexWriter::new(),
+            row_index_out: None,
             streamed: None,
         })
     }
@@ -1230,6 +1235,9 @@ impl SSTableWriter {
     /// Adds the index, summary and bloom filter entries of a partition at `start` of the
     /// uncompressed stream.
     fn index_partition(&mut self, key: &PartitionKey, start: u64, len: u64) -> Result<()> {
+        if let Some(bytes) = self.row_index.take_spill() {
+            self.write_row_index(&bytes)?;
+        }
         if self.index_block_entries == 0 {
             self.summary.extend_from_slice(&key.token.to_le_bytes());
             put_bytes(&mut self.summary, &key.key);
@@ -1462,14 +1470,26 @@ impl SSTableWriter {
             .collect::<String>()
             + "TOC.txt\n";
         let row_index = std::mem::take(&mut self.row_index).finish();
-        let parts: [(&str, Vec<u8>); 6] = [
+        let mut parts: Vec<(&str, Vec<u8>)> = vec![
             ("CompressionInfo.db", ci),
-            (crate::rowindex::COMPONENT, row_index),
             ("Summary.db", summary),
             ("Filter.db", bloom.encode()),
             ("Statistics.db", self.stats.encode()),
             ("TOC.txt", toc.into_bytes()),
         ];
+        // RowIndex.db: its tail appended to the blocks written out so far, if any.
+        let row_index_path = tmp_path(&dir, g, crate::rowindex::COMPONENT);
+        let row_index_out = match self.row_index_out.take() {
+            Some(mut f) => {
+                f.write_all(&row_index)
+                    .map_err(|e| StorageError::io(&row_index_path, e))?;
+                Some(f)
+            }
+            None => {
+                parts.push((crate::rowindex::COMPONENT, row_index));
+                None
+            }
+        };
         // Every component (the TOC too: it is only the commit point once renamed) is
         // written and fdatasynced on its own thread: the file system commits concurrent
         // syncs together, where one after the other each waits for its own commit.
@@ -1499,6 +1519,10 @@ impl SSTableWriter {
                     .sync_data()
                     .map_err(|e| StorageError::io(index_path, e))
             }));
+            if let Some(f) = row_index_out {
+                let p = &row_index_path;
+                handles.push(sc.spawn(move || f.sync_data().map_err(|e| StorageError::io(p, e))));
+            }
             for (name, bytes) in &parts {
                 handles.push(sc.spawn(move || write_synced(name, bytes)));
             }
@@ -1528,6 +1552,22 @@ impl SSTableWriter {
             t.set(v);
         });
         Ok(Some(r))
+    }
+
+    /// Appends `bytes` to the temporary RowIndex.db (created by the first call).
+    fn write_row_index(&mut self, bytes: &[u8]) -> Result<()> {
+        let p = tmp_path(&self.dir, self.generation, crate::rowindex::COMPONENT);
+        let f = match &mut self.row_index_out {
+            Some(f) => f,
+            None => self.row_index_out.insert(create(&p)?),
+        };
+        f.write_all(bytes).map_err(|e| StorageError::io(&p, e))
+    }
+
+    /// Sets how many bytes of RowIndex.db blocks are held before they are written out
+    /// (tests).
+    pub fn set_row_index_spill(&mut self, bytes: usize) {
+        self.row_index.set_spill_at(bytes);
     }
 
     /// Removes the temporary files of an abandoned write.
@@ -3347,6 +3387,60 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// RowIndex.db written out in pieces as it grows (here after every block, where
+    /// `SPILL_BYTES` waits for 1 MiB) is the file held whole until finish, and serves
+    /// reads the same.
+    #[test]
+    fn row_index_written_out_in_pieces_equals_the_whole_file() {
+        let schema = crate::test_support::wide_table_1k_chunks();
+        let dir = tempfile::tempdir().expect("tmp");
+        let row = |n: u32| Row {
+            clustering: Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]),
+            marker: Some(LivenessInfo::new(1)),
+            deletion: None,
+            cells: vec![(
+                3,
+                ColumnData::Simple(Cell::live(2, Bytes::from(vec![b'x'; 120]))),
+            )],
+        };
+        // Every third of 30 partitions wide (800 rows of ~130 bytes), the rest narrow.
+        let mut parts: Vec<(PartitionKey, PartitionUpdate)> = (0..30)
+            .map(|p| {
+                let rows = if p % 3 == 0 { 800 } else { 2 };
+                let u = PartitionUpdate {
+                    rows: (0..rows).map(row).collect(),
+                    ..Default::default()
+                };
+                (PartitionKey::new(Bytes::from(format!("p{p}"))), u)
+            })
+            .collect();
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
+        for (g, spill) in [(1, None), (2, Some(0))] {
+            let mut w = SSTableWriter::new(dir.path(), g, &schema).expect("writer");
+            if let Some(b) = spill {
+                w.set_row_index_spill(b);
+            }
+            for (k, u) in &parts {
+                w.append(k, u).expect("append");
+            }
+            let r = w.finish(0, 0).expect("finish").expect("an SSTable");
+            r.verify().expect("checksums and row index");
+            for (k, u) in &parts {
+                assert!(r.get(k).expect("get").as_ref() == Some(u), "{k:?}");
+            }
+        }
+        let path = |g| component_path(dir.path(), g, crate::rowindex::COMPONENT);
+        let ri = crate::rowindex::RowIndexFile::open(&path(2))
+            .expect("open")
+            .expect("a row index");
+        assert_eq!(ri.len(), 10, "one block per wide partition");
+        let (whole, pieces) = (
+            std::fs::read(path(1)).expect("read"),
+            std::fs::read(path(2)).expect("read"),
+        );
+        assert!(whole == pieces, "RowIndex.db differs");
     }
 
     fn schema() -> TableSchema {
