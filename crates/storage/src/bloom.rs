@@ -105,6 +105,99 @@ fn block_mask(token: i64, k: u32) -> [u64; BLOCK_WORDS] {
     mask
 }
 
+/// The bits of a blocked filter for `n` (> 0) keys at false-positive chance `fp`, and its
+/// `k` (which depends only on `fp`, since the bits grow linearly with `n`).
+fn blocked_size(n: f64, fp: f64) -> (f64, u32) {
+    let ln2 = std::f64::consts::LN_2;
+    let bits = (-(n * fp.ln()) / (ln2 * ln2) * blocked_extra_bits(fp))
+        .ceil()
+        .max(BLOCK_BITS as f64);
+    let k = ((bits / n) * ln2).round().clamp(1.0, f64::from(MAX_K)) as u32;
+    (bits, k)
+}
+
+/// Fewer keys expected than this: the SSTable writer keeps their tokens and builds the
+/// filter at the end ([`Bloom::build`], exactly sized); more, it builds the filter as
+/// they come ([`BloomBuilder`]), holding ~1.4 bytes per expected key instead of 8 per key.
+pub const INCREMENTAL_MIN_KEYS: u64 = 1 << 16;
+
+/// A [`BloomBuilder`]'s block count is a multiple of this, so that it can halve this many
+/// times (log2) when fewer keys came than expected.
+const FOLD_UNIT: usize = 64;
+
+/// A version 2 filter built as keys come, sized for an upper bound of their number (a
+/// compaction's: the sum of its inputs' partitions; a flush's: the memtable's), then
+/// halved at [`finish`](Self::finish) while it stays large enough for the keys that came:
+/// a blocked filter halves by OR-ing neighbouring blocks, since `block_of` with half the
+/// blocks is the full filter's block over two, and a key's bits within its block do not
+/// depend on the block count. The tokens of a large SSTable (8 bytes each: 0.8 GB for
+/// 100M partitions) were held until its end only to size the filter.
+pub struct BloomBuilder {
+    k: u32,
+    fp: f64,
+    blocks: Vec<Block>,
+    /// Keys added.
+    keys: u64,
+}
+
+impl BloomBuilder {
+    /// None when the filter is disabled (`fp` >= 1) or `max_keys` is 0.
+    pub fn new(max_keys: u64, fp: f64) -> Option<Self> {
+        if !(fp > 0.0 && fp < 1.0) || max_keys == 0 {
+            return None;
+        }
+        let (bits, k) = blocked_size(max_keys as f64, fp);
+        let count = (bits as u64).div_ceil(BLOCK_BITS) as usize;
+        Some(BloomBuilder {
+            k,
+            fp,
+            blocks: vec![Block::default(); count.next_multiple_of(FOLD_UNIT)],
+            keys: 0,
+        })
+    }
+
+    pub fn add(&mut self, token: i64) {
+        self.keys += 1;
+        let count = self.blocks.len();
+        let mask = block_mask(token, self.k);
+        if let Some(block) = self.blocks.get_mut(block_of(token, count)) {
+            for (w, m) in block.0.iter_mut().zip(mask) {
+                *w |= m;
+            }
+        }
+    }
+
+    /// The filter of the tokens added, halved while half of it is still at least what
+    /// that many keys need (the same token added twice counts twice).
+    pub fn finish(self) -> Bloom {
+        let keys = self.keys;
+        if keys == 0 {
+            return Bloom {
+                k: 0,
+                bits: Bits::None,
+            };
+        }
+        let needed = (blocked_size(keys as f64, self.fp).0 as u64).div_ceil(BLOCK_BITS) as usize;
+        let mut blocks = self.blocks;
+        while blocks.len().is_multiple_of(2) && blocks.len() / 2 >= needed {
+            blocks = blocks
+                .chunks_exact(2)
+                .map(|pair| {
+                    let mut b = pair[0];
+                    for (w, o) in b.0.iter_mut().zip(pair[1].0) {
+                        *w |= o;
+                    }
+                    b
+                })
+                .collect();
+        }
+        Bloom {
+            k: self.k,
+            bits: Bits::Blocked { blocks },
+        }
+    }
+}
+
 impl Bloom {
     /// Builds a (version 2, blocked) filter for `tokens` with false-positive chance `fp`
     /// (>= 1.0 disables it). Tokens in ascending order, as an SSTable's partitions come,
@@ -117,12 +210,7 @@ impl Bloom {
                 bits: Bits::None,
             };
         }
-        let n = tokens.len() as f64;
-        let ln2 = std::f64::consts::LN_2;
-        let bits = (-(n * fp.ln()) / (ln2 * ln2) * blocked_extra_bits(fp))
-            .ceil()
-            .max(BLOCK_BITS as f64);
-        let k = ((bits / n) * ln2).round().clamp(1.0, f64::from(MAX_K)) as u32;
+        let (bits, k) = blocked_size(tokens.len() as f64, fp);
         let count = (bits as u64).div_ceil(BLOCK_BITS) as usize;
         let mut blocks = vec![Block::default(); count];
         for (i, &t) in tokens.iter().enumerate() {
@@ -301,6 +389,46 @@ mod tests {
         let mut enc = b.encode();
         enc[30] ^= 1;
         assert!(Bloom::decode(Path::new("x"), &enc).is_err());
+    }
+
+    /// A filter built as keys come and halved at the end to what the keys that came need
+    /// answers as one built from the keys at once: every key found, false positives
+    /// within the same bounds, and about the same size (at most one halving larger).
+    #[test]
+    fn built_as_keys_come_matches_one_built_at_once() {
+        let mut toks = tokens(0..10_000);
+        toks.sort_unstable();
+        for (fp, max) in [(0.1, 10_000), (0.01, 1_000), (0.001, 100)] {
+            let whole = Bloom::build(&toks, fp);
+            // Exactly as many keys as expected, twice, and thirty times as many.
+            for expected in [10_000, 20_000, 300_000] {
+                let mut b = BloomBuilder::new(expected, fp).expect("enabled");
+                for &t in &toks {
+                    b.add(t);
+                }
+                let b = b.finish();
+                assert!(
+                    toks.iter().all(|t| b.may_contain(*t)),
+                    "fp {fp} / {expected}"
+                );
+                let n = false_positives(&b);
+                assert!(
+                    n < max,
+                    "fp {fp} / {expected}: {n} false positives / 100000"
+                );
+                assert_eq!(b.k, whole.k);
+                let (got, exact) = (b.word_count(), whole.word_count());
+                assert!(
+                    got >= exact && got < 2 * exact + FOLD_UNIT * BLOCK_WORDS,
+                    "fp {fp} / {expected}: {got} words, {exact} built at once"
+                );
+                let d = Bloom::decode(Path::new("x"), &b.encode()).expect("decode");
+                assert!(toks.iter().all(|t| d.may_contain(*t)));
+            }
+        }
+        assert!(BloomBuilder::new(10, 1.0).is_none());
+        let none = BloomBuilder::new(10, 0.01).expect("enabled").finish();
+        assert!(none.may_contain(7));
     }
 
     #[test]

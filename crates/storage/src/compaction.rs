@@ -1073,6 +1073,8 @@ fn compact_into_writer(
     mut hook: Option<PartitionHook<'_>>,
     writer: &mut Option<SSTableWriter>,
 ) -> Result<Vec<SSTableReader>> {
+    // At most the inputs' partitions go to each output (the filter is sized for them).
+    let expected_partitions: u64 = inputs.iter().map(|s| s.stats.partitions).sum();
     let mut scanners: Vec<Scanner<'_>> = Vec::with_capacity(inputs.len());
     for s in inputs {
         scanners.push(s.scan_from(i64::MIN, None, false)?);
@@ -1128,7 +1130,9 @@ fn compact_into_writer(
                 let g = next_generation.fetch_add(1, AtomicOrdering::Relaxed);
                 txn.add_output(g)?;
                 created.push(g);
-                writer.insert(SSTableWriter::new_direct(dir, g, schema)?)
+                let w = writer.insert(SSTableWriter::new_direct(dir, g, schema)?);
+                w.expect_partitions(expected_partitions);
+                w
             }
         };
         // Fast path: one source, and nothing in that SSTable can expire or be purged:

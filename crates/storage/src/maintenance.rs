@@ -452,6 +452,7 @@ fn scrub_job(
             txn.add_output(out_gen)?;
             created.push(out_gen);
             let mut w = SSTableWriter::new(&inp.dir, out_gen, &inp.schema)?;
+            w.expect_partitions(s.stats.partitions);
             let skipped_before = r.partitions_skipped;
             copy_readable(s, &mut w, r, abort)?;
             if r.partitions_skipped > skipped_before {

@@ -2557,6 +2557,7 @@ fn flush_memtable(
             SSTableWriter::new_over_spare(dir, generation, &mem.schema, spares)?
         }
     };
+    w.expect_partitions(mem.partitions.len() as u64);
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
     let mut parts = mem.partitions.iter();

@@ -808,7 +808,10 @@ pub struct SSTableWriter {
     index_offset: u64,
     summary: Vec<u8>,
     summary_entries: u32,
+    /// The partitions' tokens, for a filter built at the end, unless `bloom` builds it as
+    /// they come ([`expect_partitions`](Self::expect_partitions)).
     bloom_keys: Vec<i64>,
+    bloom: Option<crate::bloom::BloomBuilder>,
     fp_chance: f64,
     stats: Stats,
     /// The last partition appended (ring order is checked without cloning keys).
@@ -952,6 +955,7 @@ impl SSTableWriter {
             summary: Vec::new(),
             summary_entries: 0,
             bloom_keys: Vec::new(),
+            bloom: None,
             fp_chance: schema.options.bloom_filter_fp_chance,
             stats: Stats {
                 table: schema.id,
@@ -1249,7 +1253,10 @@ impl SSTableWriter {
         put_var(&mut self.index_block, start);
         put_var(&mut self.index_block, len);
         self.index_block_entries += 1;
-        self.bloom_keys.push(key.token);
+        match &mut self.bloom {
+            Some(b) => b.add(key.token),
+            None => self.bloom_keys.push(key.token),
+        }
         if self.index_block_entries == INDEX_BLOCK_ENTRIES {
             self.finish_index_block()?;
         }
@@ -1447,7 +1454,10 @@ impl SSTableWriter {
         let crc = crc32c::crc32c(&summary);
         summary.extend_from_slice(&crc.to_le_bytes());
 
-        let bloom = Bloom::build(&self.bloom_keys, self.fp_chance);
+        let bloom = match self.bloom.take() {
+            Some(b) => b.finish(),
+            None => Bloom::build(&self.bloom_keys, self.fp_chance),
+        };
         self.stats.uncompressed_bytes = self.uncompressed_len;
         self.stats.commitlog_upper_bound = commitlog_upper_bound;
         self.stats.level = level;
@@ -1552,6 +1562,17 @@ impl SSTableWriter {
             t.set(v);
         });
         Ok(Some(r))
+    }
+
+    /// Announces at most `n` partitions, before the first is appended: from
+    /// [`INCREMENTAL_MIN_KEYS`] of them on, the filter is built as they come instead of
+    /// from their tokens kept until the end (then sized for the partitions written).
+    ///
+    /// [`INCREMENTAL_MIN_KEYS`]: crate::bloom::INCREMENTAL_MIN_KEYS
+    pub fn expect_partitions(&mut self, n: u64) {
+        if self.stats.partitions == 0 && n >= crate::bloom::INCREMENTAL_MIN_KEYS {
+            self.bloom = crate::bloom::BloomBuilder::new(n, self.fp_chance);
+        }
     }
 
     /// Appends `bytes` to the temporary RowIndex.db (created by the first call).
@@ -3441,6 +3462,50 @@ mod tests {
             std::fs::read(path(2)).expect("read"),
         );
         assert!(whole == pieces, "RowIndex.db differs");
+    }
+
+    /// A writer told to expect 4 times the partitions it gets (a compaction of
+    /// overwritten keys) builds its filter as they come: every key is found, and the
+    /// filter, halved at the end, is at most about twice the one built from the tokens.
+    #[test]
+    fn filters_built_as_partitions_come_find_every_key() {
+        let schema = schema();
+        let dir = tempfile::tempdir().expect("tmp");
+        let n = crate::bloom::INCREMENTAL_MIN_KEYS as usize + 4_000;
+        let mut keys: Vec<PartitionKey> = (0..n)
+            .map(|i| PartitionKey::new(Bytes::from(format!("key{i:07}"))))
+            .collect();
+        keys.sort();
+        for (g, expect) in [(1, None), (2, Some(4 * n as u64))] {
+            let mut w = SSTableWriter::new(dir.path(), g, &schema).expect("writer");
+            if let Some(e) = expect {
+                w.expect_partitions(e);
+            }
+            for (i, k) in keys.iter().enumerate() {
+                w.append(k, &one_row(i, Bytes::from_static(b"v")))
+                    .expect("append");
+            }
+            let r = w.finish(0, 0).expect("finish").expect("an SSTable");
+            assert!(keys.iter().all(|k| r.may_contain(k)), "generation {g}");
+            let absent = (0..20_000)
+                .filter(|i| r.may_contain(&PartitionKey::new(Bytes::from(format!("no{i}")))))
+                .count();
+            assert!(
+                absent < 400,
+                "generation {g}: {absent} false positives / 20000"
+            );
+            assert!(r.get(&keys[n / 2]).expect("get").is_some());
+        }
+        let size = |g| {
+            std::fs::metadata(component_path(dir.path(), g, "Filter.db"))
+                .expect("filter")
+                .len()
+        };
+        let (exact, built) = (size(1), size(2));
+        assert!(
+            built >= exact && built <= 2 * exact + 4_096,
+            "{built} bytes, {exact} from the tokens"
+        );
     }
 
     fn schema() -> TableSchema {
