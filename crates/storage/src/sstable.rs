@@ -1810,6 +1810,7 @@ impl SSTableReader {
             // Found reading Data.db where the index pointed.
             other => StorageError::corrupt(path, 0, format!("does not match Data.db: {other}")),
         };
+        debug_assert!(matches!(err, StorageError::Corrupt { .. }));
         if self.row_index_fault.set(err).is_ok()
             && let Some(err) = self.row_index_fault.get()
         {
@@ -2339,11 +2340,15 @@ impl SSTableReader {
             .and_then(|block| self.get_indexed(key, e, &block, cache.as_deref_mut(), detach, rows));
             match indexed {
                 Ok(found) => return Ok(Some(found)),
-                // A Data.db chunk failed its checksum: the SSTable is out of service.
-                Err(err) if self.is_quarantined() => return Err(err),
-                // Anything else is the row index's fault (a damaged block, or entries
-                // that do not match the rows): the partition is decoded from its start.
-                Err(err) => self.row_index_failed(err),
+                // Corruption with Data.db's chunks intact (a damaged block, or entries
+                // that do not match the rows) is the row index's: the partition is decoded
+                // from its start. A Data.db chunk that failed its checksum put the SSTable
+                // out of service; I/O errors and reads that would wait for the disk are
+                // the read's.
+                Err(err @ StorageError::Corrupt { .. }) if !self.is_quarantined() => {
+                    self.row_index_failed(err)
+                }
+                Err(err) => return Err(err),
             }
         }
         let bytes = self.partition_bytes(e, 0, e.len, cache, detach, true)?;
