@@ -3380,7 +3380,7 @@ impl PartitionStream<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amphora_types::data::{Cell, Clustering, LivenessInfo};
+    use amphora_types::data::{Cell, Clustering, ClusteringBound, LivenessInfo};
     use amphora_types::schema::{ColumnKind, TableOptions};
     use std::sync::Arc;
 
@@ -3467,6 +3467,86 @@ mod tests {
             std::fs::read(path(2)).expect("read"),
         );
         assert!(whole == pieces, "RowIndex.db differs");
+    }
+
+    /// A read through the row index that would wait for the disk (the no-wait point
+    /// read declines with `WouldBlock`, then waits off the shard and runs again) returns
+    /// that, and leaves the index in use: it is the read's condition, not the index's
+    /// fault (the first version of the fallback turned the index off).
+    #[test]
+    fn reads_that_would_wait_leave_the_row_index_in_use() {
+        let schema = crate::test_support::wide_table_1k_chunks();
+        let dir = tempfile::tempdir().expect("tmp");
+        let row = |n: u32| Row {
+            clustering: Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]),
+            marker: Some(LivenessInfo::new(1)),
+            deletion: None,
+            cells: vec![(
+                3,
+                ColumnData::Simple(Cell::live(2, Bytes::from(vec![b'x'; 120]))),
+            )],
+        };
+        let key = PartitionKey::new(Bytes::from_static(b"wide"));
+        let u = PartitionUpdate {
+            rows: (0..2_000).map(row).collect(),
+            ..Default::default()
+        };
+        let mut w = SSTableWriter::new(dir.path(), 1, &schema).expect("writer");
+        w.append(&key, &u).expect("append");
+        drop(w.finish(0, 0).expect("finish").expect("an SSTable"));
+        let cmp = schema.clustering_comparator();
+        let slice = ClusteringSlice {
+            start: ClusteringBound::inclusive(vec![Bytes::copy_from_slice(
+                &1_500u32.to_be_bytes(),
+            )]),
+            end: ClusteringBound::inclusive(Vec::new()),
+        };
+        let rows = RowSlices {
+            cmp: &cmp,
+            slices: std::slice::from_ref(&slice),
+            cap: 10,
+            from_end: false,
+        };
+        let data = File::open(component_path(dir.path(), 1, "Data.db")).expect("open");
+        let mut waited = None;
+        // Rounds, as in diskwait's tests: an evicted page may be read back by the
+        // readahead before the read looks at it again.
+        for _ in 0..20 {
+            // A fresh reader: one holds the last chunk it decompressed.
+            let r = SSTableReader::open(dir.path(), 1).expect("open");
+            assert!(r.usable_row_index().is_some());
+            assert_eq!(
+                crate::diskwait::drop_from_page_cache(&data).expect("evict"),
+                0,
+                "pages left resident"
+            );
+            match crate::diskwait::without_waiting(|| r.get_sliced(&key, None, None, rows)) {
+                Ok(_) => continue,
+                Err(StorageError::WouldBlock(_)) => {
+                    waited = Some(r);
+                    break;
+                }
+                Err(e) => panic!("expected WouldBlock, got {e}"),
+            }
+        }
+        let r = waited.expect("no read of the evicted Data.db waited in any round");
+        assert!(
+            r.row_index_fault.get().is_none(),
+            "{:?}",
+            r.row_index_fault.get()
+        );
+        assert!(r.usable_row_index().is_some());
+        let (got, cut) = r
+            .get_sliced(&key, None, None, rows)
+            .expect("read")
+            .expect("found");
+        let first: Vec<u32> = got
+            .rows
+            .iter()
+            .map(|r| u32::from_be_bytes(r.clustering.0[0][..].try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(first, (1_500..1_510).collect::<Vec<_>>());
+        assert!(cut.is_some());
     }
 
     /// A writer told to expect 4 times the partitions it gets (a compaction of
