@@ -3510,8 +3510,9 @@ mod tests {
         let data = File::open(component_path(dir.path(), 1, "Data.db")).expect("open");
         let mut waited = None;
         // Rounds, as in diskwait's tests: an evicted page may be read back by the
-        // readahead before the read looks at it again.
-        for _ in 0..20 {
+        // readahead before the read looks at it again (more rounds than there: this read
+        // is a few KiB, whose readahead is over sooner than theirs of 4 MiB).
+        for _ in 0..200 {
             // A fresh reader: one holds the last chunk it decompressed.
             let r = SSTableReader::open(dir.path(), 1).expect("open");
             assert!(r.usable_row_index().is_some());
