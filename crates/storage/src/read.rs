@@ -481,6 +481,40 @@ fn read_sstables(
     Ok((acc, cutoff))
 }
 
+/// Whether `key`'s partition holds more serialized bytes in the SSTables than `limit` (the
+/// row cache's partition limit), by their index entries: a row cache miss otherwise reads
+/// and decodes it whole, from every SSTable, only for the cache to refuse it (the first page
+/// of a 3M-row partition in 11 SSTables took 28-41 s). Looked up only when some SSTable's
+/// largest partition could reach `limit` over all of them (their size histograms), so
+/// tables of narrow partitions pay nothing. An index that fails to read says no: the read
+/// itself then meets and reports it.
+fn past_cache_limit(
+    t: &TableSources<'_, impl Iterator>,
+    key: &PartitionKey,
+    limit: u64,
+    cache: &mut BlockCache,
+) -> bool {
+    let share = limit / (t.sstables.len() as u64).max(1);
+    if !t.sstables.iter().any(|s| s.max_partition_bytes() > share) {
+        return false;
+    }
+    let mut total = 0u64;
+    for s in t.sstables.iter().filter(|s| !s.is_quarantined()) {
+        if let Ok(Some(len)) = s.partition_len(key, Some(&mut *cache)) {
+            total = total.saturating_add(len);
+            if total > limit {
+                amphora_trace::event(|| {
+                    format!(
+                        "Partition of more than {limit} bytes: not read whole for the row cache"
+                    )
+                });
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Orders SSTables by where their rows start in a read's order (their smallest
 /// clustering, or their largest when reading from the end); those with unknown bounds
 /// first.
@@ -680,7 +714,15 @@ pub(crate) fn read_single<'a>(
             Some(entry) => cached = Some(entry),
             None if !fill
                 || row_cache.known_too_big(t.table, key)
-                || !row_cache.admits(t.table, key) =>
+                || !row_cache.admits(t.table, key)
+                || {
+                    // Remembered, so later reads do not look at the index entries again.
+                    let big = past_cache_limit(&t, key, row_cache.partition_max(), block_cache);
+                    if big {
+                        row_cache.note_too_big(t.table, key);
+                    }
+                    big
+                } =>
             {
                 amphora_trace::event(|| {
                     "Row cache miss, not cached: over the size limit, or asked for less often than the entry it would evict"

@@ -1001,7 +1001,7 @@ impl RowCache {
     }
 
     /// Remembers a partition found over the size limits.
-    fn note_too_big(&mut self, table: TableId, key: &PartitionKey) {
+    pub(crate) fn note_too_big(&mut self, table: TableId, key: &PartitionKey) {
         if self.too_big.len() >= TOO_BIG_KEYS {
             self.too_big.clear();
         }

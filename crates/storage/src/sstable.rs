@@ -2276,6 +2276,30 @@ impl SSTableReader {
         self.find_with(key, None)
     }
 
+    /// The serialized bytes of `key`'s partition here, from its index entry (None when
+    /// this SSTable does not hold it).
+    pub(crate) fn partition_len(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<u64>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        let cache = cache.filter(|c| c.is_enabled());
+        Ok(self.find_with(key, cache)?.map(|e| e.len))
+    }
+
+    /// An upper bound of this SSTable's largest partition's serialized bytes (its size
+    /// histogram's highest bucket).
+    pub(crate) fn max_partition_bytes(&self) -> u64 {
+        self.stats
+            .partition_size_histogram
+            .iter()
+            .rposition(|&n| n > 0)
+            .map_or(0, |b| 2u64.saturating_pow(b as u32 + 1))
+    }
+
     fn find_with(
         &self,
         key: &PartitionKey,
