@@ -3439,14 +3439,9 @@ mod tests {
         }
     }
 
-    /// RowIndex.db written out in pieces as it grows (here after every block, where
-    /// `SPILL_BYTES` waits for 1 MiB) is the file held whole until finish, and serves
-    /// reads the same.
-    #[test]
-    fn row_index_written_out_in_pieces_equals_the_whole_file() {
-        let schema = crate::test_support::wide_table_1k_chunks();
-        let dir = tempfile::tempdir().expect("tmp");
-        let row = |n: u32| Row {
+    /// Row `n` of the wide partitions of `wide_table_1k_chunks` (~130 bytes).
+    fn wide_row(n: u32) -> Row {
+        Row {
             clustering: Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]),
             marker: Some(LivenessInfo::new(1)),
             deletion: None,
@@ -3454,7 +3449,17 @@ mod tests {
                 3,
                 ColumnData::Simple(Cell::live(2, Bytes::from(vec![b'x'; 120]))),
             )],
-        };
+        }
+    }
+
+    /// RowIndex.db written out in pieces as it grows (here after every block, where
+    /// `SPILL_BYTES` waits for 1 MiB) is the file held whole until finish, and serves
+    /// reads the same.
+    #[test]
+    fn row_index_written_out_in_pieces_equals_the_whole_file() {
+        let schema = crate::test_support::wide_table_1k_chunks();
+        let dir = tempfile::tempdir().expect("tmp");
+        let row = wide_row;
         // Every third of 30 partitions wide (800 rows of ~130 bytes), the rest narrow.
         let mut parts: Vec<(PartitionKey, PartitionUpdate)> = (0..30)
             .map(|p| {
@@ -3501,15 +3506,7 @@ mod tests {
     fn reads_that_would_wait_leave_the_row_index_in_use() {
         let schema = crate::test_support::wide_table_1k_chunks();
         let dir = tempfile::tempdir().expect("tmp");
-        let row = |n: u32| Row {
-            clustering: Clustering(vec![Bytes::copy_from_slice(&n.to_be_bytes())]),
-            marker: Some(LivenessInfo::new(1)),
-            deletion: None,
-            cells: vec![(
-                3,
-                ColumnData::Simple(Cell::live(2, Bytes::from(vec![b'x'; 120]))),
-            )],
-        };
+        let row = wide_row;
         let key = PartitionKey::new(Bytes::from_static(b"wide"));
         let u = PartitionUpdate {
             rows: (0..2_000).map(row).collect(),

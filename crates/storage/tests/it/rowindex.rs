@@ -317,13 +317,8 @@ fn compare_paged(
 #[test]
 fn capped_reads_over_many_sstables_match_a_memtable() {
     for order in [ClusteringOrder::Asc, ClusteringOrder::Desc] {
-        let (da, db) = (
-            tempfile::tempdir().expect("tmp"),
-            tempfile::tempdir().expect("tmp"),
-        );
+        let (_dirs, flushed, reference) = flushed_and_reference(order);
         rt().block_on(async {
-            let flushed = open(cfg(da.path()), order);
-            let reference = open(cfg(db.path()), order);
             // (first row, end, step, timestamp): five windows, a rewrite of every 7th
             // row across three of them, a sparse run over all of them.
             let runs = [
@@ -404,16 +399,25 @@ fn indexed_partitions(s: &ShardStorage) -> usize {
         .sum()
 }
 
+/// Two nodes in fresh directories (kept alive by the first value): one whose writes are
+/// flushed, and the reference, whose writes stay in its memtable.
+fn flushed_and_reference(
+    order: ClusteringOrder,
+) -> ([tempfile::TempDir; 2], ShardStorage, ShardStorage) {
+    let dirs = [
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    ];
+    let flushed = open(cfg(dirs[0].path()), order);
+    let reference = open(cfg(dirs[1].path()), order);
+    (dirs, flushed, reference)
+}
+
 #[test]
 fn wide_partitions_read_through_their_row_index_as_from_a_memtable() {
     for order in [ClusteringOrder::Asc, ClusteringOrder::Desc] {
-        let (da, db) = (
-            tempfile::tempdir().expect("tmp"),
-            tempfile::tempdir().expect("tmp"),
-        );
+        let (_dirs, flushed, reference) = flushed_and_reference(order);
         rt().block_on(async {
-            let flushed = open(cfg(da.path()), order);
-            let reference = open(cfg(db.path()), order);
             for s in [&flushed, &reference] {
                 write(s, 1).await;
             }
