@@ -12,11 +12,12 @@
 # query (a range read, as a full-table scan does). SPLIT=N writes the rows in N runs of
 # consecutive clustering values with a flush after each (N SSTables of disjoint clustering
 # ranges, as time windows leave a time series partition; STCS min_threshold 32 keeps them
-# apart).
+# apart). INTERLEAVE=N writes row c in the (c mod N)-th of N passes with a flush after each
+# (N SSTables each holding every N-th row: rows updated at random over time).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2 rows=${3:-200000}
-export ORDER=${ORDER:-} FLUSH=${FLUSH:-} SPLIT=${SPLIT:-} RANGES=${RANGES:-0} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
+export ORDER=${ORDER:-} FLUSH=${FLUSH:-} SPLIT=${SPLIT:-} INTERLEAVE=${INTERLEAVE:-} RANGES=${RANGES:-0} NODETOOL="$S nodetool -h 127.0.0.1 -p 19602"
 if [[ $bin == cassandra ]]; then
   # Apache Cassandra (bench/cassandra, installed by make bench) on CPU 0 with a 2G heap.
   cdata="$OUT/data-$label"; rm -rf "$cdata"
@@ -35,7 +36,8 @@ label, rows = sys.argv[1], int(sys.argv[2])
 s = Cluster(['127.0.0.1'], port=19600).connect()
 s.execute("CREATE KEYSPACE pg WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
 split = int(os.environ['SPLIT'] or 0)
-compaction = " WITH compaction = {'class': 'SizeTieredCompactionStrategy', 'min_threshold': 32}" if split else ""
+inter = int(os.environ['INTERLEAVE'] or 0)
+compaction = " WITH compaction = {'class': 'SizeTieredCompactionStrategy', 'min_threshold': 32}" if split or inter else ""
 s.execute("CREATE TABLE pg.t (k int, c int, v text, PRIMARY KEY (k, c))" + compaction)
 ins = s.prepare("INSERT INTO pg.t (k, c, v) VALUES (0, ?, 'value-xxxxxxxxxxxxxxxx')")
 def flush():
@@ -43,7 +45,12 @@ def flush():
     subprocess.run(os.environ['NODETOOL'].split() + ['flush'], check=True, stdout=subprocess.DEVNULL)
 # In batches: one call over a million rows had requests time out (not looked into).
 step = -(-rows // split) if split else 100000
-for b in range(0, rows, step):
+for g in range(inter):
+    pas = list(range(g, rows, inter))
+    for c in range(0, len(pas), 100000):
+        execute_concurrent_with_args(s, ins, [(i,) for i in pas[c:c + 100000]], concurrency=128)
+    flush()
+for b in range(0, rows if not inter else 0, step):
     for c in range(b, min(rows, b + step), 100000):
         execute_concurrent_with_args(s, ins, [(i,) for i in range(c, min(rows, b + step, c + 100000))], concurrency=128)
     if split:

@@ -363,7 +363,9 @@ fn merge_into(schema: &TableSchema, acc: &mut Option<PartitionUpdate>, u: Partit
 /// cache ([`SSTableReader::get_detached_with`]). `cap`: with `slices`, at most this many
 /// rows of each SSTable (the first ones, the last ones when `from_end`); the result then
 /// comes with the earliest of the SSTables' cutoffs in that order (the clustering of the
-/// last row taken from one that had more).
+/// last row taken from one that had more). `count`: whether a capped read of one slice
+/// may stop every SSTable where their row indexes count `cap` rows in all
+/// ([`counted_cutoff`]); left true only when it did.
 #[allow(clippy::too_many_arguments)]
 fn read_sstables(
     t: &TableSources<'_, impl Iterator>,
@@ -375,6 +377,7 @@ fn read_sstables(
     detach: Option<u64>,
     cap: usize,
     from_end: bool,
+    count: &mut bool,
 ) -> Result<(Option<PartitionUpdate>, Option<Clustering>)> {
     // A capped read of one slice takes the SSTables in the order of their first row in
     // the read's order, and each after the first only up to the earliest cutoff so far:
@@ -403,6 +406,12 @@ fn read_sstables(
     };
     let mut acc = None;
     let mut cutoff: Option<Clustering> = None;
+    if std::mem::take(count)
+        && let Some(one) = narrowing
+    {
+        cutoff = counted_cutoff(t, key, one, ssts, cap, from_end, cache)?;
+        *count = cutoff.is_some();
+    }
     let mut narrowed;
     for &s in ssts {
         if s.is_quarantined() {
@@ -513,6 +522,100 @@ fn past_cache_limit(
         }
     }
     false
+}
+
+/// Where a capped read of `slice` over SSTables that interleave their rows (`ssts`, in
+/// the read's order of their first rows) may stop them all: the clustering of the first
+/// row index entry, in the read's order, up to which their row indexes count at least
+/// `cap` rows of the slice in all. Each SSTable read up to it then gives about its share
+/// of `cap` rows instead of `cap` rows of each: narrowing by the earliest cutoff as they
+/// are read does that only for SSTables of disjoint ranges. (A page of 5,000 rows over 10
+/// SSTables each holding every 10th row of a partition read 50,010 rows.) The rows counted
+/// are a lower bound (from the first entry inside the slice on), so an SSTable's rows up to
+/// the clustering are at least its count; rows of several SSTables may be versions of the
+/// same rows, or shadowed, and then the merge comes short and the read is made again
+/// without this. None unless the first two SSTables' clustering ranges overlap (by their
+/// statistics) and rows of at least two SSTables' row indexes make up the count; an
+/// SSTable's block is read only once the walk reaches its first row.
+fn counted_cutoff(
+    t: &TableSources<'_, impl Iterator>,
+    key: &PartitionKey,
+    slice: &ClusteringSlice,
+    ssts: &[&Arc<SSTableReader>],
+    cap: usize,
+    from_end: bool,
+    cache: &mut BlockCache,
+) -> Result<Option<Clustering>> {
+    let cmp = t.cmp;
+    let min_bytes = crate::rowindex::MIN_PARTITION_BYTES as u64;
+    let mut candidates = ssts.iter().filter(|s| {
+        !s.is_quarantined()
+            && s.max_partition_bytes() >= min_bytes
+            && may_hold_rows_in(t, s, std::slice::from_ref(slice))
+    });
+    // Whether `a` comes at or before `b` in the read's order.
+    let not_after = |a: &[Bytes], b: &[Bytes]| {
+        let ord = cmp.compare(a, b);
+        if from_end { ord.is_ge() } else { ord.is_le() }
+    };
+    // Where an SSTable's rows start and end in the read's order (empty: unknown).
+    fn edges(s: &SSTableReader, from_end: bool) -> (&[Bytes], &[Bytes]) {
+        let (min, max) = (&s.stats.min_clustering, &s.stats.max_clustering);
+        if from_end { (max, min) } else { (min, max) }
+    }
+    let mut pending = candidates.clone().peekable();
+    match (candidates.next(), candidates.next()) {
+        (Some(a), Some(b)) => {
+            let (end, start) = (edges(a, from_end).1, edges(b, from_end).0);
+            if !(end.is_empty() || start.is_empty() || not_after(start, end)) {
+                return Ok(None);
+            }
+        }
+        _ => return Ok(None),
+    }
+    let mut walks: Vec<crate::rowindex::MarkWalk<'_>> = Vec::new();
+    let cap = cap as u64;
+    loop {
+        // The walk whose next entry comes first in the read's order.
+        let mut next: Option<(usize, &Clustering)> = None;
+        for (j, w) in walks.iter().enumerate() {
+            if let Some(c) = w.peek()
+                && next.is_none_or(|(_, n)| !not_after(&n.0, &c.0))
+            {
+                next = Some((j, c));
+            }
+        }
+        // An SSTable whose rows start at or before it is walked too.
+        if let Some(s) = pending.peek()
+            && next.is_none_or(|(_, c)| {
+                let f = edges(s, from_end).0;
+                f.is_empty() || not_after(f, &c.0)
+            })
+        {
+            if let Some(marks) = s.row_marks(key, Some(&mut *cache))?
+                && let Some(w) = marks.walk(cmp, slice, from_end)?
+            {
+                walks.push(w);
+            }
+            pending.next();
+            continue;
+        }
+        let Some((j, c)) = next else {
+            return Ok(None);
+        };
+        let c = c.clone();
+        let Some(w) = walks.get_mut(j) else {
+            return Ok(None);
+        };
+        w.advance(cmp, slice)?;
+        if walks.iter().map(|w| w.counted()).sum::<u64>() >= cap {
+            let counting = walks.iter().filter(|w| w.counted() > 0).count();
+            amphora_trace::event(|| {
+                format!("Row indexes of {counting} sstables count {cap} rows up to a clustering")
+            });
+            return Ok((counting >= 2).then_some(c));
+        }
+    }
 }
 
 /// Orders SSTables by where their rows start in a read's order (their smallest
@@ -677,7 +780,8 @@ pub(crate) fn read_single<'a>(
                          sstables_read: &mut u32,
                          detach: Option<u64>,
                          cap: usize,
-                         from_end: bool| {
+                         from_end: bool,
+                         count: &mut bool| {
         read_sstables(
             &t,
             key,
@@ -688,6 +792,7 @@ pub(crate) fn read_single<'a>(
             detach,
             cap,
             from_end,
+            count,
         )
     };
     // Set when the SSTables are read without the row cache: with which detach limit.
@@ -750,6 +855,7 @@ pub(crate) fn read_single<'a>(
                     limit,
                     usize::MAX,
                     false,
+                    &mut false,
                 )?
                 .0
                 .unwrap_or_default();
@@ -781,10 +887,19 @@ pub(crate) fn read_single<'a>(
         // rows that were not cut (no cutoff) serve the uncapped merge as they are: then
         // only a memtable's cutoff can have made the capped one fail, which takes a
         // memtable partition with at least `cap` rows (only then are they kept aside).
+        // The first try may stop the SSTables where their row indexes count `cap` rows in
+        // all (`counted_cutoff`); if that falls short, the same cap is read again without.
         let mut cap = sst_cap;
+        let mut count = true;
         loop {
-            let (from_sstables, sst_cut) =
-                read_uncached(block_cache, &mut sstables_read, detach, cap, cmd.reversed)?;
+            let (from_sstables, sst_cut) = read_uncached(
+                block_cache,
+                &mut sstables_read,
+                detach,
+                cap,
+                cmd.reversed,
+                &mut count,
+            )?;
             if cap == usize::MAX {
                 let r = sources.merge(key, cmd, cap, from_sstables, None, sstables_read)?;
                 return Ok(r.unwrap_or_default());
@@ -800,7 +915,9 @@ pub(crate) fn read_single<'a>(
                 let r = sources.merge(key, cmd, usize::MAX, w, None, sstables_read)?;
                 return Ok(r.unwrap_or_default());
             }
-            cap = cap.saturating_mul(CAP_GROWTH);
+            if !std::mem::take(&mut count) {
+                cap = cap.saturating_mul(CAP_GROWTH);
+            }
             sstables_read = 0;
         }
     }

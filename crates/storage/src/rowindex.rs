@@ -30,7 +30,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use amphora_types::codec::{Reader, read_clustering, read_update_head, scan_rows};
-use amphora_types::data::Clustering;
+use amphora_types::data::{Clustering, ClusteringSlice};
+use amphora_types::schema::ClusteringComparator;
 use bytes::Bytes;
 
 use crate::error::{Result, StorageError};
@@ -470,5 +471,139 @@ impl RowIndexBlock {
             offset,
             clustering,
         })
+    }
+}
+
+/// The first entry of `block` from `start` on whose clustering satisfies `past` (which
+/// holds for every entry after one it holds for), or the number of entries.
+pub(crate) fn first_entry(
+    block: &RowIndexBlock,
+    path: &Path,
+    start: usize,
+    past: impl Fn(&Clustering) -> bool,
+) -> Result<usize> {
+    let (mut lo, mut hi) = (start, block.len().max(start));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if past(&block.entry(mid, path)?.clustering) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
+/// One partition's row index block, for counting its rows by clustering: a capped read
+/// over several SSTables that interleave their rows chooses where to stop with it
+/// (`read::counted_cutoff`).
+pub(crate) struct RowMarks<'a> {
+    pub(crate) block: RowIndexBlock,
+    pub(crate) path: &'a Path,
+}
+
+impl<'a> RowMarks<'a> {
+    /// The block's entries within `slice`, in a read's order (descending when
+    /// `from_end`); None when no entry is within it.
+    pub(crate) fn walk(
+        self,
+        cmp: &ClusteringComparator,
+        slice: &ClusteringSlice,
+        from_end: bool,
+    ) -> Result<Option<MarkWalk<'a>>> {
+        let (b, path) = (&self.block, self.path);
+        let i = if from_end {
+            // The last entry at or before the slice's end.
+            match first_entry(b, path, 0, |c| !cmp.before_end(c, &slice.end))? {
+                0 => return Ok(None),
+                past => past - 1,
+            }
+        } else {
+            first_entry(b, path, 0, |c| cmp.after_start(c, &slice.start))?
+        };
+        if i >= b.len() {
+            return Ok(None);
+        }
+        let first = b.entry(i, path)?;
+        let mut walk = MarkWalk {
+            base: first.ordinal,
+            next: None,
+            i,
+            counted: 0,
+            from_end,
+            marks: self,
+        };
+        walk.next = walk.within(cmp, slice, first);
+        Ok(walk.next.is_some().then_some(walk))
+    }
+}
+
+/// A walk over a [`RowMarks`] block's entries within one slice, in a read's order.
+pub(crate) struct MarkWalk<'a> {
+    marks: RowMarks<'a>,
+    /// The entry to visit next (index `i`); None once past the slice or the entries.
+    next: Option<RowIndexEntry>,
+    i: usize,
+    /// The ordinal of the first entry visited.
+    base: u64,
+    /// At least how many of the slice's rows come up to the last entry visited, inclusive.
+    counted: u64,
+    from_end: bool,
+}
+
+impl MarkWalk<'_> {
+    /// The clustering of the entry to visit next, if any.
+    pub(crate) fn peek(&self) -> Option<&Clustering> {
+        self.next.as_ref().map(|e| &e.clustering)
+    }
+
+    /// At least how many rows within the slice come, in the read's order, up to and
+    /// including the last entry visited: the rows from the first entry visited (the first
+    /// one after the slice's start, or the last one before its end when reading from the
+    /// end) to it. Rows between the slice's edge and that first entry are not counted.
+    pub(crate) fn counted(&self) -> u64 {
+        self.counted
+    }
+
+    /// Visits the next entry.
+    pub(crate) fn advance(
+        &mut self,
+        cmp: &ClusteringComparator,
+        slice: &ClusteringSlice,
+    ) -> Result<()> {
+        let Some(e) = self.next.take() else {
+            return Ok(());
+        };
+        self.counted = e.ordinal.abs_diff(self.base) + 1;
+        let following = if self.from_end {
+            match self.i.checked_sub(1) {
+                Some(i) => i,
+                None => return Ok(()),
+            }
+        } else {
+            self.i + 1
+        };
+        if following >= self.marks.block.len() {
+            return Ok(());
+        }
+        self.i = following;
+        let e = self.marks.block.entry(following, self.marks.path)?;
+        self.next = self.within(cmp, slice, e);
+        Ok(())
+    }
+
+    /// `e` if it is within `slice` on the side the walk moves towards.
+    fn within(
+        &self,
+        cmp: &ClusteringComparator,
+        slice: &ClusteringSlice,
+        e: RowIndexEntry,
+    ) -> Option<RowIndexEntry> {
+        let inside = if self.from_end {
+            cmp.after_start(&e.clustering, &slice.start)
+        } else {
+            cmp.before_end(&e.clustering, &slice.end)
+        };
+        inside.then_some(e)
     }
 }

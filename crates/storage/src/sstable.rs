@@ -26,7 +26,9 @@ use crate::bloom::Bloom;
 use crate::cache::{BlockCache, BlockKind};
 use crate::commitlog::LogPosition;
 use crate::error::{Result, StorageError};
-use crate::rowindex::{BlockBuilder, RowIndexBlock, RowIndexFile, RowIndexWriter};
+use crate::rowindex::{
+    BlockBuilder, RowIndexBlock, RowIndexFile, RowIndexWriter, RowMarks, first_entry,
+};
 
 pub const FORMAT_VERSION: u32 = 1;
 pub const FORMAT_PREFIX: &str = "am1";
@@ -2348,20 +2350,15 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        if let Some(ri) = self.usable_row_index()
-            && let Some(b) = ri.find(e.position)
+        if let Some((ri, b)) = self
+            .usable_row_index()
+            .and_then(|ri| Some((ri, ri.find(e.position)?)))
         {
-            let indexed = match cache.as_deref_mut() {
-                Some(c) => match c.get(self.id, BlockKind::RowIndex, b as u64) {
-                    Some(body) => Ok(body),
-                    None => ri.read_block(b).inspect(|body| {
-                        c.insert(self.id, BlockKind::RowIndex, b as u64, body.clone());
-                    }),
-                },
-                None => ri.read_block(b),
-            }
-            .and_then(|body| RowIndexBlock::parse(body, ri.path()))
-            .and_then(|block| self.get_indexed(key, e, &block, cache.as_deref_mut(), detach, rows));
+            let indexed = self
+                .row_index_block(ri, b, cache.as_deref_mut())
+                .and_then(|block| {
+                    self.get_indexed(key, e, &block, cache.as_deref_mut(), detach, rows)
+                });
             match indexed {
                 Ok(found) => return Ok(Some(found)),
                 // Corruption with Data.db's chunks intact (a damaged block, or entries
@@ -2393,6 +2390,63 @@ impl SSTableReader {
             picker.cut(&u.rows)
         };
         Ok(Some((u, cut)))
+    }
+
+    /// Row index block `b` of `ri` (this SSTable's), through the block cache when given.
+    fn row_index_block(
+        &self,
+        ri: &RowIndexFile,
+        b: usize,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<RowIndexBlock> {
+        match cache {
+            Some(c) => match c.get(self.id, BlockKind::RowIndex, b as u64) {
+                Some(body) => Ok(body),
+                None => ri.read_block(b).inspect(|body| {
+                    c.insert(self.id, BlockKind::RowIndex, b as u64, body.clone());
+                }),
+            },
+            None => ri.read_block(b),
+        }
+        .and_then(|body| RowIndexBlock::parse(body, ri.path()))
+    }
+
+    /// The row index block of `key`'s partition, for counting its rows by clustering
+    /// ([`RowMarks`]): None when the SSTable does not hold the partition or the partition
+    /// has no block (under [`crate::rowindex::MIN_PARTITION_BYTES`], or written without a
+    /// row index). A block found corrupt turns the row index off as a read through it
+    /// does (then None); I/O errors and reads that would wait are returned.
+    pub(crate) fn row_marks(
+        &self,
+        key: &PartitionKey,
+        cache: Option<&mut BlockCache>,
+    ) -> Result<Option<RowMarks<'_>>> {
+        if self.max_partition_bytes() < crate::rowindex::MIN_PARTITION_BYTES as u64
+            || !self.may_contain(key)
+        {
+            return Ok(None);
+        }
+        let Some(ri) = self.usable_row_index() else {
+            return Ok(None);
+        };
+        let mut cache = cache.filter(|c| c.is_enabled());
+        let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
+            return Ok(None);
+        };
+        let Some(b) = ri.find(e.position) else {
+            return Ok(None);
+        };
+        match self.row_index_block(ri, b, cache) {
+            Ok(block) => Ok(Some(RowMarks {
+                block,
+                path: ri.path(),
+            })),
+            Err(err @ StorageError::Corrupt { .. }) if !self.is_quarantined() => {
+                self.row_index_failed(err);
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// [`get_sliced`](Self::get_sliced) of a partition with a row index `block`.
@@ -2839,26 +2893,6 @@ impl<'a> CappedPick<'a> {
             None
         }
     }
-}
-
-/// The first entry of `block` from `start` on whose clustering satisfies `past` (which
-/// holds for every entry after one it holds for), or the number of entries.
-fn first_entry(
-    block: &RowIndexBlock,
-    path: &Path,
-    start: usize,
-    past: impl Fn(&Clustering) -> bool,
-) -> Result<usize> {
-    let (mut lo, mut hi) = (start, block.len().max(start));
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if past(&block.entry(mid, path)?.clustering) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    Ok(lo)
 }
 
 /// Keeps the last `cap` of `rows` (in clustering order); returns the clustering of the

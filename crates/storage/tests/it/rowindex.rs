@@ -374,6 +374,129 @@ fn capped_reads_over_many_sstables_match_a_memtable() {
     }
 }
 
+/// Reads with a limit over SSTables that interleave a partition's rows (each holds every
+/// third row, then one rewrites every other row across all of them, then one deletes rows
+/// and a range): every read and page answers as the same writes held in a memtable (the
+/// first try stops the SSTables where their row indexes count the limit's rows in all;
+/// rewrites and deletions make it fall short and read again).
+#[test]
+fn capped_reads_over_interleaved_sstables_match_a_memtable() {
+    for order in [ClusteringOrder::Asc, ClusteringOrder::Desc] {
+        let (_dirs, flushed, reference) = flushed_and_reference(order);
+        rt().block_on(async {
+            for g in 0..3 {
+                for s in [&flushed, &reference] {
+                    for c in (g..ROWS).step_by(3) {
+                        let v = value("wide", c, 10 + i64::from(g));
+                        s.apply(&row_write(1, "wide", c, &v, 10 + i64::from(g)))
+                            .expect("apply")
+                            .await
+                            .expect("ack");
+                    }
+                }
+                flushed.flush(T).await.expect("flush");
+            }
+            assert_eq!(indexed_partitions(&flushed), 3, "each SSTable's is wide");
+            compare(&flushed, &reference, order, "three interleaved");
+            for s in [&flushed, &reference] {
+                for c in (1..ROWS).step_by(2) {
+                    let v = value("wide", c, 20);
+                    s.apply(&row_write(1, "wide", c, &v, 20))
+                        .expect("apply")
+                        .await
+                        .expect("ack");
+                }
+            }
+            flushed.flush(T).await.expect("flush");
+            compare(&flushed, &reference, order, "interleaved, a rewrite across");
+            let deletions = PartitionUpdate {
+                rows: (0..ROWS)
+                    .step_by(4)
+                    .map(|c| Row {
+                        clustering: Clustering(vec![i(c)]),
+                        marker: None,
+                        deletion: Some(DeletionTime::new(30, NOW)),
+                        cells: Vec::new(),
+                    })
+                    .collect(),
+                range_tombstones: vec![RangeTombstone {
+                    start: ClusteringBound::inclusive(vec![i(400)]),
+                    end: ClusteringBound::exclusive(vec![i(1_600)]),
+                    deletion: DeletionTime::new(31, NOW),
+                }],
+                ..Default::default()
+            };
+            for s in [&flushed, &reference] {
+                apply_update(s, 1, "wide", deletions.clone()).await;
+            }
+            flushed.flush(T).await.expect("flush");
+            assert_eq!(flushed.metrics().sstable_count, 5);
+            compare(
+                &flushed,
+                &reference,
+                order,
+                "interleaved, rewritten, deleted",
+            );
+        });
+    }
+}
+
+/// A page of a partition whose rows three SSTables interleave (each holds every third
+/// row) reads about the page's rows in all, as many blocks as the same page of the
+/// compacted partition and a few more: before, it read `limit + 1` rows of each SSTable
+/// (three times the blocks).
+#[test]
+fn pages_over_interleaved_sstables_read_their_share_of_each() {
+    const N: i32 = 30_000;
+    const PAGE: i32 = 3_000;
+    for order in [ClusteringOrder::Asc, ClusteringOrder::Desc] {
+        let dir = tempfile::tempdir().expect("tmp");
+        rt().block_on(async {
+            let s = open(cfg(dir.path()), order);
+            for g in 0..3 {
+                for c in (g..N).step_by(3) {
+                    s.apply(&row_write(1, "wide", c, &value("wide", c, 1), 10))
+                        .expect("apply")
+                        .await
+                        .expect("ack");
+                }
+                s.flush(T).await.expect("flush");
+            }
+            // A page after `from` in either direction: its rows, and the blocks it read.
+            let page = |s: &ShardStorage, from: i32, reversed: bool| {
+                let mut cmd = ReadCommand::new(T, PartitionRange::Single(pk("wide")), NOW);
+                cmd.row_limit = PAGE as u32;
+                cmd.reversed = reversed;
+                cmd.start_after = Some((pk("wide"), Some(Clustering(vec![i(from)]))));
+                let before = s.block_cache_stats().misses;
+                let got: Vec<i32> = values(&s.read(&cmd).expect("read"))
+                    .iter()
+                    .map(|v| v.1)
+                    .collect();
+                let ascending = reversed == (order == ClusteringOrder::Desc);
+                let want: Vec<i32> = if ascending {
+                    (from + 1..=from + PAGE).collect()
+                } else {
+                    (from - PAGE..from).rev().collect()
+                };
+                assert_eq!(got, want, "{order:?} from {from} reversed {reversed}");
+                s.block_cache_stats().misses - before
+            };
+            let reads = [(6_000, false), (24_000, true)];
+            let interleaved: Vec<u64> = reads.iter().map(|&(f, r)| page(&s, f, r)).collect();
+            s.compact_major(T).await.expect("compact");
+            assert_eq!(s.metrics().sstable_count, 1);
+            let compacted: Vec<u64> = reads.iter().map(|&(f, r)| page(&s, f, r)).collect();
+            for (x, y) in interleaved.iter().zip(&compacted) {
+                assert!(
+                    *x <= y * 3 / 2 + 8,
+                    "{order:?}: interleaved pages read {interleaved:?} blocks, compacted {compacted:?}"
+                );
+            }
+        });
+    }
+}
+
 /// The RowIndex.db of each of the table's live SSTables.
 fn row_index_paths(s: &ShardStorage) -> Vec<std::path::PathBuf> {
     s.sstable_paths(T)
