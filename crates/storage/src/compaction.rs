@@ -959,6 +959,25 @@ fn finish_output(
     Ok(())
 }
 
+/// At most how many partitions one output of a compaction of `inputs` holds, what its
+/// filter is sized for (then halved to what came): the inputs' partitions, or for outputs
+/// split at `max_output_bytes` (LCS) that many bytes over the inputs' smallest partition
+/// size by their size histograms, plus the partition that crosses it. Sized for all of the
+/// inputs' partitions, every LCS output of a large compaction allocated the filter of the
+/// whole table's level (1.4 bytes a partition) before halving it. An output partition
+/// smaller than all of its inputs' (tombstones purged) can make the bound short by a few.
+fn partitions_per_output(inputs: &[Arc<SSTableReader>], max_output_bytes: Option<u64>) -> u64 {
+    let total: u64 = inputs.iter().map(|s| s.stats.partitions).sum();
+    let smallest = inputs
+        .iter()
+        .filter_map(|s| s.stats.partition_size_histogram.iter().position(|&n| n > 0))
+        .min();
+    match (max_output_bytes, smallest) {
+        (Some(max), Some(b)) => total.min((max >> b).saturating_add(1)),
+        _ => total,
+    }
+}
+
 fn split_if_full(
     writer: &mut Option<SSTableWriter>,
     outputs: &mut Vec<SSTableReader>,
@@ -1073,8 +1092,7 @@ fn compact_into_writer(
     mut hook: Option<PartitionHook<'_>>,
     writer: &mut Option<SSTableWriter>,
 ) -> Result<Vec<SSTableReader>> {
-    // At most the inputs' partitions go to each output (the filter is sized for them).
-    let expected_partitions: u64 = inputs.iter().map(|s| s.stats.partitions).sum();
+    let expected_partitions = partitions_per_output(inputs, job.max_output_bytes);
     let mut scanners: Vec<Scanner<'_>> = Vec::with_capacity(inputs.len());
     for s in inputs {
         scanners.push(s.scan_from(i64::MIN, None, false)?);
@@ -1689,6 +1707,73 @@ mod tests {
         }
         let outputs = compact_all(&schema, dir.path(), &inputs);
         assert_reads_back(&outputs, &expected);
+    }
+
+    /// Outputs split at a size (LCS) are each told to expect at most as many partitions as
+    /// that size holds of the inputs' smallest ones, not all of the inputs' partitions (each
+    /// output's filter was allocated for the whole compaction's), and that bound holds.
+    #[test]
+    fn split_outputs_expect_the_partitions_their_size_holds() {
+        use amphora_types::data::{Cell, Clustering, LivenessInfo};
+        use bytes::Bytes;
+        let schema = blob_table_1k_chunks(&["v"]);
+        let dir = tempfile::tempdir().expect("tmp");
+        // Values of 100 to ~1,100 bytes.
+        let update = |n: usize| PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering::empty(),
+                marker: Some(LivenessInfo::new(1)),
+                deletion: None,
+                cells: vec![(
+                    1,
+                    ColumnData::Simple(Cell::live(1, Bytes::from(vec![n as u8; 100 + n % 1000]))),
+                )],
+            }],
+            ..Default::default()
+        };
+        let mut inputs = Vec::new();
+        for g in 1..=2u64 {
+            let mut parts: Vec<(PartitionKey, PartitionUpdate)> = (0..2_000)
+                .map(|n| {
+                    (
+                        PartitionKey::new(Bytes::from(format!("{g}-{n}"))),
+                        update(n),
+                    )
+                })
+                .collect();
+            parts.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut w = SSTableWriter::new(dir.path(), g, &schema).expect("writer");
+            for (k, u) in &parts {
+                w.append(k, u).expect("append");
+            }
+            inputs.push(Arc::new(
+                w.finish(0, 0).expect("finish").expect("an SSTable"),
+            ));
+        }
+        let max = 64 << 10;
+        let bound = partitions_per_output(&inputs, Some(max));
+        assert_eq!(partitions_per_output(&inputs, None), 4_000);
+        assert!(bound < 2_000, "{bound}");
+        let (mut job, ctx) = major_job(&inputs, 0, 0);
+        job.max_output_bytes = Some(max);
+        let next = AtomicU64::new(3);
+        let outputs = run_compaction(&schema, dir.path(), &inputs, &next, &job, &ctx)
+            .expect("compaction")
+            .0;
+        assert!(outputs.len() > 10, "{} outputs", outputs.len());
+        let most = outputs
+            .iter()
+            .map(|o| o.stats.partitions)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most <= bound,
+            "an output of {most} partitions, bound {bound}"
+        );
+        assert_eq!(
+            outputs.iter().map(|o| o.stats.partitions).sum::<u64>(),
+            4_000
+        );
     }
 
     /// Keys written again in several SSTables: where the newest version is one row that
