@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use amphora_types::data::{
     Cell, Clustering, ClusteringBound, ClusteringSlice, ColumnData, DeletionTime, PartitionKey,
-    PartitionUpdate, Row, apply_own_deletions, max_deletion, merge_partition_updates_owned,
+    PartitionUpdate, Row, apply_own_deletions, max_deletion, merge_partition_updates_many,
+    merge_partition_updates_owned,
 };
 use amphora_types::schema::{ClusteringComparator, ColumnId, TableId, TableSchema};
 use bytes::Bytes;
@@ -404,7 +405,8 @@ fn read_sstables(
             &sorted
         }
     };
-    let mut acc = None;
+    // Merged all at once at the end (`merge_partition_updates_many`).
+    let mut found_in = Vec::new();
     let mut cutoff: Option<Clustering> = None;
     if std::mem::take(count)
         && let Some(one) = narrowing
@@ -484,9 +486,10 @@ fn read_sstables(
         });
         if let Some(u) = found {
             floor = max_deletion(floor, u.partition_deletion);
-            merge_into(t.schema, &mut acc, u);
+            found_in.push(u);
         }
     }
+    let acc = (!found_in.is_empty()).then(|| merge_partition_updates_many(t.schema, found_in));
     Ok((acc, cutoff))
 }
 
@@ -1682,6 +1685,31 @@ mod tests {
             });
         }
         u
+    }
+
+    /// Several SSTables' updates of a partition merged all at once give what merging them
+    /// two at a time gave, once the partition's own deletions are applied (as every read
+    /// result has them).
+    #[test]
+    fn merging_many_at_once_equals_merging_two_at_a_time() {
+        let schema = Arc::new(clustered());
+        let (mut rng, seed) = Rng::from_clock();
+        for case in 0..5_000 {
+            let width = if rng.chance(30) { 40 } else { 12 };
+            let n = 1 + rng.below(6) as usize;
+            let updates: Vec<PartitionUpdate> = (0..n)
+                .map(|i| random_update(&mut rng, 1000, 10 * i as i64, width))
+                .collect();
+            let mut pairwise = updates
+                .iter()
+                .cloned()
+                .reduce(|a, u| merge_partition_updates_owned(&schema, a, &u))
+                .unwrap_or_default();
+            let mut many = merge_partition_updates_many(&schema, updates);
+            apply_own_deletions(&schema, &mut pairwise);
+            apply_own_deletions(&schema, &mut many);
+            assert_eq!(many, pairwise, "seed {seed} case {case}: {n} updates");
+        }
     }
 
     /// A single-partition read that merges only each source's first rows (a row or

@@ -872,6 +872,79 @@ pub fn merge_partition_updates_owned(
     merge_partition_updates_owned_view(schema, a, UpdateView::of(b))
 }
 
+/// Merges several updates of one partition, taking them by value: the result of merging
+/// them two at a time in any order ([`merge_partition_updates_owned`]), without copying
+/// each next input's rows and merging the growing result again with every one (a read of
+/// a partition over ten SSTables that interleave its rows spent a fifth of its time doing
+/// that). Each input's rows must be sorted by clustering without duplicates. No input:
+/// an empty update; one: that input as it is (its own deletions not applied).
+pub fn merge_partition_updates_many(
+    schema: &TableSchema,
+    mut updates: Vec<PartitionUpdate>,
+) -> PartitionUpdate {
+    if updates.len() <= 1 {
+        return updates.pop().unwrap_or_default();
+    }
+    let cmp = schema.clustering_comparator();
+    let mut partition_deletion = None;
+    let mut static_row: Option<Row> = None;
+    let mut all_rts = Vec::new();
+    let mut total = 0;
+    let mut sources = Vec::with_capacity(updates.len());
+    for u in updates {
+        partition_deletion = max_deletion(partition_deletion, u.partition_deletion);
+        static_row = match (static_row, u.static_row) {
+            (Some(x), Some(y)) => Some(merge_rows_into(schema, x, &y)),
+            (x, y) => x.or(y),
+        };
+        all_rts.extend(u.range_tombstones);
+        total += u.rows.len();
+        sources.push(u.rows.into_iter());
+    }
+    let range_tombstones = normalize_range_tombstones(&cmp, &all_rts, partition_deletion);
+    let mut rows: Vec<Row> = Vec::with_capacity(total);
+    loop {
+        // The first source whose next row sorts first: the sources before it have
+        // later rows, those after it may have the same clustering.
+        let mut first: Option<(usize, &Row)> = None;
+        for (i, src) in sources.iter().enumerate() {
+            if let Some(r) = src.as_slice().first()
+                && first.is_none_or(|(_, f)| cmp.compare(&r.clustering.0, &f.clustering.0).is_lt())
+            {
+                first = Some((i, r));
+            }
+        }
+        let Some((i, _)) = first else { break };
+        let Some(mut row) = sources.get_mut(i).and_then(Iterator::next) else {
+            break;
+        };
+        for src in sources.iter_mut().skip(i + 1) {
+            if src
+                .as_slice()
+                .first()
+                .is_some_and(|r| cmp.compare(&r.clustering.0, &row.clustering.0).is_eq())
+                && let Some(r) = src.next()
+            {
+                row = merge_rows_into(schema, row, &r);
+            }
+        }
+        rows.push(row);
+    }
+    apply_deletions(
+        &cmp,
+        partition_deletion,
+        &range_tombstones,
+        &mut rows,
+        &mut static_row,
+    );
+    PartitionUpdate {
+        partition_deletion,
+        static_row,
+        rows,
+        range_tombstones,
+    }
+}
+
 /// A partition update's parts, borrowed from wherever they are held (a memtable's
 /// partition), as the second input of [`merge_partition_updates_owned_view`]: the merge
 /// copies only the rows it keeps, instead of the caller first copying them all into a
