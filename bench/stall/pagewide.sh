@@ -8,7 +8,8 @@
 # to an SSTable before reading (a partition over the row cache's size limit is then read
 # from the SSTable for every page). RANGES=N then runs N queries of 100 consecutive rows
 # at random places in the partition (`c >= x AND c < x + 100`, one at a time) and prints
-# their rate and mean latency. SCAN=1 pages through the table with no partition key in the
+# their rate and mean latency. Each round also prints the server's CPU seconds (Amphora).
+# SCAN=1 pages through the table with no partition key in the
 # query (a range read, as a full-table scan does). SPLIT=N writes the rows in N runs of
 # consecutive clustering values with a flush after each (N SSTables of disjoint clustering
 # ranges, as time windows leave a time series partition; STCS min_threshold 32 keeps them
@@ -27,6 +28,7 @@ if [[ $bin == cassandra ]]; then
   NODETOOL="$REPO/bench/cassandra/nodetool.sh"
 else
   start_server "$bin" "$label"
+  export SERVER_PID=$P
 fi
 "$REPO/tests/compat/.venv-datastax/bin/python" - "$label" "$rows" <<'PY'
 import os, sys, time
@@ -62,10 +64,18 @@ order = f" ORDER BY c {os.environ['ORDER']}" if os.environ['ORDER'] else ""
 where = "" if os.environ.get("SCAN") else " WHERE k = 0"
 sel = s.prepare("SELECT c, v FROM pg.t" + where + order)
 sel.fetch_size = 5000
+def cpu():
+    # The server's CPU seconds (user + system), when it is Amphora.
+    pid = os.environ.get('SERVER_PID')
+    if not pid:
+        return 0.0
+    f = open(f"/proc/{pid}/stat").read().rsplit(')', 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
 for rnd in range(int(os.environ.get("ROUNDS", "2"))):
-    t = time.time()
+    t, c = time.time(), cpu()
     n = sum(1 for _ in s.execute(sel))
-    print(f"{label} round {rnd}: {n} rows in {time.time() - t:.2f} s")
+    used = f"; server CPU {cpu() - c:.2f} s" if os.environ.get('SERVER_PID') else ""
+    print(f"{label} round {rnd}: {n} rows in {time.time() - t:.2f} s{used}")
 nq = int(os.environ['RANGES'])
 if nq:
     import random
