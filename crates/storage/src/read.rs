@@ -21,7 +21,7 @@ use crate::memtable::{MemPartition, Memtable};
 #[path = "read_rows.rs"]
 mod read_rows;
 use crate::rowcache::{CachedPartition, RowCache};
-use crate::sstable::{RowSlices, SSTableReader};
+use crate::sstable::{IndexEntry, RowSlices, SSTableReader};
 pub use read_rows::Rows;
 
 /// Which partitions a read covers.
@@ -408,10 +408,12 @@ fn read_sstables(
     // Merged all at once at the end (`merge_partition_updates_many`).
     let mut found_in = Vec::new();
     let mut cutoff: Option<Clustering> = None;
+    // The index entries `counted_cutoff` looked up (by generation; None: not there).
+    let mut looked_up = Vec::new();
     if std::mem::take(count)
         && let Some(one) = narrowing
     {
-        cutoff = counted_cutoff(t, key, one, ssts, cap, from_end, cache)?;
+        cutoff = counted_cutoff(t, key, one, ssts, cap, from_end, cache, &mut looked_up)?;
         *count = cutoff.is_some();
     }
     let mut narrowed;
@@ -460,19 +462,26 @@ fn read_sstables(
                     cap,
                     from_end,
                 };
-                s.get_sliced(key, Some(&mut *cache), detach, rows)?
-                    .map(|(u, cut)| {
-                        // The earliest in the read's order.
-                        if let Some(c) = cut
-                            && cutoff.as_ref().is_none_or(|o| {
-                                let ord = t.cmp.compare(&c.0, &o.0);
-                                if from_end { ord.is_gt() } else { ord.is_lt() }
-                            })
-                        {
-                            cutoff = Some(c);
-                        }
-                        u
-                    })
+                let entry = looked_up.iter().find(|(g, _)| *g == s.generation);
+                match entry {
+                    Some((_, None)) => None,
+                    Some((_, Some(e))) => {
+                        Some(s.get_sliced_at(key, *e, Some(&mut *cache), detach, rows)?)
+                    }
+                    None => s.get_sliced(key, Some(&mut *cache), detach, rows)?,
+                }
+                .map(|(u, cut)| {
+                    // The earliest in the read's order.
+                    if let Some(c) = cut
+                        && cutoff.as_ref().is_none_or(|o| {
+                            let ord = t.cmp.compare(&c.0, &o.0);
+                            if from_end { ord.is_gt() } else { ord.is_lt() }
+                        })
+                    {
+                        cutoff = Some(c);
+                    }
+                    u
+                })
             }
             (None, Some(limit)) => s.get_detached_with(key, Some(&mut *cache), limit)?,
             (None, None) => s.get_with(key, Some(&mut *cache))?,
@@ -539,7 +548,9 @@ fn past_cache_limit(
 /// same rows, or shadowed, and then the merge comes short and the read is made again
 /// without this. None unless the first two SSTables' clustering ranges overlap (by their
 /// statistics) and rows of at least two SSTables' row indexes make up the count; an
-/// SSTable's block is read only once the walk reaches its first row.
+/// SSTable's block is read only once the walk reaches its first row. The partition index
+/// entries it looked up go to `looked_up` (by generation), for the read to use.
+#[allow(clippy::too_many_arguments)]
 fn counted_cutoff(
     t: &TableSources<'_, impl Iterator>,
     key: &PartitionKey,
@@ -548,6 +559,7 @@ fn counted_cutoff(
     cap: usize,
     from_end: bool,
     cache: &mut BlockCache,
+    looked_up: &mut Vec<(u64, Option<IndexEntry>)>,
 ) -> Result<Option<Clustering>> {
     let cmp = t.cmp;
     let min_bytes = crate::rowindex::MIN_PARTITION_BYTES as u64;
@@ -595,7 +607,9 @@ fn counted_cutoff(
                 f.is_empty() || not_after(f, &c.0)
             })
         {
-            if let Some(marks) = s.row_marks(key, Some(&mut *cache))?
+            let found = s.row_marks(key, Some(&mut *cache))?;
+            looked_up.push((s.generation, found.as_ref().map(|(e, _)| *e)));
+            if let Some((_, Some(marks))) = found
                 && let Some(w) = marks.walk(cmp, slice, from_end)?
             {
                 walks.push(w);

@@ -2350,6 +2350,20 @@ impl SSTableReader {
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
+        self.get_sliced_at(key, e, cache, detach, rows).map(Some)
+    }
+
+    /// [`get_sliced`](Self::get_sliced) of the partition at index entry `e` (`key`'s,
+    /// already looked up).
+    pub(crate) fn get_sliced_at(
+        &self,
+        key: &PartitionKey,
+        e: IndexEntry,
+        cache: Option<&mut BlockCache>,
+        detach: Option<u64>,
+        rows: RowSlices<'_>,
+    ) -> Result<(PartitionUpdate, Option<Clustering>)> {
+        let mut cache = cache.filter(|c| c.is_enabled());
         if let Some((ri, b)) = self
             .usable_row_index()
             .and_then(|ri| Some((ri, ri.find(e.position)?)))
@@ -2360,7 +2374,7 @@ impl SSTableReader {
                     self.get_indexed(key, e, &block, cache.as_deref_mut(), detach, rows)
                 });
             match indexed {
-                Ok(found) => return Ok(Some(found)),
+                Ok(found) => return Ok(found),
                 // Corruption with Data.db's chunks intact (a damaged block, or entries
                 // that do not match the rows) is the row index's: the partition is decoded
                 // from its start. A Data.db chunk that failed its checksum put the SSTable
@@ -2389,7 +2403,7 @@ impl SSTableReader {
         } else {
             picker.cut(&u.rows)
         };
-        Ok(Some((u, cut)))
+        Ok((u, cut))
     }
 
     /// Row index block `b` of `ri` (this SSTable's), through the block cache when given.
@@ -2411,39 +2425,41 @@ impl SSTableReader {
         .and_then(|body| RowIndexBlock::parse(body, ri.path()))
     }
 
-    /// The row index block of `key`'s partition, for counting its rows by clustering
-    /// ([`RowMarks`]): None when the SSTable does not hold the partition or the partition
-    /// has no block (under [`crate::rowindex::MIN_PARTITION_BYTES`], or written without a
-    /// row index). A block found corrupt turns the row index off as a read through it
-    /// does (then None); I/O errors and reads that would wait are returned.
+    /// `key`'s partition index entry (None: not in this SSTable) and its row index block,
+    /// for counting its rows by clustering ([`RowMarks`]; None when the partition has no
+    /// block: under [`crate::rowindex::MIN_PARTITION_BYTES`], or written without a row
+    /// index). The entry then serves the read ([`get_sliced_at`](Self::get_sliced_at)).
+    /// A block found corrupt turns the row index off as a read through it does (then no
+    /// marks); I/O errors and reads that would wait are returned.
     pub(crate) fn row_marks(
         &self,
         key: &PartitionKey,
         cache: Option<&mut BlockCache>,
-    ) -> Result<Option<RowMarks<'_>>> {
-        if self.max_partition_bytes() < crate::rowindex::MIN_PARTITION_BYTES as u64
-            || !self.may_contain(key)
-        {
+    ) -> Result<Option<(IndexEntry, Option<RowMarks<'_>>)>> {
+        if !self.may_contain(key) {
             return Ok(None);
         }
-        let Some(ri) = self.usable_row_index() else {
-            return Ok(None);
-        };
         let mut cache = cache.filter(|c| c.is_enabled());
         let Some(e) = self.find_with(key, cache.as_deref_mut())? else {
             return Ok(None);
         };
-        let Some(b) = ri.find(e.position) else {
-            return Ok(None);
+        let Some((ri, b)) = self
+            .usable_row_index()
+            .and_then(|ri| Some((ri, ri.find(e.position)?)))
+        else {
+            return Ok(Some((e, None)));
         };
         match self.row_index_block(ri, b, cache) {
-            Ok(block) => Ok(Some(RowMarks {
-                block,
-                path: ri.path(),
-            })),
+            Ok(block) => Ok(Some((
+                e,
+                Some(RowMarks {
+                    block,
+                    path: ri.path(),
+                }),
+            ))),
             Err(err @ StorageError::Corrupt { .. }) if !self.is_quarantined() => {
                 self.row_index_failed(err);
-                Ok(None)
+                Ok(Some((e, None)))
             }
             Err(err) => Err(err),
         }
