@@ -930,19 +930,7 @@ pub fn merge_partition_updates_many(
         }
         rows.push(row);
     }
-    apply_deletions(
-        &cmp,
-        partition_deletion,
-        &range_tombstones,
-        &mut rows,
-        &mut static_row,
-    );
-    PartitionUpdate {
-        partition_deletion,
-        static_row,
-        rows,
-        range_tombstones,
-    }
+    shadowed(&cmp, partition_deletion, static_row, rows, range_tombstones)
 }
 
 /// A partition update's parts, borrowed from wherever they are held (a memtable's
@@ -1160,7 +1148,7 @@ fn merge_updates<'b, A: RowIn>(
 ) -> PartitionUpdate {
     let cmp = schema.clustering_comparator();
     let partition_deletion = max_deletion(a_deletion, b.partition_deletion);
-    let mut static_row = match (a_static, b.static_row) {
+    let static_row = match (a_static, b.static_row) {
         (Some(x), Some(y)) => Some(x.merged_with(schema, y)),
         (Some(x), None) => Some(x.into_row()),
         (None, Some(y)) => Some(y.clone()),
@@ -1189,19 +1177,7 @@ fn merge_updates<'b, A: RowIn>(
         };
         rows.extend(row);
     }
-    apply_deletions(
-        &cmp,
-        partition_deletion,
-        &range_tombstones,
-        &mut rows,
-        &mut static_row,
-    );
-    PartitionUpdate {
-        partition_deletion,
-        static_row,
-        rows,
-        range_tombstones,
-    }
+    shadowed(&cmp, partition_deletion, static_row, rows, range_tombstones)
 }
 
 /// What `merge_partition_updates(schema, &u, &PartitionUpdate::default())` returns, done
@@ -1221,6 +1197,30 @@ pub fn apply_own_deletions(schema: &TableSchema, u: &mut PartitionUpdate) {
         &mut u.rows,
         &mut u.static_row,
     );
+}
+
+/// A merge's result: its rows and static row shadowed by its deletions
+/// ([`apply_deletions`]; `range_tombstones` normalized).
+fn shadowed(
+    cmp: &ClusteringComparator,
+    partition_deletion: Option<DeletionTime>,
+    mut static_row: Option<Row>,
+    mut rows: Vec<Row>,
+    range_tombstones: Vec<RangeTombstone>,
+) -> PartitionUpdate {
+    apply_deletions(
+        cmp,
+        partition_deletion,
+        &range_tombstones,
+        &mut rows,
+        &mut static_row,
+    );
+    PartitionUpdate {
+        partition_deletion,
+        static_row,
+        rows,
+        range_tombstones,
+    }
 }
 
 /// Shadows rows and the static row by their own deletions and the partition's; drops what

@@ -347,23 +347,7 @@ fn capped_reads_over_many_sstables_match_a_memtable() {
             }
             // Every other row of the fourth window deleted, and a range across the
             // second and third: an SSTable of tombstones only.
-            let deletions = PartitionUpdate {
-                rows: (1_800..2_400)
-                    .step_by(2)
-                    .map(|c| Row {
-                        clustering: Clustering(vec![i(c)]),
-                        marker: None,
-                        deletion: Some(DeletionTime::new(30, NOW)),
-                        cells: Vec::new(),
-                    })
-                    .collect(),
-                range_tombstones: vec![RangeTombstone {
-                    start: ClusteringBound::inclusive(vec![i(1_100)]),
-                    end: ClusteringBound::exclusive(vec![i(1_350)]),
-                    deletion: DeletionTime::new(31, NOW),
-                }],
-                ..Default::default()
-            };
+            let deletions = deletions((1_800..2_400).step_by(2), 1_100, 1_350);
             for s in [&flushed, &reference] {
                 apply_update(s, 1, "wide", deletions.clone()).await;
             }
@@ -409,23 +393,7 @@ fn capped_reads_over_interleaved_sstables_match_a_memtable() {
             }
             flushed.flush(T).await.expect("flush");
             compare(&flushed, &reference, order, "interleaved, a rewrite across");
-            let deletions = PartitionUpdate {
-                rows: (0..ROWS)
-                    .step_by(4)
-                    .map(|c| Row {
-                        clustering: Clustering(vec![i(c)]),
-                        marker: None,
-                        deletion: Some(DeletionTime::new(30, NOW)),
-                        cells: Vec::new(),
-                    })
-                    .collect(),
-                range_tombstones: vec![RangeTombstone {
-                    start: ClusteringBound::inclusive(vec![i(400)]),
-                    end: ClusteringBound::exclusive(vec![i(1_600)]),
-                    deletion: DeletionTime::new(31, NOW),
-                }],
-                ..Default::default()
-            };
+            let deletions = deletions((0..ROWS).step_by(4), 400, 1_600);
             for s in [&flushed, &reference] {
                 apply_update(s, 1, "wide", deletions.clone()).await;
             }
@@ -494,6 +462,26 @@ fn pages_over_interleaved_sstables_read_their_share_of_each() {
                 );
             }
         });
+    }
+}
+
+/// Row deletions of `rows` (timestamp 30) and a range deletion of `from..to` (31).
+fn deletions(rows: impl Iterator<Item = i32>, from: i32, to: i32) -> PartitionUpdate {
+    PartitionUpdate {
+        rows: rows
+            .map(|c| Row {
+                clustering: Clustering(vec![i(c)]),
+                marker: None,
+                deletion: Some(DeletionTime::new(30, NOW)),
+                cells: Vec::new(),
+            })
+            .collect(),
+        range_tombstones: vec![RangeTombstone {
+            start: ClusteringBound::inclusive(vec![i(from)]),
+            end: ClusteringBound::exclusive(vec![i(to)]),
+            deletion: DeletionTime::new(31, NOW),
+        }],
+        ..Default::default()
     }
 }
 
