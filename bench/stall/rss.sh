@@ -5,7 +5,8 @@
 # (60) each of saturation reads, writes and mixed (uniform over 3M keys) and make bench's
 # IoT load (2M rows), then SECS of its 90/10 insert/query mix (where the 12-01 15:10 full
 # run's VmHWM was set). After each phase: throughput, VmRSS / VmHWM, and jemalloc's
-# allocated / active / resident / retained from /metrics (MB); during the mix the memory is
+# allocated / active / resident / retained and the memtables' kept chunks
+# (`chunkpool`, when the binary has them) from /metrics (MB); during the mix the memory is
 # sampled every second and the sample with the highest VmRSS is printed too, with the
 # memtables' and the row cache's bytes ($OUT/rss-LABEL-iot9010-mem.txt has them all).
 # shellcheck source=lib.sh
@@ -15,7 +16,8 @@ start_server "$bin" "$label"
 mem() {
   local m
   m=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_memory_allocator_(allocated|active|resident|retained)_bytes/ {
-    sub(/amphora_memory_allocator_/, "", $1); sub(/_bytes/, "", $1); printf "%s=%d ", $1, $2 / 1048576}')
+    sub(/amphora_memory_allocator_/, "", $1); sub(/_bytes/, "", $1); printf "%s=%d ", $1, $2 / 1048576}
+    /^amphora_memtable_pool_bytes/ {printf "chunkpool=%d ", $2 / 1048576}')
   echo "$(awk '/VmRSS|VmHWM/ {printf "%s%d ", $1, $2 / 1024}' /proc/"$P"/status)$m"
 }
 phase() { # phase NAME ARGS...: one stress run, its rate and the memory after it

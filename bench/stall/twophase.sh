@@ -4,8 +4,9 @@
 # KEYS=750000: the first 750k keys and a flush instead), 30 s of uniform reads at
 # saturation over them (they fill the row cache), IDLE seconds (0) of nothing, then two
 # 30 s runs of uniform writes at a fixed RATE/s (128 in flight, latency from intended start,
-# reported every 10 ms). Prints each run's latencies, its per-second maxima (ms) and the
-# writes that waited for memory so far; with PERF=1 also the shard thread's share of CPU 0
+# reported every 10 ms). Prints each run's latencies, its per-second maxima (ms), the
+# writes that waited for memory and the memtable chunks allocated fresh and reused so far;
+# with PERF=1 also the shard thread's share of CPU 0
 # in the kernel's page zeroing (`clear_page_erms`: fresh pages faulted in) during each run.
 # The first run is the first heavy write phase after reads, as make bench's 90%-own write
 # step is (docs/benchmarks.md, "The 90%-own writes: the first heavy write phase after
@@ -32,7 +33,8 @@ for r in 1 2; do
   echo "$label run $r: $(latencies "$f")"
   echo "$label run $r: per-second maxima (ms): $(grep -E '^total' "$f" \
     | awk -F, '{i++; s=int((i-1)/100); if ($11 + 0 > m[s]) m[s] = $11 + 0} END {for (k = 0; k < 30; k++) printf "%.0f ", m[k]}')"
-  echo "$label run $r: $(curl -s localhost:19603/metrics | grep -E '^amphora_storage_write_memory_waits_total')"
+  echo "$label run $r: $(curl -s localhost:19603/metrics \
+    | grep -E '^amphora_(storage_write_memory_waits|memtable_chunks_(fresh|reused))_total' | tr '\n' ' ')"
   if [[ -n "${PERF:-}" ]]; then
     wait "$pp"
     echo "$label run $r: shard-0 in clear_page_erms: $(perf report -i "$data" --no-children \

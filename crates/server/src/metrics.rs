@@ -440,6 +440,8 @@ fn render_histogram(
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
 ///   `amphora_commitlog_map_fallbacks_total`,
 ///   `amphora_sstables_spare_data_bytes`, `amphora_sstables_spare_data_reused_total`,
+///   `amphora_memtable_pool_bytes`, `amphora_memtable_chunks_fresh_total` /
+///   `_reused_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
 ///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total` /
@@ -463,7 +465,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 28] = [
+    let shard_families: [Family<M>; 31] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -611,6 +613,24 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Flushes that wrote their data file over a kept (spare) one.",
             |m| m.spare_data_reused,
+        ),
+        (
+            "amphora_memtable_pool_bytes",
+            "gauge",
+            "Bytes of memtable arena chunks kept from flushed memtables for the next ones.",
+            |m| m.memtable_pool_bytes,
+        ),
+        (
+            "amphora_memtable_chunks_fresh_total",
+            "counter",
+            "Memtable arena chunks newly allocated (memory the shard faults in).",
+            |m| m.memtable_chunks_fresh,
+        ),
+        (
+            "amphora_memtable_chunks_reused_total",
+            "counter",
+            "Memtable arena chunks taken from those kept from flushed memtables.",
+            |m| m.memtable_chunks_reused,
         ),
         (
             "amphora_commitlog_syncs_total",

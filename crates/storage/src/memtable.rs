@@ -6,7 +6,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
 use amphora_types::codec;
 use amphora_types::data::{
@@ -406,11 +407,26 @@ struct Arena {
     /// left behind, and values too large for a chunk at their size class (the chunk being
     /// filled is counted as far as it is used).
     used: usize,
+    /// Where chunks come from and go back to when the memtable is dropped; `None`: the
+    /// allocator, both ways.
+    pool: Option<Arc<ChunkPool>>,
+    /// The chunks filled before `chunk` (each a handle on its unused end, which keeps the
+    /// chunk's buffer), given back to `pool` with `chunk` on drop.
+    filled: Vec<BytesMut>,
 }
 
 const ARENA_CHUNK_BYTES: usize = 256 << 10;
 
 impl Arena {
+    fn new(pool: Option<Arc<ChunkPool>>) -> Self {
+        Arena {
+            chunk: BytesMut::new(),
+            used: 0,
+            pool,
+            filled: Vec::new(),
+        }
+    }
+
     fn copy(&mut self, v: &[u8]) -> Bytes {
         if v.is_empty() {
             return Bytes::new();
@@ -422,11 +438,134 @@ impl Arena {
         let left = self.chunk.capacity() - self.chunk.len();
         if left < v.len() {
             self.used += left;
-            self.chunk = BytesMut::with_capacity(ARENA_CHUNK_BYTES);
+            let next = match &self.pool {
+                Some(p) => p.take(),
+                None => BytesMut::with_capacity(ARENA_CHUNK_BYTES),
+            };
+            let full = std::mem::replace(&mut self.chunk, next);
+            if self.pool.is_some() {
+                self.used += std::mem::size_of::<BytesMut>();
+                self.filled.push(full);
+            }
         }
         self.used += v.len();
         self.chunk.extend_from_slice(v);
         self.chunk.split_to(v.len()).freeze()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // The memtable's other fields (its partitions, which hold the values) are declared
+        // before `arena`, so they are dropped by now: the chunks no read still holds are
+        // unique again.
+        if let Some(pool) = self.pool.take() {
+            let last = std::mem::take(&mut self.chunk);
+            pool.give_back(self.filled.drain(..).chain(std::iter::once(last)));
+        }
+    }
+}
+
+/// A shard's memtable arena chunks, kept when their memtable is dropped for the shard's
+/// next memtables instead of being freed. A chunk the allocator hands out fresh is memory
+/// never touched, and touching it costs the shard thread a page fault: on this project's
+/// VMs 6-7 ms per 2 MiB huge page (the host backs guest memory on first touch), and the
+/// first memtables after a read phase fault in most of their chunks, because the row
+/// cache took the pages the flushed memtables had freed (docs/benchmarks.md, "The 90%-own
+/// writes: the first heavy write phase after reads is the spike"). Kept here, the pages
+/// stay the memtables': after the first memtable cycles the shard's writes fault in no
+/// memtable memory. At most `max_chunks` are kept (the shard's memtable budget), so what
+/// the pool holds is at most what the memtables held at their peak, and they are freed
+/// while the allocator's resident memory is over the node's limit ([`ChunkPool::release`],
+/// from the shard's check of its kept pages). A chunk some value is still shared from
+/// when its memtable goes (a read's result in flight) is freed by its last holder instead.
+#[derive(Debug)]
+pub struct ChunkPool {
+    free: Mutex<Vec<BytesMut>>,
+    max_chunks: usize,
+    taken_fresh: AtomicU64,
+    taken_kept: AtomicU64,
+}
+
+/// What a [`ChunkPool`] holds and has handed out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkPoolStats {
+    /// Bytes of the chunks kept for the next memtables.
+    pub kept_bytes: u64,
+    /// Chunks handed out newly allocated, and from those kept.
+    pub taken_fresh: u64,
+    pub taken_kept: u64,
+}
+
+impl ChunkPool {
+    /// A pool keeping at most `max_bytes` of chunks.
+    pub fn new(max_bytes: u64) -> Arc<Self> {
+        Arc::new(ChunkPool {
+            free: Mutex::new(Vec::new()),
+            max_chunks: usize::try_from(max_bytes / ARENA_CHUNK_BYTES as u64).unwrap_or(usize::MAX),
+            taken_fresh: AtomicU64::new(0),
+            taken_kept: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BytesMut>> {
+        // A panic while holding the lock leaves the vector whole.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An empty chunk of [`ARENA_CHUNK_BYTES`]: a kept one, else a new one.
+    fn take(&self) -> BytesMut {
+        match self.lock().pop() {
+            Some(c) => {
+                self.taken_kept.fetch_add(1, AtomicOrdering::Relaxed);
+                c
+            }
+            None => {
+                self.taken_fresh.fetch_add(1, AtomicOrdering::Relaxed);
+                BytesMut::with_capacity(ARENA_CHUNK_BYTES)
+            }
+        }
+    }
+
+    /// Keeps those of `chunks` nothing else holds any more (up to the pool's bound); the
+    /// others are dropped (freed by their last holder).
+    fn give_back(&self, chunks: impl Iterator<Item = BytesMut>) {
+        let mut back: Vec<BytesMut> = chunks
+            .filter_map(|mut c| {
+                c.clear();
+                (c.try_reclaim(ARENA_CHUNK_BYTES) && c.capacity() >= ARENA_CHUNK_BYTES).then_some(c)
+            })
+            .collect();
+        let surplus = {
+            let mut free = self.lock();
+            let room = self.max_chunks.saturating_sub(free.len());
+            let keep = back.len().min(room);
+            free.extend(back.drain(..keep));
+            back
+        };
+        // Freed outside the lock.
+        drop(surplus);
+    }
+
+    /// Frees kept chunks of at least `bytes` (all of them if they hold less); returns the
+    /// bytes freed.
+    pub fn release(&self, bytes: u64) -> u64 {
+        let n = usize::try_from(bytes.div_ceil(ARENA_CHUNK_BYTES as u64)).unwrap_or(usize::MAX);
+        let freed: Vec<BytesMut> = {
+            let mut free = self.lock();
+            let keep = free.len().saturating_sub(n);
+            free.split_off(keep)
+        };
+        (freed.len() * ARENA_CHUNK_BYTES) as u64
+    }
+
+    pub fn stats(&self) -> ChunkPoolStats {
+        let kept = self.lock().len();
+        ChunkPoolStats {
+            kept_bytes: (kept * ARENA_CHUNK_BYTES) as u64,
+            taken_fresh: self.taken_fresh.load(AtomicOrdering::Relaxed),
+            taken_kept: self.taken_kept.load(AtomicOrdering::Relaxed),
+        }
     }
 }
 
@@ -440,6 +579,7 @@ pub struct Memtable {
     /// First commitlog position whose data is in this memtable.
     pub min_log_pos: Option<LogPosition>,
     pub mutations: u64,
+    /// Declared after `partitions`, so dropped after them (see `Arena`'s `Drop`).
     arena: Arena,
     /// Keep one-row partitions encoded ([`MemPartition::Single`]); off only in tests that
     /// compare the two shapes.
@@ -450,6 +590,11 @@ pub struct Memtable {
 
 impl Memtable {
     pub fn new(schema: Arc<TableSchema>) -> Self {
+        Self::with_pool(schema, None)
+    }
+
+    /// A memtable whose arena chunks come from and go back to `pool` (the shard's).
+    pub fn with_pool(schema: Arc<TableSchema>, pool: Option<Arc<ChunkPool>>) -> Self {
         let cmp = Arc::new(schema.clustering_comparator());
         Memtable {
             schema,
@@ -460,10 +605,7 @@ impl Memtable {
             max_timestamp: i64::MIN,
             min_log_pos: None,
             mutations: 0,
-            arena: Arena {
-                chunk: BytesMut::new(),
-                used: 0,
-            },
+            arena: Arena::new(pool),
             single_rows: true,
             scratch: Vec::new(),
         }
@@ -1032,6 +1174,78 @@ mod tests {
                 "{name}: accounted {accounted} held {held} ratio {ratio:.2}"
             );
         }
+    }
+
+    /// A dropped memtable's arena chunks serve the next memtables of its pool, all but
+    /// those a value read from it still holds, and no more than the pool's bound.
+    #[test]
+    fn dropped_memtables_give_their_chunks_to_the_next() {
+        let chunk = ARENA_CHUNK_BYTES as u64;
+        let pool = ChunkPool::new(8 * chunk);
+        let schema = schema();
+        let key = |p: usize| PartitionKey::new(Bytes::from(format!("key{p:07}").into_bytes()));
+        let update = |i: usize| PartitionUpdate {
+            rows: vec![Row {
+                clustering: Clustering(vec![int(i as i32)]),
+                marker: Some(LivenessInfo::new(i as i64)),
+                deletion: None,
+                cells: vec![(
+                    3,
+                    ColumnData::Simple(Cell::live(i as i64, vec![9u8; 900].into())),
+                )],
+            }],
+            ..Default::default()
+        };
+        let fill = |m: &mut Memtable, n: usize| {
+            for i in 0..n {
+                m.apply(&key(i), &update(i), None);
+            }
+        };
+        // ~1 KB a row: 1,000 rows fill four chunks.
+        let mut m = Memtable::with_pool(schema.clone(), Some(pool.clone()));
+        fill(&mut m, 1_000);
+        let fresh = pool.stats().taken_fresh;
+        assert!((4..=5).contains(&fresh), "{fresh} chunks for 1,000 rows");
+        // A read's result holds values of the first chunk.
+        let held = m.get(&key(0), &[ClusteringSlice::all()]).expect("row 0");
+        drop(m);
+        assert_eq!(pool.stats().kept_bytes, (fresh - 1) * chunk);
+        let mut m = Memtable::with_pool(schema.clone(), Some(pool.clone()));
+        fill(&mut m, 1_000);
+        let st = pool.stats();
+        assert_eq!(st.taken_kept, fresh - 1);
+        assert_eq!(st.taken_fresh, fresh + 1);
+        assert_eq!(st.kept_bytes, 0);
+        // The values written into kept chunks read back as written.
+        for i in [0, 500, 999] {
+            let got = m.get(&key(i), &[ClusteringSlice::all()]).expect("row");
+            assert_eq!(got, update(i), "row {i}");
+        }
+        assert_eq!(held, update(0));
+        drop(held);
+        drop(m);
+        assert_eq!(pool.stats().kept_bytes, fresh * chunk);
+        // Three memtables' chunks at once: the pool keeps its bound's worth.
+        let ms: Vec<Memtable> = (0..3)
+            .map(|_| {
+                let mut m = Memtable::with_pool(schema.clone(), Some(pool.clone()));
+                fill(&mut m, 1_000);
+                m
+            })
+            .collect();
+        drop(ms);
+        assert_eq!(pool.stats().kept_bytes, 8 * chunk);
+        // Released over the resident limit: whole chunks, at least the bytes asked.
+        assert_eq!(pool.release(chunk + 1), 2 * chunk);
+        assert_eq!(pool.stats().kept_bytes, 6 * chunk);
+        assert_eq!(pool.release(u64::MAX), 6 * chunk);
+        assert_eq!(pool.stats().kept_bytes, 0);
+        drop(Memtable::with_pool(schema.clone(), Some(pool.clone())));
+        // Without a pool nothing is kept.
+        let mut m = Memtable::new(schema.clone());
+        fill(&mut m, 1_000);
+        drop(m);
+        assert_eq!(pool.stats().kept_bytes, 0);
     }
 
     /// pk blob, a int, b int DESC, v blob: a two-column clustering, for partial prefixes.

@@ -36,7 +36,7 @@ use crate::compaction::{
 };
 use crate::config::StorageConfig;
 use crate::error::{Result, StorageError};
-use crate::memtable::{MemPartition, Memtable, single_parts};
+use crate::memtable::{ChunkPool, MemPartition, Memtable, single_parts};
 use crate::read::{
     PartitionData, PartitionRange, ReadCommand, ReadResult, in_range, limit, live_partition,
 };
@@ -75,6 +75,11 @@ pub struct StorageMetrics {
     pub spare_data_bytes: u64,
     /// Flushes that wrote their Data.db over such a spare file.
     pub spare_data_reused: u64,
+    /// Bytes of memtable arena chunks kept for the next memtables ([`ChunkPool`]).
+    pub memtable_pool_bytes: u64,
+    /// Memtable arena chunks newly allocated, and taken from those kept.
+    pub memtable_chunks_fresh: u64,
+    pub memtable_chunks_reused: u64,
     /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
     pub commitlog_syncs: u64,
     /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
@@ -415,6 +420,8 @@ impl Drop for Worker {
 
 struct Inner {
     cfg: StorageConfig,
+    /// The memtables' arena chunks kept for the next memtables (see [`ChunkPool`]).
+    chunk_pool: Arc<ChunkPool>,
     tables: HashMap<TableId, TableState, crate::rowcache::Hash>,
     metrics: StorageMetrics,
     memtable_total: u64,
@@ -602,13 +609,14 @@ impl ShardStorage {
         fs::create_dir_all(&cfg.data_dir).map_err(|e| StorageError::io(&cfg.data_dir, e))?;
         let mut states = HashMap::default();
         let mut corrupt = 0;
+        let chunk_pool = ChunkPool::new(cfg.memtable_budget_bytes);
         for s in tables {
             let dir = table_dir(&cfg.data_dir, &s);
             let (sstables, next) = open_table_dir(&dir, &mut corrupt)?;
             states.insert(
                 s.id,
                 TableState {
-                    memtable: Memtable::new(s.clone()),
+                    memtable: Memtable::with_pool(s.clone(), Some(chunk_pool.clone())),
                     schema: s,
                     replay_wanted: Arc::new(AtomicU64::new(0)),
                     replay_from: read_replay_position(&dir),
@@ -679,6 +687,7 @@ impl ShardStorage {
                 .unwrap_or(cfg.memtable_budget_bytes.saturating_mul(2)),
         );
         let inner = Inner {
+            chunk_pool,
             spares,
             block_cache,
             row_cache,
@@ -743,10 +752,11 @@ impl ShardStorage {
         let mut corrupt = 0;
         let (sstables, next) = open_table_dir(&dir, &mut corrupt)?;
         inner.metrics.corrupt_sstables += corrupt;
+        let pool = inner.chunk_pool.clone();
         inner.tables.insert(
             schema.id,
             TableState {
-                memtable: Memtable::new(schema.clone()),
+                memtable: Memtable::with_pool(schema.clone(), Some(pool)),
                 schema,
                 replay_wanted: Arc::new(AtomicU64::new(0)),
                 replay_from: read_replay_position(&dir),
@@ -816,6 +826,7 @@ impl ShardStorage {
         };
         let mut inner = self.inner.borrow_mut();
         let lock = inner.replay_lock.clone();
+        let pool = inner.chunk_pool.clone();
         let t = inner
             .tables
             .get_mut(&id)
@@ -826,7 +837,7 @@ impl ShardStorage {
         t.active_since = pos;
         let flushing: u64 = t.flushing.iter().map(|f| f.mem.size_bytes).sum();
         let freed = t.memtable.size_bytes + flushing;
-        t.memtable = Memtable::new(t.schema.clone());
+        t.memtable = Memtable::with_pool(t.schema.clone(), Some(pool));
         t.flushing.clear();
         for s in t.sstables.drain(..) {
             s.delete_files();
@@ -1161,7 +1172,8 @@ impl ShardStorage {
         }
         let mut new_job = None;
         if !t.memtable.is_empty() {
-            let mem = std::mem::replace(&mut t.memtable, Memtable::new(t.schema.clone()));
+            let next = Memtable::with_pool(t.schema.clone(), Some(inner.chunk_pool.clone()));
+            let mem = std::mem::replace(&mut t.memtable, next);
             let mem = Arc::new(mem);
             inner.flushing_total += mem.size_bytes;
             inner.next_job += 1;
@@ -2154,6 +2166,10 @@ impl ShardStorage {
         m.commitlog_reused_segments = log.reused_segments;
         m.commitlog_map_fallbacks = log.map_fallbacks();
         (m.spare_data_bytes, m.spare_data_reused) = inner.spares.usage();
+        let pool = inner.chunk_pool.stats();
+        m.memtable_pool_bytes = pool.kept_bytes;
+        m.memtable_chunks_fresh = pool.taken_fresh;
+        m.memtable_chunks_reused = pool.taken_kept;
         m.commitlog_syncs = log.syncs();
         m.commitlog_writes = log.writes;
         let rc = inner.row_cache.stats();
@@ -2258,6 +2274,7 @@ impl ShardStorage {
                 .then(|| (hooks.this_threads_arena)())
                 .flatten();
             let prefaulting = Arc::new(AtomicBool::new(false));
+            let shard_arena = (hooks.this_threads_arena)();
             // The allocator's figures, refreshed at most every DEFRAG_CHECK, once for the
             // trim, the prefault and the usage together: a refresh merges every arena's
             // statistics (jemalloc's `epoch`, ~1M instructions under callgrind), and at
@@ -2288,6 +2305,27 @@ impl ShardStorage {
                 {
                     last_trim = Some(now);
                     let trimmed = (hooks.trim_kept_pages)(cap, limit).unwrap_or(0);
+                    // Over the resident limit with too few kept pages to return, the
+                    // memtables' kept chunks go as well (freed into the shard's arena,
+                    // whose pages the next check returns): memory is kept for the next
+                    // memtables only while the node is within its memory.
+                    if let Some(limit) = limit
+                        && let Some(k) = shard_arena.and_then(|a| (hooks.kept_pages)(a))
+                    {
+                        let short = k.resident.saturating_sub(limit).saturating_sub(trimmed);
+                        if short > 0 {
+                            let pool = me.inner.borrow().chunk_pool.clone();
+                            let released = pool.release(short);
+                            if released > 0 {
+                                tracing::debug!(
+                                    released,
+                                    resident = k.resident,
+                                    limit,
+                                    "released kept memtable chunks over the resident limit"
+                                );
+                            }
+                        }
+                    }
                     if trimmed > 0 {
                         tracing::debug!(
                             purged = trimmed,
