@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The same fixed write rate twice in one server process, after a read phase: BIN LABEL RATE
 # A one-shard server (CPU 0) gets make bench's populate and major compaction (3M keys;
-# KEYS=750000: the first 750k keys and a flush instead), 30 s of uniform reads at
+# KEYS=750000: the first 750k keys and a flush instead; PREWRITE=SECS adds that long of
+# saturation writes after it), 30 s of uniform reads at
 # saturation over them (they fill the row cache), IDLE seconds (0) of nothing, then two
 # 30 s runs of uniform writes at a fixed RATE/s (128 in flight, latency from intended start,
 # reported every 10 ms). Prints each run's latencies, its per-second maxima (ms), the
@@ -17,6 +18,11 @@ bin=$1 label=$2 rate=$3 keys=${KEYS:-3000000}
 start_server "$bin" "$label"
 if [[ $keys == 750000 ]]; then populate_warm; else
   populate_compacted
+  # PREWRITE=SECS: writes at saturation first (make bench's saturation write step fills the
+  # memtable budget before its read steps; the populate's memtables do not).
+  if [[ -n "${PREWRITE:-}" ]]; then
+    st write duration="${PREWRITE}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..$keys)" > /dev/null
+  fi
   st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..$keys)" > /dev/null
 fi
 sleep "${IDLE:-0}"
