@@ -473,8 +473,8 @@ impl Drop for Arena {
 /// first memtables after a read phase fault in most of their chunks, because the row
 /// cache took the pages the flushed memtables had freed (docs/benchmarks.md, "The 90%-own
 /// writes: the first heavy write phase after reads is the spike"). Kept here, the pages
-/// stay the memtables': after the first memtable cycles the shard's writes fault in no
-/// memtable memory. At most `max_chunks` are kept (the shard's memtable budget), so what
+/// stay the memtables': once its memtables have filled their budget the shard's writes
+/// fault in no more arena chunks. At most `max_chunks` are kept (the shard's memtable budget), so what
 /// the pool holds is at most what the memtables held at their peak, and they are freed
 /// while the allocator's resident memory is over the node's limit ([`ChunkPool::release`],
 /// from the shard's check of its kept pages). A chunk some value is still shared from
@@ -533,7 +533,8 @@ impl ChunkPool {
         let mut back: Vec<BytesMut> = chunks
             .filter_map(|mut c| {
                 c.clear();
-                (c.try_reclaim(ARENA_CHUNK_BYTES) && c.capacity() >= ARENA_CHUNK_BYTES).then_some(c)
+                // Succeeds only for a chunk nothing else shares; it is then whole again.
+                c.try_reclaim(ARENA_CHUNK_BYTES).then_some(c)
             })
             .collect();
         let surplus = {

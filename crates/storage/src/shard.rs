@@ -2266,15 +2266,9 @@ impl ShardStorage {
             let mut last_trim: Option<tokio::time::Instant> = None;
             // This thread's arena, topped up with pages faulted in off the shard while it
             // keeps its pages (`crate::alloc::PREFAULT_RESERVE`).
-            let arena = me
-                .inner
-                .borrow()
-                .cfg
-                .prefault
-                .then(|| (hooks.this_threads_arena)())
-                .flatten();
-            let prefaulting = Arc::new(AtomicBool::new(false));
             let shard_arena = (hooks.this_threads_arena)();
+            let arena = shard_arena.filter(|_| me.inner.borrow().cfg.prefault);
+            let prefaulting = Arc::new(AtomicBool::new(false));
             // The allocator's figures, refreshed at most every DEFRAG_CHECK, once for the
             // trim, the prefault and the usage together: a refresh merges every arena's
             // statistics (jemalloc's `epoch`, ~1M instructions under callgrind), and at
