@@ -441,7 +441,7 @@ fn render_histogram(
 ///   `amphora_commitlog_map_fallbacks_total`,
 ///   `amphora_sstables_spare_data_bytes`, `amphora_sstables_spare_data_reused_total`,
 ///   `amphora_memtable_pool_bytes`, `amphora_memtable_chunks_fresh_total` /
-///   `_reused_total`,
+///   `_reused_total` / `_prefaulted_total`,
 ///   `amphora_commitlog_syncs_total`, `amphora_commitlog_writes_total`,
 ///   `amphora_cache_row_hits_total` / `_misses_total` / `_insertions_total` /
 ///   `_evictions_total` / `_flush_replacements_total` / `_defrag_moves_total` /
@@ -465,7 +465,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 31] = [
+    let shard_families: [Family<M>; 32] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -631,6 +631,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Memtable arena chunks taken from those kept from flushed memtables.",
             |m| m.memtable_chunks_reused,
+        ),
+        (
+            "amphora_memtable_chunks_prefaulted_total",
+            "counter",
+            "Memtable arena chunks allocated and faulted in off the shard, ahead of its writes.",
+            |m| m.memtable_chunks_prefaulted,
         ),
         (
             "amphora_commitlog_syncs_total",

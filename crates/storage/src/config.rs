@@ -195,8 +195,9 @@ pub struct StorageConfig {
     /// pacing of those before them.
     pub flush_pace_max: std::time::Duration,
     /// Pause between two slices of a flushed memtable's merge into the row cache while
-    /// requests keep the shard busy and memtables use under seven eighths of their
-    /// budget (zero: one slice per scheduler turn, about half of a busy shard).
+    /// requests keep the shard busy, memtables use under seven eighths of their budget
+    /// and the writes since the flush have filled less than half of what the merge frees
+    /// (zero: one slice per scheduler turn, about half of a busy shard).
     pub cache_update_pause: std::time::Duration,
     /// Set when the shard thread's allocator arena keeps the pages freed in it
     /// ([`crate::alloc::AllocatorHooks::keep_pages_on_this_thread`]): once more than these

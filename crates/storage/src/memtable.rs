@@ -415,7 +415,8 @@ struct Arena {
     filled: Vec<BytesMut>,
 }
 
-const ARENA_CHUNK_BYTES: usize = 256 << 10;
+/// Bytes of one memtable arena chunk.
+pub const ARENA_CHUNK_BYTES: usize = 256 << 10;
 
 impl Arena {
     fn new(pool: Option<Arc<ChunkPool>>) -> Self {
@@ -485,6 +486,7 @@ pub struct ChunkPool {
     max_chunks: usize,
     taken_fresh: AtomicU64,
     taken_kept: AtomicU64,
+    prefaulted: AtomicU64,
 }
 
 /// What a [`ChunkPool`] holds and has handed out.
@@ -495,6 +497,8 @@ pub struct ChunkPoolStats {
     /// Chunks handed out newly allocated, and from those kept.
     pub taken_fresh: u64,
     pub taken_kept: u64,
+    /// Chunks [`ChunkPool::top_up`] faulted in off the shard.
+    pub prefaulted: u64,
 }
 
 impl ChunkPool {
@@ -505,7 +509,46 @@ impl ChunkPool {
             max_chunks: usize::try_from(max_bytes / ARENA_CHUNK_BYTES as u64).unwrap_or(usize::MAX),
             taken_fresh: AtomicU64::new(0),
             taken_kept: AtomicU64::new(0),
+            prefaulted: AtomicU64::new(0),
         })
+    }
+
+    /// Chunks kept now.
+    pub fn kept(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Allocates chunks on the calling thread, writes a byte of every 4 KiB page of each
+    /// (faulting them in), and keeps them, until the pool holds `target` (at most its
+    /// bound); returns the chunks added. Run off the shard (its prefault thread), so that a
+    /// memtable growing into memory it has not held before finds chunks whose pages are
+    /// in: faulting them on the shard cost it 5-7 ms per 2 MiB huge page on this project's
+    /// VMs, a stall for every request waiting on it (docs/benchmarks.md, "Memtable chunks
+    /// faulted in off the shard").
+    pub fn top_up(&self, target: usize) -> usize {
+        let want = target
+            .min(self.max_chunks)
+            .saturating_sub(self.lock().len());
+        let mut fresh = Vec::with_capacity(want);
+        for _ in 0..want {
+            let mut c = BytesMut::with_capacity(ARENA_CHUNK_BYTES);
+            for page in c.spare_capacity_mut().chunks_mut(4096) {
+                page[0].write(0);
+            }
+            // The writes are the point: kept as if something read them.
+            std::hint::black_box(c.spare_capacity_mut().as_ptr());
+            fresh.push(c);
+        }
+        let surplus = {
+            let mut free = self.lock();
+            let room = self.max_chunks.saturating_sub(free.len());
+            let keep = fresh.len().min(room);
+            free.extend(fresh.drain(..keep));
+            self.prefaulted
+                .fetch_add(keep as u64, AtomicOrdering::Relaxed);
+            fresh
+        };
+        want - surplus.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BytesMut>> {
@@ -566,6 +609,7 @@ impl ChunkPool {
             kept_bytes: (kept * ARENA_CHUNK_BYTES) as u64,
             taken_fresh: self.taken_fresh.load(AtomicOrdering::Relaxed),
             taken_kept: self.taken_kept.load(AtomicOrdering::Relaxed),
+            prefaulted: self.prefaulted.load(AtomicOrdering::Relaxed),
         }
     }
 }
@@ -1179,6 +1223,36 @@ mod tests {
 
     /// A dropped memtable's arena chunks serve the next memtables of its pool, all but
     /// those a value read from it still holds, and no more than the pool's bound.
+    #[test]
+    fn chunks_topped_up_off_the_shard_serve_the_next_memtable() {
+        let pool = ChunkPool::new(6 * ARENA_CHUNK_BYTES as u64);
+        assert_eq!(pool.top_up(4), 4);
+        assert_eq!(pool.top_up(4), 0, "already holds the target");
+        // Never past the pool's bound.
+        assert_eq!(pool.top_up(100), 2);
+        assert_eq!(pool.kept(), 6);
+        let mut m = Memtable::with_pool(schema(), Some(pool.clone()));
+        let key = PartitionKey::new(Bytes::from_static(b"k"));
+        for i in 0..600 {
+            let u = PartitionUpdate {
+                rows: vec![Row {
+                    clustering: Clustering(vec![int(i)]),
+                    marker: Some(LivenessInfo::new(1)),
+                    deletion: None,
+                    cells: vec![(3, ColumnData::Simple(Cell::live(1, vec![7u8; 1000].into())))],
+                }],
+                ..Default::default()
+            };
+            m.apply(&key, &u, None);
+        }
+        let st = pool.stats();
+        assert_eq!((st.prefaulted, st.taken_fresh), (6, 0), "{st:?}");
+        assert!(st.taken_kept >= 2, "{st:?}");
+        assert_eq!(pool.kept() as u64, 6 - st.taken_kept);
+        let got = m.get(&key, &[ClusteringSlice::all()]).expect("partition");
+        assert_eq!(got.rows.len(), 600);
+    }
+
     #[test]
     fn dropped_memtables_give_their_chunks_to_the_next() {
         let chunk = ARENA_CHUNK_BYTES as u64;

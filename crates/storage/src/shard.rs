@@ -80,6 +80,8 @@ pub struct StorageMetrics {
     /// Memtable arena chunks newly allocated, and taken from those kept.
     pub memtable_chunks_fresh: u64,
     pub memtable_chunks_reused: u64,
+    /// Memtable arena chunks faulted in off the shard ([`ChunkPool::top_up`]).
+    pub memtable_chunks_prefaulted: u64,
     /// `fdatasync`s of commitlog segments (one per group-commit round in batch/group mode).
     pub commitlog_syncs: u64,
     /// Writes (`pwrite`s) handing buffered commitlog entries to the OS.
@@ -155,6 +157,22 @@ const CACHE_UPDATE_STEP: usize = 16;
 /// about a millisecond; a count cannot know what the memory costs (a flush's install, with
 /// its first cache update slice, held the shard 24-37 ms in make bench on the Intel VM).
 const SHARD_SLICE_TIME: Duration = Duration::from_micros(500);
+
+/// The most memtable chunks kept faulted in ahead of the shard's writes
+/// ([`pool_reserve_chunks`]), in bytes.
+const POOL_RESERVE_MAX_BYTES: u64 = 64 << 20;
+
+/// How many chunks the shard's [`ChunkPool`] is topped up to off the shard
+/// ([`ChunkPool::top_up`]) after its memtables took `taken` chunks since the last check
+/// (one [`DEFRAG_CHECK`]): twice that, so the writes until the next check find their
+/// chunks faulted in, and at least [`crate::alloc::PREFAULT_RESERVE`]'s worth; at most
+/// [`POOL_RESERVE_MAX_BYTES`].
+fn pool_reserve_chunks(taken: u64) -> usize {
+    let chunk = crate::memtable::ARENA_CHUNK_BYTES as u64;
+    let min = crate::alloc::PREFAULT_RESERVE / chunk;
+    let max = POOL_RESERVE_MAX_BYTES / chunk;
+    usize::try_from(taken.saturating_mul(2).clamp(min, max)).unwrap_or(usize::MAX)
+}
 
 /// Row cache entries one defragmentation slice looks at ([`ShardStorage::run_defrag`]):
 /// about a millisecond of the shard when most of them move. At one slice per
@@ -1273,7 +1291,15 @@ impl ShardStorage {
                     let pause = {
                         let inner = me.inner.borrow();
                         let busy = inner.compaction_share.busy_since(&mut foreground_seen);
-                        let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 8 * 7;
+                        // Once the writes since the flush have filled half of what the
+                        // update would free, the update is what the next writes wait on:
+                        // paused, it freed the memtable only as the budget ran out, and at
+                        // 90% of the write maximum the first flush after a read phase left
+                        // every write waiting for memory (docs/benchmarks.md, "The row
+                        // cache update's pause ends at half the flushed memtable").
+                        let active = inner.memtable_total.saturating_sub(inner.flushing_total);
+                        let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 8 * 7
+                            && active.saturating_mul(2) <= inner.flushing_total;
                         (busy && roomy).then_some(inner.cfg.cache_update_pause)
                     };
                     if let Some(wait) = pause.filter(|w| !w.is_zero()) {
@@ -2170,6 +2196,7 @@ impl ShardStorage {
         m.memtable_pool_bytes = pool.kept_bytes;
         m.memtable_chunks_fresh = pool.taken_fresh;
         m.memtable_chunks_reused = pool.taken_kept;
+        m.memtable_chunks_prefaulted = pool.prefaulted;
         m.commitlog_syncs = log.syncs();
         m.commitlog_writes = log.writes;
         let rc = inner.row_cache.stats();
@@ -2269,6 +2296,10 @@ impl ShardStorage {
             let shard_arena = (hooks.this_threads_arena)();
             let arena = shard_arena.filter(|_| me.inner.borrow().cfg.prefault);
             let prefaulting = Arc::new(AtomicBool::new(false));
+            // Memtable chunks faulted in off the shard (`ChunkPool::top_up`): one job at a
+            // time, sized by the chunks the memtables took since the last check.
+            let topping_up = Arc::new(AtomicBool::new(false));
+            let mut chunks_taken = 0u64;
             // The allocator's figures, refreshed at most every DEFRAG_CHECK, once for the
             // trim, the prefault and the usage together: a refresh merges every arena's
             // statistics (jemalloc's `epoch`, ~1M instructions under callgrind), and at
@@ -2303,9 +2334,11 @@ impl ShardStorage {
                     // memtables' kept chunks go as well (freed into the shard's arena,
                     // whose pages the next check returns): memory is kept for the next
                     // memtables only while the node is within its memory.
+                    let mut over_limit = false;
                     if let Some(limit) = limit
                         && let Some(k) = shard_arena.and_then(|a| (hooks.kept_pages)(a))
                     {
+                        over_limit = k.resident.saturating_add(POOL_RESERVE_MAX_BYTES) > limit;
                         let short = k.resident.saturating_sub(limit).saturating_sub(trimmed);
                         if short > 0 {
                             let pool = me.inner.borrow().chunk_pool.clone();
@@ -2327,6 +2360,25 @@ impl ShardStorage {
                             ?limit,
                             "returned the shard arena's kept pages beyond its bounds"
                         );
+                    }
+                    // The memtables' next chunks, faulted in off the shard while the
+                    // allocator has room for them below the resident limit.
+                    let pool = me.inner.borrow().chunk_pool.clone();
+                    let st = pool.stats();
+                    let taken = st.taken_fresh + st.taken_kept;
+                    let target = pool_reserve_chunks(taken.saturating_sub(chunks_taken));
+                    chunks_taken = taken;
+                    if me.inner.borrow().cfg.prefault
+                        && !over_limit
+                        && !topping_up.load(AtomicOrdering::Acquire)
+                        && pool.kept() < target
+                    {
+                        topping_up.store(true, AtomicOrdering::Release);
+                        let done = topping_up.clone();
+                        me.inner.borrow().prefaulter.submit(Box::new(move || {
+                            pool.top_up(target);
+                            done.store(false, AtomicOrdering::Release);
+                        }));
                     }
                     // Nothing is prefaulted right after a trim: the arena was over a
                     // bound, and still keeps what was within it.
