@@ -1221,8 +1221,8 @@ mod tests {
         }
     }
 
-    /// A dropped memtable's arena chunks serve the next memtables of its pool, all but
-    /// those a value read from it still holds, and no more than the pool's bound.
+    /// Chunks faulted in off the shard fill the pool up to its bound and are what the
+    /// next memtable takes, none allocated fresh.
     #[test]
     fn chunks_topped_up_off_the_shard_serve_the_next_memtable() {
         let pool = ChunkPool::new(6 * ARENA_CHUNK_BYTES as u64);
@@ -1253,6 +1253,8 @@ mod tests {
         assert_eq!(got.rows.len(), 600);
     }
 
+    /// A dropped memtable's arena chunks serve the next memtables of its pool, all but
+    /// those a value read from it still holds, and no more than the pool's bound.
     #[test]
     fn dropped_memtables_give_their_chunks_to_the_next() {
         let chunk = ARENA_CHUNK_BYTES as u64;

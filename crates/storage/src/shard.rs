@@ -1295,8 +1295,8 @@ impl ShardStorage {
                         // update would free, the update is what the next writes wait on:
                         // paused, it freed the memtable only as the budget ran out, and at
                         // 90% of the write maximum the first flush after a read phase left
-                        // every write waiting for memory (docs/benchmarks.md, "The row
-                        // cache update's pause ends at half the flushed memtable").
+                        // every write waiting for memory (docs/benchmarks.md, "Memtable
+                        // chunks faulted in off the shard; the row cache update's pause").
                         let active = inner.memtable_total.saturating_sub(inner.flushing_total);
                         let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 8 * 7
                             && active.saturating_mul(2) <= inner.flushing_total;
