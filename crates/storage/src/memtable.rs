@@ -514,7 +514,8 @@ impl ChunkPool {
     }
 
     /// Chunks kept now.
-    pub fn kept(&self) -> usize {
+    #[cfg(test)]
+    fn kept(&self) -> usize {
         self.lock().len()
     }
 
@@ -539,16 +540,23 @@ impl ChunkPool {
             std::hint::black_box(c.spare_capacity_mut().as_ptr());
             fresh.push(c);
         }
-        let surplus = {
+        let kept = self.keep(fresh);
+        self.prefaulted
+            .fetch_add(kept as u64, AtomicOrdering::Relaxed);
+        kept
+    }
+
+    /// Keeps `chunks` up to the pool's bound and frees the rest (outside the lock);
+    /// returns how many were kept.
+    fn keep(&self, mut chunks: Vec<BytesMut>) -> usize {
+        let kept = {
             let mut free = self.lock();
-            let room = self.max_chunks.saturating_sub(free.len());
-            let keep = fresh.len().min(room);
-            free.extend(fresh.drain(..keep));
-            self.prefaulted
-                .fetch_add(keep as u64, AtomicOrdering::Relaxed);
-            fresh
+            let keep = chunks.len().min(self.max_chunks.saturating_sub(free.len()));
+            free.extend(chunks.drain(..keep));
+            keep
         };
-        want - surplus.len()
+        drop(chunks);
+        kept
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BytesMut>> {
@@ -573,22 +581,14 @@ impl ChunkPool {
     /// Keeps those of `chunks` nothing else holds any more (up to the pool's bound); the
     /// others are dropped (freed by their last holder).
     fn give_back(&self, chunks: impl Iterator<Item = BytesMut>) {
-        let mut back: Vec<BytesMut> = chunks
+        let back: Vec<BytesMut> = chunks
             .filter_map(|mut c| {
                 c.clear();
                 // Succeeds only for a chunk nothing else shares; it is then whole again.
                 c.try_reclaim(ARENA_CHUNK_BYTES).then_some(c)
             })
             .collect();
-        let surplus = {
-            let mut free = self.lock();
-            let room = self.max_chunks.saturating_sub(free.len());
-            let keep = back.len().min(room);
-            free.extend(back.drain(..keep));
-            back
-        };
-        // Freed outside the lock.
-        drop(surplus);
+        self.keep(back);
     }
 
     /// Frees kept chunks of at least `bytes` (all of them if they hold less); returns the

@@ -2334,6 +2334,7 @@ impl ShardStorage {
                     // memtables' kept chunks go as well (freed into the shard's arena,
                     // whose pages the next check returns): memory is kept for the next
                     // memtables only while the node is within its memory.
+                    let pool = me.inner.borrow().chunk_pool.clone();
                     let mut over_limit = false;
                     if let Some(limit) = limit
                         && let Some(k) = shard_arena.and_then(|a| (hooks.kept_pages)(a))
@@ -2341,7 +2342,6 @@ impl ShardStorage {
                         over_limit = k.resident.saturating_add(POOL_RESERVE_MAX_BYTES) > limit;
                         let short = k.resident.saturating_sub(limit).saturating_sub(trimmed);
                         if short > 0 {
-                            let pool = me.inner.borrow().chunk_pool.clone();
                             let released = pool.release(short);
                             if released > 0 {
                                 tracing::debug!(
@@ -2363,7 +2363,6 @@ impl ShardStorage {
                     }
                     // The memtables' next chunks, faulted in off the shard while the
                     // allocator has room for them below the resident limit.
-                    let pool = me.inner.borrow().chunk_pool.clone();
                     let st = pool.stats();
                     let taken = st.taken_fresh + st.taken_kept;
                     let target = pool_reserve_chunks(taken.saturating_sub(chunks_taken));
@@ -2371,7 +2370,7 @@ impl ShardStorage {
                     if me.inner.borrow().cfg.prefault
                         && !over_limit
                         && !topping_up.load(AtomicOrdering::Acquire)
-                        && pool.kept() < target
+                        && st.kept_bytes < (target * crate::memtable::ARENA_CHUNK_BYTES) as u64
                     {
                         topping_up.store(true, AtomicOrdering::Release);
                         let done = topping_up.clone();
