@@ -192,6 +192,17 @@ impl Node {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .map(std::time::Duration::from_millis);
+        // AMPHORA_FLUSH_ACTIVE_SHARE / AMPHORA_FLUSH_PACE_SHARE:
+        // `StorageConfig::flush_active_share` / `flush_pace_share` (experiment knobs, not
+        // cassandra.yaml keys).
+        let share_env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let flush_active_share = share_env("AMPHORA_FLUSH_ACTIVE_SHARE");
+        let flush_pace_share = share_env("AMPHORA_FLUSH_PACE_SHARE");
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
         let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
@@ -279,6 +290,12 @@ impl Node {
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;
+                    }
+                    if let Some(v) = flush_active_share {
+                        scfg.flush_active_share = v;
+                    }
+                    if let Some(v) = flush_pace_share {
+                        scfg.flush_pace_share = v;
                     }
                     scfg.flush_direct = flush_direct;
                     scfg.commitlog_mmap = commitlog_mmap;

@@ -93,11 +93,11 @@ pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Share of the half memtable budget that the writes after a paced flush's start may fill
-/// before it is done ([`StorageConfig::flush_pace_max`]): the rest is left for the row
-/// cache's update with the flushed rows, which frees the memtable, before writes would
-/// have to wait for memory.
-pub const FLUSH_PACE_SHARE: f64 = 0.7;
+/// Default [`StorageConfig::flush_pace_share`].
+pub const FLUSH_PACE_SHARE: f64 = 1.0;
+
+/// Default [`StorageConfig::flush_active_share`].
+pub const FLUSH_ACTIVE_SHARE: f64 = 1.0 / 3.0;
 
 /// Default [`StorageConfig::cache_update_pause`].
 pub const DEFAULT_CACHE_UPDATE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
@@ -194,6 +194,13 @@ pub struct StorageConfig {
     /// (nodetool, shutdown, a full budget or commitlog) are never paced and end the
     /// pacing of those before them.
     pub flush_pace_max: std::time::Duration,
+    /// Share of `memtable_budget_bytes` the active memtables may fill before the largest
+    /// is flushed; the rest absorbs the writes while flushes run.
+    pub flush_active_share: f64,
+    /// Share of the active memtables' part of the budget (`flush_active_share`) that the
+    /// writes after a paced flush's start may fill before it is done
+    /// ([`StorageConfig::flush_pace_max`]).
+    pub flush_pace_share: f64,
     /// Pause between two slices of a flushed memtable's merge into the row cache while
     /// requests keep the shard busy, memtables use under seven eighths of their budget
     /// and the writes since the flush have filled less than half of what the merge frees
@@ -240,6 +247,8 @@ impl StorageConfig {
             grant_slice: DEFAULT_GRANT_SLICE,
             grant_every: DEFAULT_GRANT_EVERY,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
+            flush_active_share: FLUSH_ACTIVE_SHARE,
+            flush_pace_share: FLUSH_PACE_SHARE,
             cache_update_pause: DEFAULT_CACHE_UPDATE_PAUSE,
             kept_pages_cap_bytes: None,
             resident_limit_bytes: None,
@@ -247,6 +256,11 @@ impl StorageConfig {
             clock: Clock::system(),
             before_flush: None,
         }
+    }
+
+    /// The active memtables' bytes over which the largest is flushed.
+    pub fn flush_threshold_bytes(&self) -> u64 {
+        (self.memtable_budget_bytes as f64 * self.flush_active_share.clamp(0.05, 0.95)) as u64
     }
 
     /// The block cache's size in bytes.

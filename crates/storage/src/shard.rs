@@ -495,7 +495,7 @@ fn flush_thresholds(inner: &Inner, log: &Commitlog) -> (bool, bool) {
     // are flushed.
     (
         inner.memtable_total.saturating_sub(inner.flushing_total)
-            > inner.cfg.memtable_budget_bytes / 2,
+            > inner.cfg.flush_threshold_bytes(),
         log.total_bytes() > inner.cfg.commitlog_total_space_bytes,
     )
 }
@@ -1224,7 +1224,7 @@ impl ShardStorage {
             let wants = inner.granter.wants.clone();
             let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
                 inner.flush_pacer.pace(
-                    inner.cfg.memtable_budget_bytes,
+                    inner.cfg.flush_threshold_bytes() as f64 * inner.cfg.flush_pace_share,
                     inner.cfg.flush_pace_max,
                     mem.partitions.len(),
                     wants.clone(),
@@ -1291,15 +1291,16 @@ impl ShardStorage {
                     let pause = {
                         let inner = me.inner.borrow();
                         let busy = inner.compaction_share.busy_since(&mut foreground_seen);
-                        // Once the writes since the flush have filled half of what the
+                        // Once the room left in the budget is under half of what the
                         // update would free, the update is what the next writes wait on:
                         // paused, it freed the memtable only as the budget ran out, and at
                         // 90% of the write maximum the first flush after a read phase left
                         // every write waiting for memory (docs/benchmarks.md, "Memtable
                         // chunks faulted in off the shard; the row cache update's pause").
-                        let active = inner.memtable_total.saturating_sub(inner.flushing_total);
-                        let roomy = inner.memtable_total <= inner.cfg.memtable_budget_bytes / 8 * 7
-                            && active.saturating_mul(2) <= inner.flushing_total;
+                        let budget = inner.cfg.memtable_budget_bytes;
+                        let room = budget.saturating_sub(inner.memtable_total);
+                        let roomy = inner.memtable_total <= budget / 8 * 7
+                            && room.saturating_mul(2) >= inner.flushing_total;
                         (busy && roomy).then_some(inner.cfg.cache_update_pause)
                     };
                     if let Some(wait) = pause.filter(|w| !w.is_zero()) {
@@ -2738,10 +2739,11 @@ impl FlushPacer {
         self.epoch.fetch_add(1, AtomicOrdering::Relaxed);
     }
 
-    /// The pace of a flush of `partitions` partitions submitted now.
+    /// The pace of a flush of `partitions` partitions submitted now, to be done once the
+    /// writes after it have filled `span` bytes.
     fn pace(
         &self,
-        budget: u64,
+        span: f64,
         max: Duration,
         partitions: usize,
         wants: crate::grant::Wants,
@@ -2751,7 +2753,7 @@ impl FlushPacer {
             wants,
             epoch: self.epoch.load(AtomicOrdering::Relaxed),
             written_at_start: self.written.load(AtomicOrdering::Relaxed),
-            span: ((budget / 2) as f64 * crate::config::FLUSH_PACE_SHARE).max(1.0),
+            span: span.max(1.0),
             started: std::time::Instant::now(),
             max: max.as_secs_f64().max(1e-3),
             partitions: partitions.max(1) as f64,
@@ -3149,17 +3151,17 @@ mod tests {
         rx
     }
 
-    /// A paced flush goes as far as the writes since its start allow (70% of its
-    /// partitions once the writes have filled 70% of the 1,000-byte half budget), and no
-    /// further while no more arrive.
+    /// A paced flush goes as far as the writes since its start allow (half of its
+    /// partitions once the writes have filled half of its 700-byte span), and no further
+    /// while no more arrive.
     #[test]
     fn a_paced_flush_keeps_pace_with_the_writes() {
         let pacer = FlushPacer::default();
         pacer.wrote(5_000); // before the flush: not counted
-        let pace = pacer.pace(2_000, Duration::from_secs(600), 100, Default::default());
+        let pace = pacer.pace(700.0, Duration::from_secs(600), 100, Default::default());
         pace.keep_pace(0);
         let rx = pacing(
-            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            pacer.pace(700.0, Duration::from_secs(600), 100, Default::default()),
             50,
         );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
@@ -3177,7 +3179,7 @@ mod tests {
     fn an_unpaced_flush_ends_the_pacing_of_earlier_ones() {
         let pacer = FlushPacer::default();
         let rx = pacing(
-            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            pacer.pace(700.0, Duration::from_secs(600), 100, Default::default()),
             100,
         );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
@@ -3185,7 +3187,7 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(10))
             .expect("the hurry ends the pacing");
         let rx = pacing(
-            pacer.pace(2_000, Duration::from_secs(600), 100, Default::default()),
+            pacer.pace(700.0, Duration::from_secs(600), 100, Default::default()),
             100,
         );
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
@@ -3197,7 +3199,7 @@ mod tests {
         let pacer = FlushPacer::default();
         let started = std::time::Instant::now();
         let rx = pacing(
-            pacer.pace(2_000, Duration::from_millis(300), 100, Default::default()),
+            pacer.pace(700.0, Duration::from_millis(300), 100, Default::default()),
             100,
         );
         rx.recv_timeout(Duration::from_secs(10))
