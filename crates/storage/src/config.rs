@@ -93,10 +93,19 @@ pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Default [`StorageConfig::flush_pace_share`].
+/// Default [`StorageConfig::flush_pace_share`]: a paced flush is spread over the whole
+/// fill of the next memtable, so its CPU is an even share of the cycle (at 0.7 of a half
+/// budget it took ~27% of the core for 70% of the cycle, and a fixed write rate near the
+/// core's capacity queued up in every flush; docs/benchmarks.md, "Flushes at a third of
+/// the budget, paced over the whole next fill").
 pub const FLUSH_PACE_SHARE: f64 = 1.0;
 
-/// Default [`StorageConfig::flush_active_share`].
+/// Default [`StorageConfig::flush_active_share`]: the flushing memtable (a third) and the
+/// next one filling while it flushes (another third) leave a third of the budget for the
+/// row cache's merge of the flushed rows, which frees it, before writes wait for memory
+/// (at a half, with the flush done at 70% of the next half, ~15% was left, and after a
+/// read phase filled the row cache every flush cycle at 84% of the write saturation rate
+/// ended with all writes waiting for memory).
 pub const FLUSH_ACTIVE_SHARE: f64 = 1.0 / 3.0;
 
 /// Default [`StorageConfig::cache_update_pause`].
@@ -187,7 +196,7 @@ pub struct StorageConfig {
     pub grant_every: std::time::Duration,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
-    /// they reach [`FLUSH_PACE_SHARE`] of the half budget they may fill) instead of
+    /// they reach `flush_pace_share` of the flush threshold) instead of
     /// taking the core in one burst, and by this time it has gone at least as far as its
     /// elapsed share of it. Zero: flushes are never paced (the node takes another from
     /// `AMPHORA_FLUSH_PACE_MAX_MS`, for experiments). Flushes that something waits for

@@ -491,8 +491,8 @@ struct Inner {
 /// commitlog is over its total space (either starts a flush).
 #[inline]
 fn flush_thresholds(inner: &Inner, log: &Commitlog) -> (bool, bool) {
-    // Active memtables may use half the budget; the other half absorbs writes while they
-    // are flushed.
+    // Active memtables may use a share of the budget (`flush_active_share`); the rest
+    // absorbs writes while they are flushed and the row cache takes the flushed rows.
     (
         inner.memtable_total.saturating_sub(inner.flushing_total)
             > inner.cfg.flush_threshold_bytes(),
@@ -1163,7 +1163,7 @@ impl ShardStorage {
 
     /// Switches the table's memtable and submits its flush. Returns the job id, or None if
     /// there was nothing to flush. A `paced` flush (one started because the active
-    /// memtables filled their half of the budget) keeps pace with the writes after it
+    /// memtables filled their share of the budget) keeps pace with the writes after it
     /// ([`StorageConfig::flush_pace_max`]); any other ends the pacing of those before it,
     /// since something waits for it and the flush thread runs them in order.
     fn start_flush(&self, id: TableId, paced: bool) -> Result<Option<u64>> {
