@@ -213,7 +213,7 @@ pub struct StorageConfig {
     pub flush_pace_share: f64,
     /// Pause between two slices of a flushed memtable's merge into the row cache while
     /// requests keep the shard busy, memtables use under seven eighths of their budget
-    /// and the writes since the flush have filled less than half of what the merge frees
+    /// and the room left in the budget is at least half of what the merge frees
     /// (zero: one slice per scheduler turn, about half of a busy shard).
     pub cache_update_pause: std::time::Duration,
     /// Set when the shard thread's allocator arena keeps the pages freed in it
