@@ -435,6 +435,7 @@ fn render_histogram(
 ///   `amphora_sstables_live_bytes`, `amphora_sstables_corrupt`,
 ///   `amphora_compaction_manager_pending_compactions`,
 ///   `amphora_compaction_manager_completed_compactions_total`,
+///   `amphora_compaction_manager_stopped_compactions_total`,
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
@@ -465,7 +466,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 32] = [
+    let shard_families: [Family<M>; 33] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -534,6 +535,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Compactions finished.",
             |m| m.compactions,
+        ),
+        (
+            "amphora_compaction_manager_stopped_compactions_total",
+            "counter",
+            "Strategy compactions a major compaction stopped before they finished.",
+            |m| m.compactions_stopped,
         ),
         (
             "amphora_compaction_manager_compacted_bytes_in_total",

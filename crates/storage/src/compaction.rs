@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{self, SimpleRowSummary};
 use amphora_types::data::{
@@ -549,6 +549,8 @@ thread_local! {
     // The compaction thread's throttle (time on background threads is real time: the
     // throttle only shapes CPU use, it decides nothing).
     static THROTTLE: std::cell::RefCell<Option<Throttle>> = const { std::cell::RefCell::new(None) };
+    // The stop flag of the compaction this thread runs ([`run_stoppable`]).
+    static STOP: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
     // Partitions this thread's compactions kept whole from their newest source
     // ([`shadowing_holder`]) instead of merging: tests read it to see the path taken.
     static SHADOW_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -582,11 +584,36 @@ pub(crate) fn streamed_count() -> u64 {
     STREAMED_MERGES.with(|c| c.get())
 }
 
+/// Runs `f` (a compaction) so that setting `stop` makes it end at its next
+/// [`throttle_point`] with [`StorageError::CompactionStopped`], leaving no output (the
+/// rollback of [`run_rewrite`]). A major compaction stops the table's strategy
+/// compactions this way instead of waiting for them, as Cassandra's does: their work
+/// would be merged again.
+pub fn run_stoppable<T>(stop: Arc<AtomicBool>, f: impl FnOnce() -> T) -> T {
+    STOP.with(|s| *s.borrow_mut() = Some(stop));
+    let out = f();
+    STOP.with(|s| *s.borrow_mut() = None);
+    out
+}
+
+/// Whether this thread's compaction was asked to stop ([`run_stoppable`]).
+fn stop_asked() -> bool {
+    STOP.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|f| f.load(AtomicOrdering::Relaxed))
+    })
+}
+
 /// Called by the executor between partitions, with the weight of the work since the
 /// last call ([`THROTTLE_CHECK_EVERY`] for a merged partition, 1 for a raw copy): sleeps
 /// to keep the thread at its share. Waits first while the shard runs requests
-/// (`crate::grant::pass`).
-fn throttle_point(weight: u32) {
+/// (`crate::grant::pass`). Fails when the compaction was asked to stop
+/// ([`run_stoppable`]).
+fn throttle_point(weight: u32) -> Result<()> {
+    if stop_asked() {
+        return Err(StorageError::CompactionStopped);
+    }
     crate::grant::pass();
     THROTTLE.with(|t| {
         let mut t = t.borrow_mut();
@@ -612,6 +639,7 @@ fn throttle_point(weight: u32) {
         t.since = thread_cpu();
         t.since_wall = std::time::Instant::now();
     });
+    Ok(())
 }
 
 /// Decides what may be purged: tombstones older than `gc_before` whose timestamp is below
@@ -1108,7 +1136,7 @@ fn compact_into_writer(
     let mut sums: Vec<SimpleRowSummary> = Vec::with_capacity(scanners.len());
     let mut weight = THROTTLE_CHECK_EVERY;
     loop {
-        throttle_point(weight);
+        throttle_point(weight)?;
         weight = THROTTLE_CHECK_EVERY;
         for s in scanners.iter_mut() {
             s.peek_key()?;
@@ -1353,7 +1381,7 @@ fn for_each_row_window(
     let (mut st, _) = sst.stream_partition(key, e)?;
     let mut rows = Vec::with_capacity(window.clamp(1, STREAM_WINDOW_ROWS));
     loop {
-        throttle_point(THROTTLE_CHECK_EVERY);
+        throttle_point(THROTTLE_CHECK_EVERY)?;
         rows.clear();
         while rows.len() < window.max(1) {
             match st.next_row()? {
@@ -1509,7 +1537,7 @@ fn for_each_window(
         (0..sources.len()).map(|_| Default::default()).collect();
     let mut left = false;
     loop {
-        throttle_point(THROTTLE_CHECK_EVERY);
+        throttle_point(THROTTLE_CHECK_EVERY)?;
         for (st, a) in streams.iter_mut().zip(ahead.iter_mut()) {
             while a.len() < window {
                 match st.next_row()? {
@@ -2380,7 +2408,7 @@ mod tests {
             let t = Instant::now();
             work(20);
             // A merged partition's weight: the clock is read.
-            throttle_point(THROTTLE_CHECK_EVERY);
+            throttle_point(THROTTLE_CHECK_EVERY).expect("not stopped");
             t.elapsed()
         });
         assert!(idle < Duration::from_millis(100), "{idle:?}");
@@ -2389,7 +2417,7 @@ mod tests {
             let t = Instant::now();
             work(20);
             share.note_foreground();
-            throttle_point(THROTTLE_CHECK_EVERY);
+            throttle_point(THROTTLE_CHECK_EVERY).expect("not stopped");
             t.elapsed()
         });
         assert!(busy >= Duration::from_millis(120), "{busy:?}");
@@ -2399,9 +2427,9 @@ mod tests {
             work(20);
             share.note_foreground();
             let t = Instant::now();
-            (1..THROTTLE_CHECK_EVERY).for_each(|_| throttle_point(1));
+            (1..THROTTLE_CHECK_EVERY).for_each(|_| throttle_point(1).expect("not stopped"));
             let before = t.elapsed();
-            throttle_point(1);
+            throttle_point(1).expect("not stopped");
             (before, t.elapsed() - before)
         });
         assert!(before < Duration::from_millis(20), "{before:?}");

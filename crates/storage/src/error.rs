@@ -42,6 +42,10 @@ pub enum StorageError {
     ShutDown,
     #[error("background job failed: {0}")]
     Background(String),
+    /// A strategy compaction stopped before it finished because a major compaction of
+    /// the table took its place (`crate::compaction::run_stoppable`); its inputs stay.
+    #[error("compaction stopped: a major compaction of the table replaces it")]
+    CompactionStopped,
     /// Writes wait while memtables exceed the shard's budget; this is returned instead when
     /// the flush that should free memory failed.
     #[error(

@@ -58,6 +58,8 @@ pub struct StorageMetrics {
     pub flushes: u64,
     pub flushed_bytes: u64,
     pub compactions: u64,
+    /// Strategy compactions a major compaction stopped before they finished.
+    pub compactions_stopped: u64,
     pub compacted_bytes_in: u64,
     pub compacted_bytes_out: u64,
     pub pending_flushes: u64,
@@ -267,6 +269,31 @@ impl DefragEpisode {
     }
 }
 
+/// A major compaction asked for ([`TableState::majors_waiting`]) until this drops, when
+/// the strategy may start compactions again.
+struct MajorWaiting {
+    storage: ShardStorage,
+    table: TableId,
+}
+
+impl Drop for MajorWaiting {
+    fn drop(&mut self) {
+        let auto = {
+            let Ok(mut inner) = self.storage.inner.try_borrow_mut() else {
+                return;
+            };
+            let Some(t) = inner.tables.get_mut(&self.table) else {
+                return;
+            };
+            t.majors_waiting = t.majors_waiting.saturating_sub(1);
+            t.majors_waiting == 0 && inner.cfg.auto_compaction
+        };
+        if auto {
+            let _ = self.storage.start_compaction(self.table, false);
+        }
+    }
+}
+
 struct TableState {
     schema: Arc<TableSchema>,
     dir: PathBuf,
@@ -275,6 +302,12 @@ struct TableState {
     sstables: Vec<Arc<SSTableReader>>,
     compacting: HashSet<u64>,
     running_compactions: Vec<u64>,
+    /// The stop flags of the strategy compactions among `running_compactions` (queued or
+    /// running): a major compaction sets them ([`ShardStorage::compact_major`]).
+    stop_flags: HashMap<u64, Arc<AtomicBool>>,
+    /// Major compactions asked for and not yet done: no strategy compaction starts while
+    /// one waits or runs.
+    majors_waiting: u32,
     next_generation: Arc<AtomicU64>,
     /// Commitlog entries of this table before this position are flushed or truncated.
     replay_from: LogPosition,
@@ -644,6 +677,8 @@ impl ShardStorage {
                     sstables,
                     compacting: HashSet::new(),
                     running_compactions: Vec::new(),
+                    stop_flags: HashMap::new(),
+                    majors_waiting: 0,
                     next_generation: Arc::new(AtomicU64::new(next)),
                 },
             );
@@ -784,6 +819,8 @@ impl ShardStorage {
                 sstables,
                 compacting: HashSet::new(),
                 running_compactions: Vec::new(),
+                stop_flags: HashMap::new(),
+                majors_waiting: 0,
                 next_generation: Arc::new(AtomicU64::new(next)),
             },
         );
@@ -1443,6 +1480,7 @@ impl ShardStorage {
                     let now = inner.cfg.clock.now_seconds();
                     if let Some(t) = inner.tables.get_mut(&table) {
                         t.running_compactions.retain(|j| *j != job);
+                        t.stop_flags.remove(&job);
                     }
                     let res = match (inner.tables.get_mut(&table), result) {
                         (Some(t), Ok((outs, txn)))
@@ -1504,6 +1542,14 @@ impl ShardStorage {
                             inner.metrics.compactions += 1;
                             trigger_compaction = Some(table);
                             Ok(())
+                        }
+                        (Some(t), Err(e @ StorageError::CompactionStopped)) => {
+                            tracing::info!("compaction of table {table} stopped for a major one");
+                            inner.metrics.compactions_stopped += 1;
+                            for g in &inputs {
+                                t.compacting.remove(g);
+                            }
+                            Err(e)
                         }
                         (Some(t), Err(e)) => {
                             tracing::error!("compaction of table {table} failed: {e}");
@@ -1710,6 +1756,9 @@ impl ShardStorage {
             .tables
             .get_mut(&id)
             .ok_or(StorageError::UnknownTable(id))?;
+        if !major && t.majors_waiting > 0 {
+            return Ok(None);
+        }
         let now = inner.cfg.clock.now_seconds();
         let gc_before = now.saturating_sub(t.schema.options.gc_grace_seconds);
         let candidates: Vec<&Arc<SSTableReader>> = t
@@ -1786,14 +1835,20 @@ impl ShardStorage {
             memtable_min_timestamp,
         };
         // Major compactions are asked for by an operator: full speed. Others run at the
-        // share the backlog controller gives them.
-        let share = (!major).then(|| inner.compaction_share.clone());
+        // share the backlog controller gives them, and stop when a major one is asked for.
+        let share = (!major).then(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            t.stop_flags.insert(job, stop.clone());
+            (inner.compaction_share.clone(), stop)
+        });
         inner.compactor.submit(Box::new(move || {
             let started = std::time::Instant::now();
             let _ = crate::sstable::take_finish_times();
             let compact = || run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
             let result = match share {
-                Some(share) => share.run(compact),
+                Some((share, stop)) => {
+                    crate::compaction::run_stoppable(stop, || share.run(compact))
+                }
                 None => compact(),
             };
             if let Ok((outs, _)) = &result {
@@ -1917,17 +1972,29 @@ impl ShardStorage {
         }
     }
 
-    /// Compacts all of a table's SSTables into one (split by size under LCS).
+    /// Compacts all of a table's SSTables into one (split by size under LCS). As
+    /// Cassandra's does, it first stops the table's strategy compactions (queued or
+    /// running: their work would be merged again) and starts none until it is done; it
+    /// waits for the rest (maintenance rewrites) so that it sees every SSTable.
     pub fn compact_major(&self, id: TableId) -> impl Future<Output = Result<()>> + 'static {
         let me = self.clone();
         async move {
-            // Wait for running compactions first so the major one sees every SSTable.
-            let running = me
-                .inner
-                .borrow()
-                .tables
-                .get(&id)
-                .map_or_else(Vec::new, |t| t.running_compactions.clone());
+            let running = {
+                let mut inner = me.inner.borrow_mut();
+                let t = inner
+                    .tables
+                    .get_mut(&id)
+                    .ok_or(StorageError::UnknownTable(id))?;
+                t.majors_waiting += 1;
+                for stop in t.stop_flags.values() {
+                    stop.store(true, AtomicOrdering::Relaxed);
+                }
+                t.running_compactions.clone()
+            };
+            let _major = MajorWaiting {
+                storage: me.clone(),
+                table: id,
+            };
             let _ = me.await_jobs(running).await;
             match me.start_compaction(id, true)? {
                 Some(job) => me.await_jobs(vec![job]).await,

@@ -540,6 +540,81 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
     });
 }
 
+/// A major compaction stops the table's running strategy compaction instead of waiting
+/// for it (its work would be merged again), as Cassandra's does: the stopped one leaves
+/// no output and no transaction log, its inputs go into the major one, and every row reads
+/// back, before and after a restart.
+#[test]
+fn a_major_compaction_stops_a_running_strategy_compaction() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let schema = clustered_schema(7, ClusteringOrder::Asc);
+    let mut expected = Rows::new();
+    let mut cfg = config(dir.path());
+    cfg.background_gate = true;
+    rt().block_on(async {
+        let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
+        for round in 1..=4 {
+            write_round(&s, round, &mut expected).await;
+        }
+        assert_eq!(s.metrics().sstable_count, 4);
+        // The strategy's compaction starts, then waits at its first partition while the
+        // shard runs (the background gate).
+        let shard_running = s.park_hook().expect("a gate to drive");
+        shard_running(true);
+        let strategy = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            s.compact_once(TableId(7)),
+        )
+        .await;
+        assert!(
+            strategy.is_err(),
+            "the strategy compaction ran at a shut gate"
+        );
+        assert_eq!(s.metrics().pending_compactions, 1);
+        let major = s.compact_major(TableId(7));
+        tokio::pin!(major);
+        let held = tokio::time::timeout(std::time::Duration::from_millis(50), &mut major).await;
+        assert!(held.is_err(), "the major compaction ran at a shut gate");
+        shard_running(false);
+        major.await.expect("compact");
+        let m = s.metrics();
+        assert_eq!(
+            (
+                m.compactions,
+                m.compactions_stopped,
+                m.sstable_count,
+                m.background_errors
+            ),
+            (1, 1, 1, 0),
+            "{m:?}"
+        );
+        assert_eq!(stored_rows(&s), expected);
+        s.shutdown().await.expect("shutdown");
+        drop(s);
+        let table_dir = std::fs::read_dir(dir.path().join("ks"))
+            .expect("keyspace dir")
+            .flatten()
+            .next()
+            .expect("table dir")
+            .path();
+        let names: Vec<String> = std::fs::read_dir(&table_dir)
+            .expect("table dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let data = names.iter().filter(|n| n.ends_with("Data.db")).count();
+        assert_eq!(data, 1, "{names:?}");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.ends_with(".txn") || n.starts_with("tmp-")),
+            "{names:?}"
+        );
+        let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
+        assert_eq!(stored_rows(&s), expected);
+    });
+}
+
 /// Flushes that write their Data.db with O_DIRECT (`StorageConfig::flush_direct`): every
 /// row reads back from the flushed SSTables, compacted and after a restart, and since a
 /// direct output is not in the page cache, a compaction retires none of them as spare
