@@ -416,10 +416,11 @@ def amphora_log_compaction(lines, ks, table, inputs=None):
     """(milliseconds, line) of the last major compaction of ks.table in an Amphora log.
 
     Without a "(major)" line, the last compaction of all `inputs` SSTables into one: a major
-    compaction first waits for the running ones, so when the strategy had already started
-    merging every SSTable (STCS after the populate's flushes), that job is the whole work and
-    the major one finds a single SSTable left (Cassandra's figure is likewise its last
-    "Compacted" line, whatever started it)."""
+    compaction lets a running strategy compaction of every SSTable go on (at full speed; it
+    stops the others), so when the strategy had already started merging every SSTable (STCS
+    after the populate's flushes), that job is the whole work and the major one finds a
+    single SSTable left (Cassandra's figure is likewise its last "Compacted" line, whatever
+    started it)."""
     def ms_of(line):
         m = re.search(r" in (\d+) ms", line)
         return (int(m.group(1)), line[line.find("compacted "):][:400]) if m else None

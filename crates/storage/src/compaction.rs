@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering as AtomicOrdering};
 
 use amphora_types::codec::{self, SimpleRowSummary};
 use amphora_types::data::{
@@ -549,8 +549,8 @@ thread_local! {
     // The compaction thread's throttle (time on background threads is real time: the
     // throttle only shapes CPU use, it decides nothing).
     static THROTTLE: std::cell::RefCell<Option<Throttle>> = const { std::cell::RefCell::new(None) };
-    // The stop flag of the compaction this thread runs ([`run_stoppable`]).
-    static STOP: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
+    // The control of the strategy compaction this thread runs ([`JobControl::run`]).
+    static CONTROL: std::cell::RefCell<Option<JobControl>> = const { std::cell::RefCell::new(None) };
     // Partitions this thread's compactions kept whole from their newest source
     // ([`shadowing_holder`]) instead of merging: tests read it to see the path taken.
     static SHADOW_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -584,35 +584,59 @@ pub(crate) fn streamed_count() -> u64 {
     STREAMED_MERGES.with(|c| c.get())
 }
 
-/// Runs `f` (a compaction) so that setting `stop` makes it end at its next
-/// [`throttle_point`] with [`StorageError::CompactionStopped`], leaving no output (the
-/// rollback of [`run_rewrite`]). A major compaction stops the table's strategy
-/// compactions this way instead of waiting for them, as Cassandra's does: their work
-/// would be merged again.
-pub fn run_stoppable<T>(stop: Arc<AtomicBool>, f: impl FnOnce() -> T) -> T {
-    STOP.with(|s| *s.borrow_mut() = Some(stop));
-    let out = f();
-    STOP.with(|s| *s.borrow_mut() = None);
-    out
+/// How a major compaction takes over a table's strategy compactions (queued or running),
+/// shared between the shard and the compaction thread: one whose inputs are all of the
+/// table's SSTables already does the major compaction's work and goes on at full speed
+/// ([`JobControl::full_speed`]); the others stop ([`JobControl::stop`]) rather than have
+/// their work merged again, as Cassandra's major compaction stops them.
+#[derive(Debug, Clone, Default)]
+pub struct JobControl(Arc<AtomicU8>);
+
+const CONTROL_RUN: u8 = 0;
+const CONTROL_STOP: u8 = 1;
+const CONTROL_FULL_SPEED: u8 = 2;
+
+impl JobControl {
+    /// Makes the compaction end at its next [`throttle_point`] with
+    /// [`StorageError::CompactionStopped`], leaving no output (the rollback of
+    /// [`run_rewrite`]).
+    pub fn stop(&self) {
+        self.0.store(CONTROL_STOP, AtomicOrdering::Relaxed);
+    }
+    /// Lifts the throttle's pauses: the compaction stands for a major one.
+    pub fn full_speed(&self) {
+        self.0.store(CONTROL_FULL_SPEED, AtomicOrdering::Relaxed);
+    }
+    fn get(&self) -> u8 {
+        self.0.load(AtomicOrdering::Relaxed)
+    }
+    /// Runs `f` (a compaction) under this control.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        CONTROL.with(|c| *c.borrow_mut() = Some(self.clone()));
+        let out = f();
+        CONTROL.with(|c| *c.borrow_mut() = None);
+        out
+    }
 }
 
-/// Whether this thread's compaction was asked to stop ([`run_stoppable`]).
-fn stop_asked() -> bool {
-    STOP.with(|s| {
-        s.borrow()
-            .as_ref()
-            .is_some_and(|f| f.load(AtomicOrdering::Relaxed))
-    })
+/// The state of this thread's [`JobControl`] (run without one: [`CONTROL_RUN`]).
+fn control() -> u8 {
+    CONTROL.with(|c| c.borrow().as_ref().map_or(CONTROL_RUN, JobControl::get))
 }
 
 /// Called by the executor between partitions, with the weight of the work since the
 /// last call ([`THROTTLE_CHECK_EVERY`] for a merged partition, 1 for a raw copy): sleeps
 /// to keep the thread at its share. Waits first while the shard runs requests
-/// (`crate::grant::pass`). Fails when the compaction was asked to stop
-/// ([`run_stoppable`]).
+/// (`crate::grant::pass`). Fails when the compaction was asked to stop, and does not
+/// pause when it was asked to go at full speed ([`JobControl`]).
 fn throttle_point(weight: u32) -> Result<()> {
-    if stop_asked() {
-        return Err(StorageError::CompactionStopped);
+    match control() {
+        CONTROL_STOP => return Err(StorageError::CompactionStopped),
+        CONTROL_FULL_SPEED => {
+            crate::grant::pass();
+            return Ok(());
+        }
+        _ => {}
     }
     crate::grant::pass();
     THROTTLE.with(|t| {

@@ -43,7 +43,7 @@ pub enum StorageError {
     #[error("background job failed: {0}")]
     Background(String),
     /// A strategy compaction stopped before it finished because a major compaction of
-    /// the table took its place (`crate::compaction::run_stoppable`); its inputs stay.
+    /// the table took its place (`crate::compaction::JobControl::stop`); its inputs stay.
     #[error("compaction stopped: a major compaction of the table replaces it")]
     CompactionStopped,
     /// Writes wait while memtables exceed the shard's budget; this is returned instead when

@@ -31,8 +31,8 @@ use tokio::sync::{Notify, oneshot};
 use crate::cache::{BlockCache, BlockCacheStats};
 use crate::commitlog::{self, Commitlog, LogPosition, ReplayReport, WriteAck, segment_of};
 use crate::compaction::{
-    BacklogController, ChoiceContext, CompactionJob, CompactionShare, PurgeContext, SSTableInfo,
-    Strategy, run_compaction,
+    BacklogController, ChoiceContext, CompactionJob, CompactionShare, JobControl, PurgeContext,
+    SSTableInfo, Strategy, run_compaction,
 };
 use crate::config::StorageConfig;
 use crate::error::{Result, StorageError};
@@ -302,9 +302,10 @@ struct TableState {
     sstables: Vec<Arc<SSTableReader>>,
     compacting: HashSet<u64>,
     running_compactions: Vec<u64>,
-    /// The stop flags of the strategy compactions among `running_compactions` (queued or
-    /// running): a major compaction sets them ([`ShardStorage::compact_major`]).
-    stop_flags: HashMap<u64, Arc<AtomicBool>>,
+    /// The controls and inputs of the strategy compactions among `running_compactions`
+    /// (queued or running): a major compaction stops them or lets one that holds every
+    /// SSTable go on at full speed ([`ShardStorage::compact_major`]).
+    strategy_jobs: HashMap<u64, (JobControl, Vec<u64>)>,
     /// Major compactions asked for and not yet done: no strategy compaction starts while
     /// one waits or runs.
     majors_waiting: u32,
@@ -677,7 +678,7 @@ impl ShardStorage {
                     sstables,
                     compacting: HashSet::new(),
                     running_compactions: Vec::new(),
-                    stop_flags: HashMap::new(),
+                    strategy_jobs: HashMap::new(),
                     majors_waiting: 0,
                     next_generation: Arc::new(AtomicU64::new(next)),
                 },
@@ -819,7 +820,7 @@ impl ShardStorage {
                 sstables,
                 compacting: HashSet::new(),
                 running_compactions: Vec::new(),
-                stop_flags: HashMap::new(),
+                strategy_jobs: HashMap::new(),
                 majors_waiting: 0,
                 next_generation: Arc::new(AtomicU64::new(next)),
             },
@@ -1480,7 +1481,7 @@ impl ShardStorage {
                     let now = inner.cfg.clock.now_seconds();
                     if let Some(t) = inner.tables.get_mut(&table) {
                         t.running_compactions.retain(|j| *j != job);
-                        t.stop_flags.remove(&job);
+                        t.strategy_jobs.remove(&job);
                     }
                     let res = match (inner.tables.get_mut(&table), result) {
                         (Some(t), Ok((outs, txn)))
@@ -1837,18 +1838,17 @@ impl ShardStorage {
         // Major compactions are asked for by an operator: full speed. Others run at the
         // share the backlog controller gives them, and stop when a major one is asked for.
         let share = (!major).then(|| {
-            let stop = Arc::new(AtomicBool::new(false));
-            t.stop_flags.insert(job, stop.clone());
-            (inner.compaction_share.clone(), stop)
+            let control = JobControl::default();
+            t.strategy_jobs
+                .insert(job, (control.clone(), spec.inputs.clone()));
+            (inner.compaction_share.clone(), control)
         });
         inner.compactor.submit(Box::new(move || {
             let started = std::time::Instant::now();
             let _ = crate::sstable::take_finish_times();
             let compact = || run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);
             let result = match share {
-                Some((share, stop)) => {
-                    crate::compaction::run_stoppable(stop, || share.run(compact))
-                }
+                Some((share, control)) => control.run(|| share.run(compact)),
                 None => compact(),
             };
             if let Ok((outs, _)) = &result {
@@ -1974,8 +1974,10 @@ impl ShardStorage {
 
     /// Compacts all of a table's SSTables into one (split by size under LCS). As
     /// Cassandra's does, it first stops the table's strategy compactions (queued or
-    /// running: their work would be merged again) and starts none until it is done; it
-    /// waits for the rest (maintenance rewrites) so that it sees every SSTable.
+    /// running: their work would be merged again), except one that already merges every
+    /// SSTable of the table, which goes on at full speed and does the work; it starts no
+    /// strategy compaction until it is done, and waits for the rest (maintenance rewrites)
+    /// so that it sees every SSTable.
     pub fn compact_major(&self, id: TableId) -> impl Future<Output = Result<()>> + 'static {
         let me = self.clone();
         async move {
@@ -1986,8 +1988,18 @@ impl ShardStorage {
                     .get_mut(&id)
                     .ok_or(StorageError::UnknownTable(id))?;
                 t.majors_waiting += 1;
-                for stop in t.stop_flags.values() {
-                    stop.store(true, AtomicOrdering::Relaxed);
+                let live: Vec<u64> = t
+                    .sstables
+                    .iter()
+                    .filter(|s| !s.is_quarantined())
+                    .map(|s| s.generation)
+                    .collect();
+                for (control, inputs) in t.strategy_jobs.values() {
+                    if live.iter().all(|g| inputs.contains(g)) {
+                        control.full_speed();
+                    } else {
+                        control.stop();
+                    }
                 }
                 t.running_compactions.clone()
             };

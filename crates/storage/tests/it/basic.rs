@@ -543,20 +543,70 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
 /// A major compaction stops the table's running strategy compaction instead of waiting
 /// for it (its work would be merged again), as Cassandra's does: the stopped one leaves
 /// no output and no transaction log, its inputs go into the major one, and every row reads
-/// back, before and after a restart.
+/// back, before and after a restart. A strategy compaction of every SSTable of the table
+/// is not stopped: it does the major one's work.
 #[test]
 fn a_major_compaction_stops_a_running_strategy_compaction() {
+    // Four similar SSTables and a big one: STCS merges the four.
+    let m = major_over_a_running_strategy_compaction(true);
+    assert_eq!(
+        (
+            m.compactions,
+            m.compactions_stopped,
+            m.sstable_count,
+            m.background_errors
+        ),
+        (1, 1, 1, 0),
+        "{m:?}"
+    );
+    // Four similar SSTables: STCS merges them all, and the major compaction finds one.
+    let m = major_over_a_running_strategy_compaction(false);
+    assert_eq!(
+        (
+            m.compactions,
+            m.compactions_stopped,
+            m.sstable_count,
+            m.background_errors
+        ),
+        (1, 0, 1, 0),
+        "{m:?}"
+    );
+}
+
+/// Writes four rounds (and a round ten times bigger first, with `big`), starts the
+/// strategy's compaction and holds it at the background gate, asks for a major compaction,
+/// opens the gate; checks the rows and the files left; returns the metrics then.
+fn major_over_a_running_strategy_compaction(big: bool) -> amphora_storage::StorageMetrics {
     let dir = tempfile::tempdir().expect("tmp");
-    let schema = clustered_schema(7, ClusteringOrder::Asc);
+    let mut schema = (*clustered_schema(7, ClusteringOrder::Asc)).clone();
+    // Buckets by size at this scale too (STCS puts every SSTable under 50 MB in one).
+    schema
+        .options
+        .compaction
+        .insert("min_sstable_size".into(), "0".into());
+    let schema = std::sync::Arc::new(schema);
     let mut expected = Rows::new();
     let mut cfg = config(dir.path());
     cfg.background_gate = true;
     rt().block_on(async {
         let (s, _) = ShardStorage::open(cfg.clone(), vec![schema.clone()]).expect("open");
+        if big {
+            for k in 0..50 {
+                for c in 0..40 {
+                    let v = format!("big-{k}-{c}-{}", "y".repeat(64));
+                    s.apply(&row_write(7, &format!("k{k:03}"), c, &v, 0))
+                        .expect("apply")
+                        .await
+                        .expect("ack");
+                    expected.insert((format!("k{k:03}"), c), v);
+                }
+            }
+            s.flush_all().await.expect("flush");
+        }
         for round in 1..=4 {
             write_round(&s, round, &mut expected).await;
         }
-        assert_eq!(s.metrics().sstable_count, 4);
+        assert_eq!(s.metrics().sstable_count, if big { 5 } else { 4 });
         // The strategy's compaction starts, then waits at its first partition while the
         // shard runs (the background gate).
         let shard_running = s.park_hook().expect("a gate to drive");
@@ -577,17 +627,7 @@ fn a_major_compaction_stops_a_running_strategy_compaction() {
         assert!(held.is_err(), "the major compaction ran at a shut gate");
         shard_running(false);
         major.await.expect("compact");
-        let m = s.metrics();
-        assert_eq!(
-            (
-                m.compactions,
-                m.compactions_stopped,
-                m.sstable_count,
-                m.background_errors
-            ),
-            (1, 1, 1, 0),
-            "{m:?}"
-        );
+        let metrics = s.metrics();
         assert_eq!(stored_rows(&s), expected);
         s.shutdown().await.expect("shutdown");
         drop(s);
@@ -612,7 +652,8 @@ fn a_major_compaction_stops_a_running_strategy_compaction() {
         );
         let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("reopen");
         assert_eq!(stored_rows(&s), expected);
-    });
+        metrics
+    })
 }
 
 /// Flushes that write their Data.db with O_DIRECT (`StorageConfig::flush_direct`): every
