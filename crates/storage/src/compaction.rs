@@ -966,6 +966,10 @@ pub fn run_rewrite(
     purge_ctx: &PurgeContext,
     hook: Option<PartitionHook<'_>>,
 ) -> Result<(Vec<SSTableReader>, CompactionTxn)> {
+    if control() == CONTROL_STOP {
+        // Stopped while queued: nothing to roll back.
+        return Err(StorageError::CompactionStopped);
+    }
     let mut txn = CompactionTxn::begin(dir, txn_inputs)?;
     if job.drop_only {
         // No outputs: the commit makes deleting the inputs the rest of the transaction.

@@ -280,6 +280,11 @@ impl Drop for MajorWaiting {
     fn drop(&mut self) {
         let auto = {
             let Ok(mut inner) = self.storage.inner.try_borrow_mut() else {
+                tracing::error!(
+                    "a major compaction of table {} ended while the shard's state was borrowed: \
+                     the table's strategy compactions stay paused until the next major one",
+                    self.table
+                );
                 return;
             };
             let Some(t) = inner.tables.get_mut(&self.table) else {
