@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# make bench's order, short, to its 50% write step: populate and major compaction, 30 s
+# each of uniform reads, writes and mixed 50/50 at saturation (no flush after, so the
+# memtable carries over), fixed writes at 1,829/s and 4,572/s for 30 s each, then 60 s at
+# 9,145/s. Prints that last step's per-second maxima, p99.9 and max; the memtable's MB, the
+# flush count and the row cache's MB each second go to $OUT/ctx-mem-LABEL.txt. SCHED=1 adds
+# `perf sched record -a` of the last step ($OUT/ctx-sched-LABEL.data, ~700 MB).
+#   [SCHED=1] bench/stall/ctx50.sh BIN LABEL
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bin=$1 label=$2
+RUST_LOG=info,amphora_storage=debug start_server "$bin" "$label"
+populate_compacted
+u="dist=UNIFORM(1..3000000)"
+st read duration=30s no-warmup -rate threads=128 -pop "$u" > /dev/null
+st write duration=30s no-warmup -rate threads=128 -pop "$u" > /dev/null
+st mixed "ratio(write=1,read=1)" duration=30s no-warmup -rate threads=128 -pop "$u" > /dev/null
+( while kill -0 "$P" 2>/dev/null; do
+    curl -s 127.0.0.1:19603/metrics | awk -v t="$(date +%T)" '/^amphora_memtables_real_dirty_memory/ {m=$2/1048576} /^amphora_memtables_flushes_total/ {f=$2} /^amphora_cache_row_bytes/ {c=$2/1048576} END {printf "%s mem %d MB flushes %d cache %d MB\n", t, m, f, c}'
+    sleep 1; done ) > "$OUT/ctx-mem-$label.txt" &
+M=$!
+st write duration=30s no-warmup -rate threads=128 fixed=1829/s -pop "$u" > /dev/null
+st write duration=30s no-warmup -rate threads=128 fixed=4572/s -pop "$u" > /dev/null
+echo "$label: 50% step starts $(date +%T)"
+if [[ -n "${SCHED:-}" ]]; then perf sched record -a -o "$OUT/ctx-sched-$label.data" -- sleep 62 > /dev/null 2>&1 & PS=$!; fi
+st write duration=60s no-warmup -rate threads=128 fixed=9145/s -pop "$u" > "$OUT/ctx-$label.txt"
+[[ -n "${PS:-}" ]] && wait "$PS"
+awk -F, '/^total,/ {n++; printf "%s:%s ", n, $11+0} END {print ""}' "$OUT/ctx-$label.txt"
+grep -E "99.9th|max " "$OUT/ctx-$label.txt"
+kill "$M" 2>/dev/null
+kill "$P"; wait "$P" 2>/dev/null
