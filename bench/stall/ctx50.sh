@@ -4,8 +4,9 @@
 # memtable carries over), fixed writes at 1,829/s and 4,572/s for 30 s each, then 60 s at
 # 9,145/s. Prints that last step's per-second maxima, p99.9 and max; the memtable's MB, the
 # flush count and the row cache's MB each second go to $OUT/ctx-mem-LABEL.txt. SCHED=1 adds
-# `perf sched record -a` of the last step ($OUT/ctx-sched-LABEL.data, ~700 MB).
-#   [SCHED=1] bench/stall/ctx50.sh BIN LABEL
+# `perf sched record -a` of the last step ($OUT/ctx-sched-LABEL.data, ~700 MB); TRACE=1
+# a `perf trace` of the server's system calls of 2 ms or more ($OUT/ctx-trace-LABEL.txt).
+#   [SCHED=1] [TRACE=1] bench/stall/ctx50.sh BIN LABEL
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2
@@ -23,8 +24,12 @@ st write duration=30s no-warmup -rate threads=128 fixed=1829/s -pop "$u" > /dev/
 st write duration=30s no-warmup -rate threads=128 fixed=4572/s -pop "$u" > /dev/null
 echo "$label: 50% step starts $(date +%T)"
 if [[ -n "${SCHED:-}" ]]; then perf sched record -a -o "$OUT/ctx-sched-$label.data" -- sleep 62 > /dev/null 2>&1 & PS=$!; fi
+if [[ -n "${TRACE:-}" ]]; then
+  timeout 62 perf trace -p "$P" --duration 2 -T -o "$OUT/ctx-trace-$label.txt" > /dev/null 2>&1 & PT=$!
+fi
 st write duration=60s no-warmup -rate threads=128 fixed=9145/s -pop "$u" > "$OUT/ctx-$label.txt"
 [[ -n "${PS:-}" ]] && wait "$PS"
+[[ -n "${PT:-}" ]] && wait "$PT"
 awk -F, '/^total,/ {n++; printf "%s:%s ", n, $11+0} END {print ""}' "$OUT/ctx-$label.txt"
 grep -E "99.9th|max " "$OUT/ctx-$label.txt"
 kill "$M" 2>/dev/null
