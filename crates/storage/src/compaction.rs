@@ -630,15 +630,14 @@ fn control() -> u8 {
 /// (`crate::grant::pass`). Fails when the compaction was asked to stop, and does not
 /// pause when it was asked to go at full speed ([`JobControl`]).
 fn throttle_point(weight: u32) -> Result<()> {
-    match control() {
-        CONTROL_STOP => return Err(StorageError::CompactionStopped),
-        CONTROL_FULL_SPEED => {
-            crate::grant::pass();
-            return Ok(());
-        }
-        _ => {}
+    let control = control();
+    if control == CONTROL_STOP {
+        return Err(StorageError::CompactionStopped);
     }
     crate::grant::pass();
+    if control == CONTROL_FULL_SPEED {
+        return Ok(());
+    }
     THROTTLE.with(|t| {
         let mut t = t.borrow_mut();
         let Some(t) = t.as_mut() else { return };

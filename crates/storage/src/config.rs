@@ -101,12 +101,12 @@ pub const FLUSH_PACE_SHARE: f64 = 0.7;
 /// Default [`StorageConfig::flush_active_share`]: the other half of the budget absorbs the
 /// writes while the flushed memtable is written and merged into the row cache. A third,
 /// with the flush paced over the whole next fill (`flush_pace_share` 1.0), held a fixed
-/// write rate near the core's capacity with no memory waits and a 3.6x lower p99, but
-/// split make bench's populate chunks in two, and its major compaction then waited for
-/// two strategy compactions of those halves (3.9 s against 2.3 s): kept as an experiment
-/// (`AMPHORA_FLUSH_ACTIVE_SHARE=0.333 AMPHORA_FLUSH_PACE_SHARE=1.0`) until a major
-/// compaction stops the running ones, as Cassandra's does (docs/benchmarks.md, "Flushes at
-/// a third of the budget, paced over the whole next fill").
+/// write rate near the core's capacity with no memory waits and a 3.6x lower p99, but in
+/// both of its full make bench runs its flush fell inside the 50% write step, whose p99.9
+/// rose to 16 ms: kept as an experiment (`AMPHORA_FLUSH_ACTIVE_SHARE=0.333
+/// AMPHORA_FLUSH_PACE_SHARE=1.0`; docs/benchmarks.md, "Flushes at a third of the budget,
+/// paced over the whole next fill" and "A major compaction stops the strategy's
+/// compactions; the third-of-budget shape in a second full run").
 pub const FLUSH_ACTIVE_SHARE: f64 = 0.5;
 
 /// Default [`StorageConfig::cache_update_pause`].
