@@ -68,6 +68,91 @@ struct Leaf {
 /// Entries per chunk of [`PartitionMap::entries`] (the first chunk grows up to it).
 const CHUNK: usize = 4096;
 
+/// Leaves per chunk of [`PartitionMap::leaves`] (~100 KiB).
+const LEAF_CHUNK: usize = 256;
+
+/// The leaves, in chunks that never move once full. Why: as one `Vec<Leaf>` (~416 bytes a
+/// leaf), the map's growth past 16k leaves (~370k partitions) reallocated 6.8 MB into 13.6
+/// MB of fresh memory on the shard thread, whose page faults (zeroing huge pages, with the
+/// host's faults behind them on a VM) held every request for 16 ms, and 30 ms at 32k
+/// leaves (docs/benchmarks.md, "The partition map's growth held the shard"). A chunk costs
+/// one more load per lookup, of a pointer that stays in the cache.
+#[derive(Debug)]
+struct Leaves {
+    /// The first [`LEAF_CHUNK`] leaves, in a vector that grows (a small memtable's map
+    /// takes no more than it uses).
+    first: Vec<Leaf>,
+    /// The rest in full-size chunks, every leaf constructed up front (an index within a
+    /// chunk needs no bounds check).
+    rest: Vec<Box<[Leaf; LEAF_CHUNK]>>,
+    len: usize,
+}
+
+impl Default for Leaves {
+    fn default() -> Self {
+        Leaves {
+            first: vec![Leaf::default()],
+            rest: Vec::new(),
+            len: 1,
+        }
+    }
+}
+
+impl Leaves {
+    /// Appends `leaf` and returns its index.
+    fn push(&mut self, leaf: Leaf) -> usize {
+        let i = self.len;
+        if i < LEAF_CHUNK {
+            self.first.push(leaf);
+        } else {
+            if (i - LEAF_CHUNK) / LEAF_CHUNK == self.rest.len() {
+                let chunk: Box<[Leaf]> = (0..LEAF_CHUNK).map(|_| Leaf::default()).collect();
+                match chunk.try_into() {
+                    Ok(c) => self.rest.push(c),
+                    Err(_) => unreachable!("a chunk of LEAF_CHUNK leaves"),
+                }
+            }
+            self[i] = leaf;
+        }
+        self.len += 1;
+        i
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = &Leaf> {
+        self.first
+            .iter()
+            .chain(self.rest.iter().flat_map(|c| c.iter()))
+            .take(self.len)
+    }
+}
+
+impl std::ops::Index<usize> for Leaves {
+    type Output = Leaf;
+
+    #[inline]
+    fn index(&self, i: usize) -> &Leaf {
+        if i < LEAF_CHUNK {
+            &self.first[i]
+        } else {
+            let j = i - LEAF_CHUNK;
+            &self.rest[j / LEAF_CHUNK][j % LEAF_CHUNK]
+        }
+    }
+}
+
+impl std::ops::IndexMut<usize> for Leaves {
+    #[inline]
+    fn index_mut(&mut self, i: usize) -> &mut Leaf {
+        if i < LEAF_CHUNK {
+            &mut self.first[i]
+        } else {
+            let j = i - LEAF_CHUNK;
+            &mut self.rest[j / LEAF_CHUNK][j % LEAF_CHUNK]
+        }
+    }
+}
+
 /// Partitions in insertion order, in chunks that never move once full (so growth never
 /// copies a million entries at once); leaves index into them.
 #[derive(Debug, Default)]
@@ -132,7 +217,7 @@ pub struct PartitionMap {
     depth: u32,
     /// Leaf index per slot; a leaf of depth `d` fills `2^(depth - d)` consecutive slots.
     dir: Vec<u32>,
-    leaves: Vec<Leaf>,
+    leaves: Leaves,
     entries: Entries,
     len: usize,
 }
@@ -142,7 +227,7 @@ impl Default for PartitionMap {
         PartitionMap {
             depth: 0,
             dir: vec![0],
-            leaves: vec![Leaf::default()],
+            leaves: Leaves::default(),
             entries: Entries::default(),
             len: 0,
         }
@@ -255,8 +340,7 @@ impl PartitionMap {
             leaf.depth = d + 1;
             let upper_len = upper.tokens.len();
             let lower_len = leaf.tokens.len();
-            let ui = self.leaves.len();
-            self.leaves.push(upper);
+            let ui = self.leaves.push(upper);
             // The leaf's slots: the run of 2^(depth - d) starting at its first token's
             // prefix; the upper half of the run moves to the new leaf.
             let run = 1usize << (self.depth - d);
@@ -482,6 +566,16 @@ mod tests {
         assert_eq!(n, 200_000);
         let max_leaf = m.leaves.iter().map(|l| l.tokens.len()).max().unwrap_or(0);
         assert!(max_leaf <= LEAF_MAX, "largest leaf {max_leaf}");
+        // The leaves are in many chunks, none of which ever grew past its fixed size (a
+        // growth of the whole would move every leaf at once).
+        assert!(m.leaves.rest.len() > 10, "{} chunks", m.leaves.rest.len());
+        assert_eq!(m.leaves.iter().count(), m.leaves.len);
+        assert_eq!(m.leaves.first.len(), LEAF_CHUNK);
+        assert!(m.leaves.first.capacity() <= LEAF_CHUNK);
+        assert_eq!(
+            m.leaves.rest.len(),
+            (m.leaves.len - LEAF_CHUNK).div_ceil(LEAF_CHUNK)
+        );
     }
 
     #[test]
