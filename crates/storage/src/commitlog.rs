@@ -102,6 +102,10 @@ fn end_marker_crc(seed: u32) -> u32 {
 /// Prefix of a reusable segment file's name (not a segment: replay ignores it).
 const SPARE_PREFIX: &str = "Spare-";
 
+/// A segment creation at least this long (on the shard thread, every request waiting) is
+/// logged.
+const SLOW_ROTATION: Duration = Duration::from_millis(5);
+
 // ---- entry payload encoding ----
 //
 // The payload is `amphora_types::codec::encode_mutation`'s layout (the codec stays its
@@ -984,7 +988,16 @@ impl Commitlog {
         self.write_end_marker()?;
         let spare = self.take_spare();
         let reused = spare.is_some();
+        let began = Instant::now();
         let next = create_segment(&self.dir, self.active.id + 1, false, spare, self.map_len)?;
+        let took = began.elapsed();
+        if took >= SLOW_ROTATION {
+            tracing::info!(
+                "commitlog segment {} took {} ms to create (reused: {reused})",
+                next.id,
+                took.as_millis()
+            );
+        }
         self.reused_segments += u64::from(reused);
         let mut old = std::mem::replace(&mut self.active, next);
         if let Some(map) = old.map.take() {
@@ -1661,9 +1674,7 @@ pub struct ReplayReport {
 /// logged (a leftover segment is replayed and skipped at the next start).
 pub fn delete_segments(paths: &[PathBuf]) {
     for p in paths {
-        if let Err(e) = fs::remove_file(p) {
-            tracing::warn!("cannot delete commitlog segment {}: {e}", p.display());
-        }
+        crate::deleter::remove(p, None);
     }
 }
 

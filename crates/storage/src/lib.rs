@@ -20,6 +20,7 @@ pub mod cache;
 pub mod commitlog;
 pub mod compaction;
 pub mod config;
+pub mod deleter;
 pub mod diskwait;
 pub mod error;
 mod frequency;

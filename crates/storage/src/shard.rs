@@ -901,7 +901,7 @@ impl ShardStorage {
         t.memtable = Memtable::with_pool(t.schema.clone(), Some(pool));
         t.flushing.clear();
         for s in t.sstables.drain(..) {
-            s.delete_files();
+            SSTableReader::delete_files_after_reads(&s);
         }
         inner.memtable_total = inner.memtable_total.saturating_sub(freed);
         inner.flushing_total = inner.flushing_total.saturating_sub(flushing);

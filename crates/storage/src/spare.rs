@@ -92,7 +92,7 @@ impl SparePool {
     pub fn retire(&self, reader: &Arc<SSTableReader>) {
         let len = reader.data_size();
         if self.cap_bytes == 0 || !reader.data_cached || len == 0 || len > self.cap_bytes {
-            reader.delete_files();
+            SSTableReader::delete_files_after_reads(reader);
             return;
         }
         let n = {
@@ -108,7 +108,7 @@ impl SparePool {
             "TOC.txt",
         ));
         let kept = fs::rename(reader.data_path(), &path).is_ok();
-        reader.delete_files();
+        SSTableReader::delete_files_after_reads(reader);
         if !kept {
             return;
         }
@@ -131,7 +131,7 @@ impl SparePool {
                 match s.spares.pop_front() {
                     Some(old) => {
                         s.bytes -= old.len;
-                        out.push(old.path);
+                        out.push((old.path, old.reader));
                     }
                     None => break,
                 }
@@ -139,13 +139,14 @@ impl SparePool {
             out.extend(self.expired(&mut s));
             out
         };
-        for p in evicted {
-            let _ = fs::remove_file(p);
+        for (p, holder) in evicted {
+            remove_spare(&p, holder);
         }
     }
 
-    /// Removes the spares older than [`SPARE_MAX_AGE`] from `s`; their paths, to delete.
-    fn expired(&self, s: &mut State) -> Vec<PathBuf> {
+    /// Removes the spares older than [`SPARE_MAX_AGE`] from `s`; their paths and readers,
+    /// to delete.
+    fn expired(&self, s: &mut State) -> Vec<(PathBuf, Weak<SSTableReader>)> {
         let mut out = Vec::new();
         while s
             .spares
@@ -154,7 +155,7 @@ impl SparePool {
         {
             if let Some(old) = s.spares.pop_front() {
                 s.bytes -= old.len;
-                out.push(old.path);
+                out.push((old.path, old.reader));
             }
         }
         out
@@ -178,15 +179,15 @@ impl SparePool {
             }
             (found, old)
         };
-        for p in old {
-            let _ = fs::remove_file(p);
+        for (p, holder) in old {
+            remove_spare(&p, holder);
         }
         let f = found?;
         match fs::rename(&f.path, to) {
             Ok(()) => Some(f.len),
             Err(e) => {
                 tracing::warn!("cannot reuse {}: {e}", f.path.display());
-                let _ = fs::remove_file(&f.path);
+                remove_spare(&f.path, Weak::new());
                 None
             }
         }
@@ -197,4 +198,9 @@ impl SparePool {
         let s = self.state();
         (s.bytes, s.taken)
     }
+}
+
+/// Deletes a spare file, its blocks freed once the reader of its SSTable is gone.
+fn remove_spare(path: &Path, reader: Weak<SSTableReader>) {
+    crate::deleter::remove(path, Some(reader));
 }

@@ -56,11 +56,18 @@ fn tmp_path(dir: &Path, generation: u64, component: &str) -> PathBuf {
     dir.join(format!("tmp-{FORMAT_PREFIX}-{generation}-{component}"))
 }
 
-/// Deletes an SSTable's files by generation (TOC first).
+/// Deletes an SSTable's files by generation (TOC first) that nothing reads any more:
+/// their blocks are freed a step at a time ([`crate::deleter`]).
 pub fn delete_generation(dir: &Path, generation: u64) {
+    delete_generation_held(dir, generation, None);
+}
+
+/// Deletes an SSTable's files by generation (TOC first); their blocks are freed once
+/// `holder` (the reader that may still read them) is gone.
+pub fn delete_generation_held(dir: &Path, generation: u64, holder: Option<crate::deleter::Holder>) {
     let _ = fs::remove_file(component_path(dir, generation, "TOC.txt"));
     for c in COMPONENTS {
-        let _ = fs::remove_file(component_path(dir, generation, c));
+        crate::deleter::remove(&component_path(dir, generation, c), holder.clone());
     }
 }
 
@@ -2758,9 +2765,18 @@ impl SSTableReader {
         Ok(())
     }
 
-    /// Removes all component files (TOC first so a crash never leaves half an SSTable live).
+    /// Removes all component files (TOC first so a crash never leaves half an SSTable
+    /// live). Only for a reader nothing else reads through: the files' blocks are freed
+    /// while it may still be open (see [`SSTableReader::delete_files_after_reads`]).
     pub fn delete_files(&self) {
         delete_generation(&self.dir, self.generation);
+    }
+
+    /// Removes all component files now (TOC first); their blocks are freed once the last
+    /// `Arc` of `this` is gone, so reads in flight keep working.
+    pub fn delete_files_after_reads(this: &std::sync::Arc<SSTableReader>) {
+        let weak: std::sync::Weak<SSTableReader> = std::sync::Arc::downgrade(this);
+        delete_generation_held(&this.dir, this.generation, Some(weak));
     }
 }
 
