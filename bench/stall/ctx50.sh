@@ -13,10 +13,13 @@
 # the server threads' long waits off the CPU from it, with where in the kernel each began.
 # BLOCK=1 records the block layer's request issues and completions (all processes,
 # $OUT/ctx-block-LABEL.data; `perf script -i` it).
-#   [SCHED=1] [TRACE=1] [GAPS=1] [OFFCPU=1] [BLOCK=1] bench/stall/ctx50.sh BIN LABEL
+# LAST=120 runs the last step 120 s instead of 60: long enough for the compaction of its
+# first four flushes to finish inside it, and the deletion of its ~670 MB of inputs.
+#   [SCHED=1] [TRACE=1] [GAPS=1] [OFFCPU=1] [BLOCK=1] [LAST=S] bench/stall/ctx50.sh BIN LABEL
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2
+LAST=${LAST:-60}
 RUST_LOG=info,amphora_storage=debug start_server "$bin" "$label"
 populate_compacted
 u="dist=UNIFORM(1..3000000)"
@@ -33,17 +36,17 @@ fi
 st write duration=30s no-warmup -rate threads=128 fixed=1829/s -pop "$u" > /dev/null
 st write duration=30s no-warmup -rate threads=128 fixed=4572/s -pop "$u" > /dev/null
 echo "$label: 50% step starts $(date +%T)"
-if [[ -n "${SCHED:-}" ]]; then perf sched record -a -o "$OUT/ctx-sched-$label.data" -- sleep 62 > /dev/null 2>&1 & PS=$!; fi
+if [[ -n "${SCHED:-}" ]]; then perf sched record -a -o "$OUT/ctx-sched-$label.data" -- sleep $((LAST + 2)) > /dev/null 2>&1 & PS=$!; fi
 if [[ -n "${OFFCPU:-}" ]]; then
-  perf record -e sched:sched_switch -g -a -o "$OUT/ctx-offcpu-$label.data" -- sleep 62 > /dev/null 2>&1 & PO=$!
+  perf record -e sched:sched_switch -g -a -o "$OUT/ctx-offcpu-$label.data" -- sleep $((LAST + 2)) > /dev/null 2>&1 & PO=$!
 fi
 if [[ -n "${BLOCK:-}" ]]; then
-  perf record -e block:block_rq_issue -e block:block_rq_complete -a -o "$OUT/ctx-block-$label.data" -- sleep 62 > /dev/null 2>&1 & PB=$!
+  perf record -e block:block_rq_issue -e block:block_rq_complete -a -o "$OUT/ctx-block-$label.data" -- sleep $((LAST + 2)) > /dev/null 2>&1 & PB=$!
 fi
 if [[ -n "${TRACE:-}" ]]; then
-  timeout 62 perf trace -p "$P" --duration 2 -T -o "$OUT/ctx-trace-$label.txt" > /dev/null 2>&1 & PT=$!
+  timeout $((LAST + 2)) perf trace -p "$P" --duration 2 -T -o "$OUT/ctx-trace-$label.txt" > /dev/null 2>&1 & PT=$!
 fi
-st write duration=60s no-warmup -rate threads=128 fixed=9145/s -pop "$u" > "$OUT/ctx-$label.txt"
+st write duration=${LAST}s no-warmup -rate threads=128 fixed=9145/s -pop "$u" > "$OUT/ctx-$label.txt"
 [[ -n "${PS:-}" ]] && wait "$PS"
 [[ -n "${PT:-}" ]] && wait "$PT"
 [[ -n "${PO:-}" ]] && wait "$PO"

@@ -481,12 +481,13 @@ fn full_disk_child() {
         }
 
         let ballast = fill_disk(&mnt);
-        // Writes now fail with an error naming the commitlog file; none panics. The active
-        // segment's space was allocated when it was created (a mapped segment is allocated
-        // whole): writes that fit in it still succeed, and the first that needs a new
-        // segment fails, as does every one after it.
+        // Writes now fail with an error naming the commitlog file; none panics. The space
+        // of the active segment and of the next one (prepared ahead of the rotation) was
+        // allocated when they were created (a mapped segment is allocated whole): writes
+        // that fit in them still succeed, and the first that needs a segment after them
+        // fails, as does every one after it.
         let mut errors = Vec::new();
-        for n in 0..100 {
+        for n in 0..300 {
             let k = format!("c{n}");
             let r = match s.apply(&noise_write(table, &k, 2000 + n)) {
                 Ok(ack) => ack.await,
