@@ -126,19 +126,37 @@ impl Counters {
     }
 }
 
-/// The process's deleter, started on first use (`None` if its thread cannot start: files
-/// are then deleted directly).
+/// The process's deleter, started on first use at [`RATE_BYTES_PER_SEC`], or at
+/// `AMPHORA_DELETE_RATE_MB` MiB/s when that is set (for experiments; `0`: no deleter).
+/// `None` when there is none or its thread cannot start: files are then unlinked directly.
 pub fn global() -> Option<&'static Deleter> {
     static GLOBAL: OnceLock<Option<Deleter>> = OnceLock::new();
     GLOBAL
-        .get_or_init(|| match Deleter::start(RATE_BYTES_PER_SEC) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                tracing::warn!("cannot start the deleter thread: {e}; deleting files directly");
-                None
-            }
+        .get_or_init(|| {
+            let rate = match std::env::var("AMPHORA_DELETE_RATE_MB") {
+                Ok(v) => match v.trim().parse::<u64>() {
+                    Ok(0) => return None,
+                    Ok(mb) => mb.saturating_mul(1 << 20),
+                    Err(_) => {
+                        tracing::warn!("AMPHORA_DELETE_RATE_MB={v} is not a number; ignored");
+                        RATE_BYTES_PER_SEC
+                    }
+                },
+                Err(_) => RATE_BYTES_PER_SEC,
+            };
+            start_global(rate)
         })
         .as_ref()
+}
+
+fn start_global(rate: u64) -> Option<Deleter> {
+    match Deleter::start(rate) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!("cannot start the deleter thread: {e}; deleting files directly");
+            None
+        }
+    }
 }
 
 /// Deletes `path` through the [`global`] deleter (directly if it cannot run); a failure
