@@ -1072,7 +1072,7 @@ impl Commitlog {
 
     /// The prepared segment `id` under its segment name, if the sync thread has it ready;
     /// a prepared segment of another id (one the shard had to create itself) is dropped.
-    fn take_prepared(&mut self, id: u64) -> Option<Segment> {
+    fn take_prepared(&self, id: u64) -> Option<Segment> {
         let seg = self.prepared.lock().ok()?.take()?;
         if seg.id != id {
             self.discard_prepared(seg);
@@ -2733,15 +2733,19 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
         };
-        let mut log = Commitlog::open(
-            dir.path(),
-            SyncMode::Periodic { period_ms: 10_000 },
-            1 << 20,
-            0,
-            0,
-            true,
-        )
-        .expect("open");
+        // Mapped 1 MiB segments after segment `after`.
+        let open = |after: u64| {
+            Commitlog::open(
+                dir.path(),
+                SyncMode::Periodic { period_ms: 10_000 },
+                1 << 20,
+                after,
+                0,
+                true,
+            )
+            .expect("open")
+        };
+        let mut log = open(0);
         let d = dir.path();
         wait_for("Next-2.log", &|| {
             names(d).contains(&"Next-2.log".to_string())
@@ -2792,15 +2796,7 @@ mod tests {
             "{report:?}"
         );
         assert_eq!(replayed, written);
-        let log = Commitlog::open(
-            d,
-            SyncMode::Periodic { period_ms: 10_000 },
-            1 << 20,
-            3,
-            0,
-            true,
-        )
-        .expect("reopen");
+        let log = open(3);
         assert!(!d.join("Next-4.log").exists());
         drop(log);
     }
