@@ -433,7 +433,14 @@ impl ShardDb {
             amphora_storage::PartitionRange::TokenRange { .. } => MAX_SCAN_DISK_WAITS,
         };
         for _ in 0..waits {
-            amphora_trace::event(|| format!("Waiting for the disk: {}", wait.path().display()));
+            amphora_trace::event(|| match wait.parts() {
+                1 => format!("Waiting for the disk: {}", wait.path().display()),
+                n => format!(
+                    "Waiting for the disk: {} and {} more",
+                    wait.path().display(),
+                    n - 1
+                ),
+            });
             if let Err(e) = wait.fault_in().await {
                 return self.count_read(cmd, started, Err(e));
             }

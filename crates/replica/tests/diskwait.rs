@@ -334,3 +334,59 @@ fn a_declined_read_starts_with_its_wait() {
         assert!(declined > 0, "read_now declined no read");
     });
 }
+
+/// A point read of a partition held by several SSTables, none of whose chunks are in the
+/// page cache, waits once for all of them: the no-wait read goes on through the SSTables
+/// after the first miss and gathers every miss into one wait, after which it is served.
+/// (Waiting for each miss in turn, the read run again after each, took one wait per
+/// SSTable, their latencies adding up.) Only the Data.db files are evicted, so each SSTable
+/// misses one chunk.
+#[test]
+fn a_read_waits_for_all_its_sstables_at_once() {
+    const SSTABLES: usize = 4;
+    on_shard(vec![table()], |db, dir| async move {
+        let value_at = |n: usize, t: usize| Bytes::from(format!("{n}-{t}-").repeat(200));
+        for t in 0..SSTABLES {
+            for n in 0..KEYS {
+                let mut m = write(n);
+                m.update.rows[0].cells[0].1 =
+                    ColumnData::Simple(Cell::live(1 + t as i64, value_at(n, t)));
+                db.apply(m).await.expect("applied");
+            }
+            db.flush_all().await.expect("flush");
+        }
+        let mut gathered = 0;
+        for round in 0..ROUNDS {
+            let evicted = evict_where(&dir, &|p| p.to_string_lossy().ends_with("Data.db"));
+            assert_eq!(evicted, SSTABLES);
+            // Other keys each round: the row cache holds those read before.
+            for n in (round..KEYS).step_by(131) {
+                let w = match db.storage().try_read(&read(n)) {
+                    // Served in part from an earlier read's readahead.
+                    Ok(r) => {
+                        assert_eq!(value_of(&r), Some(value_at(n, SSTABLES - 1)), "key {n}");
+                        continue;
+                    }
+                    Err(amphora_storage::StorageError::WouldBlock(w)) => w,
+                    Err(e) => panic!("key {n}: {e}"),
+                };
+                if w.parts() < SSTABLES {
+                    // Some chunks came in with an earlier read's readahead: finish it.
+                    let r = db.read_async(&read(n)).await.expect("read");
+                    assert_eq!(value_of(&r), Some(value_at(n, SSTABLES - 1)), "key {n}");
+                    continue;
+                }
+                assert_eq!(w.parts(), SSTABLES, "key {n}");
+                gathered += 1;
+                w.wait().expect("wait");
+                // One wait brought in every SSTable's chunk: served without another.
+                let r = db.storage().try_read(&read(n)).expect("served after one wait");
+                assert_eq!(value_of(&r), Some(value_at(n, SSTABLES - 1)), "key {n}");
+            }
+            if gathered > 0 {
+                break;
+            }
+        }
+        assert!(gathered > 0, "no read missed all {SSTABLES} SSTables");
+    });
+}

@@ -39,19 +39,37 @@ pub fn without_waiting<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Bytes a read needs that are not in the page cache: what a helper thread reads so that
-/// the read, run again, finds them there.
+/// the read, run again, finds them there. A read of a partition held by several SSTables
+/// gathers the misses of all of them into one wait ([`Self::join`]): the failed no-wait
+/// reads have already started the disk reads of each (the kernel's readahead), so the
+/// helper waits about as long as for the slowest, where waiting for them one by one, the
+/// read run again after each, took the sum (4-5 waits in a row of 5-80 ms each while a
+/// compaction wrote, docs/benchmarks.md, "Reads that wait for several SSTables at once").
 #[derive(Debug)]
 pub struct DiskWait {
     file: File,
     path: PathBuf,
     offset: u64,
     len: usize,
+    /// The other SSTables' misses of the same read, waited for after this one.
+    also: Vec<DiskWait>,
 }
 
 impl DiskWait {
-    /// The file the read waits for.
+    /// The file the read waits for (the first, when it waits for several).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many byte ranges (each in one file) the wait reads.
+    pub fn parts(&self) -> usize {
+        1 + self.also.len()
+    }
+
+    /// Adds `other`'s bytes (and any it gathered) to this wait.
+    pub fn join(&mut self, mut other: DiskWait) {
+        self.also.append(&mut other.also);
+        self.also.push(other);
     }
 
     /// Makes the wait read at least `bytes` from its offset (up to the end of the file): a
@@ -63,6 +81,11 @@ impl DiskWait {
     /// Reads the bytes on this thread, blocking until the disk has delivered them (they are
     /// then in the page cache). For a helper thread: [`Self::fault_in`].
     pub fn wait(&self) -> Result<()> {
+        self.wait_one()?;
+        self.also.iter().try_for_each(DiskWait::wait_one)
+    }
+
+    fn wait_one(&self) -> Result<()> {
         let mut buf = vec![0u8; self.len];
         let mut done = 0;
         while done < buf.len() {
@@ -84,9 +107,27 @@ impl DiskWait {
     /// goes on running others.
     pub async fn fault_in(self) -> Result<()> {
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || self.wait())
-            .await
-            .map_err(|e| StorageError::io(&path, std::io::Error::other(e.to_string())))?
+        let len = self.len + self.also.iter().map(|w| w.len).sum::<usize>();
+        let parts = self.parts();
+        let queued = std::time::Instant::now();
+        let (r, started, read) = tokio::task::spawn_blocking(move || {
+            let started = queued.elapsed();
+            let t = std::time::Instant::now();
+            let r = self.wait();
+            (r, started, t.elapsed())
+        })
+        .await
+        .map_err(|e| StorageError::io(&path, std::io::Error::other(e.to_string())))?;
+        // Where a traced read's wait went: to the helper thread's start, or to the read.
+        amphora_trace::event(|| {
+            format!(
+                "Disk wait done: {len} bytes in {parts} part(s); helper started after {} µs, read {} µs, back after {} µs",
+                started.as_micros(),
+                read.as_micros(),
+                queued.elapsed().as_micros()
+            )
+        });
+        r
     }
 }
 
@@ -141,6 +182,7 @@ pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u6
                     path: path.to_path_buf(),
                     offset: at,
                     len: buf.len() - done,
+                    also: Vec::new(),
                 })));
             }
             // A file system without non-blocking buffered reads (EOPNOTSUPP), or a kernel

@@ -417,6 +417,9 @@ fn read_sstables(
         *count = cutoff.is_some();
     }
     let mut narrowed;
+    // The misses of SSTables that would wait for the disk (a no-wait read): the read goes
+    // on through the others, so that one wait covers all of them (see `DiskWait`).
+    let mut waits: Option<Box<crate::diskwait::DiskWait>> = None;
     for &s in ssts {
         if s.is_quarantined() {
             continue;
@@ -454,37 +457,49 @@ fn read_sstables(
         }
         *sstables_read += 1;
         // Only the rows in the slices are built (the rest stepped over).
-        let found = match (slices.filter(|s| !s.is_empty()), detach) {
-            (Some(slices), detach) => {
-                let rows = RowSlices {
-                    cmp: t.cmp,
-                    slices,
-                    cap,
-                    from_end,
-                };
-                let entry = looked_up.iter().find(|(g, _)| *g == s.generation);
-                match entry {
-                    Some((_, None)) => None,
-                    Some((_, Some(e))) => {
-                        Some(s.get_sliced_at(key, *e, Some(&mut *cache), detach, rows)?)
+        let found = match (|| -> Result<Option<PartitionUpdate>> {
+            Ok(match (slices.filter(|s| !s.is_empty()), detach) {
+                (Some(slices), detach) => {
+                    let rows = RowSlices {
+                        cmp: t.cmp,
+                        slices,
+                        cap,
+                        from_end,
+                    };
+                    let entry = looked_up.iter().find(|(g, _)| *g == s.generation);
+                    match entry {
+                        Some((_, None)) => None,
+                        Some((_, Some(e))) => {
+                            Some(s.get_sliced_at(key, *e, Some(&mut *cache), detach, rows)?)
+                        }
+                        None => s.get_sliced(key, Some(&mut *cache), detach, rows)?,
                     }
-                    None => s.get_sliced(key, Some(&mut *cache), detach, rows)?,
+                    .map(|(u, cut)| {
+                        // The earliest in the read's order.
+                        if let Some(c) = cut
+                            && cutoff.as_ref().is_none_or(|o| {
+                                let ord = t.cmp.compare(&c.0, &o.0);
+                                if from_end { ord.is_gt() } else { ord.is_lt() }
+                            })
+                        {
+                            cutoff = Some(c);
+                        }
+                        u
+                    })
                 }
-                .map(|(u, cut)| {
-                    // The earliest in the read's order.
-                    if let Some(c) = cut
-                        && cutoff.as_ref().is_none_or(|o| {
-                            let ord = t.cmp.compare(&c.0, &o.0);
-                            if from_end { ord.is_gt() } else { ord.is_lt() }
-                        })
-                    {
-                        cutoff = Some(c);
-                    }
-                    u
-                })
+                (None, Some(limit)) => s.get_detached_with(key, Some(&mut *cache), limit)?,
+                (None, None) => s.get_with(key, Some(&mut *cache))?,
+            })
+        })() {
+            Ok(found) => found,
+            Err(StorageError::WouldBlock(w)) => {
+                match &mut waits {
+                    Some(all) => all.join(*w),
+                    None => waits = Some(w),
+                }
+                continue;
             }
-            (None, Some(limit)) => s.get_detached_with(key, Some(&mut *cache), limit)?,
-            (None, None) => s.get_with(key, Some(&mut *cache))?,
+            Err(e) => return Err(e),
         };
         amphora_trace::event(|| {
             format!(
@@ -497,6 +512,9 @@ fn read_sstables(
             floor = max_deletion(floor, u.partition_deletion);
             found_in.push(u);
         }
+    }
+    if let Some(w) = waits {
+        return Err(StorageError::WouldBlock(w));
     }
     let acc = (!found_in.is_empty()).then(|| merge_partition_updates_many(t.schema, found_in));
     Ok((acc, cutoff))
