@@ -12,7 +12,9 @@
 # issues and completions ($OUT/burst-block-LABEL.data, CLOCK_MONOTONIC times, for `perf script -i`).
 # TRACEP=P traces that share of the reads (nodetool settraceprobability) and prints the
 # slowest with their events (slowtraces.py, $OUT/burst-traces-LABEL.txt).
-#   [OFFCPU=1] [GAPS=1] [CPU=1] [BLOCK=1] [TRACEP=P] bench/stall/burstread.sh BIN LABEL
+# RATE (3198) and SECS (40) set the reads' rate and length. The row cache's hits and misses
+# and the disk waits over the reads are printed too.
+#   [OFFCPU=1] [GAPS=1] [CPU=1] [BLOCK=1] [TRACEP=P] [RATE=R] [SECS=S] bench/stall/burstread.sh BIN LABEL
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bin=$1 label=$2
@@ -37,7 +39,14 @@ fi
 if [[ -n "${CPU:-}" ]]; then
   perf record -F 999 -g -p "$P" -k CLOCK_REALTIME -o "$OUT/burst-cpu-$label.data" -- sleep 42 > /dev/null 2>&1 & PC=$!
 fi
-st read duration=40s no-warmup -rate threads=128 fixed=3198/s -pop "$u" > "$OUT/burst-$label.txt"
+counters() {
+  curl -s 127.0.0.1:19603/metrics | awk '/^amphora_cache_row_hits_total/ {h=$2}
+    /^amphora_cache_row_misses_total/ {m=$2} /^amphora_storage_read_disk_waits_total/ {w=$2}
+    END {print h+0, m+0, w+0}'
+}
+c0=$(counters)
+st read duration="${SECS:-40}s" no-warmup -rate threads=128 fixed="${RATE:-3198}/s" -pop "$u" > "$OUT/burst-$label.txt"
+c1=$(counters)
 kill "$D" 2>/dev/null
 [[ -n "${G:-}" ]] && kill "$G" 2>/dev/null
 [[ -n "${PO:-}" ]] && wait "$PO"
@@ -49,4 +58,6 @@ if [[ -n "${TRACEP:-}" ]]; then
 fi
 awk -F, '/^total,/ {n++; printf "%s:%s/%s ", n, $9+0, $11+0} END {print ""}' "$OUT/burst-$label.txt"
 grep -E "99th|99.9th|max  " "$OUT/burst-$label.txt"
+read -r h0 m0 w0 <<< "$c0"; read -r h1 m1 w1 <<< "$c1"
+echo "row cache hits $((h1 - h0)), misses $((m1 - m0)); disk waits $((w1 - w0))"
 sed 's/\x1b\[[0-9;]*m//g' "$OUT/server-$label.log" | grep compacted | awk '{print $1}' | tail -3 | tr '\n' ' '; echo

@@ -380,7 +380,10 @@ fn a_read_waits_for_all_its_sstables_at_once() {
                 gathered += 1;
                 w.wait().expect("wait");
                 // One wait brought in every SSTable's chunk: served without another.
-                let r = db.storage().try_read(&read(n)).expect("served after one wait");
+                let r = db
+                    .storage()
+                    .try_read(&read(n))
+                    .expect("served after one wait");
                 assert_eq!(value_of(&r), Some(value_at(n, SSTABLES - 1)), "key {n}");
             }
             if gathered > 0 {

@@ -206,6 +206,9 @@ impl Node {
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
         let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
+        // Compaction outputs are read into the page cache with AMPHORA_WARM_OUTPUTS=1
+        // (`StorageConfig::warm_compaction_outputs`): an experiment knob.
+        let warm_outputs = std::env::var("AMPHORA_WARM_OUTPUTS").is_ok_and(|v| v == "1");
         // Commitlog segments written with pwrite instead of through a mapping with
         // AMPHORA_COMMITLOG_MMAP=0 (`StorageConfig::commitlog_mmap`, on by default): an
         // experiment knob, not a cassandra.yaml key.
@@ -298,6 +301,7 @@ impl Node {
                         scfg.flush_pace_share = v;
                     }
                     scfg.flush_direct = flush_direct;
+                    scfg.warm_compaction_outputs = warm_outputs;
                     scfg.commitlog_mmap = commitlog_mmap;
                     if spare_data_bytes.is_some() {
                         scfg.spare_data_bytes = spare_data_bytes;

@@ -144,6 +144,17 @@ pub struct StorageConfig {
     /// with O_DIRECT"). The node takes `true` from `AMPHORA_FLUSH_DIRECT=1` (experiments);
     /// a file system without O_DIRECT gets buffered writes either way.
     pub flush_direct: bool,
+    /// After a compaction's outputs are installed, the shard's `warm` thread reads them
+    /// into the page cache (`readahead`, no copy; [`crate::warm`]), as their inputs were
+    /// (the outputs are written with O_DIRECT, so the reads that move to them each wait for
+    /// the disk). Skipped when the outputs are over a quarter of the memory the kernel
+    /// reports available. Off by default: reads at 3,198/s while a write burst's
+    /// compactions finished waited for the disk 12x less often, but their tail did not
+    /// improve (it was worse with the warming on the compaction thread itself), so it does
+    /// not pay for its disk reads (docs/benchmarks.md, "Compaction outputs read into the
+    /// page cache, tried"). The node takes `true` from `AMPHORA_WARM_OUTPUTS=1`
+    /// (experiments).
+    pub warm_compaction_outputs: bool,
     /// Bytes of replaced flush outputs' Data.db files kept for the next flushes to write
     /// over (see [`crate::spare`]), for buffered flushes only (`flush_direct` false, the
     /// default: a direct flush's output is not in the page cache, so nothing is gained
@@ -244,6 +255,7 @@ impl StorageConfig {
             commitlog_reuse_segments: true,
             commitlog_mmap: true,
             flush_direct: false,
+            warm_compaction_outputs: false,
             spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,
             memtable_budget_bytes: 256 << 20,

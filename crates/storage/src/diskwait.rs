@@ -200,7 +200,7 @@ pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u6
 }
 
 /// Pages of `file` in the page cache (`mincore` over a mapping of the file).
-fn resident_pages(file: &File) -> std::io::Result<usize> {
+pub(crate) fn resident_pages(file: &File) -> std::io::Result<usize> {
     let len = usize::try_from(file.metadata()?.len())
         .map_err(|_| std::io::Error::other("file too large to map"))?;
     if len == 0 {

@@ -38,6 +38,7 @@ pub mod shard;
 pub mod spare;
 pub mod sstable;
 pub mod tools;
+pub mod warm;
 pub mod writeback;
 
 pub use commitlog::{ReplayReport, WriteAck};

@@ -444,6 +444,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.flush_pacer.hurry();
         self.granter.gate.open_for_good();
+        self.warm_stop.store(true, AtomicOrdering::Relaxed);
     }
 }
 
@@ -511,6 +512,11 @@ struct Inner {
     janitor: Worker,
     /// Faults memory in for the shard's arena ahead of its use (`run_defrag`).
     prefaulter: Worker,
+    /// Reads compaction outputs into the page cache (`crate::warm`), off the compaction
+    /// thread so that the next compaction does not wait for it.
+    warmer: Worker,
+    /// Set when the storage closes: a warming in progress stops.
+    warm_stop: Arc<AtomicBool>,
     /// Serializes writes of replay-position files (janitor and TRUNCATE).
     replay_lock: Arc<std::sync::Mutex<()>>,
     /// Data.db files of replaced flush outputs, for flushes to write over.
@@ -772,6 +778,8 @@ impl ShardStorage {
             compactor: Worker::start(format!("compaction-{shard}"), nice, gate, true)?,
             janitor: Worker::start(format!("janitor-{shard}"), 0, None, false)?,
             prefaulter: Worker::start(format!("prefault-{shard}"), nice, None, false)?,
+            warmer: Worker::start(format!("warm-{shard}"), nice, None, false)?,
+            warm_stop: Arc::new(AtomicBool::new(false)),
             replay_lock: Arc::new(std::sync::Mutex::new(())),
             cache_updates: std::collections::VecDeque::new(),
             closed: false,
@@ -1834,6 +1842,12 @@ impl ShardStorage {
         let next_gen = t.next_generation.clone();
         let tx = inner.results_tx.clone();
         let notify = inner.notify.clone();
+        let warmer = inner
+            .cfg
+            .warm_compaction_outputs
+            .then(|| inner.warmer.tx.clone())
+            .flatten();
+        let warm_stop = inner.warm_stop.clone();
         let ctx = PurgeContext {
             gc_before,
             now_seconds: now,
@@ -1864,6 +1878,12 @@ impl ShardStorage {
                 cleanup_tmp(&dir);
             }
             drop(inputs);
+            let warm: Vec<_> = match &result {
+                Ok((outs, _)) if warmer.is_some() => {
+                    outs.iter().flat_map(|o| o.files_to_warm()).collect()
+                }
+                _ => Vec::new(),
+            };
             let _ = tx.send(BgResult::Compacted {
                 table: id,
                 job,
@@ -1871,6 +1891,14 @@ impl ShardStorage {
                 result,
             });
             notify.notify_one();
+            // Once the outputs serve reads (see `crate::warm`).
+            if let Some(w) = warmer
+                && !warm.is_empty()
+            {
+                let _ = w.send(Box::new(move || {
+                    crate::warm::warm(&warm, &warm_stop);
+                }));
+            }
         }));
         Ok(Some(job))
     }

@@ -1800,6 +1800,18 @@ impl SSTableReader {
         &self.data_path
     }
 
+    /// Data.db and Index.db, each with a descriptor of its own (for [`crate::warm`], which
+    /// reads them into the page cache after the reader has gone to the shard).
+    pub fn files_to_warm(&self) -> Vec<(PathBuf, File)> {
+        [
+            (&self.data, &self.data_path),
+            (&self.index, &self.index_path),
+        ]
+        .into_iter()
+        .filter_map(|(f, p)| Some((p.clone(), f.try_clone().ok()?)))
+        .collect()
+    }
+
     pub fn is_quarantined(&self) -> bool {
         self.quarantined.load(AtomicOrdering::Relaxed)
     }
