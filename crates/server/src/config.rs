@@ -368,16 +368,7 @@ impl NodeConfig {
         if self.memory_bytes > 0 {
             return self.memory_bytes;
         }
-        let total = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find(|l| l.starts_with("MemTotal:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|k| k.parse::<u64>().ok())
-            })
-            .map(|kb| kb * 1024)
-            .unwrap_or(4 << 30);
+        let total = amphora_storage::config::meminfo_bytes("MemTotal").unwrap_or(4 << 30);
         total / 4 * 3
     }
 }

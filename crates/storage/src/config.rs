@@ -303,3 +303,28 @@ impl StorageConfig {
             .min(self.row_cache_capacity() / 8)
     }
 }
+
+/// A field of /proc/meminfo (`"MemTotal"`, `"MemAvailable"`, ...) in bytes; None where the
+/// file or the field is missing.
+pub fn meminfo_bytes(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let rest = s
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Fields read in bytes; a prefix of a field's name or a missing field reads as None.
+    #[test]
+    fn meminfo_fields_read_in_bytes() {
+        let total = super::meminfo_bytes("MemTotal").expect("MemTotal");
+        let avail = super::meminfo_bytes("MemAvailable").expect("MemAvailable");
+        assert!(total >= 64 << 20 && total % 1024 == 0, "{total}");
+        assert!(avail <= total, "{avail} > {total}");
+        assert_eq!(super::meminfo_bytes("Mem"), None);
+        assert_eq!(super::meminfo_bytes("NoSuchField"), None);
+    }
+}

@@ -37,7 +37,7 @@ pub fn warm(files: &[(PathBuf, File)], stop: &AtomicBool) -> u64 {
     if total == 0 {
         return 0;
     }
-    match mem_available() {
+    match crate::config::meminfo_bytes("MemAvailable") {
         Some(avail) if total <= avail / 4 => {}
         avail => {
             tracing::debug!(
@@ -79,14 +79,6 @@ pub fn warm(files: &[(PathBuf, File)], stop: &AtomicBool) -> u64 {
         "compaction outputs read into the page cache"
     );
     done
-}
-
-/// `MemAvailable` of /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 #[cfg(test)]
