@@ -322,7 +322,7 @@ mod tests {
     fn meminfo_fields_read_in_bytes() {
         let total = super::meminfo_bytes("MemTotal").expect("MemTotal");
         let avail = super::meminfo_bytes("MemAvailable").expect("MemAvailable");
-        assert!(total >= 64 << 20 && total % 1024 == 0, "{total}");
+        assert!(total >= 64 << 20 && total.is_multiple_of(1024), "{total}");
         assert!(avail <= total, "{avail} > {total}");
         assert_eq!(super::meminfo_bytes("Mem"), None);
         assert_eq!(super::meminfo_bytes("NoSuchField"), None);
