@@ -513,8 +513,9 @@ struct Inner {
     /// Faults memory in for the shard's arena ahead of its use (`run_defrag`).
     prefaulter: Worker,
     /// Reads compaction outputs into the page cache (`crate::warm`), off the compaction
-    /// thread so that the next compaction does not wait for it.
-    warmer: Worker,
+    /// thread so that the next compaction does not wait for it; only with
+    /// `warm_compaction_outputs`.
+    warmer: Option<Worker>,
     /// Set when the storage closes: a warming in progress stops.
     warm_stop: Arc<AtomicBool>,
     /// Serializes writes of replay-position files (janitor and TRUNCATE).
@@ -738,6 +739,7 @@ impl ShardStorage {
         let shard = cfg.shard;
         let nice = cfg.background_nice;
         let flush_nice = cfg.flush_nice;
+        let warm = cfg.warm_compaction_outputs;
         let granter = crate::grant::Granter::new(cfg.grant_slice, cfg.grant_every);
         let gate = cfg.background_gate.then(|| granter.gate.clone());
         let metrics = StorageMetrics {
@@ -778,7 +780,9 @@ impl ShardStorage {
             compactor: Worker::start(format!("compaction-{shard}"), nice, gate, true)?,
             janitor: Worker::start(format!("janitor-{shard}"), 0, None, false)?,
             prefaulter: Worker::start(format!("prefault-{shard}"), nice, None, false)?,
-            warmer: Worker::start(format!("warm-{shard}"), nice, None, false)?,
+            warmer: warm
+                .then(|| Worker::start(format!("warm-{shard}"), nice, None, false))
+                .transpose()?,
             warm_stop: Arc::new(AtomicBool::new(false)),
             replay_lock: Arc::new(std::sync::Mutex::new(())),
             cache_updates: std::collections::VecDeque::new(),
@@ -1842,11 +1846,7 @@ impl ShardStorage {
         let next_gen = t.next_generation.clone();
         let tx = inner.results_tx.clone();
         let notify = inner.notify.clone();
-        let warmer = inner
-            .cfg
-            .warm_compaction_outputs
-            .then(|| inner.warmer.tx.clone())
-            .flatten();
+        let warmer = inner.warmer.as_ref().and_then(|w| w.tx.clone());
         let warm_stop = inner.warm_stop.clone();
         let ctx = PurgeContext {
             gc_before,
