@@ -2745,11 +2745,17 @@ mod tests {
             )
             .expect("open")
         };
+        // The prepared segment in the slot (its file is named before it is ready).
+        let prepared = |log: &Commitlog| {
+            log.prepared
+                .lock()
+                .ok()
+                .and_then(|p| p.as_ref().map(|s| s.id))
+        };
         let mut log = open(0);
         let d = dir.path();
-        wait_for("Next-2.log", &|| {
-            names(d).contains(&"Next-2.log".to_string())
-        });
+        wait_for("segment 2 prepared", &|| prepared(&log) == Some(2));
+        assert!(names(d).contains(&"Next-2.log".to_string()));
         let mut written = Vec::new();
         let mut n = 0u8;
         while log.active.id < 3 {
@@ -2758,11 +2764,9 @@ mod tests {
             log.write_out().expect("write out");
             written.push(m);
             n = n.wrapping_add(1);
-            if log.active.id == 2 && !names(d).contains(&"Next-3.log".to_string()) {
+            if log.active.id == 2 && prepared(&log) != Some(3) {
                 // The second rotation finds segment 3 prepared too.
-                wait_for("Next-3.log", &|| {
-                    names(d).contains(&"Next-3.log".to_string())
-                });
+                wait_for("segment 3 prepared", &|| prepared(&log) == Some(3));
             }
         }
         assert_eq!(log.prepared_rotations, 2);
