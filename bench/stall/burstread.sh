@@ -13,7 +13,8 @@
 # TRACEP=P traces that share of the reads (nodetool settraceprobability) and prints the
 # slowest with their events (slowtraces.py, $OUT/burst-traces-LABEL.txt).
 # RATE (3198) and SECS (40) set the reads' rate and length. The row cache's hits and misses
-# and the disk waits over the reads are printed too.
+# and the disk waits over the reads are printed too, and the shard's grants of core time to
+# an owed compaction (AMPHORA_COMPACTION_GRANT_AMP=0, passed to the server, turns them off).
 #   [OFFCPU=1] [GAPS=1] [CPU=1] [BLOCK=1] [TRACEP=P] [RATE=R] [SECS=S] bench/stall/burstread.sh BIN LABEL
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -42,7 +43,8 @@ fi
 counters() {
   curl -s 127.0.0.1:19603/metrics | awk '/^amphora_cache_row_hits_total/ {h=$2}
     /^amphora_cache_row_misses_total/ {m=$2} /^amphora_storage_read_disk_waits_total/ {w=$2}
-    END {print h+0, m+0, w+0}'
+    /^amphora_compaction_manager_owed_total/ {o=$2} /^amphora_storage_granted_slices_total/ {g=$2}
+    END {print h+0, m+0, w+0, o+0, g+0}'
 }
 c0=$(counters)
 st read duration="${SECS:-40}s" no-warmup -rate threads=128 fixed="${RATE:-3198}/s" -pop "$u" > "$OUT/burst-$label.txt"
@@ -58,6 +60,6 @@ if [[ -n "${TRACEP:-}" ]]; then
 fi
 awk -F, '/^total,/ {n++; printf "%s:%s/%s ", n, $9+0, $11+0} END {print ""}' "$OUT/burst-$label.txt"
 grep -E "99th|99.9th|max  " "$OUT/burst-$label.txt"
-read -r h0 m0 w0 <<< "$c0"; read -r h1 m1 w1 <<< "$c1"
-echo "row cache hits $((h1 - h0)), misses $((m1 - m0)); disk waits $((w1 - w0))"
+read -r h0 m0 w0 o0 g0 <<< "$c0"; read -r h1 m1 w1 o1 g1 <<< "$c1"
+echo "row cache hits $((h1 - h0)), misses $((m1 - m0)); disk waits $((w1 - w0)); compaction owed $((o1 - o0)) times, slices granted $((g1 - g0))"
 sed 's/\x1b\[[0-9;]*m//g' "$OUT/server-$label.log" | grep compacted | awk '{print $1}' | tail -3 | tr '\n' ' '; echo

@@ -151,11 +151,10 @@ pub fn init_shard(
     // Installs finished flushes and compactions (and starts the next ones) while the shard
     // is otherwise idle; without it they would wait for the next request.
     tokio::task::spawn_local(storage.run_background());
-    // With the background gate on, the flush and compaction threads run while the
-    // shard's event loop is parked.
-    if let Some(hook) = storage.park_hook() {
-        amphora_rt::set_park_hook(Some(std::rc::Rc::new(hook)));
-    }
+    // The shard's idle time (for its grants of core time to background work) and, with
+    // the background gate on, the flush and compaction threads run while the shard's event
+    // loop is parked.
+    amphora_rt::set_park_hook(Some(std::rc::Rc::new(storage.park_hook())));
     // Gives the allocator's fragmented slabs back (only with jemalloc's hooks registered).
     tokio::task::spawn_local(storage.run_defrag());
     // Writes acknowledged with their commitlog write-out deferred (the transport's inline

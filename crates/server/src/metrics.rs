@@ -452,6 +452,8 @@ fn render_histogram(
 ///   `amphora_cache_block_capacity_bytes` (the block cache of decompressed SSTable chunks and
 ///   index blocks), `amphora_storage_background_errors_total`,
 ///   `amphora_database_sstables_per_read` (histogram of SSTables touched per read),
+///   `amphora_compaction_manager_owed_total`, `amphora_storage_granted_slices_total` (core
+///   time a busy shard gives an owed compaction),
 ///   `amphora_reactor_busy_seconds_total` (rate = the shard's utilisation);
 /// - per table (`shard`, `ks`, `cf`): `amphora_column_family_live_sstable`,
 ///   `amphora_column_family_live_disk_space`, `amphora_column_family_memtable_bytes`,
@@ -466,7 +468,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 33] = [
+    let shard_families: [Family<M>; 35] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -577,6 +579,18 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Reads that needed SSTable bytes outside the page cache: the shard served other requests while a helper thread read them from the disk, then ran the read again.",
             |m| m.disk_waits,
+        ),
+        (
+            "amphora_compaction_manager_owed_total",
+            "counter",
+            "Times a running compaction became owed the shard's core time because requests read many SSTables each (compaction_grant_amplification).",
+            |m| m.compaction_owed_windows,
+        ),
+        (
+            "amphora_storage_granted_slices_total",
+            "counter",
+            "Slices of core time a busy shard slept for its background threads (an owed compaction, or a flush with the background gate).",
+            |m| m.granted_slices,
         ),
         (
             "amphora_commitlog_disk_total_bytes",

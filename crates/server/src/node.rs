@@ -181,6 +181,12 @@ impl Node {
         let background_gate = std::env::var("AMPHORA_BACKGROUND_GATE").is_ok_and(|v| v == "1");
         let grant_slice = micros_env("AMPHORA_GRANT_SLICE_US");
         let grant_every = micros_env("AMPHORA_GRANT_EVERY_US");
+        // AMPHORA_COMPACTION_GRANT_AMP: `StorageConfig::compaction_grant_amplification`
+        // (0: off), an experiment knob, not a cassandra.yaml key.
+        let grant_amp = std::env::var("AMPHORA_COMPACTION_GRANT_AMP")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0);
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -290,6 +296,9 @@ impl Node {
                     }
                     if let Some(d) = grant_every {
                         scfg.grant_every = d;
+                    }
+                    if let Some(a) = grant_amp {
+                        scfg.compaction_grant_amplification = a;
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;

@@ -90,6 +90,9 @@ pub const DEFAULT_GRANT_SLICE: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::grant_every`].
 pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_micros(600);
 
+/// Default [`StorageConfig::compaction_grant_amplification`].
+pub const DEFAULT_COMPACTION_GRANT_AMPLIFICATION: f64 = 2.0;
+
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -206,6 +209,14 @@ pub struct StorageConfig {
     /// The window of requests after which the shard grants a `grant_slice` to a
     /// background thread that wants time, unless it was idle that long in the window.
     pub grant_every: std::time::Duration,
+    /// SSTables read per request (reads and writes; a row cache hit reads none) at which a
+    /// running compaction is owed the shard's time: the shard then grants it slices as it
+    /// does a flush that wants time (`crate::grant`, [`Self::grant_slice`] per
+    /// [`Self::grant_every`] while it has no idle time of its own), with or without the
+    /// background gate. Zero: never. Without it a shard busy with reads that each read
+    /// many SSTables starved (nice 19) the compaction that would make them cheap
+    /// (docs/benchmarks.md, "Reads right after a write burst").
+    pub compaction_grant_amplification: f64,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
     /// they reach `flush_pace_share` of the flush threshold) instead of
@@ -268,6 +279,7 @@ impl StorageConfig {
             background_gate: false,
             grant_slice: DEFAULT_GRANT_SLICE,
             grant_every: DEFAULT_GRANT_EVERY,
+            compaction_grant_amplification: DEFAULT_COMPACTION_GRANT_AMPLIFICATION,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             flush_active_share: FLUSH_ACTIVE_SHARE,
             flush_pace_share: FLUSH_PACE_SHARE,

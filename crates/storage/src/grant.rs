@@ -11,6 +11,12 @@
 //! the shard was idle less than `grant_slice` in the last `grant_every` of requests, it
 //! sleeps `grant_slice` ([`Granter::on_request`]). So the background work gets its share
 //! in pieces no longer than a slice, and a shard with idle time of its own grants nothing.
+//!
+//! The shard also grants slices on its own account while compaction is owed time
+//! ([`Granter::owed`]): reads pay for the compaction backlog (they read many SSTables
+//! each) and the shard is too busy to leave compaction idle time. Without it a busy shard
+//! starved the compaction that would have made its reads cheap (docs/benchmarks.md,
+//! "Reads right after a write burst").
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -199,12 +205,19 @@ pub(crate) struct Granter {
     /// shard's idle time when it started.
     due: Option<Instant>,
     idle_at_start: Duration,
+    /// Compaction is owed time: the shard grants slices as if a thread wanted them (set by
+    /// the shard from its reads' amplification, [`ReadAmplification`]). The compaction
+    /// thread does not wait at the gate for this, unlike for a flush's want.
+    pub(crate) owed: bool,
+    /// Whether a thread's [`Wants`] are granted (with the background gate: a flush that
+    /// wants time is not otherwise starved, and an ungated one runs at its own priority).
+    grant_wants: bool,
     /// Slices granted so far.
     pub(crate) granted: u64,
 }
 
 impl Granter {
-    pub(crate) fn new(slice: Duration, every: Duration) -> Self {
+    pub(crate) fn new(slice: Duration, every: Duration, grant_wants: bool) -> Self {
         let wants = Wants::default();
         Granter {
             gate: Arc::new(Gate::new(wants.clone())),
@@ -213,17 +226,23 @@ impl Granter {
             every,
             due: None,
             idle_at_start: Duration::ZERO,
+            owed: false,
+            grant_wants,
             granted: 0,
         }
     }
 
     /// Called for each request the shard runs: sleeps a slice when a background thread
-    /// wants time and the window that just ended left it less than a slice idle.
+    /// wants time (or compaction is [`Self::owed`] time) and the window that just ended
+    /// left it less than a slice idle.
     #[inline]
     pub(crate) fn on_request(&mut self) {
         // A gate no event loop drives (busy only between its unparks) has no background
         // thread waiting at it: nothing to grant.
-        if !self.wants.wanted() || self.slice.is_zero() || !self.gate.busy.load(Ordering::Relaxed) {
+        if !(self.owed || (self.grant_wants && self.wants.wanted()))
+            || self.slice.is_zero()
+            || !self.gate.busy.load(Ordering::Relaxed)
+        {
             self.due = None;
             return;
         }
@@ -248,6 +267,45 @@ impl Granter {
     }
 }
 
+/// SSTables read per read over the last [`ReadAmplification::WINDOW`] reads: while it is
+/// at least `threshold` and a compaction is running, the compaction is owed core time.
+#[derive(Debug)]
+pub(crate) struct ReadAmplification {
+    threshold: f64,
+    reads: u32,
+    sstables: u32,
+}
+
+impl ReadAmplification {
+    /// Reads per verdict.
+    const WINDOW: u32 = 256;
+
+    /// `threshold` 0 turns it off.
+    pub(crate) fn new(threshold: f64) -> Self {
+        ReadAmplification {
+            threshold,
+            reads: 0,
+            sstables: 0,
+        }
+    }
+
+    /// Counts a read of `sstables` SSTables; at the end of a window returns whether its
+    /// reads averaged at least the threshold.
+    #[inline]
+    pub(crate) fn read(&mut self, sstables: u32) -> Option<bool> {
+        self.reads += 1;
+        self.sstables = self.sstables.saturating_add(sstables);
+        if self.reads < Self::WINDOW {
+            return None;
+        }
+        let high = self.threshold > 0.0
+            && f64::from(self.sstables) >= self.threshold * f64::from(self.reads);
+        self.reads = 0;
+        self.sstables = 0;
+        Some(high)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,7 +327,7 @@ mod tests {
 
     #[test]
     fn granter_sleeps_only_while_wanted_due_and_short_of_idle_time() {
-        let mut g = Granter::new(Duration::from_micros(50), Duration::from_millis(2));
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_millis(2), true);
         g.gate.shard_running(true);
         g.on_request();
         assert_eq!(g.granted, 0, "nothing wanted");
@@ -296,8 +354,56 @@ mod tests {
     }
 
     #[test]
+    fn owed_time_is_granted_without_wants_and_without_closing_the_gate_to_compaction() {
+        // Wants are not granted here (no background gate), owed time is.
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_millis(2), false);
+        g.gate.shard_running(true);
+        let want = g.wants.on();
+        g.on_request();
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 0, "a want is not granted without the gate");
+        drop(want);
+        g.owed = true;
+        g.on_request();
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 1, "owed time is granted");
+        // The compaction thread (lower) does not wait for owed time as for a flush's want.
+        g.gate.shard_running(false);
+        let gate = g.gate.clone();
+        std::thread::spawn(move || {
+            set_thread_gate(Some(gate), true);
+            pass();
+        })
+        .join()
+        .expect("join");
+        g.gate.shard_running(true);
+        g.owed = false;
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 1, "nothing owed, nothing wanted");
+    }
+
+    #[test]
+    fn read_amplification_decides_per_window() {
+        let mut a = ReadAmplification::new(2.0);
+        for _ in 1..ReadAmplification::WINDOW {
+            assert_eq!(a.read(1), None);
+        }
+        assert_eq!(a.read(1), Some(false), "one SSTable per read");
+        for i in 1..=ReadAmplification::WINDOW {
+            let v = a.read(if i % 2 == 0 { 4 } else { 0 });
+            assert_eq!(v, (i == ReadAmplification::WINDOW).then_some(true));
+        }
+        let mut off = ReadAmplification::new(0.0);
+        let v = (0..ReadAmplification::WINDOW).filter_map(|_| off.read(16)).last();
+        assert_eq!(v, Some(false), "threshold 0 is off");
+    }
+
+    #[test]
     fn an_undriven_gate_grants_nothing_and_lets_everyone_pass() {
-        let mut g = Granter::new(Duration::from_micros(50), Duration::from_micros(1));
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_micros(1), true);
         let _on = g.wants.on();
         for _ in 0..3 {
             std::thread::sleep(Duration::from_micros(10));

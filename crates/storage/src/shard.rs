@@ -92,6 +92,11 @@ pub struct StorageMetrics {
     /// Reads that found bytes they needed outside the page cache and went back to the
     /// event loop while a helper thread read them ([`ShardStorage::try_read`]).
     pub disk_waits: u64,
+    /// Times a running compaction became owed the shard's time (its reads' amplification,
+    /// [`StorageConfig::compaction_grant_amplification`]), and slices of time the shard
+    /// granted its background threads (`crate::grant`).
+    pub compaction_owed_windows: u64,
+    pub granted_slices: u64,
     pub background_errors: u64,
     /// Writes that waited in `admit` for a flush to free memtable memory.
     pub write_memory_waits: u64,
@@ -500,6 +505,9 @@ struct Inner {
     flush_pacer: FlushPacer,
     /// Core time for background threads that want it (`crate::grant`).
     granter: crate::grant::Granter,
+    /// Whether the requests' SSTable reads say a running compaction is owed core time
+    /// ([`Inner::count_request`]).
+    read_amp: crate::grant::ReadAmplification,
     /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
     flush_failures: u64,
     last_flush_error: Option<String>,
@@ -531,6 +539,22 @@ struct Inner {
     row_cache: RowCache,
     /// Running maintenance rewrites: unlike compactions, they may change the content.
     rewrite_jobs: HashSet<u64>,
+}
+
+impl Inner {
+    /// Counts a request that read `sstables` SSTables; at the end of each window of
+    /// requests decides whether a running compaction is owed the shard's time
+    /// ([`StorageConfig::compaction_grant_amplification`]).
+    #[inline]
+    fn count_request(&mut self, sstables: u32) {
+        if let Some(high) = self.read_amp.read(sstables) {
+            let owed = high && self.metrics.pending_compactions > 0;
+            if owed && !self.granter.owed {
+                self.metrics.compaction_owed_windows += 1;
+            }
+            self.granter.owed = owed;
+        }
+    }
 }
 
 /// Whether the active memtables are over their share of the budget, and whether the
@@ -740,7 +764,9 @@ impl ShardStorage {
         let nice = cfg.background_nice;
         let flush_nice = cfg.flush_nice;
         let warm = cfg.warm_compaction_outputs;
-        let granter = crate::grant::Granter::new(cfg.grant_slice, cfg.grant_every);
+        let granter =
+            crate::grant::Granter::new(cfg.grant_slice, cfg.grant_every, cfg.background_gate);
+        let read_amp = crate::grant::ReadAmplification::new(cfg.compaction_grant_amplification);
         let gate = cfg.background_gate.then(|| granter.gate.clone());
         let metrics = StorageMetrics {
             corrupt_sstables: corrupt,
@@ -773,6 +799,7 @@ impl ShardStorage {
             compaction_share: CompactionShare::default(),
             flush_pacer: FlushPacer::default(),
             granter,
+            read_amp,
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
@@ -800,17 +827,14 @@ impl ShardStorage {
         self.inner.borrow().cfg.clone()
     }
 
-    /// With [`StorageConfig::background_gate`], what the shard's event loop tells when
-    /// it parks (`false`) and unparks (`true`): the flush and compaction threads run
-    /// while it is parked (`crate::grant::Gate`). Register it with the runtime
+    /// What the shard's event loop tells when it parks (`false`) and unparks (`true`):
+    /// the shard's idle time, which decides its grants (`crate::grant::Granter`), and with
+    /// [`StorageConfig::background_gate`] the flush and compaction threads run while it
+    /// is parked (`crate::grant::Gate`). Register it with the runtime
     /// (`amphora_rt::set_park_hook`).
-    pub fn park_hook(&self) -> Option<impl Fn(bool) + 'static> {
-        let inner = self.inner.borrow();
-        let gate = inner.granter.gate.clone();
-        inner
-            .cfg
-            .background_gate
-            .then_some(move |running| gate.shard_running(running))
+    pub fn park_hook(&self) -> impl Fn(bool) + 'static {
+        let gate = self.inner.borrow().granter.gate.clone();
+        move |running| gate.shard_running(running)
     }
 
     /// Adds a table (creates its directory; opens SSTables already there).
@@ -966,6 +990,7 @@ impl ShardStorage {
             inner.metrics.writes += 1;
             inner.compaction_share.note_foreground();
             inner.granter.on_request();
+            inner.count_request(0);
             let (over_mem, over_log) = flush_thresholds(inner, &log);
             (end, over_mem || over_log)
         };
@@ -1494,6 +1519,9 @@ impl ShardStorage {
                 } => {
                     inner.metrics.pending_compactions =
                         inner.metrics.pending_compactions.saturating_sub(1);
+                    if inner.metrics.pending_compactions == 0 {
+                        inner.granter.owed = false;
+                    }
                     let rewrite = inner.rewrite_jobs.remove(&job);
                     let now = inner.cfg.clock.now_seconds();
                     if let Some(t) = inner.tables.get_mut(&table) {
@@ -2280,6 +2308,7 @@ impl ShardStorage {
         let mut m = inner.metrics.clone();
         m.compaction_backlog_bytes = backlog as u64;
         m.compaction_share_permille = (share * 1000.0).round() as u64;
+        m.granted_slices = inner.granter.granted;
         m.memtable_bytes = inner.memtable_total;
         m.memtable_partitions = inner
             .tables
@@ -2642,6 +2671,7 @@ impl ShardStorage {
         match res {
             Ok(r) => {
                 inner.metrics.sstables_per_read[(r.sstables_read as usize).min(15)] += 1;
+                inner.count_request(r.sstables_read);
                 Ok(r)
             }
             Err(e) => {

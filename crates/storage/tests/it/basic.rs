@@ -299,7 +299,7 @@ fn the_background_gate_holds_a_flush_while_the_shard_runs() {
             let m = standard1_write(5, &format!("k{n}"), Bytes::copy_from_slice(&[n as u8; 34]));
             s.apply(&m).expect("apply").await.expect("ack");
         }
-        let shard_running = s.park_hook().expect("a gate to drive");
+        let shard_running = s.park_hook();
         shard_running(true);
         let waited =
             tokio::time::timeout(std::time::Duration::from_millis(300), s.flush_all()).await;
@@ -609,7 +609,7 @@ fn major_over_a_running_strategy_compaction(big: bool) -> amphora_storage::Stora
         assert_eq!(s.metrics().sstable_count, if big { 5 } else { 4 });
         // The strategy's compaction starts, then waits at its first partition while the
         // shard runs (the background gate).
-        let shard_running = s.park_hook().expect("a gate to drive");
+        let shard_running = s.park_hook();
         shard_running(true);
         let strategy = tokio::time::timeout(
             std::time::Duration::from_millis(100),
