@@ -5,8 +5,10 @@
 # Prints the per-second p99/max, the p99, p99.9 and max, and when the last compactions ended.
 # AMPHORA_DELETE_RATE_MB=0 (passed to the server) turns the deleter off for an A/B.
 # The disk's per-second activity over the reads goes to $OUT/burst-disk-LABEL.txt
-# (diskstat.py). OFFCPU=1 records every context switch over the reads with its kernel stack
-# ($OUT/burst-offcpu-LABEL.data, for offcpu.py); GAPS=1 runs vmgap.py over them
+# (diskstat.py), the storage's (SSTables, SSTables per read, row cache hits, disk waits,
+# grants, shard busy) to $OUT/burst-metrics-LABEL.txt (mettime.py). OFFCPU=1 records every
+# context switch over the reads with its kernel stack ($OUT/burst-offcpu-LABEL.data, for
+# offcpu.py); GAPS=1 runs vmgap.py over them
 # ($OUT/burst-gaps-LABEL.txt); CPU=1 samples the server's stacks (perf record -F 999 -g,
 # $OUT/burst-cpu-LABEL.data); BLOCK=1 records the block layer's bio submissions, request
 # issues and completions ($OUT/burst-block-LABEL.data, CLOCK_MONOTONIC times, for `perf script -i`).
@@ -26,6 +28,7 @@ st write duration=60s no-warmup -rate threads=128 -pop "$u" > /dev/null
 st mixed "ratio(write=1,read=1)" duration=30s no-warmup -rate threads=128 -pop "$u" > /dev/null
 [[ -n "${TRACEP:-}" ]] && nt settraceprobability "$TRACEP" > /dev/null
 echo "$label: reads start $(date +%T); monotonic - wall clock: $(python3 -c 'import time; print(round(time.clock_gettime(time.CLOCK_MONOTONIC) - time.time(), 3))') s"
+python3 "$REPO/bench/stall/mettime.py" 19603 "$((${SECS:-40} + 2))" > "$OUT/burst-metrics-$label.txt" 2>&1 &
 python3 "$REPO/bench/stall/diskstat.py" "$(lsblk -no kname "$(df --output=source "$OUT" | tail -1)" 2>/dev/null || true)" > "$OUT/burst-disk-$label.txt" 2>&1 & D=$!
 if [[ -n "${OFFCPU:-}" ]]; then
   perf record -e sched:sched_switch -g -a -o "$OUT/burst-offcpu-$label.data" -- sleep 42 > /dev/null 2>&1 & PO=$!

@@ -280,6 +280,85 @@ pub(crate) struct TableSources<'a, M> {
     pub sstables: &'a [Arc<SSTableReader>],
 }
 
+/// What a whole-partition read of a table whose partitions are one row (no clustering
+/// columns) has found so far in SSTables, newest first: for each column the newest
+/// timestamp of a cell, and of a row marker. An SSTable whose data is all older than every
+/// column's (its `max_timestamp`), with no tombstone and no marker a found one does not
+/// beat, cannot change the merge (Cassandra's reads of named columns in timestamp order):
+/// each of its cells loses to a newer one found, and it deletes nothing. Left unread, the
+/// merge is exactly the full one (the row cache keeps it as the SSTables' content). A key
+/// overwritten again and again (time series state, user profiles, standard1) is then read
+/// from its newest SSTable alone, not from each flush that holds it: right after a burst of
+/// writes that was ~6.5 SSTables per read, and the reads took the whole shard
+/// (docs/benchmarks.md, "Reads right after a write burst").
+pub(crate) struct Coverage {
+    /// Per column id: `Some(newest cell timestamp)` for the columns a row may hold (the
+    /// regular ones not dropped), `None` for the others.
+    newest: Vec<Option<i64>>,
+    /// Regular columns not yet found.
+    missing: usize,
+    marker: Option<i64>,
+}
+
+impl Coverage {
+    /// For a whole-partition read of `schema`; None where the shortcut does not hold:
+    /// clustering columns (many rows), counters (cells add up), non-frozen collections
+    /// and UDTs (their cells add up over SSTables).
+    pub(crate) fn of(schema: &TableSchema) -> Option<Coverage> {
+        use amphora_types::schema::ColumnKind;
+        if !schema.clustering_key.is_empty() || schema.is_counter {
+            return None;
+        }
+        let mut newest = vec![None; schema.columns.len()];
+        let mut missing = 0;
+        for (id, c) in schema.columns.iter().enumerate() {
+            if c.kind != ColumnKind::Regular
+                || schema.dropped_columns.contains_key(&(id as ColumnId))
+            {
+                continue;
+            }
+            if c.ty.is_multi_cell() {
+                return None;
+            }
+            newest[id] = Some(i64::MIN);
+            missing += 1;
+        }
+        (missing > 0).then_some(Coverage {
+            newest,
+            missing,
+            marker: None,
+        })
+    }
+
+    /// Adds what an SSTable held for the partition.
+    pub(crate) fn add(&mut self, u: &PartitionUpdate) {
+        for row in &u.rows {
+            if let Some(m) = row.marker {
+                self.marker = Some(self.marker.map_or(m.timestamp, |t| t.max(m.timestamp)));
+            }
+            for (id, d) in &row.cells {
+                let (Some(Some(t)), ColumnData::Simple(c)) = (self.newest.get_mut(*id as usize), d)
+                else {
+                    continue;
+                };
+                if *t == i64::MIN {
+                    self.missing -= 1;
+                }
+                *t = (*t).max(c.timestamp);
+            }
+        }
+    }
+
+    /// Whether `s` can be left unread (see [`Coverage`]).
+    pub(crate) fn covers(&self, s: &SSTableReader) -> bool {
+        let st = &s.stats;
+        self.missing == 0
+            && st.tombstones == 0
+            && (!st.has_row_markers || self.marker.is_some_and(|m| m > st.max_timestamp))
+            && self.newest.iter().flatten().all(|t| *t > st.max_timestamp)
+    }
+}
+
 /// [`slice_of`] with at most `cap` rows (the first ones, or the last ones when
 /// `from_end`; `cap` at least 1; one slice at most, or every row), and the clustering of
 /// the last row taken (the first one in clustering order when `from_end`) when rows within
@@ -417,6 +496,13 @@ fn read_sstables(
         *count = cutoff.is_some();
     }
     let mut narrowed;
+    // A partition of one row (its slices, if any, hold it whole), from SSTables newest
+    // first: the older ones may be left unread ([`Coverage`]).
+    let mut coverage = if narrowing.is_none() && ssts.len() > 1 {
+        Coverage::of(t.schema)
+    } else {
+        None
+    };
     // The misses of SSTables that would wait for the disk (a no-wait read): the read goes
     // on through the others, so that one wait covers all of them (see `DiskWait`).
     let mut waits: Option<Box<crate::diskwait::DiskWait>> = None;
@@ -429,6 +515,15 @@ fn read_sstables(
             if narrowing.is_none() {
                 break;
             }
+            continue;
+        }
+        if coverage.as_ref().is_some_and(|c| c.covers(s)) {
+            amphora_trace::event(|| {
+                format!(
+                    "Skipping sstable {}: the newer ones read hold newer data for every column",
+                    s.generation
+                )
+            });
             continue;
         }
         let slices = match (narrowing, &cutoff) {
@@ -510,6 +605,9 @@ fn read_sstables(
         });
         if let Some(u) = found {
             floor = max_deletion(floor, u.partition_deletion);
+            if let Some(c) = &mut coverage {
+                c.add(&u);
+            }
             found_in.push(u);
         }
     }

@@ -146,6 +146,11 @@ pub struct Stats {
     /// drops fully expired SSTables whole). An optional v1 trailer byte: true when read
     /// from files written before it existed.
     pub has_non_expiring_data: bool,
+    /// Some row has a row marker (primary key liveness: an INSERT's). A point read may
+    /// leave an SSTable unread whose data is all older than what it found only if the
+    /// SSTable has no marker or the read found a newer one (`read::Coverage`). An optional
+    /// v1 trailer byte: true when read from files written before it existed.
+    pub has_row_markers: bool,
 }
 
 impl Default for Stats {
@@ -169,6 +174,7 @@ impl Default for Stats {
             partition_size_histogram: [0; 40],
             cell_count_histogram: [0; 40],
             has_non_expiring_data: false,
+            has_row_markers: false,
         }
     }
 }
@@ -219,6 +225,7 @@ impl Stats {
             put_var(&mut o, h);
         }
         o.push(u8::from(self.has_non_expiring_data));
+        o.push(u8::from(self.has_row_markers));
         let crc = crc32c::crc32c(&o);
         o.extend_from_slice(&crc.to_le_bytes());
         o
@@ -279,6 +286,12 @@ impl Stats {
         } else {
             true
         };
+        // Optional trailer byte (older files end before it): unknown counts as "has".
+        let has_row_markers = if r.remaining() > 0 {
+            r.fixed::<1>().map_err(e)?[0] != 0
+        } else {
+            true
+        };
         Ok(Stats {
             table,
             partitions,
@@ -298,6 +311,7 @@ impl Stats {
             partition_size_histogram,
             cell_count_histogram,
             has_non_expiring_data,
+            has_row_markers,
         })
     }
 }
@@ -316,6 +330,7 @@ struct PartStats {
     tombstones: u64,
     cells: u64,
     non_expiring: bool,
+    markers: bool,
 }
 
 impl PartStats {
@@ -328,6 +343,7 @@ impl PartStats {
             tombstones: 0,
             cells: 0,
             non_expiring: false,
+            markers: false,
         }
     }
 
@@ -397,10 +413,12 @@ impl PartStats {
         self.tombstones += s.tombstone_cells as u64;
         self.cells += s.cells as u64;
         self.non_expiring |= s.non_expiring;
+        self.markers |= s.marker.is_some();
     }
 
     fn row(&mut self, r: &Row) {
         if let Some(m) = r.marker {
+            self.markers = true;
             self.ts(m.timestamp);
             if m.ttl > 0 {
                 self.ldt(m.local_expiry);
@@ -1090,6 +1108,7 @@ impl SSTableWriter {
         s.partition_size_histogram[histogram_bucket(len)] += 1;
         s.rows += rows;
         s.has_non_expiring_data |= src.has_non_expiring_data;
+        s.has_row_markers |= src.has_row_markers;
         if let Some(b) = cell_bucket {
             s.cell_count_histogram[b] += 1;
         }
@@ -1340,6 +1359,7 @@ impl SSTableWriter {
         s.min_local_deletion_time = s.min_local_deletion_time.min(n.min_ldt);
         s.max_local_deletion_time = s.max_local_deletion_time.max(n.max_ldt);
         s.has_non_expiring_data |= n.non_expiring;
+        s.has_row_markers |= n.markers;
         s.cell_count_histogram[histogram_bucket(n.cells)] += 1;
         let (lo, hi) = if n.min_ts == i64::MAX {
             (0, 0)
@@ -3485,6 +3505,29 @@ mod tests {
     use amphora_types::data::{Cell, Clustering, ClusteringBound, LivenessInfo};
     use amphora_types::schema::{ColumnKind, TableOptions};
     use std::sync::Arc;
+
+    /// The row marker byte round-trips, and a Statistics.db written before it existed
+    /// (one byte shorter) reads as "has markers", which never lets a read skip the SSTable.
+    #[test]
+    fn stats_row_marker_trailer_round_trips_and_defaults_to_has() {
+        let path = Path::new("x-Statistics.db");
+        for has in [false, true] {
+            let st = Stats {
+                has_row_markers: has,
+                has_non_expiring_data: !has,
+                ..Stats::default()
+            };
+            assert_eq!(Stats::decode(path, &st.encode()).expect("decode"), st);
+        }
+        let st = Stats::default();
+        let bytes = st.encode();
+        let mut older = bytes[..bytes.len() - 5].to_vec();
+        let crc = crc32c::crc32c(&older);
+        older.extend_from_slice(&crc.to_le_bytes());
+        let decoded = Stats::decode(path, &older).expect("decode");
+        assert!(decoded.has_row_markers);
+        assert!(!decoded.has_non_expiring_data, "the byte before it is still read");
+    }
 
     proptest::proptest! {
         /// The interpolating search finds what a plain binary search finds, for tokens

@@ -3,6 +3,7 @@
 mod basic;
 mod cache;
 mod commitlog;
+mod coverage;
 mod common;
 mod crash;
 mod fixtures;
