@@ -17,6 +17,6 @@ for m in "insert=9,query_by_machine_id=1" "insert=5,query_by_machine_id=5" "inse
   st user profile="$PROF" "ops($m)" duration="$DUR" no-warmup cl=ONE -rate threads=128 "${IOT[@]}" > "$OUT/$L-mix.txt"
   T1=$(awk '{print $14+$15}' /proc/$P/stat)
   echo "$m: $(grep 'Op rate' "$OUT/$L-mix.txt") server CPU ticks $((T1-T0))"
-  curl -s 127.0.0.1:19603/metrics | grep -E "^amphora_storage_read_disk_waits_total|^amphora_cache_row_(bytes|partitions|hits_total|misses_total|rejections_total)|^amphora_sstables_live\{|^amphora_memtables_partitions|^amphora_memtables_real_dirty"
+  curl -s 127.0.0.1:19603/metrics | grep -E "^amphora_storage_read_disk_waits_total|^amphora_compaction_manager_owed_total|^amphora_storage_granted_slices_total|^amphora_cache_row_(bytes|partitions|hits_total|misses_total|rejections_total)|^amphora_sstables_live\{|^amphora_memtables_partitions|^amphora_memtables_real_dirty"
 done
 kill $P; wait $P 2>/dev/null

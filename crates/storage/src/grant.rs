@@ -397,7 +397,9 @@ mod tests {
             assert_eq!(v, (i == ReadAmplification::WINDOW).then_some(true));
         }
         let mut off = ReadAmplification::new(0.0);
-        let v = (0..ReadAmplification::WINDOW).filter_map(|_| off.read(16)).last();
+        let v = (0..ReadAmplification::WINDOW)
+            .filter_map(|_| off.read(16))
+            .last();
         assert_eq!(v, Some(false), "threshold 0 is off");
     }
 

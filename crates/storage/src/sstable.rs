@@ -3526,7 +3526,10 @@ mod tests {
         older.extend_from_slice(&crc.to_le_bytes());
         let decoded = Stats::decode(path, &older).expect("decode");
         assert!(decoded.has_row_markers);
-        assert!(!decoded.has_non_expiring_data, "the byte before it is still read");
+        assert!(
+            !decoded.has_non_expiring_data,
+            "the byte before it is still read"
+        );
     }
 
     proptest::proptest! {

@@ -38,9 +38,16 @@ fn all_columns(ts: i64, v: &str) -> Vec<(u32, Cell)> {
 /// when the row does not exist.
 fn read(s: &ShardStorage, key: &str) -> (Option<Vec<String>>, u32) {
     let r = s
-        .read(&ReadCommand::new(TableId(T), PartitionRange::Single(pk(key)), 0))
+        .read(&ReadCommand::new(
+            TableId(T),
+            PartitionRange::Single(pk(key)),
+            0,
+        ))
         .expect("read");
-    let row = r.partitions.first().and_then(|p| p.rows.iter().next().cloned());
+    let row = r
+        .partitions
+        .first()
+        .and_then(|p| p.rows.iter().next().cloned());
     let cols = row.map(|row| {
         (1..6)
             .map(|c| match row.cell(c) {
@@ -75,7 +82,12 @@ fn an_overwritten_row_is_read_from_its_newest_sstable_alone() {
         assert_eq!(read(&s, "k"), (cols(&["c"; 5]), 1));
         // A newer SSTable with one column: the one below it is read for the others, and the
         // oldest is left.
-        write_and_flush(&s, "k", row(None, vec![(1, Cell::live(4, Bytes::from("d")))])).await;
+        write_and_flush(
+            &s,
+            "k",
+            row(None, vec![(1, Cell::live(4, Bytes::from("d")))]),
+        )
+        .await;
         assert_eq!(read(&s, "k"), (cols(&["d", "c", "c", "c", "c"]), 2));
         // A tombstone in the oldest SSTable (another key's): it is read, though older.
         apply_update(&s, T, "other", row(None, vec![(1, Cell::tombstone(0, 1))])).await;

@@ -3,8 +3,8 @@
 mod basic;
 mod cache;
 mod commitlog;
-mod coverage;
 mod common;
+mod coverage;
 mod crash;
 mod fixtures;
 mod maintenance;
