@@ -46,6 +46,10 @@ pub struct Gate {
     wants: Wants,
     /// Set at close: never wait again (the shard joins its threads).
     open_for_good: AtomicBool,
+    /// Whether the shard's parks and unparks are counted ([`Gate::shard_running`]): only
+    /// while something may be granted (the background gate is on, or compaction is owed
+    /// time), so that an ungated shard pays no clock reads per park.
+    tracking: AtomicBool,
     waiting: AtomicU32,
     lock: Mutex<()>,
     cv: Condvar,
@@ -64,6 +68,7 @@ impl Gate {
             base: Instant::now(),
             wants,
             open_for_good: AtomicBool::new(false),
+            tracking: AtomicBool::new(false),
             waiting: AtomicU32::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
@@ -80,7 +85,14 @@ impl Gate {
     }
 
     /// The shard starts (`true`) or stops (`false`) running tasks.
+    #[inline]
     pub fn shard_running(&self, running: bool) {
+        if self.tracking.load(Ordering::Relaxed) {
+            self.set_running(running);
+        }
+    }
+
+    fn set_running(&self, running: bool) {
         let was = self.busy.swap(running, Ordering::SeqCst);
         if was && !running {
             self.stopped_at.store(self.now_ns(), Ordering::Relaxed);
@@ -100,7 +112,7 @@ impl Gate {
     /// Opens the gate for good (the storage is closing).
     pub(crate) fn open_for_good(&self) {
         self.open_for_good.store(true, Ordering::SeqCst);
-        self.shard_running(false);
+        self.set_running(false);
     }
 
     fn pass(&self, lower: bool) {
@@ -206,9 +218,10 @@ pub(crate) struct Granter {
     due: Option<Instant>,
     idle_at_start: Duration,
     /// Compaction is owed time: the shard grants slices as if a thread wanted them (set by
-    /// the shard from its reads' amplification, [`ReadAmplification`]). The compaction
-    /// thread does not wait at the gate for this, unlike for a flush's want.
-    pub(crate) owed: bool,
+    /// the shard from its reads' amplification, [`ReadAmplification`], with
+    /// [`Granter::set_owed`]). The compaction thread does not wait at the gate for this,
+    /// unlike for a flush's want.
+    owed: bool,
     /// Whether a thread's [`Wants`] are granted (with the background gate: a flush that
     /// wants time is not otherwise starved, and an ungated one runs at its own priority).
     grant_wants: bool,
@@ -219,8 +232,10 @@ pub(crate) struct Granter {
 impl Granter {
     pub(crate) fn new(slice: Duration, every: Duration, grant_wants: bool) -> Self {
         let wants = Wants::default();
+        let gate = Gate::new(wants.clone());
+        gate.tracking.store(grant_wants, Ordering::Relaxed);
         Granter {
-            gate: Arc::new(Gate::new(wants.clone())),
+            gate: Arc::new(gate),
             wants,
             slice,
             every,
@@ -230,6 +245,26 @@ impl Granter {
             grant_wants,
             granted: 0,
         }
+    }
+
+    /// Sets whether compaction is owed time; called on the shard thread while it runs a
+    /// request. Without the background gate the shard's parks are counted only while it is.
+    pub(crate) fn set_owed(&mut self, owed: bool) {
+        if owed == self.owed {
+            return;
+        }
+        self.owed = owed;
+        if !self.grant_wants {
+            if owed {
+                // The shard is running (a request): counted from here on.
+                self.gate.set_running(true);
+            }
+            self.gate.tracking.store(owed, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn owed(&self) -> bool {
+        self.owed
     }
 
     /// Called for each request the shard runs: sleeps a slice when a background thread
@@ -364,7 +399,7 @@ mod tests {
         g.on_request();
         assert_eq!(g.granted, 0, "a want is not granted without the gate");
         drop(want);
-        g.owed = true;
+        g.set_owed(true);
         g.on_request();
         std::thread::sleep(Duration::from_millis(3));
         g.on_request();
@@ -379,10 +414,20 @@ mod tests {
         .join()
         .expect("join");
         g.gate.shard_running(true);
-        g.owed = false;
+        g.set_owed(false);
         std::thread::sleep(Duration::from_millis(3));
         g.on_request();
         assert_eq!(g.granted, 1, "nothing owed, nothing wanted");
+        // Not owed and no gate: parks are not counted.
+        let idle_before_untracked = g.gate.idle();
+        g.gate.shard_running(false);
+        std::thread::sleep(Duration::from_millis(1));
+        g.gate.shard_running(true);
+        assert_eq!(
+            g.gate.idle(),
+            idle_before_untracked,
+            "an untracked park counted"
+        );
     }
 
     #[test]
@@ -421,6 +466,7 @@ mod tests {
     fn pass_waits_while_the_shard_runs() {
         let wants = Wants::default();
         let gate = Arc::new(Gate::new(wants.clone()));
+        gate.tracking.store(true, Ordering::Relaxed);
         gate.shard_running(true);
         let passed = Arc::new(AtomicBool::new(false));
         let spawn = |lower: bool| {

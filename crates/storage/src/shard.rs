@@ -549,10 +549,10 @@ impl Inner {
     fn count_request(&mut self, sstables: u32) {
         if let Some(high) = self.read_amp.read(sstables) {
             let owed = high && self.metrics.pending_compactions > 0;
-            if owed && !self.granter.owed {
+            if owed && !self.granter.owed() {
                 self.metrics.compaction_owed_windows += 1;
             }
-            self.granter.owed = owed;
+            self.granter.set_owed(owed);
         }
     }
 }
@@ -1520,7 +1520,7 @@ impl ShardStorage {
                     inner.metrics.pending_compactions =
                         inner.metrics.pending_compactions.saturating_sub(1);
                     if inner.metrics.pending_compactions == 0 {
-                        inner.granter.owed = false;
+                        inner.granter.set_owed(false);
                     }
                     let rewrite = inner.rewrite_jobs.remove(&job);
                     let now = inner.cfg.clock.now_seconds();
