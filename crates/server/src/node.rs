@@ -183,10 +183,13 @@ impl Node {
         let grant_every = micros_env("AMPHORA_GRANT_EVERY_US");
         // AMPHORA_COMPACTION_GRANT_AMP: `StorageConfig::compaction_grant_amplification`
         // (0: off), an experiment knob, not a cassandra.yaml key.
-        let grant_amp = std::env::var("AMPHORA_COMPACTION_GRANT_AMP")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0);
+        let f64_env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        };
+        let grant_amp = f64_env("AMPHORA_COMPACTION_GRANT_AMP");
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -201,12 +204,7 @@ impl Node {
         // AMPHORA_FLUSH_ACTIVE_SHARE / AMPHORA_FLUSH_PACE_SHARE:
         // `StorageConfig::flush_active_share` / `flush_pace_share` (experiment knobs, not
         // cassandra.yaml keys).
-        let share_env = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|v| v.is_finite() && *v > 0.0)
-        };
+        let share_env = |name: &str| f64_env(name).filter(|v| *v > 0.0);
         let flush_active_share = share_env("AMPHORA_FLUSH_ACTIVE_SHARE");
         let flush_pace_share = share_env("AMPHORA_FLUSH_PACE_SHARE");
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1

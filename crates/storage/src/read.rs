@@ -293,8 +293,9 @@ pub(crate) struct TableSources<'a, M> {
 /// (docs/benchmarks.md, "Reads right after a write burst").
 pub(crate) struct Coverage {
     /// Per column id: `Some(newest cell timestamp)` for the columns a row may hold (the
-    /// regular ones not dropped), `None` for the others.
-    newest: Vec<Option<i64>>,
+    /// regular ones not dropped), `None` for the others. Inline up to 16 columns: made for
+    /// each row cache miss over several SSTables.
+    newest: smallvec::SmallVec<[Option<i64>; 16]>,
     /// Regular columns not yet found.
     missing: usize,
     marker: Option<i64>,
@@ -309,7 +310,7 @@ impl Coverage {
         if !schema.clustering_key.is_empty() || schema.is_counter {
             return None;
         }
-        let mut newest = vec![None; schema.columns.len()];
+        let mut newest = smallvec::smallvec![None; schema.columns.len()];
         let mut missing = 0;
         for (id, c) in schema.columns.iter().enumerate() {
             if c.kind != ColumnKind::Regular

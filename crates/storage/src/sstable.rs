@@ -280,18 +280,12 @@ impl Stats {
                 *h = r.var().map_err(e)?;
             }
         }
-        // Optional trailer byte (older files end before it): unknown counts as "has".
-        let has_non_expiring_data = if r.remaining() > 0 {
-            r.fixed::<1>().map_err(e)?[0] != 0
-        } else {
-            true
+        // Optional trailer bytes (older files end before them): unknown counts as "has".
+        let has_flag = |r: &mut Reader| -> Result<bool> {
+            Ok(r.remaining() == 0 || r.fixed::<1>().map_err(e)?[0] != 0)
         };
-        // Optional trailer byte (older files end before it): unknown counts as "has".
-        let has_row_markers = if r.remaining() > 0 {
-            r.fixed::<1>().map_err(e)?[0] != 0
-        } else {
-            true
-        };
+        let has_non_expiring_data = has_flag(&mut r)?;
+        let has_row_markers = has_flag(&mut r)?;
         Ok(Stats {
             table,
             partitions,
