@@ -15,8 +15,8 @@ use amphora_types::schema::TableSchema;
 
 use crate::error::{Result, StorageError};
 use crate::sstable::{
-    IndexEntry, PartitionStream, RawSource, SSTableReader, SSTableWriter, Scanner, StreamedStats,
-    partition_body,
+    IndexEntry, OverlapFilter, PartitionStream, RawSource, SSTableReader, SSTableWriter, Scanner,
+    StreamedStats, partition_body,
 };
 
 /// What a chooser sees of one SSTable.
@@ -670,7 +670,13 @@ fn throttle_point(weight: u32) -> Result<()> {
 pub struct PurgeContext {
     pub gc_before: i32,
     pub now_seconds: i32,
-    /// SSTables not in the compaction.
+    /// The SSTables not in the compaction, as far as purging goes: which keys each may
+    /// hold, and its oldest timestamp.
+    pub overlaps: Vec<OverlapFilter>,
+    /// The SSTables not in the compaction themselves, for a garbagecollect that reads the
+    /// deletions they hold ([`PartitionHook::Shadow`]); empty for other compactions (a
+    /// reader held here keeps its files, and a replaced flush output's use as a spare,
+    /// until the compaction is done).
     pub others: Vec<Arc<SSTableReader>>,
     /// Lowest timestamp in any memtable of the table.
     pub memtable_min_timestamp: i64,
@@ -679,9 +685,9 @@ pub struct PurgeContext {
 impl PurgeContext {
     fn max_purgeable(&self, key: &PartitionKey) -> i64 {
         let mut m = self.memtable_min_timestamp;
-        for s in &self.others {
-            if s.stats.min_timestamp < m && s.may_contain(key) {
-                m = s.stats.min_timestamp;
+        for s in &self.overlaps {
+            if s.min_timestamp < m && s.may_contain(key) {
+                m = s.min_timestamp;
             }
         }
         m
@@ -1672,6 +1678,7 @@ mod tests {
         let ctx = PurgeContext {
             gc_before,
             now_seconds,
+            overlaps: Vec::new(),
             others: Vec::new(),
             memtable_min_timestamp: i64::MAX,
         };
@@ -2145,6 +2152,7 @@ mod tests {
                 .filter(|s| s.generation != one[0].generation)
                 .cloned()
                 .collect();
+            ctx.overlaps = ctx.others.iter().map(|s| s.overlap_filter()).collect();
             let mut counts = (0, 0);
             let mut count = |kept: bool| {
                 if kept {

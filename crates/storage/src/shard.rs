@@ -1849,11 +1849,13 @@ impl ShardStorage {
             .filter(|s| spec.inputs.contains(&s.generation))
             .cloned()
             .collect();
-        let others: Vec<Arc<SSTableReader>> = t
+        // Filters, not readers: a job queued here must not keep the readers that the
+        // jobs before it replace (see `OverlapFilter`).
+        let overlaps: Vec<crate::sstable::OverlapFilter> = t
             .sstables
             .iter()
             .filter(|s| !spec.inputs.contains(&s.generation))
-            .cloned()
+            .map(|s| s.overlap_filter())
             .collect();
         let memtable_min_timestamp = t
             .flushing
@@ -1879,7 +1881,8 @@ impl ShardStorage {
         let ctx = PurgeContext {
             gc_before,
             now_seconds: now,
-            others,
+            overlaps,
+            others: Vec::new(),
             memtable_min_timestamp,
         };
         // Major compactions are asked for by an operator: full speed. Others run at the
@@ -2217,6 +2220,7 @@ impl ShardStorage {
         let purge = PurgeContext {
             gc_before: now.saturating_sub(t.schema.options.gc_grace_seconds),
             now_seconds: now,
+            overlaps: others.iter().map(|s| s.overlap_filter()).collect(),
             others,
             memtable_min_timestamp,
         };

@@ -7,8 +7,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
 use amphora_types::codec::{
     Reader, RowPick, SimpleRowSummary, encode_row_standalone, encode_update_head,
@@ -1653,7 +1653,8 @@ pub struct SSTableReader {
     /// these 8-byte values (a few hundred KB even for millions of partitions, so the
     /// search stays in the CPU's cache) instead of the entries themselves.
     summary_tokens: Vec<i64>,
-    bloom: Bloom,
+    /// Shared with the [`OverlapFilter`]s compactions hold.
+    bloom: Arc<Bloom>,
     /// Set when a checksum failed: the SSTable is out of service.
     pub quarantined: AtomicBool,
     /// Reads without a block cache decompress into this buffer (reused: no allocation or
@@ -1800,7 +1801,7 @@ impl SSTableReader {
             chunk_offsets,
             summary_tokens: summary.iter().map(|s| s.token).collect(),
             summary,
-            bloom,
+            bloom: Arc::new(bloom),
             quarantined: AtomicBool::new(false),
             last_chunk: Mutex::new(UncachedChunk::default()),
             delete_on_drop: AtomicBool::new(false),
@@ -1866,6 +1867,17 @@ impl SSTableReader {
         key.token >= self.stats.min_token
             && key.token <= self.stats.max_token
             && self.bloom.may_contain(key.token)
+    }
+
+    /// What a compaction needs of this SSTable when it is not one of its inputs: which
+    /// keys it may hold and its oldest timestamp ([`OverlapFilter`]).
+    pub fn overlap_filter(&self) -> OverlapFilter {
+        OverlapFilter {
+            min_timestamp: self.stats.min_timestamp,
+            min_token: self.stats.min_token,
+            max_token: self.stats.max_token,
+            bloom: self.bloom.clone(),
+        }
     }
 
     /// Reads and verifies chunk `i` through the block cache.
@@ -2803,6 +2815,30 @@ impl SSTableReader {
     pub fn delete_files_after_reads(this: &std::sync::Arc<SSTableReader>) {
         let weak: std::sync::Weak<SSTableReader> = std::sync::Arc::downgrade(this);
         delete_generation_held(&this.dir, this.generation, Some(weak));
+    }
+}
+
+/// An SSTable as a compaction that does not read it sees it: its key filter and its oldest
+/// timestamp, for what the compaction may purge ([`crate::compaction::PurgeContext`]).
+/// Holds no reference to the SSTable's reader, so a compaction queued behind another does
+/// not keep the readers the other replaces: their Data.db files would otherwise stay
+/// unusable as spares until it ran ([`crate::spare`]; under a write load the queue is never
+/// empty, and no flush wrote over a spare for minutes: docs/benchmarks.md, "Spares held by
+/// queued compactions").
+#[derive(Clone, Debug)]
+pub struct OverlapFilter {
+    pub min_timestamp: i64,
+    min_token: i64,
+    max_token: i64,
+    bloom: Arc<Bloom>,
+}
+
+impl OverlapFilter {
+    /// Whether the SSTable may hold `key`'s partition (as [`SSTableReader::may_contain`]).
+    pub fn may_contain(&self, key: &PartitionKey) -> bool {
+        key.token >= self.min_token
+            && key.token <= self.max_token
+            && self.bloom.may_contain(key.token)
     }
 }
 
@@ -4141,5 +4177,35 @@ mod tests {
         small.retire(&third);
         assert!(!component_path(&dir, 3, "Data.db").exists());
         assert_eq!(small.usage(), (0, 0));
+    }
+
+    /// What a queued compaction keeps of an SSTable it does not read (its
+    /// `OverlapFilter`) answers for its keys without holding its reader: the SSTable's
+    /// Data.db, replaced meanwhile, is a spare the next flush writes over.
+    #[test]
+    fn an_overlap_filter_holds_no_reader() {
+        let root = tempfile::tempdir().expect("tmp");
+        let dir = root.path().join("ks").join("t-1");
+        let pool = crate::spare::SparePool::open(root.path(), 1 << 30);
+        let (first, keys) = write_over(&dir, 1, 2000, 1, &pool);
+        let filter = first.overlap_filter();
+        assert_eq!(filter.min_timestamp, first.stats.min_timestamp);
+        pool.retire(&first);
+        drop(first);
+        let (_second, _) = write_over(&dir, 2, 10, 2, &pool);
+        assert_eq!(
+            pool.usage().1,
+            1,
+            "the filter kept the spare from the flush"
+        );
+        assert!(
+            keys.iter().all(|k| filter.may_contain(k)),
+            "a key of the SSTable missed"
+        );
+        let absent = (0..2000)
+            .map(|i| PartitionKey::new(Bytes::from(format!("other{i:06}"))))
+            .filter(|k| filter.may_contain(k))
+            .count();
+        assert!(absent < 200, "{absent} of 2000 absent keys pass the filter");
     }
 }
