@@ -1864,9 +1864,7 @@ impl SSTableReader {
     }
 
     pub fn may_contain(&self, key: &PartitionKey) -> bool {
-        key.token >= self.stats.min_token
-            && key.token <= self.stats.max_token
-            && self.bloom.may_contain(key.token)
+        may_hold(key, self.stats.min_token, self.stats.max_token, &self.bloom)
     }
 
     /// What a compaction needs of this SSTable when it is not one of its inputs: which
@@ -2836,10 +2834,14 @@ pub struct OverlapFilter {
 impl OverlapFilter {
     /// Whether the SSTable may hold `key`'s partition (as [`SSTableReader::may_contain`]).
     pub fn may_contain(&self, key: &PartitionKey) -> bool {
-        key.token >= self.min_token
-            && key.token <= self.max_token
-            && self.bloom.may_contain(key.token)
+        may_hold(key, self.min_token, self.max_token, &self.bloom)
     }
+}
+
+/// Whether an SSTable of tokens `min..=max` and filter `bloom` may hold `key`'s partition.
+#[inline]
+fn may_hold(key: &PartitionKey, min: i64, max: i64, bloom: &Bloom) -> bool {
+    key.token >= min && key.token <= max && bloom.may_contain(key.token)
 }
 
 impl Drop for SSTableReader {
@@ -4118,14 +4120,20 @@ mod tests {
         (Arc::new(r), keys)
     }
 
+    /// A temporary root, a table directory in it, and a spare pool of 1 GiB there.
+    fn spare_setup() -> (tempfile::TempDir, PathBuf, crate::spare::SparePool) {
+        let root = tempfile::tempdir().expect("tmp");
+        let dir = root.path().join("ks").join("t-1");
+        let pool = crate::spare::SparePool::open(root.path(), 1 << 30);
+        (root, dir, pool)
+    }
+
     /// A replaced flush output's Data.db becomes a spare only once no reader holds its
     /// SSTable, and a flush written over a longer spare reads back whole (the file cut to
     /// its own length); non-flush outputs and files over the cap are deleted, not kept.
     #[test]
     fn flushes_write_over_spares_no_reader_holds() {
-        let root = tempfile::tempdir().expect("tmp");
-        let dir = root.path().join("ks").join("t-1");
-        let pool = crate::spare::SparePool::open(root.path(), 1 << 30);
+        let (root, dir, pool) = spare_setup();
         let (big, _) = write_over(&dir, 1, 5000, 1, &pool);
         let big_len = big.data_size();
         assert!(big_len > 300_000, "{big_len}");
@@ -4184,9 +4192,7 @@ mod tests {
     /// Data.db, replaced meanwhile, is a spare the next flush writes over.
     #[test]
     fn an_overlap_filter_holds_no_reader() {
-        let root = tempfile::tempdir().expect("tmp");
-        let dir = root.path().join("ks").join("t-1");
-        let pool = crate::spare::SparePool::open(root.path(), 1 << 30);
+        let (_root, dir, pool) = spare_setup();
         let (first, keys) = write_over(&dir, 1, 2000, 1, &pool);
         let filter = first.overlap_filter();
         assert_eq!(filter.min_timestamp, first.stats.min_timestamp);
