@@ -52,23 +52,18 @@ elif [[ -n "${PERF:-}" ]]; then
     perf record -F 499 --call-graph dwarf,16384 -t "$shard_tid" \
       -o "/dev/shm/fixedown-$label.data" -- sleep 20 > /dev/null 2>&1 ) &
 fi
-: > "$OUT/cpu-$label.txt"
-prev=$(thread_cpu 2>/dev/null)
-while kill -0 "$sp" 2>/dev/null; do
-  sleep 1
-  cur=$(thread_cpu 2>/dev/null)
-  counters=$(curl -s 127.0.0.1:19603/metrics | awk '
-    /^amphora_storage_write_memory_waits_total/ {w += $2}
-    /^amphora_cache_row_defrag_moves_total/ {d += $2}
-    /^amphora_cache_row_evictions_total/ {e += $2}
-    /^amphora_memtables_real_dirty_memory/ {m += $2}
-    /^amphora_sstables_spare_data_reused_total/ {r += $2}
-    /^amphora_memory_allocator_resident_bytes/ {res = $2}
-    END {printf "waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d", w, d, e, m / 1048576, r, res / 1048576}')
-  echo "$(date +%T) $(join <(echo "$prev") <(echo "$cur") | awk '$3>$2 {printf "%s=%d ", $1, $3-$2}') $counters" >> "$OUT/cpu-$label.txt"
-  prev=$cur
-done
+# Per-second samples without starting a process each second (that alone raises fixed-rate
+# p99s): the threads' ticks from a builtin-only loop, the counters from metricspoll.sh's
+# one paced curl; joined by second once the run is over.
+ticks_every_second > "$OUT/ticks-$label.txt" & tp=$!
+"$(dirname "${BASH_SOURCE[0]}")/metricspoll.sh" 19603 > "$OUT/metrics-$label.txt" & mp=$!
 wait "$sp"
+kill "$tp" "$mp" 2>/dev/null; wait "$tp" "$mp" 2>/dev/null
+join -a 1 <(sort "$OUT/ticks-$label.txt") <(awk '{
+    for (i = 2; i <= NF; i++) {split($i, a, "="); v[a[1]] = a[2]}
+    printf "%s waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d\n",
+      $1, v["waits"], v["defrag"], v["evict"], v["memMB"], v["spares"], v["resMB"]}' \
+  "$OUT/metrics-$label.txt" | sort) > "$OUT/cpu-$label.txt"
 echo "$label: $(latencies "$OUT/wf-$label.txt")"
 echo "$label: CPU 0 busy over the fixed run: $(echo "$c0_before $(cpu0)" | awk '{b = $3 - $1; i = $4 - $2; printf "%.1f%%", 100 * b / (b + i)}')"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"

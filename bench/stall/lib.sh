@@ -52,6 +52,39 @@ thread_cpu() {
   done | sort
 }
 
+# `ticks_every_second [PID]`: until PID (default the server, $P) exits or this is killed,
+# once a second one line `HH:MM:SS comm/tid=ticks ...`: each thread's CPU ticks (utime +
+# stime) since the line before, threads that ran only. Bash builtins only, so nothing is
+# started per second: a loop that started processes every second raised fixed-rate p99s
+# beside it (docs/benchmarks.md, "A metrics poller that forks"); `read -t 1` on a pipe
+# nobody writes is the sleep.
+ticks_every_second() {
+  local pid=${1:-$P} t line comm rest now out fd first=1
+  local -a f
+  local -A prev=()
+  exec {fd}<> <(:)
+  while [[ -d /proc/$pid ]]; do
+    # The first pass only takes the starting counts.
+    ((first)) || read -r -t 1 -u "$fd" _ || true
+    printf -v now '%(%T)T' -1
+    out=$now
+    for t in /proc/"$pid"/task/*; do
+      { read -r line < "$t/stat"; } 2>/dev/null || continue
+      comm=${line#*\(}; comm=${comm%\)*}; comm=${comm// /_}
+      rest=${line##*\) }
+      read -r -a f <<< "$rest"
+      # /proc's fields 14 and 15 (utime, stime) are the 12th and 13th after the name.
+      local id=$comm/${t##*/} ticks=$((f[11] + f[12]))
+      if [[ -n ${prev[$id]:-} ]] && ((ticks > prev[$id])); then
+        out+=" $id=$((ticks - prev[$id]))"
+      fi
+      prev[$id]=$ticks
+    done
+    ((first)) || echo "$out"
+    first=0
+  done
+}
+
 # `populate_chunk C`: writes chunk C (0-3) of make bench's populate, keys C*750k+1..(C+1)*750k.
 populate_chunk() {
   st write n=750000 -rate threads=128 -pop seq=$(($1 * 750000 + 1))..$((($1 + 1) * 750000)) > /dev/null
