@@ -1145,8 +1145,10 @@ def main():
         "mode": mode, "stamp": stamp, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "command": f"make bench{'-quick' if mode == 'quick' else ''}",
         "config": cfg, "machine": machine(), "systems": {}, "runs": [],
+        # The knobs set for this run: the bench's own and the server's experiment knobs
+        # (AMPHORA_*, which the Amphora server reads from its environment).
         "env": {k: v for k, v in sorted(os.environ.items())
-                if k.startswith("BENCH_") or k == "AMPHORA_BIN_GIVEN"},
+                if k.startswith("BENCH_") or k.startswith("AMPHORA_")},
     }
     log(f"mode {mode}: {cfg}; results in {out_dir}")
     stress = Stress(cfg, raw)
