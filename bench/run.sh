@@ -24,6 +24,8 @@
 #   BENCH_NO_LATTE=1                  skip latte (bench/latte/install.sh installs it otherwise)
 #   BENCH_LATTE_ROWS, BENCH_LATTE_S   latte's table size and run length
 #   BENCH_NO_DOCS=1                   do not touch docs/benchmarks.md
+#   BENCH_METRICS_POLL=0              no amphora-metrics-per-second.log next to the report
+#                                     (bench/stall/metricspoll.sh beside Amphora's runs)
 set -euo pipefail
 mode="${1:-quick}"
 case "$mode" in quick|full) ;; *) echo "usage: $0 quick|full" >&2; exit 2 ;; esac

@@ -478,8 +478,27 @@ class Amphora(Server):
                 raise RuntimeError("amphora did not open its CQL port within 120 s")
             time.sleep(0.05)
         self.startup_s = time.monotonic() - t0
+        self.start_poller(fresh)
+
+    def start_poller(self, fresh):
+        """Per-second flush, spare-file, compaction and memory counters from the server's
+        /metrics, written next to the report (`amphora-metrics-per-second.log`) by
+        bench/stall/metricspoll.sh: one paced curl and one awk, measured not to move the
+        fixed-rate tails (a poller that starts processes every second did:
+        docs/benchmarks.md, "A metrics poller that forks"). BENCH_METRICS_POLL=0: none."""
+        self.poller = None
+        if env("BENCH_METRICS_POLL", "1") == "0":
+            return
+        f = open(self.raw.parent / "amphora-metrics-per-second.log", "w" if fresh else "a")
+        self.poller = subprocess.Popen(
+            ["bash", str(ROOT / "bench" / "stall" / "metricspoll.sh"), str(self.prom_port)],
+            stdout=f, stderr=subprocess.DEVNULL)
+        f.close()  # the child holds its own descriptor
 
     def stop(self):
+        if getattr(self, "poller", None) and self.poller.poll() is None:
+            self.poller.terminate()
+            self.poller.wait(10)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
