@@ -16,7 +16,11 @@ port=${1:-29180}
 # The glob makes one URL per second for ~11 days; the fragment is not sent.
 # A failed scrape (no server yet, or between servers) just yields no line. Stopping this
 # script stops curl (and awk, at the end of its input).
-curl -s --rate 1/s -w '\n#END\n' "http://127.0.0.1:$port/metrics#[1-999999]" > >(awk '
+# -N and mawk's `-W interactive`: each scrape's line as it ends (curl and mawk otherwise
+# hold their output and input in blocks, and the lines came seconds late, or at the end).
+awk=(awk)
+awk -W version 2>&1 | grep -q mawk && awk=(awk -W interactive)
+curl -sN --rate 1/s -w '\n#END\n' "http://127.0.0.1:$port/metrics#[1-999999]" > >("${awk[@]}" '
     /^amphora_memtables_flushes_total/ {f += $2}
     /^amphora_sstables_spare_data_reused_total/ {r += $2}
     /^amphora_sstables_spare_data_bytes/ {sb += $2}
