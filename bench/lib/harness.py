@@ -489,6 +489,9 @@ class Amphora(Server):
         self.poller = None
         if env("BENCH_METRICS_POLL", "1") == "0":
             return
+        if not shutil.which("curl"):
+            log("no curl: no amphora-metrics-per-second.log for this run")
+            return
         f = open(self.raw.parent / "amphora-metrics-per-second.log", "w" if fresh else "a")
         self.poller = subprocess.Popen(
             ["bash", str(ROOT / "bench" / "stall" / "metricspoll.sh"), str(self.prom_port)],

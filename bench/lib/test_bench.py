@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -165,6 +166,53 @@ class Harness(unittest.TestCase):
         # One core spun the whole time: the server column holds it (clock ticks are 10 ms).
         self.assertGreater(sum(row[2] for row in cs.series), 0.3)
         self.assertTrue(all(len(row) == 4 and row[1] >= 0 and row[3] >= 0 for row in cs.series))
+
+    def test_metrics_poller_writes_a_line_a_second_and_stops(self):
+        import http.server
+        import types
+
+        class Metrics(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the handler's name is the method's
+                body = (b"amphora_memtables_flushes_total{shard=\"0\"} 3\n"
+                        b"amphora_storage_write_memory_waits_total{shard=\"0\"} 7\n")
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.assertIsNotNone(shutil.which("curl"), "bench/stall/metricspoll.sh runs curl")
+        srv = http.server.HTTPServer(("127.0.0.1", 0), Metrics)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        with tempfile.TemporaryDirectory() as d:
+            raw = Path(d) / "raw"
+            raw.mkdir()
+            s = types.SimpleNamespace(raw=raw, prom_port=srv.server_address[1], proc=None)
+            log = Path(d) / "amphora-metrics-per-second.log"
+            try:
+                harness.Amphora.start_poller(s, True)
+                # Lines come as each scrape ends (one a second): wait for two, at most 10 s.
+                start = time.monotonic()
+                while time.monotonic() - start < 10 and (
+                        not log.exists() or len(log.read_text().splitlines()) < 2):
+                    time.sleep(0.1)
+            finally:
+                harness.Amphora.stop(s)
+                srv.shutdown()
+            lines = log.read_text().splitlines()
+            self.assertGreaterEqual(len(lines), 2)
+            self.assertIn(" flushes=3 ", lines[0])
+            self.assertIn(" waits=7 ", lines[0])
+            # Stopped: its process is gone and the log grows no more.
+            self.assertIsNotNone(s.poller.returncode)
+            time.sleep(1.5)
+            self.assertEqual(log.read_text().splitlines(), lines)
+        with mock.patch.dict(os.environ, {"BENCH_METRICS_POLL": "0"}):
+            s = types.SimpleNamespace(raw=raw, prom_port=1, proc=None)
+            harness.Amphora.start_poller(s, True)
+            self.assertIsNone(s.poller)
 
 
 class Report(unittest.TestCase):
