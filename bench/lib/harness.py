@@ -501,7 +501,11 @@ class Amphora(Server):
     def stop(self):
         if getattr(self, "poller", None) and self.poller.poll() is None:
             self.poller.terminate()
-            self.poller.wait(10)
+            try:
+                self.poller.wait(10)
+            except subprocess.TimeoutExpired:
+                self.poller.kill()
+                self.poller.wait()
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -18,6 +18,8 @@ port=${1:-29180}
 # script stops curl (and awk, at the end of its input).
 # -N and mawk's `-W interactive`: each scrape's line as it ends (curl and mawk otherwise
 # hold their output and input in blocks, and the lines came seconds late, or at the end).
+# curl writes a scrape's -w marker just before the next paced scrape, so each line's time
+# is about a second after the counters it shows were read.
 awk=(awk)
 awk -W version 2>&1 | grep -q mawk && awk=(awk -W interactive)
 curl -sN --rate 1/s -w '\n#END\n' "http://127.0.0.1:$port/metrics#[1-999999]" > >("${awk[@]}" '
