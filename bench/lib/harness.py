@@ -446,6 +446,7 @@ class Amphora(Server):
         self.api_port = int(env("BENCH_AMPHORA_API_PORT", "29100"))
         self.proc = None
         self.label = "Amphora " + amphora_version(cfg["amphora"])
+        self.poller = None  # the per-second metrics poller (`start_poller`)
         self.nodetool_how = "amphora nodetool compact (REST API)"
 
     def start(self, fresh=True):
@@ -499,7 +500,7 @@ class Amphora(Server):
         f.close()  # the child holds its own descriptor
 
     def stop(self):
-        if getattr(self, "poller", None) and self.poller.poll() is None:
+        if self.poller and self.poller.poll() is None:
             self.poller.terminate()
             try:
                 self.poller.wait(10)
