@@ -85,15 +85,27 @@ pub fn amphora_bin() -> anyhow::Result<PathBuf> {
     bail!("no amphora binary: run `cargo build -p amphora` or set AMPHORA_BIN")
 }
 
+/// A new, empty directory for one node's data. Its name is unique within this test
+/// process (a counter, not a port: `free_port` can hand out the port of a node whose
+/// directory a test still holds), and `create_dir` refuses one left by an earlier
+/// process with the same pid.
+fn fresh_dir() -> anyhow::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("amphora-testkit-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+    }
+}
+
 impl TestNode {
     /// Starts a node with `smp` shards and a fresh temporary data directory.
     pub fn start(smp: u32) -> anyhow::Result<TestNode> {
-        let dir = std::env::temp_dir().join(format!(
-            "amphora-testkit-{}-{}",
-            std::process::id(),
-            free_port()?
-        ));
-        std::fs::create_dir_all(&dir)?;
+        let dir = fresh_dir()?;
         let mut n = Self::start_in(&dir, smp, &[])?;
         n.owns_dir = true;
         Ok(n)
