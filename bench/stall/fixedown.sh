@@ -12,7 +12,8 @@
 # the per-second thread ticks, then the write memory waits, the row cache's
 # defragmentation moves and evictions, the memtable MB and the flushes written over spare
 # data files (counters are totals since the
-# start). PERF=cpu0 records all of CPU 0 (no call graphs) 10-30 s into the fixed run;
+# start). QUIESCE=1 waits for no pending compaction before the fixed run, as make bench
+# does. PERF=cpu0 records all of CPU 0 (no call graphs) 10-30 s into the fixed run;
 # PERF=1 records the shard thread 20 s into the fixed run
 # (/dev/shm/fixedown-LABEL.data, dwarf call graphs); PERF_THREAD names another thread
 # to record instead (its comm, e.g. flush-0).
@@ -33,6 +34,15 @@ fi
 if [ "$rate" = auto ]; then
   rate=$(( $(op_rate "$OUT/ws-$label.txt") * 9 / 10 ))
   echo "$label: fixed rate $rate/s"
+fi
+if [[ -n "${QUIESCE:-}" ]]; then
+  # As make bench does before its fixed-rate steps: no compaction pending.
+  for _ in $(seq 1800); do
+    pending=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_compaction_manager_pending_compactions/ {p += $2} END {print p + 0}')
+    [[ "$pending" == 0 ]] && break
+    sleep 1
+  done
+  echo "$label: quiet after $SECONDS s"
 fi
 lc=$(wc -l < "$OUT/server-$label.log")
 # CPU 0's busy and idle jiffies (/proc/stat): the whole core, kernel threads such as the
@@ -61,13 +71,13 @@ wait "$sp"
 kill "$tp" "$mp" 2>/dev/null; wait "$tp" "$mp" 2>/dev/null
 join -a 1 <(sort "$OUT/ticks-$label.txt") <(awk '{
     for (i = 2; i <= NF; i++) {split($i, a, "="); v[a[1]] = a[2]}
-    printf "%s waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d\n",
-      $1, v["waits"], v["defrag"], v["evict"], v["memMB"], v["spares"], v["resMB"]}' \
+    printf "%s waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d pending=%d\n",
+      $1, v["waits"], v["defrag"], v["evict"], v["memMB"], v["spares"], v["resMB"], v["pending"]}' \
   "$OUT/metrics-$label.txt" | sort) > "$OUT/cpu-$label.txt"
 echo "$label: $(latencies "$OUT/wf-$label.txt")"
 echo "$label: CPU 0 busy over the fixed run: $(echo "$c0_before $(cpu0)" | awk '{b = $3 - $1; i = $4 - $2; printf "%.1f%%", 100 * b / (b + i)}')"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
-awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares|resMB)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares|resMB|pending)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
 tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
 kill "$P"; wait "$P" 2>/dev/null

@@ -583,7 +583,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         (
             "amphora_compaction_manager_owed_total",
             "counter",
-            "Times a running compaction became owed the shard's core time because requests read many SSTables each (compaction_grant_amplification).",
+            "Times a running compaction became owed the shard's core time because requests read many SSTables each (compaction_grant_amplification) or compactions were queued behind it (compaction_grant_pending).",
             |m| m.compaction_owed_windows,
         ),
         (

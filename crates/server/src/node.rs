@@ -190,6 +190,11 @@ impl Node {
                 .filter(|v| v.is_finite() && *v >= 0.0)
         };
         let grant_amp = f64_env("AMPHORA_COMPACTION_GRANT_AMP");
+        // AMPHORA_COMPACTION_GRANT_PENDING: `StorageConfig::compaction_grant_pending` (0:
+        // off), an experiment knob, not a cassandra.yaml key.
+        let grant_pending = std::env::var("AMPHORA_COMPACTION_GRANT_PENDING")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -297,6 +302,9 @@ impl Node {
                     }
                     if let Some(a) = grant_amp {
                         scfg.compaction_grant_amplification = a;
+                    }
+                    if let Some(n) = grant_pending {
+                        scfg.compaction_grant_pending = n;
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;

@@ -93,6 +93,9 @@ pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::compaction_grant_amplification`].
 pub const DEFAULT_COMPACTION_GRANT_AMPLIFICATION: f64 = 2.0;
 
+/// Default [`StorageConfig::compaction_grant_pending`]: off (measured, see there).
+pub const DEFAULT_COMPACTION_GRANT_PENDING: u64 = 0;
+
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -217,6 +220,17 @@ pub struct StorageConfig {
     /// many SSTables starved (nice 19) the compaction that would make them cheap
     /// (docs/benchmarks.md, "Reads right after a write burst").
     pub compaction_grant_amplification: f64,
+    /// Compaction jobs submitted and not finished (the running one and those queued
+    /// behind it, over all tables) at which compaction is owed the shard's time, as for
+    /// [`Self::compaction_grant_amplification`]. Zero (the default): never. An experiment
+    /// (`AMPHORA_COMPACTION_GRANT_PENDING`): at nice 19 compaction only gets what the shard
+    /// leaves, so writes at the core's limit run ahead of it (14 jobs pending after make
+    /// bench's 4 minutes of saturation writes) and the saturation rate is one the node
+    /// cannot keep with its compactions. Granting it time lowered the saturation write
+    /// rate 9-14% but the fixed rate at 90% of that still took the whole core, and its
+    /// p99 got worse (222-840 ms against 131-178 ms), so it stays off
+    /// (docs/benchmarks.md, "Compaction owed time for its backlog").
+    pub compaction_grant_pending: u64,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
     /// they reach `flush_pace_share` of the flush threshold) instead of
@@ -280,6 +294,7 @@ impl StorageConfig {
             grant_slice: DEFAULT_GRANT_SLICE,
             grant_every: DEFAULT_GRANT_EVERY,
             compaction_grant_amplification: DEFAULT_COMPACTION_GRANT_AMPLIFICATION,
+            compaction_grant_pending: DEFAULT_COMPACTION_GRANT_PENDING,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             flush_active_share: FLUSH_ACTIVE_SHARE,
             flush_pace_share: FLUSH_PACE_SHARE,

@@ -16,7 +16,9 @@
 //! ([`Granter::owed`]): reads pay for the compaction backlog (they read many SSTables
 //! each) and the shard is too busy to leave compaction idle time. Without it a busy shard
 //! starved the compaction that would have made its reads cheap (docs/benchmarks.md,
-//! "Reads right after a write burst").
+//! "Reads right after a write burst"). As an experiment (off by default) it is also owed
+//! time while a number of compaction jobs are pending ([`compaction_owed`];
+//! docs/benchmarks.md, "Compaction owed time for its backlog").
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -302,6 +304,13 @@ impl Granter {
     }
 }
 
+/// Whether compaction is owed the shard's time: its reads read many SSTables each
+/// (`amplified`, from [`ReadAmplification`]) while a compaction runs, or `pending` jobs
+/// (running and queued) reached `pending_threshold` (0: never on that account).
+pub(crate) fn compaction_owed(amplified: bool, pending: u64, pending_threshold: u64) -> bool {
+    (amplified && pending > 0) || (pending_threshold > 0 && pending >= pending_threshold)
+}
+
 /// SSTables read per read over the last [`ReadAmplification::WINDOW`] reads: while it is
 /// at least `threshold` and a compaction is running, the compaction is owed core time.
 #[derive(Debug)]
@@ -428,6 +437,26 @@ mod tests {
             idle_before_untracked,
             "an untracked park counted"
         );
+    }
+
+    #[test]
+    fn compaction_is_owed_for_amplified_reads_or_a_queue_behind_the_running_job() {
+        assert!(
+            !compaction_owed(true, 0, 2),
+            "nothing running: nothing owed"
+        );
+        assert!(
+            compaction_owed(true, 1, 2),
+            "reads amplified while one runs"
+        );
+        assert!(!compaction_owed(false, 1, 2), "one running, none queued");
+        assert!(
+            compaction_owed(false, 2, 2),
+            "one queued behind the running one"
+        );
+        assert!(compaction_owed(false, 9, 2));
+        assert!(!compaction_owed(false, 9, 0), "threshold 0 is off");
+        assert!(compaction_owed(true, 9, 0), "amplification still counts");
     }
 
     #[test]

@@ -93,7 +93,8 @@ pub struct StorageMetrics {
     /// event loop while a helper thread read them ([`ShardStorage::try_read`]).
     pub disk_waits: u64,
     /// Times a running compaction became owed the shard's time (its reads' amplification,
-    /// [`StorageConfig::compaction_grant_amplification`]), and slices of time the shard
+    /// [`StorageConfig::compaction_grant_amplification`], or the jobs queued behind it,
+    /// [`StorageConfig::compaction_grant_pending`]), and slices of time the shard
     /// granted its background threads (`crate::grant`).
     pub compaction_owed_windows: u64,
     pub granted_slices: u64,
@@ -543,12 +544,17 @@ struct Inner {
 
 impl Inner {
     /// Counts a request that read `sstables` SSTables; at the end of each window of
-    /// requests decides whether a running compaction is owed the shard's time
-    /// ([`StorageConfig::compaction_grant_amplification`]).
+    /// requests decides whether a running compaction is owed the shard's time: its reads
+    /// read many SSTables each ([`StorageConfig::compaction_grant_amplification`]), or
+    /// compactions wait behind the running one ([`StorageConfig::compaction_grant_pending`]).
     #[inline]
     fn count_request(&mut self, sstables: u32) {
         if let Some(high) = self.read_amp.read(sstables) {
-            let owed = high && self.metrics.pending_compactions > 0;
+            let owed = crate::grant::compaction_owed(
+                high,
+                self.metrics.pending_compactions,
+                self.cfg.compaction_grant_pending,
+            );
             if owed && !self.granter.owed() {
                 self.metrics.compaction_owed_windows += 1;
             }
