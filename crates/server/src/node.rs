@@ -215,6 +215,11 @@ impl Node {
         // Flushes write their Data.db with O_DIRECT with AMPHORA_FLUSH_DIRECT=1
         // (`StorageConfig::flush_direct`): an experiment knob, not a cassandra.yaml key.
         let flush_direct = std::env::var("AMPHORA_FLUSH_DIRECT").is_ok_and(|v| v == "1");
+        // AMPHORA_FLUSH_DIRECT_BEHIND: `StorageConfig::flush_direct_behind` (0: off), an
+        // experiment knob, not a cassandra.yaml key.
+        let flush_direct_behind = std::env::var("AMPHORA_FLUSH_DIRECT_BEHIND")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
         // Compaction outputs are read into the page cache with AMPHORA_WARM_OUTPUTS=1
         // (`StorageConfig::warm_compaction_outputs`): an experiment knob.
         let warm_outputs = std::env::var("AMPHORA_WARM_OUTPUTS").is_ok_and(|v| v == "1");
@@ -316,6 +321,9 @@ impl Node {
                         scfg.flush_pace_share = v;
                     }
                     scfg.flush_direct = flush_direct;
+                    if let Some(n) = flush_direct_behind {
+                        scfg.flush_direct_behind = n;
+                    }
                     scfg.warm_compaction_outputs = warm_outputs;
                     scfg.commitlog_mmap = commitlog_mmap;
                     if spare_data_bytes.is_some() {

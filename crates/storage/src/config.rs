@@ -93,6 +93,9 @@ pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::compaction_grant_amplification`].
 pub const DEFAULT_COMPACTION_GRANT_AMPLIFICATION: f64 = 2.0;
 
+/// Default [`StorageConfig::flush_direct_behind`].
+pub const DEFAULT_FLUSH_DIRECT_BEHIND: u64 = 2;
+
 /// Default [`StorageConfig::compaction_grant_pending`]: off (measured, see there).
 pub const DEFAULT_COMPACTION_GRANT_PENDING: u64 = 0;
 
@@ -150,6 +153,15 @@ pub struct StorageConfig {
     /// with O_DIRECT"). The node takes `true` from `AMPHORA_FLUSH_DIRECT=1` (experiments);
     /// a file system without O_DIRECT gets buffered writes either way.
     pub flush_direct: bool,
+    /// Pending compactions (running and queued) at which a flush that finds no free spare
+    /// data file ([`crate::spare`]) writes its Data.db with O_DIRECT instead of into fresh
+    /// page-cache pages (0: never). Spares come back only as compactions retire flush
+    /// outputs, so with compaction behind a shortage lasts, and a flush into fresh pages
+    /// cost ~2.5x the flush thread's CPU and left writes waiting for memory
+    /// (docs/benchmarks.md, "Direct flushes when no spare is free"). Such an output is
+    /// not in the page cache (reads of it wait for the disk until it is compacted). The
+    /// node takes another from `AMPHORA_FLUSH_DIRECT_BEHIND` (experiments).
+    pub flush_direct_behind: u64,
     /// After a compaction's outputs are installed, the shard's `warm` thread reads them
     /// into the page cache (`readahead`, no copy; [`crate::warm`]), as their inputs were
     /// (the outputs are written with O_DIRECT, so the reads that move to them each wait for
@@ -280,6 +292,7 @@ impl StorageConfig {
             commitlog_reuse_segments: true,
             commitlog_mmap: true,
             flush_direct: false,
+            flush_direct_behind: DEFAULT_FLUSH_DIRECT_BEHIND,
             warm_compaction_outputs: false,
             spare_data_bytes: None,
             commit_failure_policy: CommitFailurePolicy::Stop,

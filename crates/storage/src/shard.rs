@@ -1307,6 +1307,9 @@ impl ShardStorage {
             let hook = inner.cfg.before_flush.clone();
             let spares = inner.spares.clone();
             let direct = inner.cfg.flush_direct;
+            // Compaction behind: spares (its retired inputs) will not come back soon.
+            let behind = inner.cfg.flush_direct_behind;
+            let direct_without_spare = behind > 0 && inner.metrics.pending_compactions >= behind;
             let wants = inner.granter.wants.clone();
             let pace = (paced && !inner.cfg.flush_pace_max.is_zero()).then(|| {
                 inner.flush_pacer.pace(
@@ -1325,6 +1328,8 @@ impl ShardStorage {
                 }
                 let out = if direct {
                     FlushOut::Direct
+                } else if direct_without_spare {
+                    FlushOut::SpareOrDirect(&spares)
                 } else {
                     FlushOut::Buffered(Some(&spares))
                 };
@@ -2772,11 +2777,13 @@ fn cleanup_tmp(dir: &Path) {
 }
 
 /// Where a flush writes its Data.db: with O_DIRECT, or through the page cache over a
-/// spare file of the pool when one is free ([`StorageConfig::flush_direct`]).
+/// spare file of the pool when one is free ([`StorageConfig::flush_direct`]), or over a
+/// spare and otherwise with O_DIRECT ([`StorageConfig::flush_direct_behind`]).
 #[derive(Clone, Copy)]
 enum FlushOut<'a> {
     Direct,
     Buffered(Option<&'a crate::spare::SparePool>),
+    SpareOrDirect(&'a crate::spare::SparePool),
 }
 
 fn flush_memtable(
@@ -2792,7 +2799,12 @@ fn flush_memtable(
         FlushOut::Buffered(spares) => {
             SSTableWriter::new_over_spare(dir, generation, &mem.schema, spares)?
         }
+        FlushOut::SpareOrDirect(spares) => {
+            SSTableWriter::new_over_spare_or_direct(dir, generation, &mem.schema, spares)?
+        }
     };
+    // Only a Data.db written through the page cache is cached (a spare worth keeping).
+    let cached = !w.data_direct();
     w.expect_partitions(mem.partitions.len() as u64);
     let cmp = mem.cmp.clone();
     let mut rows: Vec<&Row> = Vec::new();
@@ -2860,8 +2872,7 @@ fn flush_memtable(
     // may be writing in the same directory).
     let mut r = w.finish(upper, 0)?;
     if let Some(r) = &mut r {
-        // Only a buffered flush's Data.db is in the page cache (a spare worth keeping).
-        r.data_cached = matches!(out, FlushOut::Buffered(_));
+        r.data_cached = cached;
     }
     Ok(r)
 }

@@ -674,8 +674,14 @@ struct DataOut {
 
 impl DataOut {
     /// A new Data.db at `path`, written over a spare file from `spares` if one is free
-    /// (buffered writes only: a direct write gains nothing from cached pages).
-    fn new(path: PathBuf, direct: bool, spares: Option<&crate::spare::SparePool>) -> Result<Self> {
+    /// (buffered writes only: a direct write gains nothing from cached pages); with
+    /// `direct_without_spare`, written with O_DIRECT when none is.
+    fn new(
+        path: PathBuf,
+        direct: bool,
+        spares: Option<&crate::spare::SparePool>,
+        direct_without_spare: bool,
+    ) -> Result<Self> {
         let spare = spares
             .filter(|_| !direct)
             .and_then(|p| p.take(&path))
@@ -683,6 +689,7 @@ impl DataOut {
                 let f = OpenOptions::new().write(true).open(&path).ok()?;
                 Some((f, len))
             });
+        let direct = direct || (direct_without_spare && spare.is_none());
         let (file, spare_len) = match spare {
             Some(s) => s,
             None => (create(&path)?, 0),
@@ -941,6 +948,23 @@ impl SSTableWriter {
         Self::open(dir, generation, schema, true, None)
     }
 
+    /// A writer over a spare file from `spares` if one is free, and otherwise one whose
+    /// Data.db bypasses the page cache ([`Self::data_direct`] tells which): never into
+    /// fresh page-cache pages.
+    pub fn new_over_spare_or_direct(
+        dir: &Path,
+        generation: u64,
+        schema: &TableSchema,
+        spares: &crate::spare::SparePool,
+    ) -> Result<Self> {
+        Self::open_with(dir, generation, schema, false, Some(spares), true)
+    }
+
+    /// Whether the Data.db is written with O_DIRECT (not in the page cache).
+    pub fn data_direct(&self) -> bool {
+        self.data.direct.is_some()
+    }
+
     fn open(
         dir: &Path,
         generation: u64,
@@ -948,9 +972,21 @@ impl SSTableWriter {
         direct: bool,
         spares: Option<&crate::spare::SparePool>,
     ) -> Result<Self> {
+        Self::open_with(dir, generation, schema, direct, spares, false)
+    }
+
+    /// `direct_without_spare`: direct when `spares` has no free spare.
+    fn open_with(
+        dir: &Path,
+        generation: u64,
+        schema: &TableSchema,
+        direct: bool,
+        spares: Option<&crate::spare::SparePool>,
+        direct_without_spare: bool,
+    ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         let path = tmp_path(dir, generation, "Data.db");
-        let f = DataOut::new(path.clone(), direct, spares)?;
+        let f = DataOut::new(path.clone(), direct, spares, direct_without_spare)?;
         let index_path = tmp_path(dir, generation, "Index.db");
         let index = create(&index_path).inspect_err(|_| {
             let _ = fs::remove_file(&path);
@@ -4185,6 +4221,49 @@ mod tests {
         small.retire(&third);
         assert!(!component_path(&dir, 3, "Data.db").exists());
         assert_eq!(small.usage(), (0, 0));
+    }
+
+    /// A flush with compaction behind writes over a free spare, and with none free
+    /// bypasses the page cache (on a file system with O_DIRECT): either way its output
+    /// reads back whole.
+    #[test]
+    fn a_flush_behind_takes_a_spare_or_else_writes_direct() {
+        let (_root, dir, pool) = spare_setup();
+        fs::create_dir_all(&dir).expect("dir");
+        let probe = File::create(dir.join("probe")).expect("probe");
+        let o_direct = set_direct_io(&probe, true).is_ok();
+        let write = |g: u64, n: usize| {
+            let mut keys: Vec<PartitionKey> = (0..n)
+                .map(|i| PartitionKey::new(Bytes::from(format!("key{i:06}"))))
+                .collect();
+            keys.sort();
+            let mut w = SSTableWriter::new_over_spare_or_direct(&dir, g, &schema(), &pool)
+                .expect("writer");
+            let direct = w.data_direct();
+            for (i, k) in keys.iter().enumerate() {
+                w.append(k, &one_row(i, Bytes::from(vec![g as u8; 300])))
+                    .expect("append");
+            }
+            let r = w.finish(0, 0).expect("finish").expect("sstable");
+            for (i, k) in keys.iter().enumerate() {
+                let u = r.get(k).expect("read").expect("partition");
+                assert_eq!(u.rows[0].marker.map(|m| m.timestamp), Some(i as i64));
+            }
+            assert_eq!(r.verify().ok(), Some(()));
+            (r, direct)
+        };
+        // No spare: direct where the file system allows it.
+        let (first, direct) = write(1, 3000);
+        assert_eq!(direct, o_direct);
+        assert_eq!(pool.usage(), (0, 0));
+        // A free spare: taken, through the page cache.
+        let (cached, _) = write_over(&dir, 2, 3000, 2, &pool);
+        pool.retire(&cached);
+        drop(cached);
+        let (_third, direct) = write(3, 100);
+        assert!(!direct, "a free spare was there");
+        assert_eq!(pool.usage().1, 1, "the spare was taken");
+        drop(first);
     }
 
     /// What a queued compaction keeps of an SSTable it does not read (its
