@@ -4237,8 +4237,8 @@ mod tests {
                 .map(|i| PartitionKey::new(Bytes::from(format!("key{i:06}"))))
                 .collect();
             keys.sort();
-            let mut w = SSTableWriter::new_over_spare_or_direct(&dir, g, &schema(), &pool)
-                .expect("writer");
+            let mut w =
+                SSTableWriter::new_over_spare_or_direct(&dir, g, &schema(), &pool).expect("writer");
             let direct = w.data_direct();
             for (i, k) in keys.iter().enumerate() {
                 w.append(k, &one_row(i, Bytes::from(vec![g as u8; 300])))
