@@ -93,8 +93,8 @@ pub const DEFAULT_GRANT_EVERY: std::time::Duration = std::time::Duration::from_m
 /// Default [`StorageConfig::compaction_grant_amplification`].
 pub const DEFAULT_COMPACTION_GRANT_AMPLIFICATION: f64 = 2.0;
 
-/// Default [`StorageConfig::flush_direct_behind`].
-pub const DEFAULT_FLUSH_DIRECT_BEHIND: u64 = 2;
+/// Default [`StorageConfig::flush_direct_behind`]: off (measured, see there).
+pub const DEFAULT_FLUSH_DIRECT_BEHIND: u64 = 0;
 
 /// Default [`StorageConfig::compaction_grant_pending`]: off (measured, see there).
 pub const DEFAULT_COMPACTION_GRANT_PENDING: u64 = 0;
@@ -155,12 +155,15 @@ pub struct StorageConfig {
     pub flush_direct: bool,
     /// Pending compactions (running and queued) at which a flush that finds no free spare
     /// data file ([`crate::spare`]) writes its Data.db with O_DIRECT instead of into fresh
-    /// page-cache pages (0: never). Spares come back only as compactions retire flush
-    /// outputs, so with compaction behind a shortage lasts, and a flush into fresh pages
-    /// cost ~2.5x the flush thread's CPU and left writes waiting for memory
-    /// (docs/benchmarks.md, "Direct flushes when no spare is free"). Such an output is
-    /// not in the page cache (reads of it wait for the disk until it is compacted). The
-    /// node takes another from `AMPHORA_FLUSH_DIRECT_BEHIND` (experiments).
+    /// page-cache pages (0, the default: never). Spares come back only as compactions
+    /// retire flush outputs, so with compaction behind a shortage lasts, and a flush into
+    /// fresh pages cost ~2.5x the flush thread's CPU and left writes waiting for memory.
+    /// Such an output is not in the page cache (reads of it wait for the disk until it is
+    /// compacted). Off by default: at 2 one fixedown run measured a cheaper flush (0.25
+    /// against 0.41 µs per write) but the 90% step still took the whole core, and its full
+    /// make bench (a slow host that hour) missed more than the runs before it
+    /// (docs/benchmarks.md, "Direct flushes when no spare is free"). The node takes
+    /// another from `AMPHORA_FLUSH_DIRECT_BEHIND` (experiments).
     pub flush_direct_behind: u64,
     /// After a compaction's outputs are installed, the shard's `warm` thread reads them
     /// into the page cache (`readahead`, no copy; [`crate::warm`]), as their inputs were

@@ -3,7 +3,9 @@
 //! reuses the files of discarded segments.
 //!
 //! Used only by buffered flushes ([`crate::StorageConfig::flush_direct`] off); a direct
-//! flush's output is not in the page cache, so it is never retired here.
+//! flush's output (that one, or a flush that found no spare free while compaction was
+//! behind, [`crate::StorageConfig::flush_direct_behind`]) is not in the page cache, so it
+//! is never retired here.
 //!
 //! Why: a buffered flush writes its Data.db through the page cache, and on a VM whose
 //! freed memory goes back to the host, every fresh page cache page costs a host fault
