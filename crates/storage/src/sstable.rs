@@ -949,8 +949,8 @@ impl SSTableWriter {
     }
 
     /// A writer over a spare file from `spares` if one is free, and otherwise one whose
-    /// Data.db bypasses the page cache ([`Self::data_direct`] tells which): never into
-    /// fresh page-cache pages.
+    /// Data.db bypasses the page cache ([`Self::data_direct`] tells which): its Data.db
+    /// never goes into fresh page-cache pages (its Index.db still does).
     pub fn new_over_spare_or_direct(
         dir: &Path,
         generation: u64,
