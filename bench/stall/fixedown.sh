@@ -37,11 +37,7 @@ if [ "$rate" = auto ]; then
 fi
 if [[ -n "${QUIESCE:-}" ]]; then
   # As make bench does before its fixed-rate steps: no compaction pending.
-  for _ in $(seq 1800); do
-    pending=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_compaction_manager_pending_compactions/ {p += $2} END {print p + 0}')
-    [[ "$pending" == 0 ]] && break
-    sleep 1
-  done
+  wait_quiet 1800
   echo "$label: quiet after $SECONDS s"
 fi
 lc=$(wc -l < "$OUT/server-$label.log")

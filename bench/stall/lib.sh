@@ -100,6 +100,16 @@ populate_warm() {
 
 # `populate_compacted`: make bench's populate (3M standard1 keys in 4 chunks, a flush after
 # each), then its major compaction.
+# `wait_quiet SECS`: waits (at most SECS) until the server has no pending compaction.
+wait_quiet() {
+  local _ pending
+  for _ in $(seq "$1"); do
+    pending=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_compaction_manager_pending_compactions/ {p += $2} END {print p + 0}')
+    [[ "$pending" == 0 ]] && return
+    sleep 1
+  done
+}
+
 populate_compacted() {
   for c in 0 1 2 3; do
     populate_chunk "$c"

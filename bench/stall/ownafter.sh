@@ -22,11 +22,7 @@ rate=$((sat * 9 / 10))
 st write duration=60s no-warmup -rate threads=128 -pop "$u" > /dev/null
 st mixed "ratio(write=1,read=1)" duration=30s no-warmup -rate threads=128 -pop "$u" > /dev/null
 nt flush > /dev/null
-for _ in $(seq 180); do
-  pending=$(curl -s 127.0.0.1:19603/metrics | awk '/^amphora_compaction_manager_pending_compactions/ {p += $2} END {print p + 0}')
-  [[ "$pending" == 0 ]] && break
-  sleep 1
-done
+wait_quiet 180
 st read duration=60s no-warmup -rate threads=128 fixed=28451/s -pop "$u" > /dev/null
 python3 "$REPO/bench/stall/mettime.py" 19603 62 > "$OUT/oa-metrics-$label.txt" 2>&1 & M=$!
 st read duration=60s no-warmup -rate threads=128 fixed="${rate}/s" -pop "$u" > "$OUT/oa-$label.txt"
