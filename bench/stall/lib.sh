@@ -98,8 +98,6 @@ populate_warm() {
   st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..750000)" > /dev/null
 }
 
-# `populate_compacted`: make bench's populate (3M standard1 keys in 4 chunks, a flush after
-# each), then its major compaction.
 # `wait_quiet SECS`: waits (at most SECS) until the server has no pending compaction.
 wait_quiet() {
   local _ pending
@@ -110,6 +108,8 @@ wait_quiet() {
   done
 }
 
+# `populate_compacted`: make bench's populate (3M standard1 keys in 4 chunks, a flush after
+# each), then its major compaction.
 populate_compacted() {
   for c in 0 1 2 3; do
     populate_chunk "$c"
