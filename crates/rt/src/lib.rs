@@ -478,6 +478,16 @@ where
 }
 
 /// The environment variable `name` as a number of microseconds, if it is one.
+/// Makes the calling thread's sleeps end when asked: the kernel may otherwise defer a
+/// timer by the thread's timer slack (50 µs by default) to wake it together with others,
+/// which made a 30 µs nap last ~95 µs on the 2-vCPU VM (45 µs with a 1 µs slack;
+/// docs/benchmarks.md, "Precise naps"). A failure only leaves the naps longer.
+fn precise_sleeps() {
+    if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1_000)) {
+        tracing::warn!(error = %e, "cannot set the shard's timer slack: naps stay longer");
+    }
+}
+
 fn env_micros(name: &str) -> Option<Duration> {
     std::env::var(name)
         .ok()
@@ -532,6 +542,9 @@ where
                 CURRENT_SHARD.with(|c| c.set(Some(shard)));
                 SHARDS.with(|s| *s.borrow_mut() = Some(shards_for_thread));
                 NAPPER.with(|n| n.borrow_mut().nap = nap);
+                if !nap.is_zero() {
+                    precise_sleeps();
+                }
                 let mut builder = tokio::runtime::Builder::new_current_thread();
                 builder.enable_all();
                 if nap.is_zero() {
@@ -876,6 +889,18 @@ mod tests {
             }
         }
         (naps, served)
+    }
+
+    /// A napping shard's sleeps are not deferred by the default 50 µs timer slack.
+    #[test]
+    fn naps_get_a_one_microsecond_timer_slack() {
+        let slack = std::thread::spawn(|| {
+            precise_sleeps();
+            rustix::thread::current_timer_slack().expect("slack")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(slack, 1_000, "ns");
     }
 
     #[test]
