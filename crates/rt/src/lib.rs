@@ -29,8 +29,9 @@
 //! write-out and one `send` for several times the requests (like a NIC's interrupt
 //! coalescing). Each round's fixed cost (four syscalls, the loopback delivery of the answer)
 //! is what makes a fixed rate near the maximum cost more CPU per request than saturation
-//! does. A lightly loaded shard never naps; a nap adds at most its length plus the kernel's
-//! timer slack (50 µs) to a request. A closed-loop client with few requests in flight is
+//! does. A lightly loaded shard never naps; a nap adds its length plus the VM's wake-up
+//! (~20 µs here) to a request: a napping shard thread sleeps with a 1 µs timer slack, not
+//! the kernel's default 50 µs. A closed-loop client with few requests in flight is
 //! slowed down by naps (each of its rounds waits for one: with naps after every short
 //! round, 32 in flight wrote 45% slower), and nothing in a round tells it from a fixed
 //! rate, so a nap probe (`NapProbe`) keeps naps only while trying them shows the input
