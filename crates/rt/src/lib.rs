@@ -478,7 +478,6 @@ where
     start_with_idle_poll(cfg, window, init)
 }
 
-/// The environment variable `name` as a number of microseconds, if it is one.
 /// Makes the calling thread's sleeps end when asked: the kernel may otherwise defer a
 /// timer by the thread's timer slack (50 µs by default) to wake it together with others,
 /// which made a 30 µs nap last ~95 µs on the 2-vCPU VM (45 µs with a 1 µs slack;
@@ -489,6 +488,7 @@ fn precise_sleeps() {
     }
 }
 
+/// The environment variable `name` as a number of microseconds, if it is one.
 fn env_micros(name: &str) -> Option<Duration> {
     std::env::var(name)
         .ok()
