@@ -2,9 +2,11 @@
 # server on CPU 0 (data in $OUT/data-LABEL, log $OUT/server-LABEL.log, pid in $P) and waits
 # for its CQL port (a YAML config in $CFG is passed as --config); `st ARGS...` runs `amphora
 # stress` on CPU 1 against it, `nt ARGS...` runs `amphora nodetool` against its REST API.
+# `st` runs $STRESS_BIN (default target/release/amphora) and appends $STRESS_ARGS to every
+# command line (e.g. STRESS_ARGS="-mode coalesce=0").
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/amphora-stall}"; mkdir -p "$OUT"
-S=$REPO/target/release/amphora
+S=${STRESS_BIN:-$REPO/target/release/amphora}
 
 # `port_free`: fails (with a message) while something answers on the CQL port: a server
 # left over from an earlier run would otherwise serve the new run's load while the new
@@ -31,7 +33,7 @@ start_server() {
   for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/19600) 2>/dev/null && break; sleep 0.2; done
 }
 
-st() { taskset -c 1 "$S" stress "$@" -node 127.0.0.1 -port native=19600 2>&1; }
+st() { taskset -c 1 "$S" stress "$@" ${STRESS_ARGS:-} -node 127.0.0.1 -port native=19600 2>&1; }
 
 nt() { "$S" nodetool -h 127.0.0.1 -p 19602 "$@"; }
 

@@ -118,10 +118,14 @@ async fn pipelined_connection(
         return None;
     }
     let [node] = node_addresses(settings).try_into().ok()?;
-    match pipeline::Pipeline::connect(&node).await {
+    match pipeline::Pipeline::connect(&node, settings.send_interval()).await {
         Ok(p) => {
+            let every = match settings.send_interval() {
+                d if d.is_zero() => "every turn".to_string(),
+                d => format!("at most every {} µs", d.as_micros()),
+            };
             out.line(&format!(
-                "Requests: one pipelined connection to {node} (-mode driver: the driver)"
+                "Requests: one pipelined connection to {node}, sent {every} (-mode coalesce=;                  -mode driver: the driver)"
             ));
             Some(p)
         }

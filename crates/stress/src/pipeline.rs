@@ -10,8 +10,10 @@
 //! of shortcut (`-mode simplenative`). `-mode driver` turns this path off.
 //!
 //! How: every request appends its frame to a shared output buffer; a writer task sends
-//! whatever accumulated in one `write` per turn of the event loop; a reader task splits the
-//! responses off its receive buffer and hands each to the request waiting on its stream id.
+//! whatever accumulated in one `write` per turn of the event loop, at a fixed rate at most
+//! once per [`DEFAULT_SEND_INTERVAL`] (`-mode coalesce=` sets another); a reader task splits
+//! the responses off its receive buffer and hands each to the request waiting on its stream
+//! id.
 //! Statements are prepared by the driver session (the node's prepared cache is shared by
 //! its connections), requests ask for no result metadata (`SKIP_METADATA`), and timestamps are
 //! the server's, as with the driver's defaults. There is no reconnection: once the connection
@@ -21,6 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use amphora_protocol::wire::{Reader, write_string_lossy};
 use amphora_protocol::{ColumnType, DEFAULT_MAX_FRAME_SIZE, Flags, Opcode, decode_envelope};
@@ -32,6 +35,17 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 /// Stream ids in use at most at once (the stress tool keeps `threads` requests in flight,
 /// plus the ones a timeout abandoned until their answers arrive).
 const STREAMS: usize = 8192;
+/// The shortest time between two sends of the writer task at a fixed rate (the default of
+/// [`crate::settings::Settings::send_interval`]) unless a batch reaches [`COALESCE_BYTES`];
+/// the first request after a quiet spell leaves at once. Without it the pacer's permits
+/// leave a few at a time: at 500k reads/s the tool sent every ~12 µs (6 requests a send),
+/// and each `send` on loopback also runs the server socket's receive path, so both sides
+/// spent a fifth of their core in sends and the server answered in small, costly rounds
+/// (docs/benchmarks.md, "Fewer, larger sends from the load generator"). Drivers coalesce
+/// their writes too (the Java driver 4's coalescer, the Rust driver's write coalescing).
+pub const DEFAULT_SEND_INTERVAL: Duration = Duration::from_micros(50);
+/// A batch this large is sent at once, whatever the send interval.
+const COALESCE_BYTES: usize = 16 * 1024;
 /// Protocol v4, request direction.
 const VERSION: u8 = 0x04;
 /// EXECUTE flags: values follow; no result metadata in the answer.
@@ -50,6 +64,8 @@ pub struct Pipeline {
 
 struct Shared {
     state: Mutex<State>,
+    /// See [`DEFAULT_SEND_INTERVAL`]; zero sends every turn of the event loop.
+    send_interval: Duration,
 }
 
 #[derive(Default)]
@@ -97,8 +113,9 @@ pub struct Answer {
 }
 
 impl Pipeline {
-    /// Connects to `addr` (`host:port`) and does the STARTUP handshake.
-    pub async fn connect(addr: &str) -> Result<Self, String> {
+    /// Connects to `addr` (`host:port`) and does the STARTUP handshake. The writer sends at
+    /// most once per `send_interval` (see [`DEFAULT_SEND_INTERVAL`]).
+    pub async fn connect(addr: &str, send_interval: Duration) -> Result<Self, String> {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
@@ -117,6 +134,7 @@ impl Pipeline {
                 free: (0..STREAMS as i16).rev().collect(),
                 broken: None,
             }),
+            send_interval,
         });
         tokio::spawn(writer(shared.clone(), w));
         tokio::spawn(reader(shared.clone(), r));
@@ -263,6 +281,7 @@ impl Drop for Pending<'_> {
 
 async fn writer(shared: Arc<Shared>, mut w: OwnedWriteHalf) {
     let mut spare = Vec::with_capacity(64 * 1024);
+    let mut last_send: Option<Instant> = None;
     loop {
         let batch = std::future::poll_fn(|cx| {
             let mut st = shared.lock();
@@ -273,6 +292,15 @@ async fn writer(shared: Arc<Shared>, mut w: OwnedWriteHalf) {
                 st.writer = Some(cx.waker().clone());
                 return Poll::Pending;
             }
+            // Too soon after the last send: let more requests join this batch. The task
+            // yields rather than arming a timer (tokio's wheel ticks in milliseconds); at
+            // the rates where this holds a batch the pacer spins the event loop anyway.
+            if st.out.len() < COALESCE_BYTES
+                && last_send.is_some_and(|t| t.elapsed() < shared.send_interval)
+            {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             Poll::Ready(Some(std::mem::replace(
                 &mut st.out,
                 std::mem::take(&mut spare),
@@ -280,6 +308,9 @@ async fn writer(shared: Arc<Shared>, mut w: OwnedWriteHalf) {
         })
         .await;
         let Some(mut batch) = batch else { return };
+        if !shared.send_interval.is_zero() {
+            last_send = Some(Instant::now());
+        }
         if let Err(e) = w.write_all(&batch).await {
             shared.fail(format!("writing to the server: {e}"));
             return;

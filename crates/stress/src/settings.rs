@@ -272,11 +272,25 @@ pub struct Settings {
     /// `-mode driver`: every request through the driver session, never the pipelined
     /// connection (crate::pipeline).
     pub driver_only: bool,
+    /// `-mode coalesce=50us`: the pipelined connection sends at most once per this long;
+    /// `coalesce=0` sends every turn. Not given: see [`Settings::send_interval`].
+    pub coalesce: Option<Duration>,
     /// Everything else given (accepted, recorded in the settings dump).
     pub accepted: Vec<String>,
 }
 
 impl Settings {
+    /// The pipelined connection's shortest time between two sends: `-mode coalesce=`, or
+    /// by default [`crate::pipeline::DEFAULT_SEND_INTERVAL`] at a fixed rate (where the
+    /// schedule, not the answers, says when requests leave) and none otherwise (a
+    /// closed-loop client with few requests in flight would wait on it for every request).
+    pub fn send_interval(&self) -> Duration {
+        self.coalesce.unwrap_or(match self.rate.mode {
+            RateMode::Fixed(_) => crate::pipeline::DEFAULT_SEND_INTERVAL,
+            _ => Duration::ZERO,
+        })
+    }
+
     /// The command line as given, for reports.
     pub fn describe_command(&self) -> String {
         match &self.command {
@@ -648,11 +662,16 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
     }
 
     let mut driver_only = false;
+    let mut coalesce = None;
     if let Some(p) = groups.remove("-mode") {
         for w in p {
             let lw = w.to_ascii_lowercase();
             if lw == "driver" {
                 driver_only = true;
+                continue;
+            }
+            if let Some(v) = lw.strip_prefix("coalesce=") {
+                coalesce = Some(parse_send_interval(v).ok_or_else(|| bad_opt("-mode", &w))?);
                 continue;
             }
             let known = [
@@ -821,6 +840,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
         graph,
         counter_add: cmd.add,
         driver_only,
+        coalesce,
         accepted,
     })
 }
@@ -1047,6 +1067,16 @@ fn parse_interval(v: &str) -> Option<Duration> {
     parse_duration(&v)
 }
 
+/// `-mode coalesce=`: `0`, `N` or `Nus` (microseconds), `Nms`.
+fn parse_send_interval(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Some(ms) = v.strip_suffix("ms") {
+        return ms.parse::<u64>().ok().map(Duration::from_millis);
+    }
+    let us = v.strip_suffix("us").unwrap_or(v);
+    us.parse::<u64>().ok().map(Duration::from_micros)
+}
+
 /// `1000/s` or `1000`.
 fn parse_per_second(v: &str) -> Option<f64> {
     let n = v.trim().strip_suffix("/s").unwrap_or(v.trim());
@@ -1117,6 +1147,28 @@ mod tests {
             Ok(s) => s,
             Err(e) => panic!("{line}: {e}"),
         }
+    }
+
+    #[test]
+    fn mode_coalesce_sets_the_pipelined_send_interval() {
+        assert_eq!(ok("write n=10").send_interval(), Duration::ZERO);
+        assert_eq!(
+            ok("write n=10 -rate threads=8 fixed=1000/s").send_interval(),
+            crate::pipeline::DEFAULT_SEND_INTERVAL
+        );
+        assert_eq!(
+            ok("write n=10 -rate threads=8 fixed=1000/s -mode coalesce=0").send_interval(),
+            Duration::ZERO
+        );
+        assert_eq!(
+            ok("write n=10 -mode native coalesce=20us").send_interval(),
+            Duration::from_micros(20)
+        );
+        assert_eq!(
+            ok("write n=10 -mode coalesce=2ms").send_interval(),
+            Duration::from_millis(2)
+        );
+        assert!(p("write n=10 -mode coalesce=soon").is_err());
     }
 
     #[test]

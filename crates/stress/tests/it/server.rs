@@ -270,6 +270,23 @@ fn cassandra_stress_workloads_against_amphora() {
     // 400 scheduled; a slow shared machine may leave the last few unstarted at the deadline.
     assert!((360..=401).contains(&ops(&f)), "{f}");
     assert_eq!(errors(&f), 0, "{f}");
+    // Coalesced sends: a request due within 5 ms of the last send waits for that interval
+    // to pass and then leaves with the others due meanwhile; none is left behind.
+    let f = stress(
+        &node,
+        &format!(
+            "read duration=2s no-warmup -pop dist=UNIFORM(1..2000) -rate threads=50 fixed=1000/s -mode coalesce=5ms -log file={}/c.log",
+            out.display()
+        ),
+    );
+    assert!((1800..=2001).contains(&ops(&f)), "{f}");
+    assert_eq!((errors(&f), rows(&f)), (0, ops(&f)), "{f}");
+    // Requests come every 1 ms, so they wait 4, 3, 2, 1 and 0 ms for the send: the median
+    // latency (from the intended start) is at least 2 ms; sent at once it was 0.4 ms here.
+    let p50 = f["total"]["latency_ms"]["p50"].as_f64().unwrap_or(0.0);
+    assert!(p50 >= 1.5, "median {p50} ms: sends were not held: {f}");
+    let log = std::fs::read_to_string(out.join("c.log")).expect("log file");
+    assert!(log.contains("sent at most every 5000 µs"), "{log}");
 
     // counter_write, then counter_read of the same seeds.
     let c = stress(&node, "counter_write n=1000 no-warmup -rate threads=10");
