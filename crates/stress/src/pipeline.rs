@@ -10,10 +10,9 @@
 //! of shortcut (`-mode simplenative`). `-mode driver` turns this path off.
 //!
 //! How: every request appends its frame to a shared output buffer; a writer task sends
-//! whatever accumulated in one `write` per turn of the event loop, at a fixed rate at most
-//! once per [`DEFAULT_SEND_INTERVAL`] (`-mode coalesce=` sets another); a reader task splits
-//! the responses off its receive buffer and hands each to the request waiting on its stream
-//! id.
+//! whatever accumulated in one `write` per turn of the event loop (with `-mode coalesce=T`
+//! at most once per T: see [`Pipeline::connect`]); a reader task splits the responses off
+//! its receive buffer and hands each to the request waiting on its stream id.
 //! Statements are prepared by the driver session (the node's prepared cache is shared by
 //! its connections), requests ask for no result metadata (`SKIP_METADATA`), and timestamps are
 //! the server's, as with the driver's defaults. There is no reconnection: once the connection
@@ -35,15 +34,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 /// Stream ids in use at most at once (the stress tool keeps `threads` requests in flight,
 /// plus the ones a timeout abandoned until their answers arrive).
 const STREAMS: usize = 8192;
-/// The shortest time between two sends of the writer task at a fixed rate (the default of
-/// [`crate::settings::Settings::send_interval`]) unless a batch reaches [`COALESCE_BYTES`];
-/// the first request after a quiet spell leaves at once. Without it the pacer's permits
-/// leave a few at a time: at 500k reads/s the tool sent every ~12 µs (6 requests a send),
-/// and each `send` on loopback also runs the server socket's receive path, so both sides
-/// spent a fifth of their core in sends and the server answered in small, costly rounds
-/// (docs/benchmarks.md, "Fewer, larger sends from the load generator"). Drivers coalesce
-/// their writes too (the Java driver 4's coalescer, the Rust driver's write coalescing).
-pub const DEFAULT_SEND_INTERVAL: Duration = Duration::from_micros(50);
 /// A batch this large is sent at once, whatever the send interval.
 const COALESCE_BYTES: usize = 16 * 1024;
 /// Protocol v4, request direction.
@@ -64,7 +54,7 @@ pub struct Pipeline {
 
 struct Shared {
     state: Mutex<State>,
-    /// See [`DEFAULT_SEND_INTERVAL`]; zero sends every turn of the event loop.
+    /// See [`Pipeline::connect`]; zero sends every turn of the event loop.
     send_interval: Duration,
 }
 
@@ -113,8 +103,12 @@ pub struct Answer {
 }
 
 impl Pipeline {
-    /// Connects to `addr` (`host:port`) and does the STARTUP handshake. The writer sends at
-    /// most once per `send_interval` (see [`DEFAULT_SEND_INTERVAL`]).
+    /// Connects to `addr` (`host:port`) and does the STARTUP handshake. With a non-zero
+    /// `send_interval` the writer sends at most once per that long unless a batch reaches
+    /// [`COALESCE_BYTES`] (the first request after a quiet spell leaves at once), as drivers
+    /// coalesce their writes. Off by default: at 90% of the pair's maximum it lowered the
+    /// shard's CPU per read ~8% but not the p99, which a session before had also found
+    /// (docs/benchmarks.md, "Fewer, larger sends from the load generator, again").
     pub async fn connect(addr: &str, send_interval: Duration) -> Result<Self, String> {
         let stream = TcpStream::connect(addr)
             .await

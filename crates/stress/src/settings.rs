@@ -273,22 +273,17 @@ pub struct Settings {
     /// connection (crate::pipeline).
     pub driver_only: bool,
     /// `-mode coalesce=50us`: the pipelined connection sends at most once per this long;
-    /// `coalesce=0` sends every turn. Not given: see [`Settings::send_interval`].
+    /// `coalesce=0` (the default) sends every turn.
     pub coalesce: Option<Duration>,
     /// Everything else given (accepted, recorded in the settings dump).
     pub accepted: Vec<String>,
 }
 
 impl Settings {
-    /// The pipelined connection's shortest time between two sends: `-mode coalesce=`, or
-    /// by default [`crate::pipeline::DEFAULT_SEND_INTERVAL`] at a fixed rate (where the
-    /// schedule, not the answers, says when requests leave) and none otherwise (a
-    /// closed-loop client with few requests in flight would wait on it for every request).
+    /// The pipelined connection's shortest time between two sends (`-mode coalesce=`;
+    /// none by default: see `crate::pipeline::Pipeline::connect`).
     pub fn send_interval(&self) -> Duration {
-        self.coalesce.unwrap_or(match self.rate.mode {
-            RateMode::Fixed(_) => crate::pipeline::DEFAULT_SEND_INTERVAL,
-            _ => Duration::ZERO,
-        })
+        self.coalesce.unwrap_or(Duration::ZERO)
     }
 
     /// The command line as given, for reports.
@@ -1154,7 +1149,7 @@ mod tests {
         assert_eq!(ok("write n=10").send_interval(), Duration::ZERO);
         assert_eq!(
             ok("write n=10 -rate threads=8 fixed=1000/s").send_interval(),
-            crate::pipeline::DEFAULT_SEND_INTERVAL
+            Duration::ZERO
         );
         assert_eq!(
             ok("write n=10 -rate threads=8 fixed=1000/s -mode coalesce=0").send_interval(),
