@@ -121,11 +121,11 @@ async fn pipelined_connection(
     match pipeline::Pipeline::connect(&node, settings.send_interval()).await {
         Ok(p) => {
             let every = match settings.send_interval() {
-                d if d.is_zero() => "every turn".to_string(),
+                d if d.is_zero() => "every event-loop turn".to_string(),
                 d => format!("at most every {} µs", d.as_micros()),
             };
             out.line(&format!(
-                "Requests: one pipelined connection to {node}, sent {every} (-mode coalesce=;                  -mode driver: the driver)"
+                "Requests: one pipelined connection to {node}, sends {every} (-mode driver: the driver)"
             ));
             Some(p)
         }

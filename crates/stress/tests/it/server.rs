@@ -286,7 +286,7 @@ fn cassandra_stress_workloads_against_amphora() {
     let p50 = f["total"]["latency_ms"]["p50"].as_f64().unwrap_or(0.0);
     assert!(p50 >= 1.5, "median {p50} ms: sends were not held: {f}");
     let log = std::fs::read_to_string(out.join("c.log")).expect("log file");
-    assert!(log.contains("sent at most every 5000 µs"), "{log}");
+    assert!(log.contains("sends at most every 5000 µs"), "{log}");
 
     // counter_write, then counter_read of the same seeds.
     let c = stress(&node, "counter_write n=1000 no-warmup -rate threads=10");
