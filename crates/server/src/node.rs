@@ -143,7 +143,15 @@ impl Node {
             listen_address: cfg.listen_address,
             cluster_name: cfg.cluster_name.clone(),
         };
-        let memtable_budget = (cfg.memory() / u64::from(nr_shards) / 4).max(16 << 20);
+        // AMPHORA_MEMTABLE_MB: the memtables' budget per shard, in place of a quarter of its
+        // memory (an experiment knob, not a cassandra.yaml key; the row cache's default is
+        // a multiple of it, so set AMPHORA_ROW_CACHE_MB with it).
+        let memtable_budget = std::env::var("AMPHORA_MEMTABLE_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|mb| mb << 20)
+            .unwrap_or(cfg.memory() / u64::from(nr_shards) / 4)
+            .max(16 << 20);
         let sync = match cfg.commitlog_sync {
             CommitlogSync::Periodic => SyncMode::Periodic {
                 period_ms: cfg.commitlog_sync_period_ms,
