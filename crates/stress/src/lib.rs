@@ -118,9 +118,9 @@ async fn pipelined_connection(
         return None;
     }
     let [node] = node_addresses(settings).try_into().ok()?;
-    match pipeline::Pipeline::connect(&node, settings.send_interval()).await {
+    match pipeline::Pipeline::connect(&node, settings.send_interval).await {
         Ok(p) => {
-            let every = match settings.send_interval() {
+            let every = match settings.send_interval {
                 d if d.is_zero() => "every event-loop turn".to_string(),
                 d => format!("at most every {} µs", d.as_micros()),
             };

@@ -272,20 +272,14 @@ pub struct Settings {
     /// `-mode driver`: every request through the driver session, never the pipelined
     /// connection (crate::pipeline).
     pub driver_only: bool,
-    /// `-mode coalesce=50us`: the pipelined connection sends at most once per this long;
-    /// `coalesce=0` (the default) sends every turn.
-    pub coalesce: Option<Duration>,
+    /// `-mode coalesce=50us`: the pipelined connection's shortest time between two sends;
+    /// zero (the default) sends every turn (see `crate::pipeline::Pipeline::connect`).
+    pub send_interval: Duration,
     /// Everything else given (accepted, recorded in the settings dump).
     pub accepted: Vec<String>,
 }
 
 impl Settings {
-    /// The pipelined connection's shortest time between two sends (`-mode coalesce=`;
-    /// none by default: see `crate::pipeline::Pipeline::connect`).
-    pub fn send_interval(&self) -> Duration {
-        self.coalesce.unwrap_or(Duration::ZERO)
-    }
-
     /// The command line as given, for reports.
     pub fn describe_command(&self) -> String {
         match &self.command {
@@ -657,7 +651,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
     }
 
     let mut driver_only = false;
-    let mut coalesce = None;
+    let mut send_interval = Duration::ZERO;
     if let Some(p) = groups.remove("-mode") {
         for w in p {
             let lw = w.to_ascii_lowercase();
@@ -666,7 +660,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
                 continue;
             }
             if let Some(v) = lw.strip_prefix("coalesce=") {
-                coalesce = Some(parse_send_interval(v).ok_or_else(|| bad_opt("-mode", &w))?);
+                send_interval = parse_send_interval(v).ok_or_else(|| bad_opt("-mode", &w))?;
                 continue;
             }
             let known = [
@@ -835,7 +829,7 @@ pub fn parse(args: &[String]) -> Result<Settings, StressError> {
         graph,
         counter_add: cmd.add,
         driver_only,
-        coalesce,
+        send_interval,
         accepted,
     })
 }
@@ -1146,21 +1140,21 @@ mod tests {
 
     #[test]
     fn mode_coalesce_sets_the_pipelined_send_interval() {
-        assert_eq!(ok("write n=10").send_interval(), Duration::ZERO);
+        assert_eq!(ok("write n=10").send_interval, Duration::ZERO);
         assert_eq!(
-            ok("write n=10 -rate threads=8 fixed=1000/s").send_interval(),
+            ok("write n=10 -rate threads=8 fixed=1000/s").send_interval,
             Duration::ZERO
         );
         assert_eq!(
-            ok("write n=10 -rate threads=8 fixed=1000/s -mode coalesce=0").send_interval(),
+            ok("write n=10 -rate threads=8 fixed=1000/s -mode coalesce=0").send_interval,
             Duration::ZERO
         );
         assert_eq!(
-            ok("write n=10 -mode native coalesce=20us").send_interval(),
+            ok("write n=10 -mode native coalesce=20us").send_interval,
             Duration::from_micros(20)
         );
         assert_eq!(
-            ok("write n=10 -mode coalesce=2ms").send_interval(),
+            ok("write n=10 -mode coalesce=2ms").send_interval,
             Duration::from_millis(2)
         );
         assert!(p("write n=10 -mode coalesce=soon").is_err());
