@@ -12,7 +12,7 @@
 # the per-second thread ticks, then the write memory waits, the row cache's
 # defragmentation moves and evictions, the memtable MB and the flushes written over spare
 # data files (counters are totals since the
-# start). QUIESCE=1 waits for no pending compaction before the fixed run, as make bench
+# start; $OUT/metrics-sat-LABEL.txt has the counters over the saturation run). QUIESCE=1 waits for no pending compaction before the fixed run, as make bench
 # does. PERF=cpu0 records all of CPU 0 (no call graphs) 10-30 s into the fixed run;
 # PERF=1 records the shard thread 20 s into the fixed run
 # (/dev/shm/fixedown-LABEL.data, dwarf call graphs); PERF_THREAD names another thread
@@ -28,7 +28,10 @@ populate_compacted
 st read duration=30s no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/r-$label.txt"
 echo "$label: reads $(op_rate "$OUT/r-$label.txt") op/s"
 if [ "$sats" -gt 0 ]; then
+  # The counters over the saturation run too ($OUT/metrics-sat-LABEL.txt).
+  "$(dirname "${BASH_SOURCE[0]}")/metricspoll.sh" 19603 > "$OUT/metrics-sat-$label.txt" & smp=$!
   st write duration="${sats}s" no-warmup -rate threads=128 -pop "dist=UNIFORM(1..3000000)" > "$OUT/ws-$label.txt"
+  kill "$smp" 2>/dev/null; wait "$smp" 2>/dev/null
   echo "$label: saturation writes $(op_rate "$OUT/ws-$label.txt") op/s"
 fi
 if [ "$rate" = auto ]; then
@@ -67,13 +70,13 @@ wait "$sp"
 kill "$tp" "$mp" 2>/dev/null; wait "$tp" "$mp" 2>/dev/null
 join -a 1 <(sort "$OUT/ticks-$label.txt") <(awk '{
     for (i = 2; i <= NF; i++) {split($i, a, "="); v[a[1]] = a[2]}
-    printf "%s waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d pending=%d\n",
-      $1, v["waits"], v["defrag"], v["evict"], v["memMB"], v["spares"], v["resMB"], v["pending"]}' \
+    printf "%s waits=%d defrag=%d evict=%d memMB=%d spares=%d resMB=%d pending=%d blMB=%d granted=%d\n",
+      $1, v["waits"], v["defrag"], v["evict"], v["memMB"], v["spares"], v["resMB"], v["pending"], v["blMB"], v["granted"]}' \
   "$OUT/metrics-$label.txt" | sort) > "$OUT/cpu-$label.txt"
 echo "$label: $(latencies "$OUT/wf-$label.txt")"
 echo "$label: CPU 0 busy over the fixed run: $(echo "$c0_before $(cpu0)" | awk '{b = $3 - $1; i = $4 - $2; printf "%.1f%%", 100 * b / (b + i)}')"
 echo "$label: per second kops/max ms: $(grep -E '^total' "$OUT/wf-$label.txt" | awk -F, '{printf "%d/%.0f ", $3/1000, $11}')"
-awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares|resMB|pending)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
+awk '{for (i = 2; i <= NF; i++) {split($i, a, "="); if (a[1] !~ /^(waits|defrag|evict|memMB|spares|resMB|pending|blMB|granted)$/) {n = a[1]; sub(/\/.*/, "", n); s[n] += a[2]}}}
   END {printf "  ticks:"; for (k in s) printf " %s=%d", k, s[k]; print ""}' "$OUT/cpu-$label.txt"
 tail -n +"$((lc + 1))" "$OUT/server-$label.log" | grep -o "compacted .*\|held the shard.*"
 kill "$P"; wait "$P" 2>/dev/null

@@ -203,6 +203,10 @@ impl Node {
         let grant_pending = std::env::var("AMPHORA_COMPACTION_GRANT_PENDING")
             .ok()
             .and_then(|v| v.parse::<u64>().ok());
+        // AMPHORA_COMPACTION_GRANT_BACKLOG(_SHARE): `StorageConfig::compaction_grant_backlog`
+        // and its share, experiment knobs, not cassandra.yaml keys.
+        let grant_backlog = f64_env("AMPHORA_COMPACTION_GRANT_BACKLOG");
+        let grant_backlog_share = f64_env("AMPHORA_COMPACTION_GRANT_BACKLOG_SHARE");
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -318,6 +322,12 @@ impl Node {
                     }
                     if let Some(n) = grant_pending {
                         scfg.compaction_grant_pending = n;
+                    }
+                    if let Some(v) = grant_backlog {
+                        scfg.compaction_grant_backlog = v;
+                    }
+                    if let Some(v) = grant_backlog_share {
+                        scfg.compaction_grant_backlog_share = v.min(1.0);
                     }
                     if let Some(d) = flush_pace_max {
                         scfg.flush_pace_max = d;

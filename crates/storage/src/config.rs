@@ -99,6 +99,12 @@ pub const DEFAULT_FLUSH_DIRECT_BEHIND: u64 = 0;
 /// Default [`StorageConfig::compaction_grant_pending`]: off (measured, see there).
 pub const DEFAULT_COMPACTION_GRANT_PENDING: u64 = 0;
 
+/// Default [`StorageConfig::compaction_grant_backlog`]: off (an experiment).
+pub const DEFAULT_COMPACTION_GRANT_BACKLOG: f64 = 0.0;
+
+/// Default [`StorageConfig::compaction_grant_backlog_share`].
+pub const DEFAULT_COMPACTION_GRANT_BACKLOG_SHARE: f64 = 0.5;
+
 /// Default [`StorageConfig::flush_pace_max`].
 pub const DEFAULT_FLUSH_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -246,6 +252,19 @@ pub struct StorageConfig {
     /// p99 got worse (222-840 ms against 131-178 ms), so it stays off
     /// (docs/benchmarks.md, "Compaction owed time for its backlog").
     pub compaction_grant_pending: u64,
+    /// Normalized compaction backlog ([`crate::compaction::backlog_bytes`] over the
+    /// memtable budget) at which compaction is owed
+    /// [`Self::compaction_grant_backlog_share`] of the core, while a compaction is pending;
+    /// below it the owed share falls in proportion (ScyllaDB's backlog controller: the
+    /// shard grants slices, [`Self::grant_slice`] each, as if for a flush that wants time,
+    /// whenever it had less idle time of its own). Zero (the default): off. An experiment
+    /// (`AMPHORA_COMPACTION_GRANT_BACKLOG`): at nice 19 compaction gets only what the shard
+    /// leaves, so a saturation run measures a rate the node cannot keep with its
+    /// compactions; a share that grows with the backlog until compaction keeps pace makes
+    /// it measure one it can.
+    pub compaction_grant_backlog: f64,
+    /// See [`Self::compaction_grant_backlog`] (`AMPHORA_COMPACTION_GRANT_BACKLOG_SHARE`).
+    pub compaction_grant_backlog_share: f64,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
     /// they reach `flush_pace_share` of the flush threshold) instead of
@@ -311,6 +330,8 @@ impl StorageConfig {
             grant_every: DEFAULT_GRANT_EVERY,
             compaction_grant_amplification: DEFAULT_COMPACTION_GRANT_AMPLIFICATION,
             compaction_grant_pending: DEFAULT_COMPACTION_GRANT_PENDING,
+            compaction_grant_backlog: DEFAULT_COMPACTION_GRANT_BACKLOG,
+            compaction_grant_backlog_share: DEFAULT_COMPACTION_GRANT_BACKLOG_SHARE,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             flush_active_share: FLUSH_ACTIVE_SHARE,
             flush_pace_share: FLUSH_PACE_SHARE,

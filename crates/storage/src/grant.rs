@@ -224,6 +224,10 @@ pub(crate) struct Granter {
     /// [`Granter::set_owed`]). The compaction thread does not wait at the gate for this,
     /// unlike for a flush's want.
     owed: bool,
+    /// Compaction is owed a share of the core for its backlog
+    /// ([`Granter::set_backlog_share`]): a slice per this window (`None`: nothing owed on
+    /// that account).
+    backlog_every: Option<Duration>,
     /// Whether a thread's [`Wants`] are granted (with the background gate: a flush that
     /// wants time is not otherwise starved, and an ungated one runs at its own priority).
     grant_wants: bool,
@@ -244,6 +248,7 @@ impl Granter {
             due: None,
             idle_at_start: Duration::ZERO,
             owed: false,
+            backlog_every: None,
             grant_wants,
             granted: 0,
         }
@@ -256,13 +261,35 @@ impl Granter {
             return;
         }
         self.owed = owed;
-        if !self.grant_wants {
-            if owed {
-                // The shard is running (a request): counted from here on.
-                self.gate.set_running(true);
-            }
-            self.gate.tracking.store(owed, Ordering::Relaxed);
+        self.update_tracking();
+    }
+
+    /// Sets the share of the core (0..=1) compaction is owed for its backlog: while the
+    /// shard has less idle time of its own, it sleeps a slice every `slice / share`
+    /// (ScyllaDB's backlog controller, with the shard's sleeps as the compaction's
+    /// shares). Zero: none. Called on the shard thread.
+    pub(crate) fn set_backlog_share(&mut self, share: f64) {
+        let every = (share.is_finite() && share > 0.0 && !self.slice.is_zero())
+            .then(|| self.slice.div_f64(share.min(1.0)));
+        if every == self.backlog_every {
+            return;
         }
+        self.backlog_every = every;
+        self.update_tracking();
+    }
+
+    /// Without the background gate, the shard's parks are counted only while something
+    /// is owed.
+    fn update_tracking(&mut self) {
+        if self.grant_wants {
+            return;
+        }
+        let track = self.owed || self.backlog_every.is_some();
+        if track && !self.gate.tracking.load(Ordering::Relaxed) {
+            // The shard is running (a request): counted from here on.
+            self.gate.set_running(true);
+        }
+        self.gate.tracking.store(track, Ordering::Relaxed);
     }
 
     pub(crate) fn owed(&self) -> bool {
@@ -276,7 +303,7 @@ impl Granter {
     pub(crate) fn on_request(&mut self) {
         // A gate no event loop drives (busy only between its unparks) has no background
         // thread waiting at it: nothing to grant.
-        if !(self.owed || (self.grant_wants && self.wants.wanted()))
+        if !(self.owed || self.backlog_every.is_some() || (self.grant_wants && self.wants.wanted()))
             || self.slice.is_zero()
             || !self.gate.busy.load(Ordering::Relaxed)
         {
@@ -300,7 +327,18 @@ impl Granter {
             _ => {}
         }
         self.idle_at_start = self.gate.idle();
-        self.due = Some(Instant::now() + self.every);
+        self.due = Some(Instant::now() + self.window());
+    }
+
+    /// The window of requests per granted slice: the backlog's, or the fixed one while a
+    /// thread wants time or compaction is owed it for the reads' sake (the shorter).
+    fn window(&self) -> Duration {
+        let wanted = self.owed || (self.grant_wants && self.wants.wanted());
+        match self.backlog_every {
+            Some(b) if wanted => b.min(self.every),
+            Some(b) => b,
+            None => self.every,
+        }
     }
 }
 
@@ -395,6 +433,36 @@ mod tests {
         std::thread::sleep(Duration::from_millis(3));
         g.on_request();
         assert_eq!(g.granted, 2);
+    }
+
+    #[test]
+    fn a_backlog_share_grants_a_slice_per_its_window() {
+        let mut g = Granter::new(Duration::from_micros(50), Duration::from_millis(2), false);
+        g.gate.shard_running(true);
+        g.set_backlog_share(0.0);
+        g.on_request();
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 0, "no share: nothing granted");
+        // 50 µs per 10 ms: a window of 3 ms has not ended, one of 11 ms has.
+        g.set_backlog_share(0.005);
+        assert_eq!(g.window(), Duration::from_millis(10));
+        g.on_request();
+        std::thread::sleep(Duration::from_millis(3));
+        g.on_request();
+        assert_eq!(g.granted, 0, "the backlog's window is longer than the fixed one");
+        std::thread::sleep(Duration::from_millis(8));
+        g.on_request();
+        assert_eq!(g.granted, 1, "a busy backlog window ended: a slice");
+        // Owed for the reads too: the shorter window of the two.
+        g.set_owed(true);
+        assert_eq!(g.window(), Duration::from_millis(2));
+        g.set_owed(false);
+        // A larger share than the fixed window's: its own, shorter window.
+        g.set_backlog_share(0.5);
+        assert_eq!(g.window(), Duration::from_micros(100));
+        g.set_backlog_share(0.0);
+        assert!(!g.gate.tracking.load(Ordering::Relaxed), "nothing owed: parks not counted");
     }
 
     #[test]

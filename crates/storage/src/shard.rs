@@ -509,6 +509,9 @@ struct Inner {
     /// Whether the requests' SSTable reads say a running compaction is owed core time
     /// ([`Inner::count_request`]).
     read_amp: crate::grant::ReadAmplification,
+    /// Share of the core the compaction backlog is owed while a compaction is pending
+    /// ([`StorageConfig::compaction_grant_backlog`]).
+    backlog_grant_share: f64,
     /// Failed flushes so far, and the last one's error (for writers waiting in `admit`).
     flush_failures: u64,
     last_flush_error: Option<String>,
@@ -543,6 +546,16 @@ struct Inner {
 }
 
 impl Inner {
+    /// Owes compaction its backlog's share of the core while a compaction is pending.
+    fn update_backlog_grant(&mut self) {
+        let share = if self.metrics.pending_compactions > 0 {
+            self.backlog_grant_share
+        } else {
+            0.0
+        };
+        self.granter.set_backlog_share(share);
+    }
+
     /// Counts a request that read `sstables` SSTables; at the end of each window of
     /// requests decides whether a running compaction is owed the shard's time: its reads
     /// read many SSTables each ([`StorageConfig::compaction_grant_amplification`]), or
@@ -806,6 +819,7 @@ impl ShardStorage {
             flush_pacer: FlushPacer::default(),
             granter,
             read_amp,
+            backlog_grant_share: 0.0,
             flush_failures: 0,
             last_flush_error: None,
             waiters: HashMap::new(),
@@ -1532,6 +1546,7 @@ impl ShardStorage {
                         inner.metrics.pending_compactions.saturating_sub(1);
                     if inner.metrics.pending_compactions == 0 {
                         inner.granter.set_owed(false);
+                        inner.update_backlog_grant();
                     }
                     let rewrite = inner.rewrite_jobs.remove(&job);
                     let now = inner.cfg.clock.now_seconds();
@@ -1904,6 +1919,7 @@ impl ShardStorage {
                 .insert(job, (control.clone(), spec.inputs.clone()));
             (inner.compaction_share.clone(), control)
         });
+        inner.update_backlog_grant();
         inner.compactor.submit(Box::new(move || {
             let started = std::time::Instant::now();
             let _ = crate::sstable::take_finish_times();
@@ -2310,10 +2326,20 @@ impl ShardStorage {
         (backlog, share)
     }
 
-    /// Sets the running and next compactions' share from the current backlog.
+    /// Sets the running and next compactions' share from the current backlog, and the
+    /// share of the core it is owed ([`StorageConfig::compaction_grant_backlog`]).
     fn refresh_compaction_share(&self) {
-        let (_, share) = self.compaction_backlog();
-        self.inner.borrow().compaction_share.set(share);
+        let (backlog, share) = self.compaction_backlog();
+        let mut inner = self.inner.borrow_mut();
+        inner.compaction_share.set(share);
+        let full = inner.cfg.compaction_grant_backlog;
+        inner.backlog_grant_share = if full > 0.0 {
+            let norm = backlog / inner.cfg.memtable_budget_bytes.max(1) as f64;
+            inner.cfg.compaction_grant_backlog_share * (norm / full).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        inner.update_backlog_grant();
     }
 
     pub fn metrics(&self) -> StorageMetrics {
