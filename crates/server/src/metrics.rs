@@ -436,6 +436,7 @@ fn render_histogram(
 ///   `amphora_compaction_manager_pending_compactions`,
 ///   `amphora_compaction_manager_completed_compactions_total`,
 ///   `amphora_compaction_manager_stopped_compactions_total`,
+///   `amphora_compaction_manager_large_compactions_total`,
 ///   `amphora_compaction_manager_compacted_bytes_in_total` / `_out_total`,
 ///   `amphora_commitlog_disk_total_bytes`, `amphora_commitlog_segments`,
 ///   `amphora_commitlog_spare_segments`, `amphora_commitlog_reused_segments_total`,
@@ -468,7 +469,7 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
-    let shard_families: [Family<M>; 35] = [
+    let shard_families: [Family<M>; 36] = [
         (
             "amphora_database_total_reads",
             "counter",
@@ -543,6 +544,12 @@ pub fn render_storage(snaps: &[StorageSnapshot]) -> String {
             "counter",
             "Strategy compactions a major compaction stopped before they finished.",
             |m| m.compactions_stopped,
+        ),
+        (
+            "amphora_compaction_manager_large_compactions_total",
+            "counter",
+            "Compactions run on the shard's second compaction thread (large_compaction_bytes).",
+            |m| m.large_compactions,
         ),
         (
             "amphora_compaction_manager_compacted_bytes_in_total",

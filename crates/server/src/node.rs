@@ -207,6 +207,13 @@ impl Node {
         // and its share, experiment knobs, not cassandra.yaml keys.
         let grant_backlog = f64_env("AMPHORA_COMPACTION_GRANT_BACKLOG");
         let grant_backlog_share = f64_env("AMPHORA_COMPACTION_GRANT_BACKLOG_SHARE");
+        // AMPHORA_LARGE_COMPACTION_MB: `StorageConfig::large_compaction_bytes` (0: one
+        // compaction thread; unset: twice the memtable budget), an experiment knob, not a
+        // cassandra.yaml key.
+        let large_compaction_bytes = std::env::var("AMPHORA_LARGE_COMPACTION_MB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|mb| mb << 20);
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
@@ -322,6 +329,9 @@ impl Node {
                     }
                     if let Some(n) = grant_pending {
                         scfg.compaction_grant_pending = n;
+                    }
+                    if let Some(b) = large_compaction_bytes {
+                        scfg.large_compaction_bytes = Some(b);
                     }
                     if let Some(v) = grant_backlog {
                         scfg.compaction_grant_backlog = v;

@@ -265,6 +265,16 @@ pub struct StorageConfig {
     pub compaction_grant_backlog: f64,
     /// See [`Self::compaction_grant_backlog`] (`AMPHORA_COMPACTION_GRANT_BACKLOG_SHARE`).
     pub compaction_grant_backlog_share: f64,
+    /// Strategy compactions whose inputs total at least this many bytes, and major
+    /// compactions, run on a second compaction thread of the shard (same nice), so that
+    /// the small merges that retire flush outputs (and free their data files as spares for
+    /// the next flushes) do not queue behind a long merge of a higher tier, as ScyllaDB
+    /// runs compactions of different weights at once (and Cassandra two compactors on a
+    /// machine like this one). `None` (the default): twice `memtable_budget_bytes`, which
+    /// puts the merges of four flush outputs on the first thread and those of their
+    /// outputs on the second; zero: one compaction thread. Measured in docs/benchmarks.md,
+    /// "A second compaction thread for large merges".
+    pub large_compaction_bytes: Option<u64>,
     /// Longest a flush started by the memtables' size may be spread over: such a flush
     /// keeps pace with the writes that fill the memtable after it (it aims to be done when
     /// they reach `flush_pace_share` of the flush threshold) instead of
@@ -332,6 +342,7 @@ impl StorageConfig {
             compaction_grant_pending: DEFAULT_COMPACTION_GRANT_PENDING,
             compaction_grant_backlog: DEFAULT_COMPACTION_GRANT_BACKLOG,
             compaction_grant_backlog_share: DEFAULT_COMPACTION_GRANT_BACKLOG_SHARE,
+            large_compaction_bytes: None,
             flush_pace_max: DEFAULT_FLUSH_PACE_MAX,
             flush_active_share: FLUSH_ACTIVE_SHARE,
             flush_pace_share: FLUSH_PACE_SHARE,
@@ -342,6 +353,13 @@ impl StorageConfig {
             clock: Clock::system(),
             before_flush: None,
         }
+    }
+
+    /// Input bytes from which a strategy compaction runs on the second compaction thread
+    /// (0: there is none); see [`Self::large_compaction_bytes`].
+    pub fn large_compaction_threshold(&self) -> u64 {
+        self.large_compaction_bytes
+            .unwrap_or(self.memtable_budget_bytes.saturating_mul(2))
     }
 
     /// The active memtables' bytes over which the largest is flushed.

@@ -60,6 +60,9 @@ pub struct StorageMetrics {
     pub compactions: u64,
     /// Strategy compactions a major compaction stopped before they finished.
     pub compactions_stopped: u64,
+    /// Compactions submitted to the shard's second compaction thread
+    /// ([`StorageConfig::large_compaction_bytes`]).
+    pub large_compactions: u64,
     pub compacted_bytes_in: u64,
     pub compacted_bytes_out: u64,
     pub pending_flushes: u64,
@@ -519,6 +522,10 @@ struct Inner {
     waiters: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
     flusher: Worker,
     compactor: Worker,
+    /// Strategy compactions of at least [`StorageConfig::large_compaction_threshold`] (and
+    /// major ones) run here, so that a long merge of a higher tier does not hold the
+    /// small merges that retire flush outputs behind it (`None`: all run on `compactor`).
+    compactor_large: Option<Worker>,
     /// File work that may block for long on a busy disk (an fsync waits for the journal,
     /// unlinking a large SSTable frees its extents): never on the shard thread.
     janitor: Worker,
@@ -798,6 +805,7 @@ impl ShardStorage {
             cfg.spare_data_bytes
                 .unwrap_or(cfg.memtable_budget_bytes.saturating_mul(2)),
         );
+        let large_compactions = cfg.large_compaction_threshold();
         let inner = Inner {
             chunk_pool,
             spares,
@@ -824,6 +832,9 @@ impl ShardStorage {
             last_flush_error: None,
             waiters: HashMap::new(),
             flusher: Worker::start(format!("flush-{shard}"), flush_nice, gate.clone(), false)?,
+            compactor_large: (large_compactions > 0)
+                .then(|| Worker::start(format!("compact-lg-{shard}"), nice, gate.clone(), true))
+                .transpose()?,
             compactor: Worker::start(format!("compaction-{shard}"), nice, gate, true)?,
             janitor: Worker::start(format!("janitor-{shard}"), 0, None, false)?,
             prefaulter: Worker::start(format!("prefault-{shard}"), nice, None, false)?,
@@ -1875,6 +1886,7 @@ impl ShardStorage {
             .filter(|s| spec.inputs.contains(&s.generation))
             .cloned()
             .collect();
+        let input_bytes: u64 = inputs.iter().map(|s| s.data_size()).sum();
         // Filters, not readers: a job queued here must not keep the readers that the
         // jobs before it replace (see `OverlapFilter`).
         let overlaps: Vec<crate::sstable::OverlapFilter> = t
@@ -1920,7 +1932,15 @@ impl ShardStorage {
             (inner.compaction_share.clone(), control)
         });
         inner.update_backlog_grant();
-        inner.compactor.submit(Box::new(move || {
+        let large = inner.cfg.large_compaction_threshold();
+        let worker = match &inner.compactor_large {
+            Some(w) if major || input_bytes >= large => {
+                inner.metrics.large_compactions += 1;
+                w
+            }
+            _ => &inner.compactor,
+        };
+        worker.submit(Box::new(move || {
             let started = std::time::Instant::now();
             let _ = crate::sstable::take_finish_times();
             let compact = || run_compaction(&schema, &dir, &inputs, &next_gen, &spec, &ctx);

@@ -540,6 +540,40 @@ fn flushes_write_over_the_data_files_a_compaction_replaced() {
     });
 }
 
+/// Strategy compactions of at least `large_compaction_bytes` of inputs (by default twice
+/// the memtable budget, far more than these) and major compactions run on the shard's
+/// second compaction thread, the others on the first (zero: there is no second one);
+/// every row reads back either way.
+#[test]
+fn large_compactions_run_on_the_second_thread() {
+    // (threshold, compactions on the second thread: the strategy's, then the major one)
+    for (large, expect) in [(Some(0), 0), (Some(u64::MAX), 1), (Some(1), 2), (None, 1)] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let schema = clustered_schema(7, ClusteringOrder::Asc);
+        let mut expected = Rows::new();
+        let mut cfg = config(dir.path());
+        cfg.large_compaction_bytes = large;
+        rt().block_on(async {
+            let (s, _) = ShardStorage::open(cfg, vec![schema.clone()]).expect("open");
+            for round in 1..=4 {
+                write_round(&s, round, &mut expected).await;
+            }
+            assert!(s.compact_once(TableId(7)).await.expect("strategy compaction"));
+            for round in 5..=6 {
+                write_round(&s, round, &mut expected).await;
+            }
+            s.compact_major(TableId(7)).await.expect("major compaction");
+            let m = s.metrics();
+            assert_eq!(
+                (m.compactions, m.large_compactions, m.sstable_count),
+                (2, expect, 1),
+                "threshold {large:?}: {m:?}"
+            );
+            assert_eq!(stored_rows(&s), expected);
+        });
+    }
+}
+
 /// A major compaction stops the table's running strategy compaction instead of waiting
 /// for it (its work would be merged again), as Cassandra's does: the stopped one leaves
 /// no output and no transaction log, its inputs go into the major one, and every row reads
