@@ -450,7 +450,10 @@ mod tests {
         g.on_request();
         std::thread::sleep(Duration::from_millis(3));
         g.on_request();
-        assert_eq!(g.granted, 0, "the backlog's window is longer than the fixed one");
+        assert_eq!(
+            g.granted, 0,
+            "the backlog's window is longer than the fixed one"
+        );
         std::thread::sleep(Duration::from_millis(8));
         g.on_request();
         assert_eq!(g.granted, 1, "a busy backlog window ended: a slice");
@@ -462,7 +465,10 @@ mod tests {
         g.set_backlog_share(0.5);
         assert_eq!(g.window(), Duration::from_micros(100));
         g.set_backlog_share(0.0);
-        assert!(!g.gate.tracking.load(Ordering::Relaxed), "nothing owed: parks not counted");
+        assert!(
+            !g.gate.tracking.load(Ordering::Relaxed),
+            "nothing owed: parks not counted"
+        );
     }
 
     #[test]

@@ -558,7 +558,11 @@ fn large_compactions_run_on_the_second_thread() {
             for round in 1..=4 {
                 write_round(&s, round, &mut expected).await;
             }
-            assert!(s.compact_once(TableId(7)).await.expect("strategy compaction"));
+            assert!(
+                s.compact_once(TableId(7))
+                    .await
+                    .expect("strategy compaction")
+            );
             for round in 5..=6 {
                 write_round(&s, round, &mut expected).await;
             }
