@@ -58,6 +58,14 @@ pub struct Node {
     pub startup_ms: u128,
 }
 
+/// An experiment knob given in MB (`NAME=N`), as bytes; `None` when unset or not a number.
+fn env_mb(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|mb| mb << 20)
+}
+
 fn free_port(ip: std::net::IpAddr, port: u16) -> Result<u16, NodeError> {
     if port != 0 {
         return Ok(port);
@@ -146,10 +154,7 @@ impl Node {
         // AMPHORA_MEMTABLE_MB: the memtables' budget per shard, in place of a quarter of its
         // memory (an experiment knob, not a cassandra.yaml key; the row cache's default is
         // a multiple of it, so set AMPHORA_ROW_CACHE_MB with it).
-        let memtable_budget = std::env::var("AMPHORA_MEMTABLE_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|mb| mb << 20)
+        let memtable_budget = env_mb("AMPHORA_MEMTABLE_MB")
             .unwrap_or(cfg.memory() / u64::from(nr_shards) / 4)
             .max(16 << 20);
         let sync = match cfg.commitlog_sync {
@@ -210,17 +215,11 @@ impl Node {
         // AMPHORA_LARGE_COMPACTION_MB: `StorageConfig::large_compaction_bytes` (0: one
         // compaction thread; unset: twice the memtable budget), an experiment knob, not a
         // cassandra.yaml key.
-        let large_compaction_bytes = std::env::var("AMPHORA_LARGE_COMPACTION_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|mb| mb << 20);
+        let large_compaction_bytes = env_mb("AMPHORA_LARGE_COMPACTION_MB");
         // AMPHORA_ROW_CACHE_MB: the row cache's capacity per shard (0: none), in place of its
         // share of the memory (`StorageConfig::row_cache_bytes`; an experiment knob, not a
         // cassandra.yaml key).
-        let row_cache_bytes = std::env::var("AMPHORA_ROW_CACHE_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|mb| mb << 20);
+        let row_cache_bytes = env_mb("AMPHORA_ROW_CACHE_MB");
         let flush_pace_max = std::env::var("AMPHORA_FLUSH_PACE_MAX_MS")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -248,21 +247,13 @@ impl Node {
         let commitlog_mmap = std::env::var("AMPHORA_COMMITLOG_MMAP").map_or(true, |v| v != "0");
         // Spare data files for flushes (`StorageConfig::spare_data_bytes`; 0 keeps none):
         // an experiment knob, not a cassandra.yaml key.
-        let spare_data_bytes = std::env::var("AMPHORA_SPARE_DATA_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|mb| mb << 20);
+        let spare_data_bytes = env_mb("AMPHORA_SPARE_DATA_MB");
         // Shard threads keep their freed pages up to the memtable budget (what a memtable
         // cycle reuses) unless AMPHORA_SHARD_KEEP_PAGES=0; AMPHORA_SHARD_KEPT_PAGES_CAP_MB
         // overrides the cap (experiment knobs, not cassandra.yaml keys).
         let kept_pages_cap = std::env::var("AMPHORA_SHARD_KEEP_PAGES")
             .map_or(true, |v| v != "0")
-            .then(|| {
-                std::env::var("AMPHORA_SHARD_KEPT_PAGES_CAP_MB")
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .map_or(memtable_budget, |mb| mb << 20)
-            });
+            .then(|| env_mb("AMPHORA_SHARD_KEPT_PAGES_CAP_MB").unwrap_or(memtable_budget));
         // Kept pages also go back to the OS while the allocator's resident memory is above
         // the node's memory plus an eighth (its budgets take fifteen sixteenths of it; the
         // rest and the eighth are for what they do not count: indexes, filters, slack in
